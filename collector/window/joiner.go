@@ -1,0 +1,497 @@
+// Package window joins GPU samples and server samples in tumbling windows
+// aligned to the Unix epoch, and turns each closed window into the points
+// of tpsmon's schema. It is pure: no I/O, and the clock is the caller's
+// (every method takes the time), so tests need no sleeping.
+package window
+
+import (
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/influxdata/influxdb-client-go/v2/api/write"
+
+	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/nvml"
+)
+
+// Config sets the window arithmetic.
+type Config struct {
+	Window time.Duration
+	Grace  time.Duration
+	// MaxGap is the longest silence between two samples of a source that
+	// still counts as covered; longer gaps lower coverage.
+	MaxGap time.Duration
+	Host   string
+	// Start is when observation began; the first window is the one that
+	// holds it.
+	Start      time.Time
+	Thresholds Thresholds
+}
+
+// Server describes one monitored inference server.
+type Server struct {
+	Name   string
+	Engine string
+	Model  string // used until a sample names the model
+	// GPUs lists the indexes or UUIDs of the GPUs the server runs on.
+	GPUs   []string
+	Source string // metrics | log
+}
+
+// maxCatchUp bounds how many windows one Flush closes: after a suspend or
+// a clock jump the joiner skips ahead instead of writing hours of empty
+// windows.
+const maxCatchUp = 360
+
+// Joiner owns all window arithmetic.
+type Joiner struct {
+	cfg     Config
+	next    time.Time // start of the oldest open window
+	servers []*serverState
+	byName  map[string]*serverState
+	gpus    map[string]*gpuState // by UUID
+	late    uint64
+	skipped uint64
+}
+
+type serverState struct {
+	Server
+	counters [collector.NumCounters]counter
+	gauges   [collector.NumGauges]gauge
+	seen     timeline
+}
+
+type gpuState struct {
+	index      int
+	uuid, name string
+	util       gauge
+	memUtil    gauge
+	memUsed    gauge
+	memTotal   gauge
+	power      gauge
+	temp       gauge
+	smClock    gauge
+	energy     counter // mJ
+	throttle   []gpoint
+	seen       timeline
+	errs       []gerr
+}
+
+type gerr struct {
+	t   time.Time
+	err error
+}
+
+// New returns a joiner for the given servers.
+func New(cfg Config, servers []Server) *Joiner {
+	if cfg.Thresholds == (Thresholds{}) {
+		cfg.Thresholds = DefaultThresholds
+	}
+	j := &Joiner{
+		cfg:    cfg,
+		next:   cfg.Start.Truncate(cfg.Window),
+		byName: make(map[string]*serverState, len(servers)),
+		gpus:   make(map[string]*gpuState),
+	}
+	for _, s := range servers {
+		st := &serverState{Server: s}
+		j.servers = append(j.servers, st)
+		j.byName[s.Name] = st
+	}
+	return j
+}
+
+// Late returns how many samples arrived for windows already closed.
+func (j *Joiner) Late() uint64 { return j.late }
+
+// Skipped returns how many windows were skipped after a clock jump.
+func (j *Joiner) Skipped() uint64 { return j.skipped }
+
+// AddServer records one scrape of a server. It reports false when the
+// sample was late (its window had closed) or the server is unknown.
+func (j *Joiner) AddServer(name string, s collector.Sample) bool {
+	st, ok := j.byName[name]
+	if !ok {
+		return false
+	}
+	if s.Time.Before(j.next) {
+		j.late++
+		return false
+	}
+	if s.Model != "" {
+		st.Model = s.Model
+	}
+	for c := range collector.NumCounters {
+		if s.HasCounter[c] {
+			st.counters[c].add(s.Time, s.Counter[c])
+		}
+	}
+	for g := range collector.NumGauges {
+		if s.HasGauge[g] {
+			st.gauges[g].add(s.Time, s.Gauge[g])
+		}
+	}
+	st.seen.add(s.Time)
+	return true
+}
+
+// AddGPU records one reading of one GPU; false when it was late.
+func (j *Joiner) AddGPU(s nvml.Sample) bool {
+	if s.Time.Before(j.next) {
+		j.late++
+		return false
+	}
+	g, ok := j.gpus[s.UUID]
+	if !ok {
+		g = &gpuState{index: s.Index, uuid: s.UUID}
+		j.gpus[s.UUID] = g
+	}
+	g.index, g.name = s.Index, s.Name
+	if s.Err != nil {
+		g.errs = append(g.errs, gerr{s.Time, s.Err})
+		return true
+	}
+	if s.Have(nvml.FieldUtil) {
+		g.util.add(s.Time, s.UtilPct)
+	}
+	if s.Have(nvml.FieldMemUtil) {
+		g.memUtil.add(s.Time, s.MemUtilPct)
+	}
+	if s.Have(nvml.FieldMemory) {
+		g.memUsed.add(s.Time, float64(s.MemUsedBytes))
+		g.memTotal.add(s.Time, float64(s.MemTotalBytes))
+	}
+	if s.Have(nvml.FieldPower) {
+		g.power.add(s.Time, s.PowerW)
+	}
+	if s.Have(nvml.FieldEnergy) {
+		g.energy.add(s.Time, float64(s.EnergyMJ))
+	}
+	if s.Have(nvml.FieldTemp) {
+		g.temp.add(s.Time, s.TempC)
+	}
+	if s.Have(nvml.FieldSMClock) {
+		g.smClock.add(s.Time, s.SMClockMHz)
+	}
+	if s.Have(nvml.FieldThrottle) {
+		g.throttle = append(g.throttle, gpoint{s.Time, float64(s.Throttle)})
+	}
+	g.seen.add(s.Time)
+	return true
+}
+
+// Flush closes every window whose end plus grace has passed at now and
+// returns its points, oldest window first.
+func (j *Joiner) Flush(now time.Time) []*write.Point {
+	w := j.cfg.Window
+	if behind := now.Sub(j.next.Add(w + j.cfg.Grace)); behind >= maxCatchUp*w {
+		skip := behind.Truncate(w) - (maxCatchUp-1)*w
+		j.skipped += uint64(skip / w)
+		j.next = j.next.Add(skip)
+	}
+	var pts []*write.Point
+	for !now.Before(j.next.Add(w + j.cfg.Grace)) {
+		pts = j.closeWindow(pts, j.next)
+		j.next = j.next.Add(w)
+	}
+	return pts
+}
+
+// Close ends observation at now: every window that has begun is closed,
+// the last one partial (its coverage says how much). For shutdown and the
+// end of a replay.
+func (j *Joiner) Close(now time.Time) []*write.Point {
+	var pts []*write.Point
+	for j.next.Before(now) {
+		pts = j.closeWindow(pts, j.next)
+		j.next = j.next.Add(j.cfg.Window)
+	}
+	return pts
+}
+
+// gpuWindow is one GPU's summary of one window, shared by its own point and
+// the points of the servers it serves.
+type gpuWindow struct {
+	g        *gpuState
+	covered  time.Duration
+	util     stats
+	power    stats
+	memUsed  stats
+	memTotal stats
+	energyJ  float64
+	hasJ     bool
+}
+
+func (j *Joiner) closeWindow(pts []*write.Point, s time.Time) []*write.Point {
+	e := s.Add(j.cfg.Window)
+	gws := make(map[string]*gpuWindow, len(j.gpus))
+	users := j.gpuUsers()
+	for _, g := range j.sortedGPUs() {
+		gw, pt := j.gpuPoint(g, s, e, users[g.uuid])
+		gws[g.uuid] = gw
+		pts = append(pts, pt)
+	}
+	for _, st := range j.servers {
+		pts = append(pts, j.serverPoint(st, s, e, gws))
+	}
+	return pts
+}
+
+func (j *Joiner) sortedGPUs() []*gpuState {
+	out := make([]*gpuState, 0, len(j.gpus))
+	for _, g := range j.gpus {
+		out = append(out, g)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].index < out[b].index })
+	return out
+}
+
+// gpusOf resolves a server's GPU list (indexes or UUIDs) to known GPUs.
+func (j *Joiner) gpusOf(st *serverState) []*gpuState {
+	var out []*gpuState
+	for _, g := range j.sortedGPUs() {
+		for _, want := range st.GPUs {
+			if want == g.uuid || want == strconv.Itoa(g.index) {
+				out = append(out, g)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// gpuUsers maps each GPU's UUID to the comma-joined servers using it.
+func (j *Joiner) gpuUsers() map[string]string {
+	users := make(map[string]string)
+	for _, st := range j.servers {
+		for _, g := range j.gpusOf(st) {
+			if users[g.uuid] != "" {
+				users[g.uuid] += ","
+			}
+			users[g.uuid] += st.Name
+		}
+	}
+	return users
+}
+
+func (j *Joiner) gpuPoint(g *gpuState, s, e time.Time, server string) (*gpuWindow, *write.Point) {
+	gw := &gpuWindow{g: g, covered: g.seen.covered(s, e, j.cfg.MaxGap)}
+	fields := make(map[string]any, 20)
+	gw.util = g.util.stats(s, e)
+	if gw.util.n > 0 {
+		fields["util"] = gw.util.mean()
+		fields["util_max"] = gw.util.max
+	}
+	if st := g.memUtil.stats(s, e); st.n > 0 {
+		fields["mem_util"] = st.mean()
+	}
+	gw.memUsed, gw.memTotal = g.memUsed.stats(s, e), g.memTotal.stats(s, e)
+	if gw.memUsed.n > 0 {
+		fields["mem_used_bytes"] = int64(gw.memUsed.max)
+		fields["mem_total_bytes"] = int64(gw.memTotal.max)
+	}
+	gw.power = g.power.stats(s, e)
+	if gw.power.n > 0 {
+		fields["power_w"] = gw.power.mean()
+	}
+	// Energy from the counter's delta over exactly this window; a GPU
+	// without the counter (pre-Volta, replayed CSV) integrates power.
+	if sp, ok := g.energy.close(e, j.cfg.MaxGap); ok && gw.covered > 0 {
+		gw.energyJ, gw.hasJ = sp.delta()/1000, true
+	} else if gw.power.n > 0 && gw.covered > 0 {
+		gw.energyJ, gw.hasJ = gw.power.mean()*gw.covered.Seconds(), true
+	}
+	if gw.hasJ {
+		fields["energy_j"] = gw.energyJ
+	}
+	if st := g.temp.stats(s, e); st.n > 0 {
+		fields["temp_c"] = st.max
+	}
+	if st := g.smClock.stats(s, e); st.n > 0 {
+		fields["sm_clock_mhz"] = st.mean()
+	}
+	var bits uint64
+	n := 0
+	for _, p := range g.throttle {
+		if !p.t.Before(s) && p.t.Before(e) {
+			bits |= uint64(p.v)
+			n++
+		}
+	}
+	if n > 0 {
+		fields["throttle"] = int64(bits)
+	}
+	fields["samples"] = int64(g.seen.count(s, e))
+	fields["coverage"] = ratio(gw.covered, j.cfg.Window)
+	for _, ge := range g.errs {
+		if !ge.t.Before(s) && ge.t.Before(e) {
+			fields["error"] = ge.err.Error()
+		}
+	}
+
+	for _, gg := range []*gauge{&g.util, &g.memUtil, &g.memUsed, &g.memTotal, &g.power, &g.temp, &g.smClock} {
+		gg.prune(e)
+	}
+	g.throttle = pruneGpoints(g.throttle, e)
+	g.errs = pruneErrs(g.errs, e)
+	g.seen.prune(e)
+
+	tags := map[string]string{
+		"host": j.cfg.Host, "gpu": strconv.Itoa(g.index), "uuid": g.uuid, "name": g.name, "server": server,
+	}
+	return gw, write.NewPoint("tpsmon_gpu", tags, fields, s)
+}
+
+func (j *Joiner) serverPoint(st *serverState, s, e time.Time, gws map[string]*gpuWindow) *write.Point {
+	covered := st.seen.covered(s, e, j.cfg.MaxGap)
+	secs := covered.Seconds()
+	// A window with a delivery but no covered time (after a long silence)
+	// still gets the tokens that landed in it, but no rate.
+	down := covered == 0 && st.seen.count(s, e) == 0
+	fields := make(map[string]any, 24)
+	var spans [collector.NumCounters]span
+	var have [collector.NumCounters]bool
+	for c := range collector.NumCounters {
+		spans[c], have[c] = st.counters[c].close(e, j.cfg.MaxGap)
+		have[c] = have[c] && !down
+	}
+	// rate returns a counter's per-second rate over the covered time.
+	rate := func(c collector.Counter) (float64, bool) {
+		if !have[c] || covered == 0 {
+			return 0, false
+		}
+		return spans[c].delta() / secs, true
+	}
+	in := verdictInput{down: down, tokens: -1, running: -1, waiting: -1, kv: -1, util: -1}
+	if have[collector.GenerationTokens] {
+		fields["tokens"] = spans[collector.GenerationTokens].count()
+		in.tokens = spans[collector.GenerationTokens].delta()
+	}
+	if r, ok := rate(collector.GenerationTokens); ok {
+		fields["system_tps"] = r
+	}
+	if have[collector.ITLSum] && have[collector.ITLCount] {
+		sum, n := spans[collector.ITLSum].delta(), spans[collector.ITLCount].delta()
+		if sum > 0 && n > 0 {
+			fields["per_user_tps"] = n / sum
+		}
+	}
+	if have[collector.PromptTokens] {
+		fields["prompt_tokens"] = spans[collector.PromptTokens].count()
+	}
+	if r, ok := rate(collector.PromptTokens); ok {
+		fields["prompt_tps"] = r
+	}
+	if have[collector.Preemptions] {
+		fields["preemptions"] = spans[collector.Preemptions].count()
+		in.preempted = spans[collector.Preemptions].delta() > 0
+	}
+	for g, name := range map[collector.Gauge]string{collector.Running: "running", collector.Waiting: "waiting", collector.KVUsage: "kv_cache_usage"} {
+		if sts := st.gauges[g].stats(s, e); sts.n > 0 {
+			fields[name] = sts.mean()
+			switch g {
+			case collector.Running:
+				in.running = sts.mean()
+			case collector.Waiting:
+				in.waiting = sts.mean()
+			case collector.KVUsage:
+				in.kv = sts.mean()
+			}
+		}
+		st.gauges[g].prune(e)
+	}
+	st.seen.prune(e)
+
+	gpus := j.gpusOf(st)
+	idx := make([]string, 0, len(gpus))
+	var util, utilMax, power, energy float64
+	var nUtil, nPower, nEnergy int
+	var memUsed, memTotal int64
+	var nMem int
+	for _, g := range gpus {
+		idx = append(idx, strconv.Itoa(g.index))
+		gw := gws[g.uuid]
+		if gw == nil {
+			continue
+		}
+		if gw.util.n > 0 {
+			util += gw.util.mean()
+			utilMax = math.Max(utilMax, gw.util.max)
+			nUtil++
+		}
+		if gw.power.n > 0 {
+			power += gw.power.mean()
+			nPower++
+		}
+		if gw.hasJ {
+			energy += gw.energyJ
+			nEnergy++
+		}
+		if gw.memUsed.n > 0 {
+			memUsed += int64(gw.memUsed.max)
+			memTotal += int64(gw.memTotal.max)
+			nMem++
+		}
+	}
+	if nUtil > 0 {
+		fields["gpu_util"] = util / float64(nUtil)
+		fields["gpu_util_max"] = utilMax
+		in.util = util / float64(nUtil)
+	}
+	if nMem > 0 {
+		fields["mem_used_bytes"] = memUsed
+		fields["mem_total_bytes"] = memTotal
+	}
+	if nPower > 0 {
+		fields["power_w"] = power
+	}
+	if nEnergy > 0 {
+		fields["energy_j"] = energy
+		if have[collector.GenerationTokens] && energy > 0 {
+			fields["tokens_per_joule"] = spans[collector.GenerationTokens].delta() / energy
+		}
+	}
+	if tps, ok := fields["system_tps"].(float64); ok && len(gpus) > 0 {
+		fields["tps_per_gpu"] = tps / float64(len(gpus))
+	}
+	fields["state"] = verdict(in, j.cfg.Thresholds)
+	fields["coverage"] = ratio(covered, j.cfg.Window)
+	source := st.Source
+	if source == "" {
+		source = "metrics"
+	}
+	fields["source"] = source
+
+	tags := map[string]string{
+		"host": j.cfg.Host, "server": st.Name, "engine": st.Engine, "model": st.Model,
+		"gpus": strings.Join(idx, ","),
+	}
+	return write.NewPoint("tpsmon_server", tags, fields, s)
+}
+
+func ratio(d, w time.Duration) float64 {
+	r := float64(d) / float64(w)
+	if r > 1 {
+		r = 1
+	}
+	return r
+}
+
+func pruneGpoints(p []gpoint, e time.Time) []gpoint {
+	i := 0
+	for i < len(p) && p[i].t.Before(e) {
+		i++
+	}
+	return append(p[:0], p[i:]...)
+}
+
+func pruneErrs(p []gerr, e time.Time) []gerr {
+	i := 0
+	for i < len(p) && p[i].t.Before(e) {
+		i++
+	}
+	return append(p[:0], p[i:]...)
+}

@@ -1,0 +1,25 @@
+//go:build !cgo
+
+package nvml
+
+import (
+	"fmt"
+	"time"
+)
+
+// Sampler is unavailable in a build without cgo: go-nvml needs it.
+type Sampler struct{}
+
+// OpenSystem always fails without cgo.
+func OpenSystem([]string) (*Sampler, error) {
+	return nil, fmt.Errorf("%w: tpsmon was built without cgo, which NVML needs", ErrNoDriver)
+}
+
+// Devices returns 0.
+func (*Sampler) Devices() int { return 0 }
+
+// Sample returns nothing.
+func (*Sampler) Sample(time.Time) []Sample { return nil }
+
+// Close does nothing.
+func (*Sampler) Close() error { return nil }

@@ -1,0 +1,57 @@
+// Package nvml holds tpsmon's view of the GPUs: the Sample it takes of each
+// device, the go-nvml adapter that fills it on real hardware, and the
+// simulated backend used by demo and tests.
+//
+// Only this package imports go-nvml, so consumers never see its types.
+package nvml
+
+import (
+	"errors"
+	"time"
+)
+
+// ErrNoDriver means the NVIDIA driver library could not be loaded or
+// initialised: the node has no usable GPU for tpsmon.
+var ErrNoDriver = errors.New("no NVIDIA driver found")
+
+// Field names one optional reading of a Sample. A reading the device does
+// not offer is absent from Has, never zero.
+type Field uint16
+
+// The optional readings of a Sample.
+const (
+	FieldUtil Field = 1 << iota
+	FieldMemUtil
+	FieldMemory
+	FieldPower
+	FieldEnergy
+	FieldTemp
+	FieldSMClock
+	FieldThrottle
+)
+
+// Sample is one reading of one GPU.
+type Sample struct {
+	Time  time.Time
+	Index int
+	UUID  string
+	Name  string
+
+	UtilPct       float64 // % of the driver's sample period in which a kernel ran
+	MemUtilPct    float64 // % of the period in which device memory was read or written
+	MemUsedBytes  int64
+	MemTotalBytes int64
+	PowerW        float64
+	EnergyMJ      int64 // cumulative since the driver loaded; resets on reload
+	TempC         float64
+	SMClockMHz    float64
+	Throttle      uint64 // clock event reason bitmask
+
+	Has Field
+	// Err is set when the device could not be read at all (lost, reset
+	// required); the other fields are then meaningless.
+	Err error
+}
+
+// Have reports whether the sample carries field f.
+func (s *Sample) Have(f Field) bool { return s.Has&f != 0 }
