@@ -1,0 +1,175 @@
+// Package influxtest gives tests a real InfluxDB 1.8: the one named by
+// TPSMON_TEST_INFLUX_URL (as .ci/run starts it), or else an influxd it
+// starts itself on a free loopback port with a temporary data directory.
+package influxtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// URL returns the base URL of a running InfluxDB, starting one if needed.
+func URL(t testing.TB) string {
+	t.Helper()
+	if u := os.Getenv("TPSMON_TEST_INFLUX_URL"); u != "" {
+		return strings.TrimRight(u, "/")
+	}
+	bin, err := findInfluxd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	httpAddr, rpcAddr := freeAddr(t), freeAddr(t)
+	cmd := exec.Command(bin, "run")
+	cmd.Env = append(os.Environ(),
+		"INFLUXDB_REPORTING_DISABLED=true",
+		"INFLUXDB_BIND_ADDRESS="+rpcAddr,
+		"INFLUXDB_HTTP_BIND_ADDRESS="+httpAddr,
+		"INFLUXDB_HTTP_LOG_ENABLED=false",
+		"INFLUXDB_META_DIR="+filepath.Join(dir, "meta"),
+		"INFLUXDB_DATA_DIR="+filepath.Join(dir, "data"),
+		"INFLUXDB_DATA_WAL_DIR="+filepath.Join(dir, "wal"),
+		"INFLUXDB_DATA_QUERY_LOG_ENABLED=false",
+		"INFLUXDB_LOGGING_LEVEL=warn",
+	)
+	logf, err := os.Create(filepath.Join(dir, "influxd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start influxd: %v", err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		logf.Close()
+	})
+	u := "http://" + httpAddr
+	if err := WaitReady(u, 30*time.Second); err != nil {
+		b, _ := os.ReadFile(logf.Name())
+		t.Fatalf("%v\ninfluxd log:\n%s", err, b)
+	}
+	return u
+}
+
+func findInfluxd() (string, error) {
+	if p, err := exec.LookPath("influxd"); err == nil {
+		return p, nil
+	}
+	gopath, err := exec.Command("go", "env", "GOPATH").Output()
+	if err == nil {
+		p := filepath.Join(strings.TrimSpace(string(gopath)), "bin", "influxd")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("influxd not found on PATH or in $(go env GOPATH)/bin: run `make influxd` " +
+		"(go install github.com/influxdata/influxdb/cmd/influxd@v1.8.10), or set TPSMON_TEST_INFLUX_URL")
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// WaitReady polls /ping until the server answers or timeout passes.
+func WaitReady(base string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(base + "/ping")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNoContent {
+				return nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("influxd at %s not ready after %v", base, timeout)
+}
+
+// CreateDB creates a database with a unique name and returns it.
+func CreateDB(t testing.TB, base, prefix string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())
+	Query(t, base, "", "CREATE DATABASE "+name)
+	return name
+}
+
+// Series is one series of a query result.
+type Series struct {
+	Name    string            `json:"name"`
+	Tags    map[string]string `json:"tags"`
+	Columns []string          `json:"columns"`
+	Values  [][]any           `json:"values"`
+}
+
+// Rows returns the series' values as maps from column to value.
+func (s Series) Rows() []map[string]any {
+	out := make([]map[string]any, len(s.Values))
+	for i, v := range s.Values {
+		m := make(map[string]any, len(v))
+		for j, c := range s.Columns {
+			m[c] = v[j]
+		}
+		out[i] = m
+	}
+	return out
+}
+
+// Query runs InfluxQL against db (epoch in seconds) and returns the series
+// of its first statement.
+func Query(t testing.TB, base, db, q string) []Series {
+	t.Helper()
+	v := url.Values{"q": {q}, "epoch": {"s"}}
+	if db != "" {
+		v.Set("db", db)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/query", strings.NewReader(v.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("query %q: %v", q, err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Results []struct {
+			Series []Series `json:"series"`
+			Error  string   `json:"error"`
+		} `json:"results"`
+		Error string `json:"error"`
+	}
+	dec := json.NewDecoder(resp.Body)
+	dec.UseNumber()
+	if err := dec.Decode(&out); err != nil {
+		t.Fatalf("query %q: decode: %v", q, err)
+	}
+	if out.Error != "" {
+		t.Fatalf("query %q: %s", q, out.Error)
+	}
+	if len(out.Results) == 0 {
+		return nil
+	}
+	if e := out.Results[0].Error; e != "" {
+		t.Fatalf("query %q: %s", q, e)
+	}
+	return out.Results[0].Series
+}
