@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -154,4 +155,17 @@ func StripSource(text string) string {
 		}
 	}
 	return b.String()
+}
+
+// ErrUnknownEngine marks an engine name tpsmon has no metrics dialect for.
+var ErrUnknownEngine = errors.New("unknown engine")
+
+// DialectFor returns the dialect of an engine name. NIM for LLMs serves
+// vLLM's series; "auto" reads them too until detection knows more engines.
+func DialectFor(engine string) (*Dialect, error) {
+	switch engine {
+	case "vllm", "nim", "auto":
+		return &VLLM, nil
+	}
+	return nil, fmt.Errorf("%w %q (this build reads: auto, vllm, nim)", ErrUnknownEngine, engine)
 }

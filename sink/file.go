@@ -24,15 +24,13 @@ func OpenFile(path string) (*File, error) {
 	return &File{w: f, close: f.Close}, nil
 }
 
-// NewWriterSink writes line protocol to w.
-func NewWriterSink(w io.Writer) *File { return &File{w: w, close: func() error { return nil }} }
-
 // Write writes encoded lines.
-func (f *File) Write(lines []byte) error {
-	if _, err := f.w.Write(lines); err != nil {
-		return fmt.Errorf("file sink: %w", err)
+func (f *File) Write(lines []byte) (int, error) {
+	n, err := f.w.Write(lines)
+	if err != nil {
+		return n, fmt.Errorf("file sink: %w", err)
 	}
-	return nil
+	return n, nil
 }
 
 // Close closes the file.

@@ -36,7 +36,8 @@ type Server struct {
 	Name   string
 	Engine string
 	Model  string // used until a sample names the model
-	// GPUs lists the indexes or UUIDs of the GPUs the server runs on.
+	// GPUs lists the indexes or UUIDs of the GPUs the server runs on;
+	// "*" stands for every GPU.
 	GPUs   []string
 	Source string // metrics | log
 }
@@ -254,7 +255,7 @@ func (j *Joiner) gpusOf(st *serverState) []*gpuState {
 	var out []*gpuState
 	for _, g := range j.sortedGPUs() {
 		for _, want := range st.GPUs {
-			if want == g.uuid || want == strconv.Itoa(g.index) {
+			if want == "*" || want == g.uuid || want == strconv.Itoa(g.index) {
 				out = append(out, g)
 				break
 			}

@@ -1,0 +1,350 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/tpsmon/tpsmon/collector"
+)
+
+// defaultConfigPath is where the package installs the configuration.
+const defaultConfigPath = "/etc/tpsmon/tpsmon.yaml"
+
+// Config is design §6. Every key has a default below, so that TPSMON_*
+// environment variables reach it.
+type Config struct {
+	Host      string          `mapstructure:"host"`
+	Window    time.Duration   `mapstructure:"window"`
+	Grace     time.Duration   `mapstructure:"grace"`
+	GPU       GPUConfig       `mapstructure:"gpu"`
+	Servers   []ServerConfig  `mapstructure:"servers"`
+	Discovery DiscoveryConfig `mapstructure:"discovery"`
+	Sink      SinkConfig      `mapstructure:"sink"`
+	HTTP      HTTPConfig      `mapstructure:"http"`
+	Log       LogConfig       `mapstructure:"log"`
+}
+
+// GPUConfig selects the GPU backend.
+type GPUConfig struct {
+	Backend  string        `mapstructure:"backend"`
+	Interval time.Duration `mapstructure:"interval"`
+	Devices  []string      `mapstructure:"devices"`
+}
+
+// ServerConfig is one inference server.
+type ServerConfig struct {
+	Name           string          `mapstructure:"name"`
+	Engine         string          `mapstructure:"engine"`
+	MetricsURL     string          `mapstructure:"metrics_url"`
+	Log            LogSourceConfig `mapstructure:"log"`
+	GPUs           []string        `mapstructure:"gpus"`
+	ScrapeInterval time.Duration   `mapstructure:"scrape_interval"`
+}
+
+// LogSourceConfig names a server's log.
+type LogSourceConfig struct {
+	File        string `mapstructure:"file"`
+	JournalUnit string `mapstructure:"journal_unit"`
+}
+
+// DiscoveryConfig finds local servers when none are configured.
+type DiscoveryConfig struct {
+	Enabled bool  `mapstructure:"enabled"`
+	Ports   []int `mapstructure:"ports"`
+}
+
+// SinkConfig says where points go.
+type SinkConfig struct {
+	Influx InfluxConfig `mapstructure:"influx"`
+	File   FileConfig   `mapstructure:"file"`
+	Spool  SpoolConfig  `mapstructure:"spool"`
+}
+
+// InfluxConfig is the InfluxDB output.
+type InfluxConfig struct {
+	URL       string        `mapstructure:"url"`
+	Org       string        `mapstructure:"org"`
+	Bucket    string        `mapstructure:"bucket"`
+	TokenFile string        `mapstructure:"token_file"`
+	Timeout   time.Duration `mapstructure:"timeout"`
+	GZip      bool          `mapstructure:"gzip"`
+	TLS       TLSConfig     `mapstructure:"tls"`
+}
+
+// TLSConfig secures the InfluxDB connection.
+type TLSConfig struct {
+	CAFile             string `mapstructure:"ca_file"`
+	InsecureSkipVerify bool   `mapstructure:"insecure_skip_verify"`
+}
+
+// FileConfig is the line protocol file sink.
+type FileConfig struct {
+	Path string `mapstructure:"path"`
+}
+
+// SpoolConfig bounds the delivery queue.
+type SpoolConfig struct {
+	Dir      string   `mapstructure:"dir"`
+	MaxBytes ByteSize `mapstructure:"max_bytes"`
+}
+
+// HTTPConfig is the self-telemetry endpoint.
+type HTTPConfig struct {
+	Listen string `mapstructure:"listen"`
+}
+
+// LogConfig sets tpsmon's own logging.
+type LogConfig struct {
+	Level string `mapstructure:"level"`
+}
+
+// ByteSize is a size written as "512MiB", "1GiB", "10MB" or bytes.
+type ByteSize int64
+
+var defaults = map[string]any{
+	"host":                                 "",
+	"window":                               "10s",
+	"grace":                                "5s",
+	"gpu.backend":                          "nvml",
+	"gpu.interval":                         "1s",
+	"gpu.devices":                          []string{},
+	"servers":                              []map[string]any{},
+	"discovery.enabled":                    true,
+	"discovery.ports":                      []int{8000, 30000, 3000, 8080, 8002, 23333},
+	"sink.influx.url":                      "",
+	"sink.influx.org":                      "",
+	"sink.influx.bucket":                   "tpsmon",
+	"sink.influx.token_file":               "",
+	"sink.influx.timeout":                  "10s",
+	"sink.influx.gzip":                     true,
+	"sink.influx.tls.ca_file":              "",
+	"sink.influx.tls.insecure_skip_verify": false,
+	"sink.file.path":                       "-",
+	"sink.spool.dir":                       "/var/lib/tpsmon/spool",
+	"sink.spool.max_bytes":                 "1GiB",
+	"http.listen":                          "127.0.0.1:9464",
+	"log.level":                            "info",
+}
+
+// flagKeys maps command-line flags to configuration keys.
+var flagKeys = map[string]string{
+	"host":        "host",
+	"window":      "window",
+	"grace":       "grace",
+	"gpu-backend": "gpu.backend",
+	"influx-url":  "sink.influx.url",
+	"org":         "sink.influx.org",
+	"bucket":      "sink.influx.bucket",
+	"token-file":  "sink.influx.token_file",
+	"log-level":   "log.level",
+}
+
+// loadConfig reads the file at path (the default path may be missing),
+// then TPSMON_* environment variables, then the flags that were set.
+func loadConfig(path string, explicit bool, flags *pflag.FlagSet) (*Config, error) {
+	v := viper.NewWithOptions(
+		viper.EnvKeyReplacer(strings.NewReplacer(".", "_")),
+		viper.ExperimentalBindStruct(),
+	)
+	v.SetEnvPrefix("TPSMON")
+	v.AutomaticEnv()
+	for k, d := range defaults {
+		v.SetDefault(k, d)
+	}
+	if flags != nil {
+		for name, key := range flagKeys {
+			if f := flags.Lookup(name); f != nil {
+				if err := v.BindPFlag(key, f); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if path != "" {
+		v.SetConfigFile(path)
+		v.SetConfigType("yaml")
+		if err := v.ReadInConfig(); err != nil {
+			if !explicit && errors.Is(err, fs.ErrNotExist) {
+				// No file at the default path: defaults, env and flags.
+			} else {
+				return nil, fmt.Errorf("config %s: %w", path, err)
+			}
+		}
+	}
+	var c Config
+	hook := viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
+		rejectBareDuration,
+		mapstructure.StringToTimeDurationHookFunc(),
+		mapstructure.StringToSliceHookFunc(","),
+		byteSizeHook,
+	))
+	if err := v.UnmarshalExact(&c, hook); err != nil {
+		return nil, fmt.Errorf("config: %w", oneLine(err))
+	}
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return &c, nil
+}
+
+// oneLine folds mapstructure's multi-line error lists.
+func oneLine(err error) error {
+	s := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ")), " ")
+	return errors.New(s)
+}
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// rejectBareDuration refuses `window: 10`, which would silently mean 10 ns.
+func rejectBareDuration(from, to reflect.Type, data any) (any, error) {
+	if to != durationType {
+		return data, nil
+	}
+	switch from.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		return nil, fmt.Errorf("duration %v has no unit: write it like \"%vs\"", data, data)
+	}
+	return data, nil
+}
+
+var byteSizeType = reflect.TypeOf(ByteSize(0))
+
+func byteSizeHook(from, to reflect.Type, data any) (any, error) {
+	if to != byteSizeType || from.Kind() != reflect.String {
+		return data, nil
+	}
+	return parseByteSize(data.(string))
+}
+
+func parseByteSize(s string) (ByteSize, error) {
+	s = strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseFloat(s, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("size %q: want a number with an optional unit such as 512MiB or 1GiB", s)
+	}
+	return ByteSize(n * float64(mult)), nil
+}
+
+func (c *Config) validate() error {
+	if c.Host == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("host: empty and the hostname is unknown: %w", err)
+		}
+		c.Host = h
+	}
+	if c.Window < 100*time.Millisecond {
+		return fmt.Errorf("window: %v is too short (at least 100ms)", c.Window)
+	}
+	if c.Grace < 0 {
+		return fmt.Errorf("grace: %v is negative", c.Grace)
+	}
+	switch c.GPU.Backend {
+	case "nvml", "sim", "none":
+	default:
+		return fmt.Errorf("gpu.backend: %q is not one of nvml, sim, none", c.GPU.Backend)
+	}
+	if c.GPU.Interval <= 0 {
+		return fmt.Errorf("gpu.interval: %v must be positive", c.GPU.Interval)
+	}
+	names := map[string]bool{}
+	for i := range c.Servers {
+		s := &c.Servers[i]
+		at := fmt.Sprintf("servers[%d]", i)
+		if s.Name == "" {
+			return fmt.Errorf("%s.name: missing", at)
+		}
+		if names[s.Name] {
+			return fmt.Errorf("%s.name: %q is used twice", at, s.Name)
+		}
+		names[s.Name] = true
+		if s.Engine == "" {
+			s.Engine = "auto"
+		}
+		if _, err := collector.DialectFor(s.Engine); err != nil {
+			return fmt.Errorf("%s.engine: %w", at, err)
+		}
+		if s.Log.File != "" || s.Log.JournalUnit != "" {
+			return fmt.Errorf("%s.log: log sources are not supported by this build yet; use metrics_url", at)
+		}
+		if s.MetricsURL == "" {
+			return fmt.Errorf("%s.metrics_url: missing", at)
+		}
+		if u, err := url.Parse(s.MetricsURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%s.metrics_url: %q is not an http(s) URL", at, s.MetricsURL)
+		}
+		if s.ScrapeInterval == 0 {
+			s.ScrapeInterval = time.Second
+		}
+		if s.ScrapeInterval < 0 {
+			return fmt.Errorf("%s.scrape_interval: %v is negative", at, s.ScrapeInterval)
+		}
+		if len(s.GPUs) == 0 {
+			s.GPUs = []string{"auto"}
+		}
+	}
+	if u := c.Sink.Influx.URL; u != "" {
+		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			return fmt.Errorf("sink.influx.url: %q is not an http(s) URL", u)
+		}
+		if c.Sink.Influx.Bucket == "" {
+			return errors.New("sink.influx.bucket: missing")
+		}
+	}
+	if c.Sink.Influx.Timeout <= 0 {
+		return fmt.Errorf("sink.influx.timeout: %v must be positive", c.Sink.Influx.Timeout)
+	}
+	switch strings.ToLower(c.Log.Level) {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log.level: %q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	return nil
+}
+
+// influxToken reads the token from sink.influx.token_file, or from the
+// systemd credential influx-token when no file is configured.
+func (c *Config) influxToken() (string, error) {
+	path := c.Sink.Influx.TokenFile
+	if path == "" {
+		dir := os.Getenv("CREDENTIALS_DIRECTORY")
+		if dir == "" {
+			return "", nil
+		}
+		path = filepath.Join(dir, "influx-token")
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return "", nil
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("sink.influx.token_file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}

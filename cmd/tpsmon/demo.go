@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tpsmon/tpsmon/collector/vllmsim"
+	"github.com/tpsmon/tpsmon/nvml"
+)
+
+func newDemoCmd() *cobra.Command {
+	var (
+		duration time.Duration
+		format   string
+		gpus     int
+		period   time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the whole pipeline on simulated GPUs and a simulated vLLM server",
+		Long: `demo runs tpsmon end to end on any machine: simulated GPUs and an embedded
+simulated vLLM server on loopback, whose load ramps up, saturates (requests
+queue), ramps down and idles. Each closed window is printed; with
+--influx-url the points also go to InfluxDB.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out, err := newOutput(format, cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			cfg, err := loadConfig("", false, cmd.Flags())
+			if err != nil {
+				return err
+			}
+			// The demo's own defaults, shorter than the daemon's.
+			f := cmd.Flags()
+			cfg.Window, _ = f.GetDuration("window")
+			cfg.Grace, _ = f.GetDuration("grace")
+			cfg.Log.Level, _ = f.GetString("log-level")
+			ctx := cmd.Context()
+			if duration > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, duration)
+				defer cancel()
+			}
+			return runDemo(ctx, cfg, out, gpus, period)
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&duration, "duration", 0, "stop after this long (0: until interrupted)")
+	f.StringVar(&format, "format", "table", "table, lp (line protocol) or json")
+	f.IntVar(&gpus, "gpus", 2, "simulated GPUs")
+	f.DurationVar(&period, "period", 60*time.Second, "length of one simulated load cycle")
+	f.Duration("window", 5*time.Second, "window length")
+	f.Duration("grace", time.Second, "how long a window waits for late samples")
+	f.String("host", "", "host tag (default: the hostname)")
+	addInfluxFlags(cmd)
+	f.String("log-level", "warn", "debug, info, warn or error")
+	return cmd
+}
+
+func runDemo(ctx context.Context, cfg *Config, out pointWriter, gpus int, period time.Duration) error {
+	if gpus < 1 {
+		return fmt.Errorf("--gpus %d: at least one GPU", gpus)
+	}
+	// Start the cycle a little into the ramp so the first windows move.
+	load := vllmsim.Profile(time.Now().Add(-period/10), period)
+	sim := &vllmsim.Server{Model: "simulated/llama-3.1-70b", MaxTPS: 2400, MaxBatch: 48, Load: load}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("demo server: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", sim)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	cfg.GPU.Backend = "sim"
+	cfg.Discovery.Enabled = false
+	cfg.Servers = []ServerConfig{{Name: "demo-vllm", Engine: "vllm", MetricsURL: "http://" + ln.Addr().String() + "/metrics",
+		GPUs: []string{"auto"}, ScrapeInterval: 500 * time.Millisecond}}
+	log := newLogger(cfg.Log.Level)
+	p := &pipeline{cfg: cfg, log: log, client: &http.Client{Timeout: 2 * time.Second}, outputs: []pointWriter{out},
+		openGPU: func() (gpuSampler, error) { return nvml.NewSim(gpus, load), nil }}
+	if cfg.Sink.Influx.URL != "" {
+		io, stop, err := startInflux(cfg, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		p.outputs = append(p.outputs, io)
+	}
+	if err := p.run(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,72 @@
+// Command tpsmon monitors GPU inference nodes: it samples the GPUs, reads
+// tokens per second from the inference servers, joins both in aligned
+// windows and writes the joined series to InfluxDB.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// version is stamped at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := newRoot().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tpsmon:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "tpsmon",
+		Short:         "Is this GPU turning into tokens? GPU and inference-server telemetry, joined, into InfluxDB.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newRunCmd(), newDemoCmd(), newReplayCmd(), newCheckCmd(), &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintf(cmd.OutOrStdout(), "tpsmon %s (%s %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		},
+	})
+	return root
+}
+
+// addConfigFlags adds --config and the flags that override config keys.
+func addConfigFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringP("config", "c", defaultConfigPath, "configuration file (YAML)")
+	f.String("host", "", "host tag (default: the hostname)")
+	f.Duration("window", 0, "window length, e.g. 10s")
+	f.Duration("grace", 0, "how long a window waits for late samples")
+	f.String("gpu-backend", "", "nvml, sim or none")
+	addInfluxFlags(cmd)
+	f.String("log-level", "", "debug, info, warn or error")
+}
+
+func addInfluxFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.String("influx-url", "", "InfluxDB URL (empty: no InfluxDB)")
+	f.String("org", "", "InfluxDB organisation (empty for 1.8)")
+	f.String("bucket", "", `InfluxDB bucket ("db/rp" for 1.8)`)
+	f.String("token-file", "", "file holding the InfluxDB token")
+}
+
+// configFromFlags loads the configuration named by --config.
+func configFromFlags(cmd *cobra.Command) (*Config, error) {
+	path, _ := cmd.Flags().GetString("config")
+	return loadConfig(path, cmd.Flags().Changed("config"), cmd.Flags())
+}

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bytes"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/collector/window"
+	"github.com/tpsmon/tpsmon/nvml"
+)
+
+type replayOpts struct {
+	metricsDir string
+	gpuCSV     string
+	format     string
+	window     time.Duration
+	grace      time.Duration
+	server     string
+	engine     string
+	gpus       []string
+	host       string
+	tz         string
+}
+
+func newReplayCmd() *cobra.Command {
+	var o replayOpts
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Join recorded metrics scrapes and GPU readings offline",
+		Long: `replay reads recorded inputs and prints the joined windows:
+  --metrics-dir DIR  one scrape per file, named <unix-milliseconds>.prom
+  --gpu-csv FILE     the CSV of nvidia-smi --query-gpu=timestamp,index,uuid,name,
+                     utilization.gpu,utilization.memory,memory.used,memory.total,
+                     power.draw --format=csv -l 1`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out, err := newOutput(o.format, cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			return replay(o, out, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.metricsDir, "metrics-dir", "", "directory of <unix-ms>.prom scrapes")
+	f.StringVar(&o.gpuCSV, "gpu-csv", "", "nvidia-smi --query-gpu CSV")
+	f.StringVar(&o.format, "format", "json", "json, lp or table")
+	f.DurationVar(&o.window, "window", 10*time.Second, "window length")
+	f.StringVar(&o.server, "server", "replay", "server name")
+	f.StringVar(&o.engine, "engine", "auto", "engine of the recorded server")
+	f.StringSliceVar(&o.gpus, "gpus", nil, "GPU indexes or UUIDs serving the server (default: all in the CSV)")
+	f.StringVar(&o.host, "host", "replay", "host tag")
+	f.StringVar(&o.tz, "tz", "UTC", "time zone of the CSV timestamps")
+	return cmd
+}
+
+// timed is one replayed input.
+type timed struct {
+	t      time.Time
+	server *collector.Sample
+	gpu    *nvml.Sample
+}
+
+func replay(o replayOpts, out pointWriter, warn io.Writer) error {
+	if o.metricsDir == "" && o.gpuCSV == "" {
+		return errors.New("replay: nothing to replay: give --metrics-dir and/or --gpu-csv")
+	}
+	if o.window <= 0 {
+		return fmt.Errorf("--window %v must be positive", o.window)
+	}
+	var inputs []timed
+	var servers []window.Server
+	var gaps []time.Duration
+	if o.metricsDir != "" {
+		d, err := collector.DialectFor(o.engine)
+		if err != nil {
+			return fmt.Errorf("--engine: %w", err)
+		}
+		ms, skipped, err := readMetricsDir(o.metricsDir, d)
+		if err != nil {
+			return err
+		}
+		for _, s := range skipped {
+			fmt.Fprintf(warn, "tpsmon: replay: skipped %s\n", s)
+		}
+		for i := range ms {
+			inputs = append(inputs, timed{t: ms[i].Time, server: &ms[i]})
+			if i > 0 {
+				gaps = append(gaps, ms[i].Time.Sub(ms[i-1].Time))
+			}
+		}
+		gpus := o.gpus
+		if len(gpus) == 0 {
+			gpus = []string{"*"}
+		}
+		engine := d.Engine
+		if o.engine != "auto" {
+			engine = o.engine
+		}
+		servers = append(servers, window.Server{Name: o.server, Engine: engine, GPUs: gpus, Source: "metrics"})
+	}
+	if o.gpuCSV != "" {
+		loc, err := time.LoadLocation(o.tz)
+		if err != nil {
+			return fmt.Errorf("--tz: %w", err)
+		}
+		gs, err := readGPUCSV(o.gpuCSV, loc)
+		if err != nil {
+			return err
+		}
+		last := map[string]time.Time{}
+		for i := range gs {
+			inputs = append(inputs, timed{t: gs[i].Time, gpu: &gs[i]})
+			if p, ok := last[gs[i].UUID]; ok {
+				gaps = append(gaps, gs[i].Time.Sub(p))
+			}
+			last[gs[i].UUID] = gs[i].Time
+		}
+	}
+	if len(inputs) == 0 {
+		return errors.New("replay: the inputs hold no samples")
+	}
+	sort.SliceStable(inputs, func(a, b int) bool { return inputs[a].t.Before(inputs[b].t) })
+	j := window.New(window.Config{Window: o.window, Grace: 0, MaxGap: maxGapOf(gaps), Host: o.host,
+		Start: inputs[0].t}, servers)
+	for _, in := range inputs {
+		if in.server != nil {
+			j.AddServer(o.server, *in.server)
+		} else {
+			j.AddGPU(*in.gpu)
+		}
+	}
+	return out.WritePoints(j.Close(inputs[len(inputs)-1].t.Add(time.Nanosecond)))
+}
+
+// maxGapOf allows 2.5 times the typical interval of the recording.
+func maxGapOf(gaps []time.Duration) time.Duration {
+	if len(gaps) == 0 {
+		return time.Second
+	}
+	sort.Slice(gaps, func(a, b int) bool { return gaps[a] < gaps[b] })
+	return max(time.Second, gaps[len(gaps)/2]*5/2)
+}
+
+// readMetricsDir parses every <unix-ms>.prom file of dir. Files that do
+// not parse are skipped and named in skipped.
+func readMetricsDir(dir string, d *collector.Dialect) (out []collector.Sample, skipped []string, err error) {
+	names, err := filepath.Glob(filepath.Join(dir, "*.prom"))
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(names) == 0 {
+		return nil, nil, fmt.Errorf("--metrics-dir %s: no <unix-ms>.prom files", dir)
+	}
+	for _, n := range names {
+		ms, err := strconv.ParseInt(strings.TrimSuffix(filepath.Base(n), ".prom"), 10, 64)
+		if err != nil {
+			skipped = append(skipped, n+": name is not <unix-milliseconds>.prom")
+			continue
+		}
+		b, err := os.ReadFile(n)
+		if err != nil {
+			return nil, nil, err
+		}
+		s, err := d.Parse(bytes.NewReader(b))
+		if err != nil {
+			skipped = append(skipped, fmt.Sprintf("%s: %v", n, err))
+			continue
+		}
+		s.Time = time.UnixMilli(ms)
+		out = append(out, s)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Time.Before(out[b].Time) })
+	return out, skipped, nil
+}
+
+// readGPUCSV parses nvidia-smi's --query-gpu CSV. Columns are found by
+// their header name; "[N/A]" and "[Not Supported]" values are absent.
+func readGPUCSV(path string, loc *time.Location) ([]nvml.Sample, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--gpu-csv: %w", err)
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.TrimLeadingSpace = true
+	r.FieldsPerRecord = -1
+	header, err := r.Read()
+	if err != nil {
+		return nil, fmt.Errorf("--gpu-csv %s: header: %w", path, err)
+	}
+	col := map[string]int{}
+	for i, h := range header {
+		name, _, _ := strings.Cut(strings.TrimSpace(h), " ")
+		col[name] = i
+	}
+	for _, need := range []string{"timestamp", "index", "uuid"} {
+		if _, ok := col[need]; !ok {
+			return nil, fmt.Errorf("--gpu-csv %s: no %q column in the header", path, need)
+		}
+	}
+	var out []nvml.Sample
+	for line := 2; ; line++ {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--gpu-csv %s: %w", path, err)
+		}
+		get := func(name string) (string, bool) {
+			i, ok := col[name]
+			if !ok || i >= len(rec) {
+				return "", false
+			}
+			v := strings.TrimSpace(rec[i])
+			if v == "" || strings.HasPrefix(v, "[") {
+				return "", false
+			}
+			return v, true
+		}
+		num := func(name, unit string) (float64, bool) {
+			v, ok := get(name)
+			if !ok {
+				return 0, false
+			}
+			x, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(v, unit)), 64)
+			return x, err == nil
+		}
+		ts, _ := get("timestamp")
+		t, err := time.ParseInLocation("2006/01/02 15:04:05.000", ts, loc)
+		if err != nil {
+			return nil, fmt.Errorf("--gpu-csv %s line %d: timestamp %q: want YYYY/MM/DD HH:MM:SS.mmm", path, line, ts)
+		}
+		idx, _ := num("index", "")
+		uuid, _ := get("uuid")
+		name, _ := get("name")
+		s := nvml.Sample{Time: t, Index: int(idx), UUID: uuid, Name: name}
+		if v, ok := num("utilization.gpu", "%"); ok {
+			s.UtilPct, s.Has = v, s.Has|nvml.FieldUtil
+		}
+		if v, ok := num("utilization.memory", "%"); ok {
+			s.MemUtilPct, s.Has = v, s.Has|nvml.FieldMemUtil
+		}
+		used, okU := num("memory.used", "MiB")
+		total, okT := num("memory.total", "MiB")
+		if okU && okT {
+			s.MemUsedBytes, s.MemTotalBytes, s.Has = int64(used*(1<<20)), int64(total*(1<<20)), s.Has|nvml.FieldMemory
+		}
+		if v, ok := num("power.draw", "W"); ok {
+			s.PowerW, s.Has = v, s.Has|nvml.FieldPower
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}

@@ -1,0 +1,57 @@
+package vllmsim
+
+import (
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/tpsmon/tpsmon/collector"
+)
+
+func TestPagesParseAndFollowLoad(t *testing.T) {
+	now := time.Unix(1000, 0)
+	load := 1.0
+	s := &Server{Model: "sim", MaxTPS: 2000, MaxBatch: 32, Load: func(time.Time) float64 { return load }, Now: func() time.Time { return now }}
+	read := func() collector.Sample {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		smp, err := collector.VLLM.Parse(rec.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return smp
+	}
+	a := read()
+	now = now.Add(10 * time.Second)
+	b := read()
+	if d := b.Counter[collector.GenerationTokens] - a.Counter[collector.GenerationTokens]; d != 20000 {
+		t.Errorf("10 s at full load produced %v tokens, want 20000", d)
+	}
+	// Per-user speed: 2000 tok/s over 32 streams.
+	perUser := (b.Counter[collector.ITLCount] - a.Counter[collector.ITLCount]) / (b.Counter[collector.ITLSum] - a.Counter[collector.ITLSum])
+	if perUser < 62 || perUser > 63 {
+		t.Errorf("per-user tps %v, want 62.5", perUser)
+	}
+	if b.Model != "sim" || b.Gauge[collector.Running] != 32 || b.Gauge[collector.Waiting] != 20 {
+		t.Errorf("gauges %+v", b)
+	}
+	load = 0
+	now = now.Add(10 * time.Second)
+	c := read()
+	if c.Counter[collector.GenerationTokens] != b.Counter[collector.GenerationTokens] || c.Gauge[collector.Running] != 0 {
+		t.Errorf("idle server moved: %+v", c)
+	}
+}
+
+func TestProfileCycle(t *testing.T) {
+	start := time.Unix(0, 0)
+	p := Profile(start, 100*time.Second)
+	for _, tc := range []struct {
+		sec  float64
+		want float64
+	}{{0, 0}, {12.5, 0.5}, {40, 1}, {80, 0}, {112.5, 0.5}} {
+		if got := p(start.Add(time.Duration(tc.sec * float64(time.Second)))); got != tc.want {
+			t.Errorf("load at %vs = %v, want %v", tc.sec, got, tc.want)
+		}
+	}
+}
