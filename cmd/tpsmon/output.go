@@ -101,16 +101,16 @@ func (o *tableOutput) WritePoints(pts []*write.Point) error {
 		}
 		fmt.Fprintf(o.w, "%-8s  %-10s %-13s %7s %9s %9s %7s %7s %5s %6s %7s %7s %5s\n",
 			p.Time().Local().Format("15:04:05"), server, f["state"],
-			num(f, "tokens", 1, 0), num(f, "system_tps", 1, 1), num(f, "per_user_tps", 1, 1),
-			num(f, "running", 1, 1), num(f, "waiting", 1, 1), num(f, "kv_cache_usage", 100, 0),
-			num(f, "gpu_util", 1, 0), num(f, "power_w", 1, 0), num(f, "tokens_per_joule", 1, 2),
-			num(f, "coverage", 1, 2))
+			cell(f, "tokens", 1, 0), cell(f, "system_tps", 1, 1), cell(f, "per_user_tps", 1, 1),
+			cell(f, "running", 1, 1), cell(f, "waiting", 1, 1), cell(f, "kv_cache_usage", 100, 0),
+			cell(f, "gpu_util", 1, 0), cell(f, "power_w", 1, 0), cell(f, "tokens_per_joule", 1, 2),
+			cell(f, "coverage", 1, 2))
 	}
 	return nil
 }
 
-// num formats field k scaled, or "-" when it is absent.
-func num(f map[string]any, k string, scale float64, prec int) string {
+// cell formats field k scaled, or "-" when it is absent.
+func cell(f map[string]any, k string, scale float64, prec int) string {
 	switch v := f[k].(type) {
 	case float64:
 		return fmt.Sprintf("%.*f", prec, v*scale)

@@ -135,9 +135,8 @@ func (p *pipeline) run(ctx context.Context) error {
 				break
 			}
 			p.emit(j.Close(p.now()))
-			if n := j.Late(); n > 0 {
-				p.log.Info("late samples dropped", "count", n)
-			}
+			p.log.Info("sources stopped", "late_samples", j.Late(), "scrapes_malformed", p.malformed,
+				"scrapes_failed", p.failed)
 			return nil
 		}
 	}

@@ -69,14 +69,7 @@ func runDaemon(ctx context.Context, cfg *Config, log *slog.Logger, openGPU func(
 	if openGPU == nil {
 		openGPU = openBackend(cfg, nil)
 	}
-	client := &http.Client{Timeout: 5 * time.Second}
-	if len(cfg.Servers) == 0 && cfg.Discovery.Enabled {
-		cfg.Servers = discover(ctx, client, cfg.Discovery.Ports, log)
-	}
-	if len(cfg.Servers) == 0 {
-		log.Warn("no inference server configured or discovered; sampling GPUs only")
-	}
-	p := &pipeline{cfg: cfg, log: log, openGPU: openGPU, client: client}
+	p := &pipeline{cfg: cfg, log: log, openGPU: openGPU}
 	if cfg.Sink.Influx.URL != "" {
 		out, stop, err := startInflux(cfg, log)
 		if err != nil {
@@ -91,6 +84,13 @@ func runDaemon(ctx context.Context, cfg *Config, log *slog.Logger, openGPU func(
 		}
 		defer f.Close()
 		p.outputs = append(p.outputs, newLPOutput(f))
+	}
+	p.client = &http.Client{Timeout: 5 * time.Second}
+	if len(cfg.Servers) == 0 && cfg.Discovery.Enabled {
+		cfg.Servers = discover(ctx, p.client, cfg.Discovery.Ports, log)
+	}
+	if len(cfg.Servers) == 0 {
+		log.Warn("no inference server configured or discovered; sampling GPUs only")
 	}
 	log.Info("tpsmon running", "version", version, "host", cfg.Host, "window", cfg.Window,
 		"servers", len(cfg.Servers), "gpu_backend", cfg.GPU.Backend, "influx", cfg.Sink.Influx.URL)

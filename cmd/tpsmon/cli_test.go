@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runCLI runs tpsmon in-process with args and returns its output and error.
+func runCLI(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := root.ExecuteContext(ctx)
+	return out.String(), err
+}
+
+func TestConfigErrorsNameWhatIsWrong(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string // substrings of the one-line error
+	}{
+		{"unknown key", []string{"run", "-c", "testdata/unknown_key.yaml"}, nil, []string{"timout"}},
+		{"bare number duration", []string{"run", "-c", "testdata/bare_duration.yaml"}, nil, []string{"window", "no unit"}},
+		{"missing explicit file", []string{"run", "-c", "testdata/nope.yaml"}, nil, []string{"testdata/nope.yaml"}},
+		{"unreadable token file", []string{"run", "-c", "testdata/bad_token.yaml"}, nil, []string{"token_file", "no-such-token"}},
+		{"bad backend from env", []string{"run", "-c", "testdata/good.yaml"}, map[string]string{"TPSMON_GPU_BACKEND": "cuda"}, []string{"gpu.backend", "cuda"}},
+		{"bad flag value", []string{"run", "-c", "testdata/good.yaml", "--window", "50ms"}, nil, []string{"window", "too short"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			_, err := runCLI(t, tt.args...)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			msg := err.Error()
+			if strings.Contains(msg, "\n") {
+				t.Errorf("error spans lines: %q", msg)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not mention %q", msg, w)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigLayers(t *testing.T) {
+	t.Setenv("TPSMON_SINK_INFLUX_URL", "http://127.0.0.1:8086")
+	t.Setenv("TPSMON_GRACE", "2s")
+	root := newRunCmd()
+	if err := root.Flags().Parse([]string{"--window", "20s"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig("testdata/good.yaml", true, root.Flags())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Window != 20*time.Second || cfg.Grace != 2*time.Second || cfg.Host != "node-a" {
+		t.Errorf("window %v grace %v host %q: flag, env and file layers not applied", cfg.Window, cfg.Grace, cfg.Host)
+	}
+	if cfg.Sink.Influx.URL != "http://127.0.0.1:8086" || cfg.Sink.Influx.Bucket != "tpsmon" {
+		t.Errorf("influx %+v", cfg.Sink.Influx)
+	}
+	s := cfg.Servers[0]
+	if s.Name != "llama-70b" || s.ScrapeInterval != 2*time.Second || strings.Join(s.GPUs, ",") != "0,1" {
+		t.Errorf("server %+v", s)
+	}
+	if cfg.Sink.Spool.MaxBytes != 512<<20 {
+		t.Errorf("max_bytes %d", cfg.Sink.Spool.MaxBytes)
+	}
+}
+
+func TestCheckReportsUnreachableServer(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "tpsmon.yaml")
+	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`gpu: {backend: none}
+servers:
+  - name: gone
+    metrics_url: http://%s/metrics
+`, addr)), 0o600)
+	out, err := runCLI(t, "check", "-c", cfgPath)
+	if err == nil || !strings.Contains(err.Error(), "1 problem") {
+		t.Fatalf("check err = %v, want one problem", err)
+	}
+	if !strings.Contains(out, "FAIL  scrape gone (http://"+addr+"/metrics)") || !strings.Contains(out, "refused") {
+		t.Errorf("check output does not name the server and the cause:\n%s", out)
+	}
+}
+
+func TestCheckAllWell(t *testing.T) {
+	srv := httptest.NewServer(&drivenVLLM{rate: 10, start: time.Now(), resetAt: time.Now().Add(time.Hour)})
+	defer srv.Close()
+	cfgPath := filepath.Join(t.TempDir(), "tpsmon.yaml")
+	os.WriteFile(cfgPath, []byte(fmt.Sprintf("gpu: {backend: sim}\nservers:\n  - name: ok\n    metrics_url: %s/metrics\n", srv.URL)), 0o600)
+	out, err := runCLI(t, "check", "-c", cfgPath)
+	if err != nil {
+		t.Fatalf("check: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, `ok    server ok: vllm metrics`) || !strings.Contains(out, "test/model") {
+		t.Errorf("check output:\n%s", out)
+	}
+}
+
+func TestMalformedScrapesSkippedAndCounted(t *testing.T) {
+	src := &drivenVLLM{rate: 100, start: time.Now(), resetAt: time.Now().Add(time.Hour), malformed: 2}
+	srv := httptest.NewServer(src)
+	defer srv.Close()
+	cfg, err := loadConfig("", false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Window, cfg.Grace = 500*time.Millisecond, 100*time.Millisecond
+	cfg.Servers = []ServerConfig{{Name: "flaky", Engine: "vllm", MetricsURL: srv.URL, GPUs: []string{"auto"}, ScrapeInterval: 50 * time.Millisecond}}
+	var out bytes.Buffer
+	p := &pipeline{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), outputs: []pointWriter{newLPOutput(&out)},
+		client: &http.Client{Timeout: time.Second}}
+	ctx, cancel := context.WithTimeout(context.Background(), 1600*time.Millisecond)
+	defer cancel()
+	if err := p.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.malformed < 5 {
+		t.Errorf("malformed scrapes counted %d, want about 15", p.malformed)
+	}
+	if n := strings.Count(out.String(), "tpsmon_server,"); n < 3 {
+		t.Errorf("only %d windows written despite good scrapes:\n%s", n, out.String())
+	}
+	if !strings.Contains(out.String(), "system_tps=") {
+		t.Errorf("no throughput measured between malformed pages:\n%s", out.String())
+	}
+}
+
+// TestBinaryExitStatus builds tpsmon and checks what an operator sees.
+func TestBinaryExitStatus(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "tpsmon")
+	build := exec.Command("go", "build", "-ldflags", "-X main.version=9.9.9-test", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil || !strings.HasPrefix(string(out), "tpsmon 9.9.9-test") {
+		t.Errorf("version: %q %v", out, err)
+	}
+	cmd := exec.Command(bin, "run", "-c", "testdata/unknown_key.yaml")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 1 {
+		t.Fatalf("exit: %v, want status 1", err)
+	}
+	msg := strings.TrimSuffix(stderr.String(), "\n")
+	if !strings.HasPrefix(msg, "tpsmon: config") || strings.Contains(msg, "\n") {
+		t.Errorf("stderr %q, want one line starting with \"tpsmon: config\"", stderr.String())
+	}
+}
+
+// The sample configuration that packaging ships must load as it is.
+func TestShippedSampleConfigLoads(t *testing.T) {
+	cfg, err := loadConfig("../../packaging/tpsmon.yaml", true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Window != 10*time.Second || cfg.GPU.Backend != "nvml" || cfg.Sink.Spool.MaxBytes != 1<<30 {
+		t.Errorf("sample config: %+v", cfg)
+	}
+}

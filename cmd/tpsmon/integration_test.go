@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tpsmon/tpsmon/nvml"
+	"github.com/tpsmon/tpsmon/sink/influxtest"
+)
+
+// drivenVLLM serves a vLLM V1 metrics page whose generation counter grows
+// at exactly rate tokens/s of wall time, restarting from 0 at resetAt.
+type drivenVLLM struct {
+	rate    float64
+	start   time.Time
+	resetAt time.Time
+	// malformed makes every n-th page unparsable (0: never).
+	malformed int
+
+	mu    sync.Mutex
+	pages int
+}
+
+func (d *drivenVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	base := d.start
+	if now.After(d.resetAt) {
+		base = d.resetAt
+	}
+	tokens := d.rate * now.Sub(base).Seconds()
+	d.mu.Lock()
+	d.pages++
+	bad := d.malformed > 0 && d.pages%d.malformed == 0
+	d.mu.Unlock()
+	if bad {
+		fmt.Fprint(w, "vllm:generation_tokens_total{model_name=\"m\" 12\n")
+		return
+	}
+	fmt.Fprintf(w, `# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="test/model"} %f
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="test/model"} 10
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="test/model"} 0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="test/model"} 0.5
+`, tokens)
+}
+
+// steadyGPUs is a GPU backend: two GPUs at 80% and 300 W, the energy
+// counter advancing with wall time.
+type steadyGPUs struct{ start time.Time }
+
+func (g steadyGPUs) Sample(now time.Time) []nvml.Sample {
+	out := make([]nvml.Sample, 2)
+	for i := range out {
+		out[i] = nvml.Sample{Time: now, Index: i, UUID: fmt.Sprintf("GPU-test-%d", i), Name: "Test H100",
+			UtilPct: 80, MemUtilPct: 40, MemUsedBytes: 60 << 30, MemTotalBytes: 80 << 30, PowerW: 300,
+			EnergyMJ: int64(300 * now.Sub(g.start).Seconds() * 1000), TempC: 60, SMClockMHz: 1800, Throttle: 0x4,
+			Has: nvml.FieldUtil | nvml.FieldMemUtil | nvml.FieldMemory | nvml.FieldPower | nvml.FieldEnergy |
+				nvml.FieldTemp | nvml.FieldSMClock | nvml.FieldThrottle}
+	}
+	return out
+}
+
+func (steadyGPUs) Close() error { return nil }
+
+func num(t *testing.T, v any) float64 {
+	t.Helper()
+	n, ok := v.(json.Number)
+	if !ok {
+		t.Fatalf("%v (%T) is not a number", v, v)
+	}
+	f, err := n.Float64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestRunAgainstRealInfluxDB(t *testing.T) {
+	base := influxtest.URL(t)
+	db := influxtest.CreateDB(t, base, "runtest")
+
+	const rate = 250.0
+	start := time.Now()
+	// The reset falls in the middle of the third window.
+	resetAt := start.Truncate(time.Second).Add(2500 * time.Millisecond)
+	src := &drivenVLLM{rate: rate, start: start.Add(-time.Hour), resetAt: resetAt, malformed: 7}
+	srv := httptest.NewServer(src)
+	defer srv.Close()
+
+	cfg, err := loadConfig("", false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Host = "it-node"
+	cfg.Window, cfg.Grace = time.Second, 300*time.Millisecond
+	cfg.GPU.Interval = 100 * time.Millisecond
+	cfg.Servers = []ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: srv.URL + "/metrics",
+		GPUs: []string{"auto"}, ScrapeInterval: 100 * time.Millisecond}}
+	cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket = base, db+"/autogen"
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5500*time.Millisecond)
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	gpus := steadyGPUs{start: start}
+	if err := runDaemon(ctx, cfg, log, func() (gpuSampler, error) { return gpus, nil }); err != nil {
+		t.Fatal(err)
+	}
+
+	series := influxtest.Query(t, base, db, `SELECT * FROM tpsmon_server WHERE "server" = 'llm' ORDER BY time`)
+	if len(series) != 1 {
+		t.Fatalf("got %d series of tpsmon_server", len(series))
+	}
+	rows := series[0].Rows()
+	if len(rows) < 5 {
+		t.Fatalf("got %d server windows, want at least 5", len(rows))
+	}
+	full := 0
+	for _, r := range rows {
+		ts := time.Unix(int64(num(t, r["time"])), 0)
+		if r["host"] != "it-node" || r["engine"] != "vllm" || r["model"] != "test/model" || r["gpus"] != "0,1" {
+			t.Errorf("window %v tags: %v", ts, r)
+		}
+		if r["tokens"] == nil {
+			continue // a partial first or last window may hold no rate
+		}
+		tokens := num(t, r["tokens"])
+		if tokens < 0 {
+			t.Errorf("window %v: negative tokens %v", ts, tokens)
+		}
+		cov := num(t, r["coverage"])
+		resetWindow := !resetAt.Before(ts) && resetAt.Before(ts.Add(time.Second))
+		if cov < 0.999 {
+			continue
+		}
+		if resetWindow {
+			// Tokens made between the last scrape before the restart and the
+			// restart are lost to the reset, nothing is negative.
+			if tokens > rate || tokens < rate*0.7 {
+				t.Errorf("reset window %v: tokens %v, want between %v and %v", ts, tokens, rate*0.7, rate)
+			}
+			continue
+		}
+		full++
+		tps := num(t, r["system_tps"])
+		if math.Abs(tps-rate)/rate > 0.01 {
+			t.Errorf("window %v: system_tps %.2f, want %v within 1%%", ts, tps, rate)
+		}
+		if math.Abs(tokens-rate) > 3 {
+			t.Errorf("window %v: tokens %v, want %v", ts, tokens, rate)
+		}
+		if r["state"] != "ok" || num(t, r["running"]) != 10 || num(t, r["kv_cache_usage"]) != 0.5 {
+			t.Errorf("window %v: state %v running %v kv %v", ts, r["state"], r["running"], r["kv_cache_usage"])
+		}
+		if e := num(t, r["energy_j"]); math.Abs(e-600) > 6 {
+			t.Errorf("window %v: energy_j %v, want 600 (2 GPUs x 300 W x 1 s)", ts, e)
+		}
+		if tpj := num(t, r["tokens_per_joule"]); math.Abs(tpj-rate/600) > 0.01 {
+			t.Errorf("window %v: tokens_per_joule %v", ts, tpj)
+		}
+		if num(t, r["gpu_util"]) != 80 || num(t, r["power_w"]) != 600 || num(t, r["tps_per_gpu"]) < rate/2*0.99 {
+			t.Errorf("window %v: gpu fields %v", ts, r)
+		}
+	}
+	if full < 2 {
+		t.Errorf("only %d full windows outside the reset", full)
+	}
+
+	gpuRows := influxtest.Query(t, base, db, `SELECT * FROM tpsmon_gpu WHERE "gpu" = '1' ORDER BY time`)[0].Rows()
+	want := []string{"util", "util_max", "mem_util", "mem_used_bytes", "mem_total_bytes", "power_w", "energy_j",
+		"temp_c", "sm_clock_mhz", "throttle", "samples", "coverage", "host", "uuid", "name", "server"}
+	for _, r := range gpuRows {
+		if num(t, r["coverage"]) < 0.999 {
+			continue
+		}
+		for _, k := range want {
+			if r[k] == nil {
+				t.Errorf("tpsmon_gpu at %v lacks %s", r["time"], k)
+			}
+		}
+		if r["server"] != "llm" || r["uuid"] != "GPU-test-1" || num(t, r["throttle"]) != 4 {
+			t.Errorf("gpu row %v", r)
+		}
+	}
+	if src.pages < 30 {
+		t.Errorf("server scraped %d times, want about 50", src.pages)
+	}
+}
