@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tpsmon/tpsmon/collector"
-	"github.com/tpsmon/tpsmon/sink"
 )
 
 func newCheckCmd() *cobra.Command {
@@ -85,19 +84,12 @@ func check(ctx context.Context, cfg *Config, w io.Writer) int {
 		report(nil, "influx: none configured; points go to %s", cfg.Sink.File.Path)
 		return problems
 	}
-	token, err := cfg.influxToken()
-	if err != nil {
-		report(err, "")
-		return problems
-	}
-	ic := cfg.Sink.Influx
-	in, err := sink.NewInflux(sink.InfluxConfig{URL: ic.URL, Org: ic.Org, Bucket: ic.Bucket, Token: token,
-		Timeout: ic.Timeout, CAFile: ic.TLS.CAFile, InsecureSkipVerify: ic.TLS.InsecureSkipVerify})
+	in, err := cfg.influxClient()
 	if err != nil {
 		report(err, "")
 		return problems
 	}
 	defer in.Close()
-	report(in.Ping(ctx), "influx %s reachable", ic.URL)
+	report(in.Ping(ctx), "influx %s reachable", cfg.Sink.Influx.URL)
 	return problems
 }

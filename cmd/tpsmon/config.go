@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/sink"
 )
 
 // defaultConfigPath is where the package installs the configuration.
@@ -347,4 +348,16 @@ func (c *Config) influxToken() (string, error) {
 		return "", fmt.Errorf("sink.influx.token_file: %w", err)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// influxClient connects to the configured InfluxDB.
+func (c *Config) influxClient() (*sink.Influx, error) {
+	token, err := c.influxToken()
+	if err != nil {
+		return nil, err
+	}
+	ic := c.Sink.Influx
+	return sink.NewInflux(sink.InfluxConfig{URL: ic.URL, Org: ic.Org, Bucket: ic.Bucket, Token: token,
+		Timeout: ic.Timeout, GZip: ic.GZip, CAFile: ic.TLS.CAFile, InsecureSkipVerify: ic.TLS.InsecureSkipVerify,
+		UserAgent: "tpsmon/" + version})
 }

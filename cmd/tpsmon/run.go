@@ -100,14 +100,7 @@ func runDaemon(ctx context.Context, cfg *Config, log *slog.Logger, openGPU func(
 // startInflux connects the InfluxDB sink and starts its sender. stop ends
 // the sender, then gives it stopTimeout to deliver what is queued.
 func startInflux(cfg *Config, log *slog.Logger) (out *influxOutput, stop func(), err error) {
-	token, err := cfg.influxToken()
-	if err != nil {
-		return nil, nil, err
-	}
-	ic := cfg.Sink.Influx
-	in, err := sink.NewInflux(sink.InfluxConfig{URL: ic.URL, Org: ic.Org, Bucket: ic.Bucket, Token: token,
-		Timeout: ic.Timeout, GZip: ic.GZip, CAFile: ic.TLS.CAFile, InsecureSkipVerify: ic.TLS.InsecureSkipVerify,
-		UserAgent: "tpsmon/" + version})
+	in, err := cfg.influxClient()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,0 +1,81 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestScrape(t *testing.T) {
+	page := readFixture(t, "v1_two_engines.prom")
+	tests := []struct {
+		name    string
+		handler http.HandlerFunc
+		wantErr error  // errors.Is target, or nil
+		errText string // substring of the error
+	}{
+		{"ok", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(page)) }, nil, ""},
+		{"server error", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "boom", 500) }, nil, "HTTP 500"},
+		{"malformed", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(readFixture(t, "malformed.prom"))) }, ErrMalformed, ""},
+		{"not an engine", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("go_goroutines 7\n")) }, ErrNoEngineMetrics, ""},
+		{"too slow", func(w http.ResponseWriter, r *http.Request) { time.Sleep(300 * time.Millisecond) }, nil, "Timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(tt.handler)
+			defer srv.Close()
+			clock := time.Unix(100, 0)
+			s := &Scraper{Server: "s", URL: srv.URL, Interval: time.Second, Dialect: &VLLM,
+				Client: &http.Client{Timeout: 100 * time.Millisecond},
+				Now:    func() time.Time { clock = clock.Add(time.Second); return clock }}
+			r := s.Scrape(context.Background())
+			if tt.wantErr == nil && tt.errText == "" {
+				if r.Err != nil {
+					t.Fatal(r.Err)
+				}
+				// Timestamped in the middle of the request (clock 101 -> 102).
+				if !r.Sample.Time.Equal(time.Unix(101, 500_000_000)) || r.Sample.Counter[GenerationTokens] != 1500 {
+					t.Errorf("sample %+v", r.Sample)
+				}
+				return
+			}
+			if r.Err == nil {
+				t.Fatal("no error")
+			}
+			if tt.wantErr != nil && !errors.Is(r.Err, tt.wantErr) {
+				t.Errorf("err %v, want %v", r.Err, tt.wantErr)
+			}
+			if !strings.Contains(r.Err.Error(), tt.errText) || !strings.Contains(r.Err.Error(), srv.URL) {
+				t.Errorf("err %q should name the URL and %q", r.Err, tt.errText)
+			}
+		})
+	}
+}
+
+func TestRunStopsWithContext(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("vllm:generation_tokens_total 1\n"))
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Scraper{Server: "s", URL: srv.URL, Interval: 10 * time.Millisecond, Dialect: &VLLM}
+	n := 0
+	done := make(chan struct{})
+	go func() {
+		s.Run(ctx, func(Result) {
+			if n++; n == 3 {
+				cancel()
+			}
+		})
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not stop after its context ended")
+	}
+}
