@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestReplayMetricsDirAndGPUCSV(t *testing.T) {
+	var out, warn bytes.Buffer
+	jo := newJSONOutput(&out)
+	err := replay(replayOpts{metricsDir: "testdata/replay/metrics", gpuCSV: "testdata/replay/gpu.csv",
+		window: 10 * time.Second, server: "r", engine: "auto", gpus: []string{"0"}, host: "h", tz: "UTC"}, jo, &warn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(warn.String(), "1700000020500.prom") || !strings.Contains(warn.String(), "malformed") {
+		t.Errorf("the malformed scrape was not reported: %q", warn.String())
+	}
+	var servers, gpus []jsonPoint
+	dec := json.NewDecoder(&out)
+	for dec.More() {
+		var p jsonPoint
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Measurement == "tpsmon_server" {
+			servers = append(servers, p)
+		} else {
+			gpus = append(gpus, p)
+		}
+	}
+	// Scrapes at x.5 s from 0.5 to 25.5 at 120 tokens/s; the one at 20.5 is
+	// malformed, which the 2 s gap it leaves bridges.
+	wantTokens := []float64{1140, 1200, 660}
+	if len(servers) != 3 || len(gpus) != 6 {
+		t.Fatalf("got %d server and %d gpu points, want 3 and 6", len(servers), len(gpus))
+	}
+	for i, p := range servers {
+		if p.Time != time.Unix(1_700_000_000+int64(10*i), 0).UTC().Format(time.RFC3339) {
+			t.Errorf("window %d time %s", i, p.Time)
+		}
+		f := p.Fields
+		if f["tokens"] != wantTokens[i] || f["system_tps"] != 120.0 || f["per_user_tps"] != 20.0 {
+			t.Errorf("window %d: tokens %v tps %v per-user %v", i, f["tokens"], f["system_tps"], f["per_user_tps"])
+		}
+		if kv, _ := f["kv_cache_usage"].(float64); f["prompt_tps"] != 300.0 || math.Abs(kv-0.4) > 1e-9 || f["state"] != "underutilized" {
+			t.Errorf("window %d fields %v", i, f)
+		}
+		if p.Tags["model"] != "replay/model" || p.Tags["gpus"] != "0" || p.Tags["engine"] != "vllm" {
+			t.Errorf("window %d tags %v", i, p.Tags)
+		}
+	}
+	for _, p := range gpus {
+		switch p.Tags["gpu"] {
+		case "0":
+			if p.Fields["power_w"] != 250.0 || p.Fields["energy_j"] == nil || p.Tags["server"] != "r" {
+				t.Errorf("gpu 0 %v %v", p.Tags, p.Fields)
+			}
+		case "1":
+			// power.draw was [N/A]: absent, never zero.
+			if _, ok := p.Fields["power_w"]; ok {
+				t.Errorf("gpu 1 reports power it never had: %v", p.Fields)
+			}
+			if _, ok := p.Fields["energy_j"]; ok {
+				t.Errorf("gpu 1 reports energy it never had: %v", p.Fields)
+			}
+			if p.Tags["server"] != "" || p.Fields["util"] != 0.0 {
+				t.Errorf("gpu 1 %v %v", p.Tags, p.Fields)
+			}
+		}
+	}
+}
+
+func TestReplayInputErrors(t *testing.T) {
+	tests := []struct {
+		o    replayOpts
+		want string
+	}{
+		{replayOpts{window: time.Second}, "nothing to replay"},
+		{replayOpts{metricsDir: t.TempDir(), window: time.Second, engine: "auto"}, "no <unix-ms>.prom files"},
+		{replayOpts{gpuCSV: "testdata/none.csv", window: time.Second, tz: "UTC"}, "none.csv"},
+		{replayOpts{gpuCSV: "testdata/replay/gpu.csv", window: time.Second, tz: "Mars/Olympus"}, "--tz"},
+		{replayOpts{metricsDir: "testdata/replay/metrics", window: time.Second, engine: "vllm2"}, "--engine"},
+	}
+	for _, tt := range tests {
+		err := replay(tt.o, newJSONOutput(&bytes.Buffer{}), &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%+v: err %v, want %q", tt.o, err, tt.want)
+		}
+	}
+}
