@@ -37,6 +37,9 @@ type pipeline struct {
 	outputs []pointWriter
 	now     func() time.Time
 	client  *http.Client
+	// ready and stopping are told when the sources have started and when
+	// shutdown begins (systemd notification).
+	ready, stopping func()
 
 	malformed uint64 // scrapes skipped for unparsable metrics text
 	failed    uint64 // scrapes that did not reach the server
@@ -115,6 +118,9 @@ func (p *pipeline) run(ctx context.Context) error {
 
 	tick := time.NewTicker(min(cfg.Window/10, time.Second))
 	defer tick.Stop()
+	if p.ready != nil {
+		p.ready()
+	}
 	down := make(map[string]bool)
 	for {
 		select {
@@ -123,6 +129,9 @@ func (p *pipeline) run(ctx context.Context) error {
 		case <-tick.C:
 			p.emit(j.Flush(p.now()))
 		case <-ctx.Done():
+			if p.stopping != nil {
+				p.stopping()
+			}
 			stopSources()
 			wg.Wait()
 			for {

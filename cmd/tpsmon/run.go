@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 
 	"github.com/tpsmon/tpsmon/collector"
@@ -92,9 +93,22 @@ func runDaemon(ctx context.Context, cfg *Config, log *slog.Logger, openGPU func(
 	if len(cfg.Servers) == 0 {
 		log.Warn("no inference server configured or discovered; sampling GPUs only")
 	}
+	p.ready = func() {
+		status := fmt.Sprintf("STATUS=monitoring %d servers, GPU backend %s", len(cfg.Servers), cfg.GPU.Backend)
+		notify(log, daemon.SdNotifyReady+"\n"+status)
+	}
+	p.stopping = func() { notify(log, daemon.SdNotifyStopping) }
 	log.Info("tpsmon running", "version", version, "host", cfg.Host, "window", cfg.Window,
 		"servers", len(cfg.Servers), "gpu_backend", cfg.GPU.Backend, "influx", cfg.Sink.Influx.URL)
 	return p.run(ctx)
+}
+
+// notify tells systemd about the daemon's state; outside systemd
+// (no NOTIFY_SOCKET) it does nothing.
+func notify(log *slog.Logger, state string) {
+	if _, err := daemon.SdNotify(false, state); err != nil {
+		log.Warn("systemd notification failed", "err", err)
+	}
 }
 
 // startInflux connects the InfluxDB sink and starts its sender. stop ends
