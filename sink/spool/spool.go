@@ -1,0 +1,540 @@
+// Package spool is tpsmon's durable delivery queue: points are appended to
+// segment files in the state directory before any send, and removed only
+// after InfluxDB accepted them, so outages, restarts and crashes lose
+// nothing that was accepted.
+package spool
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Options configure a spool.
+type Options struct {
+	Dir string
+	// MaxBytes bounds the unsent data; when full, the oldest segments go.
+	MaxBytes int64
+	// SegmentBytes is where a segment is rolled; the unit of dropping.
+	// Default: MaxBytes/16, between 64 KiB and 16 MiB.
+	SegmentBytes int64
+	FS           FS // default OS
+	Log          *slog.Logger
+}
+
+// ErrAppend marks points that could not be written to the spool (full
+// disk, I/O error): they are counted as dropped.
+var ErrAppend = errors.New("spool append failed")
+
+const (
+	segSuffix  = ".lps"
+	cursorName = "cursor"
+	quarDir    = "quarantine"
+)
+
+type segment struct {
+	seq   uint64
+	size  int64
+	lines int
+}
+
+func (s *Spool) segPath(seq uint64) string {
+	return filepath.Join(s.opts.Dir, fmt.Sprintf("%016d%s", seq, segSuffix))
+}
+
+// Spool is safe for one appender and one sender at a time.
+type Spool struct {
+	opts Options
+
+	mu     sync.Mutex
+	segs   []*segment // oldest first; the last one is appended to
+	active File
+	// off and ackedLines locate the first unsent record in segs[0].
+	off        int64
+	ackedLines int
+
+	dropped      uint64 // points lost to a full spool or failed appends
+	dropping     bool   // inside a drop episode (logged once)
+	quarantined  uint64 // points moved aside
+	quarBytes    int64  // corrupt bytes moved aside at recovery
+	appendErrors uint64
+}
+
+// Open opens (or creates) the spool in opts.Dir and recovers it: corrupt
+// or torn record tails are moved to the quarantine directory and the good
+// prefix kept.
+func Open(opts Options) (*Spool, error) {
+	if opts.FS == nil {
+		opts.FS = OS{}
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = 1 << 30
+	}
+	if opts.SegmentBytes <= 0 {
+		opts.SegmentBytes = min(max(opts.MaxBytes/16, 64<<10), 16<<20)
+	}
+	if err := os.MkdirAll(filepath.Join(opts.Dir, quarDir), 0o700); err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	s := &Spool{opts: opts}
+	if err := s.recover(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Spool) recover() error {
+	entries, err := os.ReadDir(s.opts.Dir)
+	if err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, segSuffix) {
+			continue
+		}
+		seq, err := strconv.ParseUint(strings.TrimSuffix(name, segSuffix), 10, 64)
+		if err != nil {
+			continue
+		}
+		s.segs = append(s.segs, &segment{seq: seq})
+	}
+	sort.Slice(s.segs, func(a, b int) bool { return s.segs[a].seq < s.segs[b].seq })
+
+	curSeq, curOff := s.readCursor()
+	// Segments before the cursor were sent.
+	for len(s.segs) > 0 && s.segs[0].seq < curSeq {
+		s.opts.FS.Remove(s.segPath(s.segs[0].seq))
+		s.segs = s.segs[1:]
+	}
+	if len(s.segs) == 0 || s.segs[0].seq != curSeq {
+		curOff = 0
+	}
+	for i, sg := range s.segs {
+		boundaries, err := s.scan(sg)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			// The cursor must sit on a record boundary; if not, resend
+			// from the one before it (writes are idempotent).
+			s.off, s.ackedLines = 0, 0
+			for _, b := range boundaries {
+				if b.off <= curOff {
+					s.off, s.ackedLines = b.off, b.lines
+				}
+			}
+		}
+	}
+	if len(s.segs) == 0 {
+		return s.roll()
+	}
+	last := s.segs[len(s.segs)-1]
+	f, err := s.opts.FS.OpenFile(s.segPath(last.seq), os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	s.active = f
+	if p := s.pendingLinesLocked(); p > 0 {
+		s.opts.Log.Info("spool: resuming", "points", p, "bytes", s.pendingBytesLocked(), "segments", len(s.segs))
+	}
+	return nil
+}
+
+type boundary struct {
+	off   int64
+	lines int // lines before off
+}
+
+// scan reads a segment's records, counting lines; a corrupt tail is
+// quarantined and cut off.
+func (s *Spool) scan(sg *segment) ([]boundary, error) {
+	path := s.segPath(sg.seq)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 64<<10)
+	var off int64
+	lines := 0
+	bs := []boundary{{0, 0}}
+	for {
+		rec, err := readRecord(r)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if qerr := s.quarantineTail(path, off, err); qerr != nil {
+				return nil, qerr
+			}
+			break
+		}
+		off += rec.size
+		lines += rec.lines
+		bs = append(bs, boundary{off, lines})
+	}
+	sg.size, sg.lines = off, lines
+	return bs, nil
+}
+
+// quarantineTail moves the bytes of path from off on to the quarantine
+// directory and truncates the segment to its good prefix.
+func (s *Spool) quarantineTail(path string, off int64, why error) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	bad := data[min(off, int64(len(data))):]
+	note := fmt.Sprintf("# tpsmon spool recovery %s: %d bytes after offset %d of %s: %v\n",
+		time.Now().UTC().Format(time.RFC3339), len(bad), off, filepath.Base(path), why)
+	if err := s.writeQuarantine(filepath.Base(path)+".corrupt", []byte(note), bad); err != nil {
+		return err
+	}
+	f, err := s.opts.FS.OpenFile(path, os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	defer f.Close()
+	if err := f.Truncate(off); err != nil {
+		return fmt.Errorf("spool: truncating %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	s.quarBytes += int64(len(bad))
+	s.opts.Log.Warn("spool: corrupt tail quarantined", "segment", filepath.Base(path),
+		"kept_bytes", off, "quarantined_bytes", len(bad), "reason", why.Error(),
+		"quarantine", filepath.Join(s.opts.Dir, quarDir))
+	return nil
+}
+
+func (s *Spool) writeQuarantine(name string, note, data []byte) error {
+	f, err := s.opts.FS.OpenFile(filepath.Join(s.opts.Dir, quarDir, name), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("spool quarantine: %w", err)
+	}
+	defer f.Close()
+	buf := append(append([]byte{}, note...), data...)
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		buf = append(buf, '\n')
+	}
+	if _, err := f.Write(buf); err != nil {
+		return fmt.Errorf("spool quarantine: %w", err)
+	}
+	return f.Sync()
+}
+
+// Quarantine moves points the server rejected aside, with its reason.
+func (s *Spool) Quarantine(reason string, lines []byte) error {
+	n := bytes.Count(lines, []byte("\n"))
+	note := fmt.Sprintf("# %s rejected %d points: %s\n", time.Now().UTC().Format(time.RFC3339), n,
+		strings.ReplaceAll(reason, "\n", " "))
+	err := s.writeQuarantine("rejected.lp", []byte(note), lines)
+	s.mu.Lock()
+	s.quarantined += uint64(n)
+	s.mu.Unlock()
+	return err
+}
+
+func (s *Spool) readCursor() (uint64, int64) {
+	b, err := os.ReadFile(filepath.Join(s.opts.Dir, cursorName))
+	if err != nil {
+		return 0, 0
+	}
+	var seq uint64
+	var off int64
+	if _, err := fmt.Sscanf(string(b), "%d %d", &seq, &off); err != nil {
+		return 0, 0
+	}
+	return seq, off
+}
+
+// saveCursor writes the cursor atomically: a temporary file, fsync, rename.
+func (s *Spool) saveCursor() error {
+	var seq uint64
+	if len(s.segs) > 0 {
+		seq = s.segs[0].seq
+	}
+	tmp := filepath.Join(s.opts.Dir, cursorName+".tmp")
+	f, err := s.opts.FS.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("spool cursor: %w", err)
+	}
+	_, werr := fmt.Fprintf(f, "%d %d\n", seq, s.off)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		return fmt.Errorf("spool cursor: %w", err)
+	}
+	if err := s.opts.FS.Rename(tmp, filepath.Join(s.opts.Dir, cursorName)); err != nil {
+		return fmt.Errorf("spool cursor: %w", err)
+	}
+	return nil
+}
+
+// roll starts a new segment.
+func (s *Spool) roll() error {
+	var seq uint64 = 1
+	if n := len(s.segs); n > 0 {
+		seq = s.segs[n-1].seq + 1
+	}
+	f, err := s.opts.FS.OpenFile(s.segPath(seq), os.O_WRONLY|os.O_CREATE|os.O_APPEND|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("spool: new segment: %w", err)
+	}
+	if s.active != nil {
+		s.active.Close()
+	}
+	s.active = f
+	s.segs = append(s.segs, &segment{seq: seq})
+	if len(s.segs) == 1 {
+		s.off, s.ackedLines = 0, 0
+	}
+	return nil
+}
+
+// Append writes whole line protocol lines as one record and syncs it.
+// Points that cannot be stored are counted as dropped and the error wraps
+// ErrAppend.
+func (s *Spool) Append(lines []byte) error {
+	n := bytes.Count(lines, []byte("\n"))
+	if n == 0 {
+		return nil
+	}
+	rec := appendRecord(nil, lines, n)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if int64(len(rec)) > s.opts.MaxBytes {
+		s.dropLocked(uint64(n), "a single batch is larger than the spool")
+		return fmt.Errorf("%w: %d bytes exceed spool.max_bytes %d", ErrAppend, len(rec), s.opts.MaxBytes)
+	}
+	if last := s.segs[len(s.segs)-1]; last.size >= s.opts.SegmentBytes {
+		if err := s.roll(); err != nil {
+			s.appendFailedLocked(n)
+			return fmt.Errorf("%w: %w", ErrAppend, err)
+		}
+	}
+	for s.pendingBytesLocked()+int64(len(rec)) > s.opts.MaxBytes && len(s.segs) > 0 {
+		if len(s.segs) == 1 {
+			if err := s.roll(); err != nil {
+				s.appendFailedLocked(n)
+				return fmt.Errorf("%w: %w", ErrAppend, err)
+			}
+		}
+		s.dropOldestLocked()
+	}
+	last := s.segs[len(s.segs)-1]
+	w, err := s.active.Write(rec)
+	if err == nil {
+		err = s.active.Sync()
+	}
+	if err != nil {
+		if w > 0 {
+			// Cut the partial record so the segment stays readable; if even
+			// that fails, recovery will find and quarantine it.
+			if terr := s.active.Truncate(last.size); terr != nil {
+				s.roll()
+			}
+		}
+		s.appendFailedLocked(n)
+		return fmt.Errorf("%w: %w", ErrAppend, err)
+	}
+	last.size += int64(len(rec))
+	last.lines += n
+	if s.dropping && s.pendingBytesLocked() < s.opts.MaxBytes*9/10 {
+		s.dropping = false
+	}
+	return nil
+}
+
+func (s *Spool) appendFailedLocked(n int) {
+	s.appendErrors++
+	s.dropLocked(uint64(n), "the spool cannot be written")
+}
+
+func (s *Spool) dropLocked(n uint64, why string) {
+	s.dropped += n
+	if !s.dropping {
+		s.dropping = true
+		s.opts.Log.Error("spool: dropping points", "reason", why, "dir", s.opts.Dir,
+			"max_bytes", s.opts.MaxBytes, "dropped_total", s.dropped)
+	}
+}
+
+// dropOldestLocked discards the oldest segment with its unsent points.
+func (s *Spool) dropOldestLocked() {
+	head := s.segs[0]
+	s.dropLocked(uint64(head.lines-s.ackedLines), "spool full: oldest segment discarded")
+	s.opts.FS.Remove(s.segPath(head.seq))
+	s.segs = s.segs[1:]
+	s.off, s.ackedLines = 0, 0
+	s.saveCursor()
+}
+
+// Batch is a run of whole records read from the spool.
+type Batch struct {
+	Lines  []byte
+	Points int
+	seq    uint64
+	from   int64
+	to     int64
+}
+
+// Peek returns the oldest unsent records, up to about maxBytes (at least
+// one record), without removing them; ok is false when nothing is unsent.
+func (s *Spool) Peek(maxBytes int) (b Batch, ok bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		if len(s.segs) == 0 {
+			return Batch{}, false, nil
+		}
+		head := s.segs[0]
+		if s.off < head.size {
+			break
+		}
+		if len(s.segs) == 1 {
+			return Batch{}, false, nil // all sent; the active segment stays
+		}
+		s.opts.FS.Remove(s.segPath(head.seq))
+		s.segs = s.segs[1:]
+		s.off, s.ackedLines = 0, 0
+		if err := s.saveCursor(); err != nil {
+			return Batch{}, false, err
+		}
+	}
+	head := s.segs[0]
+	f, err := os.Open(s.segPath(head.seq))
+	if err != nil {
+		return Batch{}, false, fmt.Errorf("spool: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(s.off, io.SeekStart); err != nil {
+		return Batch{}, false, fmt.Errorf("spool: %w", err)
+	}
+	r := bufio.NewReader(io.LimitReader(f, head.size-s.off))
+	b = Batch{seq: head.seq, from: s.off, to: s.off}
+	for b.to < head.size && (len(b.Lines) == 0 || len(b.Lines) < maxBytes) {
+		rec, err := readRecord(r)
+		if err != nil {
+			// Damaged after it was written: move the rest aside.
+			if qerr := s.quarantineTail(s.segPath(head.seq), b.to, err); qerr != nil {
+				return Batch{}, false, qerr
+			}
+			head.size, head.lines = b.to, s.ackedLines+b.Points
+			break
+		}
+		b.Lines = append(b.Lines, rec.payload...)
+		b.Points += rec.lines
+		b.to += rec.size
+	}
+	return b, b.Points > 0, nil
+}
+
+// Ack removes a delivered batch from the spool.
+func (s *Spool) Ack(b Batch) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.segs) == 0 || s.segs[0].seq != b.seq || s.off != b.from {
+		return nil // its segment was dropped while the batch was out
+	}
+	s.off = b.to
+	s.ackedLines += b.Points
+	return s.saveCursor()
+}
+
+// Stats is the spool's state for self-telemetry.
+type Stats struct {
+	Bytes            int64  // unsent bytes
+	Points           int    // unsent points
+	Dropped          uint64 // points lost to a full spool or a failed append
+	Quarantined      uint64 // points the server rejected, kept aside
+	QuarantinedBytes int64  // corrupt bytes moved aside at recovery
+	AppendErrors     uint64
+	OldestUnsent     time.Time // timestamp of the oldest unsent point; zero when none
+}
+
+// Stats returns the spool's counters.
+func (s *Spool) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Stats{Bytes: s.pendingBytesLocked(), Points: s.pendingLinesLocked(), Dropped: s.dropped,
+		Quarantined: s.quarantined, QuarantinedBytes: s.quarBytes, AppendErrors: s.appendErrors}
+	if st.Points > 0 {
+		st.OldestUnsent = s.oldestLocked()
+	}
+	return st
+}
+
+// oldestLocked reads the timestamp (ms) of the first unsent line.
+func (s *Spool) oldestLocked() time.Time {
+	for _, sg := range s.segs {
+		off := int64(0)
+		if sg == s.segs[0] {
+			off = s.off
+		}
+		if off >= sg.size {
+			continue
+		}
+		f, err := os.Open(s.segPath(sg.seq))
+		if err != nil {
+			return time.Time{}
+		}
+		f.Seek(off, io.SeekStart)
+		rec, err := readRecord(bufio.NewReader(f))
+		f.Close()
+		if err != nil {
+			return time.Time{}
+		}
+		line, _, _ := bytes.Cut(rec.payload, []byte("\n"))
+		if i := bytes.LastIndexByte(line, ' '); i >= 0 {
+			if ms, err := strconv.ParseInt(string(line[i+1:]), 10, 64); err == nil {
+				return time.UnixMilli(ms)
+			}
+		}
+		return time.Time{}
+	}
+	return time.Time{}
+}
+
+func (s *Spool) pendingBytesLocked() int64 {
+	var n int64
+	for _, sg := range s.segs {
+		n += sg.size
+	}
+	return n - s.off
+}
+
+func (s *Spool) pendingLinesLocked() int {
+	n := 0
+	for _, sg := range s.segs {
+		n += sg.lines
+	}
+	return n - s.ackedLines
+}
+
+// Close closes the active segment.
+func (s *Spool) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active == nil {
+		return nil
+	}
+	err := s.active.Close()
+	s.active = nil
+	return err
+}

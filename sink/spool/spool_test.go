@@ -1,0 +1,302 @@
+package spool
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// batch returns n line protocol lines with timestamps from ts (ms).
+func batch(n int, ts int64) []byte {
+	var b bytes.Buffer
+	for i := range n {
+		fmt.Fprintf(&b, "tpsmon_server,host=h,server=s tokens=%di,system_tps=%d.5 %d\n", i, i, ts+int64(i)*1000)
+	}
+	return b.Bytes()
+}
+
+// drain peeks and acks until the spool is empty, returning what it read.
+func drain(t *testing.T, s *Spool, maxBytes int) []byte {
+	t.Helper()
+	var all []byte
+	for {
+		b, ok, err := s.Peek(maxBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return all
+		}
+		all = append(all, b.Lines...)
+		if err := s.Ack(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestAppendPeekAckInOrder(t *testing.T) {
+	s, err := Open(Options{Dir: t.TempDir(), MaxBytes: 1 << 20, SegmentBytes: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []byte
+	for i := range 20 {
+		b := batch(5, int64(i)*100_000)
+		want = append(want, b...)
+		if err := s.Append(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := s.Stats()
+	if st.Points != 100 || st.OldestUnsent.UnixMilli() != 0 {
+		t.Errorf("stats before drain: %+v", st)
+	}
+	if got := drain(t, s, 700); !bytes.Equal(got, want) {
+		t.Errorf("drained %d bytes, want the %d appended, in order", len(got), len(want))
+	}
+	if st := s.Stats(); st.Points != 0 || st.Bytes != 0 {
+		t.Errorf("stats after drain: %+v", st)
+	}
+	segs, _ := filepath.Glob(filepath.Join(s.opts.Dir, "*"+segSuffix))
+	if len(segs) != 1 {
+		t.Errorf("%d segments left after a full drain, want the active one", len(segs))
+	}
+}
+
+func TestRestartResumesAtCursor(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir, SegmentBytes: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		s.Append(batch(3, int64(i)*10_000))
+	}
+	// Send and ack the first 4 batches, then "crash": no Close.
+	for range 4 {
+		b, _, _ := s.Peek(1)
+		s.Ack(b)
+	}
+	unacked, _, _ := s.Peek(1) // out for sending when the process died
+	_ = unacked
+
+	s2, err := Open(Options{Dir: dir, SegmentBytes: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := s2.Stats(); st.Points != 18 {
+		t.Errorf("after restart %d points unsent, want 18", st.Points)
+	}
+	var want []byte
+	for i := 4; i < 10; i++ {
+		want = append(want, batch(3, int64(i)*10_000)...)
+	}
+	if got := drain(t, s2, 1); !bytes.Equal(got, want) {
+		t.Errorf("after restart got\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestRecoveryQuarantinesCorruptTail(t *testing.T) {
+	tests := []struct {
+		name   string
+		damage func(path string, size int64)
+	}{
+		{"truncated record", func(p string, size int64) { os.Truncate(p, size-7) }},
+		{"random bytes appended", func(p string, size int64) {
+			f, _ := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+			f.Write([]byte("\x00\xff garbage \x13\x37 not a record"))
+			f.Close()
+		}},
+		{"bit flip in the last payload", func(p string, size int64) {
+			b, _ := os.ReadFile(p)
+			b[len(b)-10] ^= 0x20
+			os.WriteFile(p, b, 0o600)
+		}},
+		{"torn header", func(p string, size int64) {
+			f, _ := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+			f.Write([]byte("#tpsmon1 99"))
+			f.Close()
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s, _ := Open(Options{Dir: dir})
+			s.Append(batch(4, 0))
+			s.Append(batch(4, 100_000))
+			s.Append(batch(4, 200_000))
+			s.Close()
+			path := s.segPath(1)
+			fi, _ := os.Stat(path)
+			tt.damage(path, fi.Size())
+
+			s2, err := Open(Options{Dir: dir})
+			if err != nil {
+				t.Fatalf("recovery failed: %v", err)
+			}
+			st := s2.Stats()
+			wantPoints := 12
+			if tt.name != "random bytes appended" && tt.name != "torn header" {
+				wantPoints = 8 // the damaged third record is gone
+			}
+			if st.Points != wantPoints || st.QuarantinedBytes == 0 {
+				t.Errorf("after recovery: %+v, want %d points and quarantined bytes", st, wantPoints)
+			}
+			q, err := os.ReadFile(filepath.Join(dir, quarDir, filepath.Base(path)+".corrupt"))
+			if err != nil || !strings.Contains(string(q), "spool recovery") {
+				t.Errorf("quarantine file: %v %q", err, q)
+			}
+			// The spool goes on: new points append after the good prefix.
+			s2.Append(batch(2, 900_000))
+			got := drain(t, s2, 1<<20)
+			if n := bytes.Count(got, []byte("\n")); n != wantPoints+2 {
+				t.Errorf("drained %d lines, want %d", n, wantPoints+2)
+			}
+		})
+	}
+}
+
+func TestFullSpoolDropsOldestExactly(t *testing.T) {
+	s, err := Open(Options{Dir: t.TempDir(), MaxBytes: 4096, SegmentBytes: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appended := 0
+	for i := range 100 {
+		if err := s.Append(batch(3, int64(i)*10_000)); err != nil {
+			t.Fatal(err)
+		}
+		appended += 3
+	}
+	st := s.Stats()
+	if st.Bytes > 4096 {
+		t.Errorf("spool holds %d bytes, over max_bytes 4096", st.Bytes)
+	}
+	if st.Dropped == 0 || int(st.Dropped)+st.Points != appended {
+		t.Errorf("dropped %d + unsent %d != appended %d", st.Dropped, st.Points, appended)
+	}
+	got := drain(t, s, 1<<20)
+	if n := bytes.Count(got, []byte("\n")); n != st.Points {
+		t.Errorf("drained %d, stats said %d unsent", n, st.Points)
+	}
+	// What is left is the newest data.
+	if !bytes.HasSuffix(got, batch(3, 99*10_000)) {
+		t.Error("the newest batch was dropped instead of the oldest")
+	}
+}
+
+// faultyFS fails writes to segment files while full is set.
+type faultyFS struct {
+	OS
+	mu   sync.Mutex
+	full bool
+}
+
+func (f *faultyFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	file, err := f.OS.OpenFile(name, flag, perm)
+	if err != nil || !strings.HasSuffix(name, segSuffix) {
+		return file, err
+	}
+	return &faultyFile{File: file, fs: f}, nil
+}
+
+type faultyFile struct {
+	File
+	fs *faultyFS
+}
+
+func (f *faultyFile) Write(b []byte) (int, error) {
+	f.fs.mu.Lock()
+	full := f.fs.full
+	f.fs.mu.Unlock()
+	if full {
+		// A device that fills up mid-record.
+		n, _ := f.File.Write(b[:len(b)/2])
+		return n, &fs.PathError{Op: "write", Path: "segment", Err: syscall.ENOSPC}
+	}
+	return f.File.Write(b)
+}
+
+func TestDiskFullCountsAndRecovers(t *testing.T) {
+	ffs := &faultyFS{}
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir, FS: ffs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Append(batch(5, 0))
+	ffs.full = true
+	for i := 1; i <= 3; i++ {
+		err := s.Append(batch(4, int64(i)*100_000))
+		if !errors.Is(err, ErrAppend) || !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("append on a full disk: %v", err)
+		}
+	}
+	ffs.full = false
+	s.Append(batch(2, 900_000))
+	st := s.Stats()
+	if st.Dropped != 12 || st.AppendErrors != 3 || st.Points != 7 {
+		t.Errorf("stats %+v, want 12 dropped, 3 append errors, 7 unsent", st)
+	}
+	// The partial records were cut: the segment reads back cleanly, also
+	// after a restart.
+	s.Close()
+	s2, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := s2.Stats(); st.QuarantinedBytes != 0 || st.Points != 7 {
+		t.Errorf("after restart %+v", st)
+	}
+	want := append(batch(5, 0), batch(2, 900_000)...)
+	if got := drain(t, s2, 1<<20); !bytes.Equal(got, want) {
+		t.Errorf("got %q", got)
+	}
+}
+
+func TestQuarantineRejected(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := Open(Options{Dir: dir})
+	if err := s.Quarantine("HTTP 400: partial write: field type conflict", []byte("m v=1.5 1\nm v=2.5 2\n")); err != nil {
+		t.Fatal(err)
+	}
+	q, _ := os.ReadFile(filepath.Join(dir, quarDir, "rejected.lp"))
+	if !strings.Contains(string(q), "rejected 2 points: HTTP 400: partial write") || !strings.Contains(string(q), "m v=2.5 2\n") {
+		t.Errorf("quarantine %q", q)
+	}
+	if s.Stats().Quarantined != 2 {
+		t.Errorf("quarantined %d", s.Stats().Quarantined)
+	}
+}
+
+func BenchmarkAppendDrain(b *testing.B) {
+	s, err := Open(Options{Dir: b.TempDir(), MaxBytes: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// One window of a node: 8 GPU points and 2 server points.
+	lines := batch(10, 1_700_000_000_000)
+	b.SetBytes(int64(len(lines)))
+	b.ResetTimer()
+	for range b.N {
+		if err := s.Append(lines); err != nil {
+			b.Fatal(err)
+		}
+		bt, _, err := s.Peek(1 << 20)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Ack(bt); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*10)/b.Elapsed().Seconds(), "points/s")
+	b.ReportMetric(float64(len(appendRecord(nil, lines, 10)))/10, "bytes/point")
+}
