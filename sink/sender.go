@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
+	"regexp"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/tpsmon/tpsmon/sink/spool"
 )
 
 // Writer is where a Sender delivers batches of line protocol.
@@ -15,134 +21,108 @@ type Writer interface {
 	Write(ctx context.Context, lines []byte) error
 }
 
-// Sender queues encoded lines in memory and delivers them in order,
-// retrying with exponential backoff what the server may accept later.
-// The queue is bounded by MaxBytes: when full, the oldest batch goes, and
-// the lines it held are counted in Dropped.
+// Sender drains a spool into a Writer, oldest points first, in batches.
+// Each answer is classified: transport errors, 429 and 5xx are retried with
+// exponential backoff and jitter (at least the server's Retry-After);
+// 413 splits the batch; 400/422 move the rejected lines to quarantine
+// (found by splitting, since resending accepted lines is idempotent);
+// 401/403/404 keep everything and back off long, because the data is good
+// and the configuration is not.
 type Sender struct {
-	W        Writer
-	MaxBytes int
-	Log      *slog.Logger
+	Spool *spool.Spool
+	W     Writer
+	// BatchBytes is the size a batch aims at.
+	BatchBytes int
+	Log        *slog.Logger
 
-	mu      sync.Mutex
-	queue   [][]byte
-	bytes   int
-	dropped uint64
-	sent    uint64
-	wake    chan struct{}
+	mu          sync.Mutex
+	sent        uint64
+	retries     uint64
+	lastSuccess time.Time
+	lastErr     string
+	configErr   string // set while InfluxDB refuses the credentials or bucket
+	wake        chan struct{}
+	once        sync.Once
 }
 
-// Push queues lines (one or more whole lines, newline-terminated).
-func (s *Sender) Push(lines []byte) {
-	if len(lines) == 0 {
-		return
-	}
-	s.mu.Lock()
-	s.queue = append(s.queue, lines)
-	s.bytes += len(lines)
-	for s.MaxBytes > 0 && s.bytes > s.MaxBytes && len(s.queue) > 1 {
-		old := s.queue[0]
-		s.queue = s.queue[1:]
-		s.bytes -= len(old)
-		s.dropped += uint64(bytes.Count(old, []byte("\n")))
-	}
-	w := s.wakeChan()
-	s.mu.Unlock()
+const (
+	minBackoff    = 500 * time.Millisecond
+	maxBackoff    = 60 * time.Second
+	configBackoff = 30 * time.Second
+)
+
+func (s *Sender) init() {
+	s.once.Do(func() {
+		s.wake = make(chan struct{}, 1)
+		if s.BatchBytes <= 0 {
+			s.BatchBytes = 1 << 20
+		}
+		if s.Log == nil {
+			s.Log = slog.Default()
+		}
+	})
+}
+
+// Notify tells the sender that new points were spooled.
+func (s *Sender) Notify() {
+	s.init()
 	select {
-	case w <- struct{}{}:
+	case s.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (s *Sender) wakeChan() chan struct{} {
-	if s.wake == nil {
-		s.wake = make(chan struct{}, 1)
-	}
-	return s.wake
+// Health is the delivery state for /healthz.
+type Health struct {
+	Sent        uint64
+	Retries     uint64
+	LastSuccess time.Time
+	LastError   string
+	// ConfigError says that InfluxDB refuses the credentials or bucket.
+	ConfigError string
 }
 
-// Stats returns lines sent and dropped, and the bytes still queued.
-func (s *Sender) Stats() (sent, dropped uint64, queued int) {
+// Health returns the delivery state.
+func (s *Sender) Health() Health {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.sent, s.dropped, s.bytes
+	return Health{Sent: s.sent, Retries: s.retries, LastSuccess: s.lastSuccess, LastError: s.lastErr, ConfigError: s.configErr}
 }
 
-func (s *Sender) head() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.queue) == 0 {
-		return nil
-	}
-	return s.queue[0]
-}
-
-func (s *Sender) pop(b []byte, delivered bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.queue) == 0 || &s.queue[0][0] != &b[0] {
-		return // dropped while being sent
-	}
-	s.queue = s.queue[1:]
-	s.bytes -= len(b)
-	n := uint64(bytes.Count(b, []byte("\n")))
-	if delivered {
-		s.sent += n
-	} else {
-		s.dropped += n
-	}
-}
-
-const (
-	minBackoff = 500 * time.Millisecond
-	maxBackoff = 60 * time.Second
-)
-
-// Run delivers queued lines until ctx ends.
+// Run delivers spooled points until ctx ends.
 func (s *Sender) Run(ctx context.Context) {
-	s.mu.Lock()
-	wake := s.wakeChan()
-	s.mu.Unlock()
+	s.init()
 	backoff := minBackoff
-	failing := false
 	for {
-		b := s.head()
-		if b == nil {
+		err := s.sendOne(ctx)
+		switch {
+		case errors.Is(err, errEmpty):
 			select {
 			case <-ctx.Done():
 				return
-			case <-wake:
-				continue
+			case <-s.wake:
+			case <-time.After(time.Second):
 			}
-		}
-		err := s.W.Write(ctx, b)
-		if err == nil {
-			s.pop(b, true)
-			if failing {
-				s.Log.Info("influx writes succeed again")
-				failing = false
-			}
+			continue
+		case err == nil:
 			backoff = minBackoff
 			continue
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		var we *WriteError
-		if errors.As(err, &we) && !we.Retry {
-			s.Log.Error("influx rejected points; dropping them", "err", err)
-			s.pop(b, false)
-			continue
-		}
-		if !failing {
-			s.Log.Warn("influx write failed; keeping points and retrying", "err", err)
-			failing = true
-		}
 		wait := backoff/2 + rand.N(backoff/2+1)
-		if we != nil && we.After > wait {
-			wait = we.After
+		var we *WriteError
+		if errors.As(err, &we) {
+			wait = max(wait, we.After)
+			if isConfigError(we) {
+				wait = max(wait, configBackoff)
+			}
 		}
 		backoff = min(2*backoff, maxBackoff)
+		s.mu.Lock()
+		s.retries++
+		s.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return
@@ -151,17 +131,126 @@ func (s *Sender) Run(ctx context.Context) {
 	}
 }
 
-// Drain tries once more to deliver everything queued, until ctx ends;
-// for shutdown. It returns the error of the first failed write.
-func (s *Sender) Drain(ctx context.Context) error {
+// Flush delivers until the spool is empty, the first failure, or ctx
+// ends; what is left stays in the spool for the next start.
+func (s *Sender) Flush(ctx context.Context) error {
+	s.init()
 	for {
-		b := s.head()
-		if b == nil {
+		err := s.sendOne(ctx)
+		if errors.Is(err, errEmpty) {
 			return nil
 		}
-		if err := s.W.Write(ctx, b); err != nil {
+		if err != nil {
 			return err
 		}
-		s.pop(b, true)
 	}
+}
+
+var errEmpty = errors.New("spool empty")
+
+// sendOne delivers the oldest batch of the spool.
+func (s *Sender) sendOne(ctx context.Context) error {
+	b, ok, err := s.Spool.Peek(s.BatchBytes)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errEmpty
+	}
+	written, err := s.deliver(ctx, b.Lines)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.failed(err)
+		}
+		return err
+	}
+	if err := s.Spool.Ack(b); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.sent += uint64(written)
+	s.lastSuccess = time.Now()
+	if s.lastErr != "" {
+		s.Log.Info("influx writes succeed again")
+	}
+	s.lastErr, s.configErr = "", ""
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Sender) failed(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	msg := err.Error()
+	var we *WriteError
+	if errors.As(err, &we) && isConfigError(we) {
+		if s.configErr == "" {
+			s.Log.Error("InfluxDB refuses the credentials or the bucket; points are kept in the spool until this is fixed",
+				"err", msg)
+		}
+		s.configErr = msg
+	} else if s.lastErr == "" {
+		s.Log.Warn("influx write failed; points are kept and retried", "err", msg)
+	}
+	s.lastErr = msg
+}
+
+func isConfigError(we *WriteError) bool {
+	return we.Status == http.StatusUnauthorized || we.Status == http.StatusForbidden || we.Status == http.StatusNotFound
+}
+
+var droppedRe = regexp.MustCompile(`dropped=(\d+)`)
+
+// deliver writes lines, splitting and quarantining what the server
+// rejects for good. It returns how many lines were written, or an error
+// when the batch must be retried as a whole.
+func (s *Sender) deliver(ctx context.Context, lines []byte) (int, error) {
+	err := s.W.Write(ctx, lines)
+	n := bytes.Count(lines, []byte("\n"))
+	if err == nil {
+		return n, nil
+	}
+	var we *WriteError
+	if !errors.As(err, &we) || we.Retry {
+		return 0, err
+	}
+	reject := we.Status == http.StatusBadRequest || we.Status == http.StatusUnprocessableEntity
+	if we.Status != http.StatusRequestEntityTooLarge && !reject {
+		// Another 4xx: the server will never take these lines.
+		return 0, s.quarantine(we, lines)
+	}
+	if n == 1 {
+		return 0, s.quarantine(we, lines)
+	}
+	if reject {
+		if m := droppedRe.FindStringSubmatch(we.Error()); m != nil {
+			if d, _ := strconv.Atoi(m[1]); d >= n {
+				return 0, s.quarantine(we, lines) // every line was refused
+			}
+		}
+	}
+	half := splitAt(lines, n/2)
+	a, err := s.deliver(ctx, lines[:half])
+	if err != nil {
+		return 0, err
+	}
+	b, err := s.deliver(ctx, lines[half:])
+	return a + b, err
+}
+
+func (s *Sender) quarantine(we *WriteError, lines []byte) error {
+	if err := s.Spool.Quarantine(we.Error(), lines); err != nil {
+		return fmt.Errorf("quarantine rejected points: %w", err)
+	}
+	s.Log.Error("InfluxDB rejected points; moved to quarantine", "points", bytes.Count(lines, []byte("\n")), "err", we.Error())
+	return nil
+}
+
+// splitAt returns the offset just after the k-th newline.
+func splitAt(lines []byte, k int) int {
+	off := 0
+	for range k {
+		off += bytes.IndexByte(lines[off:], '\n') + 1
+	}
+	return off
 }

@@ -134,10 +134,7 @@ func TestMalformedScrapesSkippedAndCounted(t *testing.T) {
 	src := &drivenVLLM{rate: 100, start: time.Now(), resetAt: time.Now().Add(time.Hour), malformed: 2}
 	srv := httptest.NewServer(src)
 	defer srv.Close()
-	cfg, err := loadConfig("", false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := testConfig(t)
 	cfg.Window, cfg.Grace = 500*time.Millisecond, 100*time.Millisecond
 	cfg.Servers = []ServerConfig{{Name: "flaky", Engine: "vllm", MetricsURL: srv.URL, GPUs: []string{"auto"}, ScrapeInterval: 50 * time.Millisecond}}
 	var out bytes.Buffer
@@ -148,8 +145,8 @@ func TestMalformedScrapesSkippedAndCounted(t *testing.T) {
 	if err := p.run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if p.malformed < 5 {
-		t.Errorf("malformed scrapes counted %d, want about 15", p.malformed)
+	if n := p.malformed.Load(); n < 5 {
+		t.Errorf("malformed scrapes counted %d, want about 15", n)
 	}
 	if n := strings.Count(out.String(), "tpsmon_server,"); n < 3 {
 		t.Errorf("only %d windows written despite good scrapes:\n%s", n, out.String())
@@ -203,10 +200,7 @@ func TestNotifiesSystemd(t *testing.T) {
 	}
 	defer conn.Close()
 	t.Setenv("NOTIFY_SOCKET", sock)
-	cfg, err := loadConfig("", false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := testConfig(t)
 	cfg.GPU.Backend, cfg.Discovery.Enabled = "sim", false
 	cfg.Sink.File.Path = filepath.Join(t.TempDir(), "out.lp")
 	ctx, cancel := context.WithCancel(context.Background())

@@ -23,6 +23,8 @@ import (
 // defaultConfigPath is where the package installs the configuration.
 const defaultConfigPath = "/etc/tpsmon/tpsmon.yaml"
 
+const defaultSpoolDir = "/var/lib/tpsmon/spool"
+
 // Config is design §6. Every key has a default below, so that TPSMON_*
 // environment variables reach it.
 type Config struct {
@@ -320,6 +322,14 @@ func (c *Config) validate() error {
 	}
 	if c.Sink.Influx.Timeout <= 0 {
 		return fmt.Errorf("sink.influx.timeout: %v must be positive", c.Sink.Influx.Timeout)
+	}
+	// Under systemd, StateDirectory= is where state belongs.
+	if sd := os.Getenv("STATE_DIRECTORY"); sd != "" && c.Sink.Spool.Dir == defaultSpoolDir {
+		first, _, _ := strings.Cut(sd, ":")
+		c.Sink.Spool.Dir = filepath.Join(first, "spool")
+	}
+	if c.Sink.Spool.MaxBytes < 1<<20 {
+		return fmt.Errorf("sink.spool.max_bytes: %d bytes is too small (at least 1MiB)", c.Sink.Spool.MaxBytes)
 	}
 	switch strings.ToLower(c.Log.Level) {
 	case "debug", "info", "warn", "error":

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -90,6 +91,12 @@ func runDemo(ctx context.Context, cfg *Config, out pointWriter, gpus int, period
 	p := &pipeline{cfg: cfg, log: log, client: &http.Client{Timeout: 2 * time.Second}, outputs: []pointWriter{out},
 		openGPU: func() (gpuSampler, error) { return nvml.NewSim(gpus, load), nil }}
 	if cfg.Sink.Influx.URL != "" {
+		dir, err := os.MkdirTemp("", "tpsmon-demo-spool-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		cfg.Sink.Spool.Dir = dir
 		io, stop, err := startInflux(cfg, log)
 		if err != nil {
 			return err

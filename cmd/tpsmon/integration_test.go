@@ -74,6 +74,20 @@ func (g steadyGPUs) Sample(now time.Time) []nvml.Sample {
 
 func (steadyGPUs) Close() error { return nil }
 
+// testConfig is the default configuration with everything a test must
+// not share with others (ports, directories) made private.
+func testConfig(t *testing.T) *Config {
+	t.Helper()
+	cfg, err := loadConfig("", false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	cfg.Sink.Spool.Dir = t.TempDir()
+	cfg.Discovery.Enabled = false
+	return cfg
+}
+
 func num(t *testing.T, v any) float64 {
 	t.Helper()
 	n, ok := v.(json.Number)
@@ -99,16 +113,14 @@ func TestRunAgainstRealInfluxDB(t *testing.T) {
 	srv := httptest.NewServer(src)
 	defer srv.Close()
 
-	cfg, err := loadConfig("", false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := testConfig(t)
 	cfg.Host = "it-node"
 	cfg.Window, cfg.Grace = time.Second, 300*time.Millisecond
 	cfg.GPU.Interval = 100 * time.Millisecond
 	cfg.Servers = []ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: srv.URL + "/metrics",
 		GPUs: []string{"auto"}, ScrapeInterval: 100 * time.Millisecond}}
 	cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket = base, db+"/autogen"
+	cfg.Sink.Spool.Dir = t.TempDir()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5500*time.Millisecond)
 	defer cancel()

@@ -1,8 +1,8 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -10,6 +10,7 @@ import (
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
 	"github.com/tpsmon/tpsmon/sink"
+	"github.com/tpsmon/tpsmon/sink/spool"
 )
 
 // lpOutput writes line protocol.
@@ -120,16 +121,21 @@ func cell(f map[string]any, k string, scale float64, prec int) string {
 	return "-"
 }
 
-// influxOutput encodes points and queues them for the sender.
+// influxOutput encodes points into the spool and wakes the sender.
 type influxOutput struct {
 	enc    *sink.Encoder
+	spool  *spool.Spool
 	sender *sink.Sender
+	buf    []byte
 }
 
 func (o *influxOutput) WritePoints(pts []*write.Point) error {
-	b, err := encodeAll(o.enc, nil, pts)
-	o.sender.Push(b)
-	return err
+	b, encErr := encodeAll(o.enc, o.buf[:0], pts)
+	o.buf = b
+	// A failed append is counted as dropped by the spool; the daemon goes on.
+	err := o.spool.Append(b)
+	o.sender.Notify()
+	return errors.Join(encErr, err)
 }
 
 // newOutput returns the writer for a --format value.
@@ -143,15 +149,4 @@ func newOutput(format string, w io.Writer) (pointWriter, error) {
 		return newJSONOutput(w), nil
 	}
 	return nil, fmt.Errorf("--format %q: want table, lp or json", format)
-}
-
-// drainWithin gives the sender until timeout to deliver what is queued.
-func drainWithin(s *sink.Sender, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := s.Drain(ctx); err != nil {
-		_, _, queued := s.Stats()
-		return fmt.Errorf("%d bytes of points not delivered at shutdown: %w", queued, err)
-	}
-	return nil
 }

@@ -5,7 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
@@ -41,8 +46,13 @@ type pipeline struct {
 	// shutdown begins (systemd notification).
 	ready, stopping func()
 
-	malformed uint64 // scrapes skipped for unparsable metrics text
-	failed    uint64 // scrapes that did not reach the server
+	// stateDir keeps the end of the last closed window, so that a restart
+	// can say which windows no process observed; empty: not kept.
+	stateDir string
+
+	malformed atomic.Uint64 // scrapes skipped for unparsable metrics text
+	failed    atomic.Uint64 // scrapes that did not reach the server
+	late      atomic.Uint64 // samples that came after their window closed
 }
 
 // event is what sources hand the main loop.
@@ -87,6 +97,7 @@ func (p *pipeline) run(ctx context.Context) error {
 		maxGap = max(maxGap, 5*s.ScrapeInterval/2)
 	}
 	servers := p.servers()
+	p.reportGap()
 	j := window.New(window.Config{
 		Window: cfg.Window, Grace: cfg.Grace, MaxGap: maxGap, Host: cfg.Host, Start: p.now(),
 	}, servers)
@@ -128,6 +139,7 @@ func (p *pipeline) run(ctx context.Context) error {
 			p.accept(j, ev, down)
 		case <-tick.C:
 			p.emit(j.Flush(p.now()))
+			p.late.Store(j.Late())
 		case <-ctx.Done():
 			if p.stopping != nil {
 				p.stopping()
@@ -144,8 +156,9 @@ func (p *pipeline) run(ctx context.Context) error {
 				break
 			}
 			p.emit(j.Close(p.now()))
-			p.log.Info("sources stopped", "late_samples", j.Late(), "scrapes_malformed", p.malformed,
-				"scrapes_failed", p.failed)
+			p.late.Store(j.Late())
+			p.log.Info("sources stopped", "late_samples", j.Late(), "scrapes_malformed", p.malformed.Load(),
+				"scrapes_failed", p.failed.Load())
 			return nil
 		}
 	}
@@ -161,9 +174,9 @@ func (p *pipeline) accept(j *window.Joiner, ev event, down map[string]bool) {
 	r := ev.scrape
 	if r.Err != nil {
 		if errors.Is(r.Err, collector.ErrMalformed) {
-			p.malformed++
+			p.malformed.Add(1)
 		} else {
-			p.failed++
+			p.failed.Add(1)
 		}
 		if !down[r.Server] {
 			p.log.Warn("server unreadable", "server", r.Server, "err", r.Err)
@@ -182,6 +195,7 @@ func (p *pipeline) emit(pts []*write.Point) {
 	if len(pts) == 0 {
 		return
 	}
+	p.markClosed(pts[len(pts)-1].Time().Add(p.cfg.Window))
 	for _, o := range p.outputs {
 		if err := o.WritePoints(pts); err != nil {
 			p.log.Error("output failed", "err", err)
@@ -220,5 +234,42 @@ func (p *pipeline) sampleGPUs(ctx context.Context, send func(event)) {
 			return
 		case <-t.C:
 		}
+	}
+}
+
+const markerName = "last-window"
+
+// markClosed records the end of the newest closed window.
+func (p *pipeline) markClosed(end time.Time) {
+	if p.stateDir == "" {
+		return
+	}
+	path := filepath.Join(p.stateDir, markerName)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(end.UnixMilli(), 10)+"\n"), 0o600); err == nil {
+		os.Rename(tmp, path)
+	}
+}
+
+// reportGap says which windows went unobserved between the last window
+// the previous process closed and the window this one starts in: the one
+// open at a crash, or the time the daemon was down.
+func (p *pipeline) reportGap() {
+	if p.stateDir == "" {
+		return
+	}
+	b, err := os.ReadFile(filepath.Join(p.stateDir, markerName))
+	if err != nil {
+		return
+	}
+	ms, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return
+	}
+	last := time.UnixMilli(ms)
+	start := p.now().Truncate(p.cfg.Window)
+	if n := int(start.Sub(last) / p.cfg.Window); n > 0 {
+		p.log.Warn("windows not observed: tpsmon was not running", "from", last.UTC().Format(time.RFC3339),
+			"to", start.UTC().Format(time.RFC3339), "windows", n)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/nvml"
 	"github.com/tpsmon/tpsmon/sink"
+	"github.com/tpsmon/tpsmon/sink/spool"
 )
 
 func newRunCmd() *cobra.Command {
@@ -71,6 +72,7 @@ func runDaemon(ctx context.Context, cfg *Config, log *slog.Logger, openGPU func(
 		openGPU = openBackend(cfg, nil)
 	}
 	p := &pipeline{cfg: cfg, log: log, openGPU: openGPU}
+	tel := &telemetry{p: p}
 	if cfg.Sink.Influx.URL != "" {
 		out, stop, err := startInflux(cfg, log)
 		if err != nil {
@@ -78,6 +80,8 @@ func runDaemon(ctx context.Context, cfg *Config, log *slog.Logger, openGPU func(
 		}
 		defer stop()
 		p.outputs = append(p.outputs, out)
+		p.stateDir = cfg.Sink.Spool.Dir
+		tel.spool, tel.sender = out.spool, out.sender
 	} else {
 		f, err := sink.OpenFile(cfg.Sink.File.Path)
 		if err != nil {
@@ -85,6 +89,15 @@ func runDaemon(ctx context.Context, cfg *Config, log *slog.Logger, openGPU func(
 		}
 		defer f.Close()
 		p.outputs = append(p.outputs, newLPOutput(f))
+	}
+	if cfg.HTTP.Listen != "" {
+		telCtx, stopTel := context.WithCancel(context.Background())
+		defer stopTel()
+		addr, err := tel.serve(telCtx, cfg.HTTP.Listen, log)
+		if err != nil {
+			return err
+		}
+		log.Info("self-telemetry", "url", "http://"+addr.String()+"/metrics")
 	}
 	p.client = &http.Client{Timeout: 5 * time.Second}
 	if len(cfg.Servers) == 0 && cfg.Discovery.Enabled {
@@ -111,28 +124,38 @@ func notify(log *slog.Logger, state string) {
 	}
 }
 
-// startInflux connects the InfluxDB sink and starts its sender. stop ends
-// the sender, then gives it stopTimeout to deliver what is queued.
+// startInflux opens the spool and starts the sender that drains it into
+// InfluxDB. stop ends the sender, then gives it stopTimeout to deliver
+// what is spooled; the rest stays for the next start.
 func startInflux(cfg *Config, log *slog.Logger) (out *influxOutput, stop func(), err error) {
 	in, err := cfg.influxClient()
 	if err != nil {
 		return nil, nil, err
 	}
-	sender := &sink.Sender{W: in, MaxBytes: int(cfg.Sink.Spool.MaxBytes), Log: log}
+	sp, err := spool.Open(spool.Options{Dir: cfg.Sink.Spool.Dir, MaxBytes: int64(cfg.Sink.Spool.MaxBytes), Log: log})
+	if err != nil {
+		in.Close()
+		return nil, nil, fmt.Errorf("sink.spool.dir: %w", err)
+	}
+	sender := &sink.Sender{Spool: sp, W: in, Log: log}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { sender.Run(ctx); close(done) }()
 	stop = func() {
 		cancel()
 		<-done
-		if err := drainWithin(sender, stopTimeout); err != nil {
-			log.Error("shutdown", "err", err)
+		fctx, fcancel := context.WithTimeout(context.Background(), stopTimeout)
+		defer fcancel()
+		if err := sender.Flush(fctx); err != nil {
+			st := sp.Stats()
+			log.Warn("points left in the spool for the next start", "points", st.Points, "err", err)
 		}
-		sent, dropped, _ := sender.Stats()
-		log.Info("influx sender stopped", "points_sent", sent, "points_dropped", dropped)
+		h := sender.Health()
+		log.Info("influx sender stopped", "points_sent", h.Sent, "points_dropped", sp.Stats().Dropped)
+		sp.Close()
 		in.Close()
 	}
-	return &influxOutput{enc: sink.NewEncoder(), sender: sender}, stop, nil
+	return &influxOutput{enc: sink.NewEncoder(), spool: sp, sender: sender}, stop, nil
 }
 
 // discover probes the configured local ports for engines tpsmon reads.

@@ -24,14 +24,31 @@ func URL(t testing.TB) string {
 	if u := os.Getenv("TPSMON_TEST_INFLUX_URL"); u != "" {
 		return strings.TrimRight(u, "/")
 	}
+	return Start(t).URL
+}
+
+// Server is an influxd of the test's own, which it may stop and start
+// again (same port, same data) to play an outage.
+type Server struct {
+	URL string
+	t   testing.TB
+	bin string
+	dir string
+	env []string
+	cmd *exec.Cmd
+	log *os.File
+}
+
+// Start runs a new influxd on free loopback ports; it stops with the test.
+func Start(t testing.TB) *Server {
+	t.Helper()
 	bin, err := findInfluxd()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	httpAddr, rpcAddr := freeAddr(t), freeAddr(t)
-	cmd := exec.Command(bin, "run")
-	cmd.Env = append(os.Environ(),
+	s := &Server{URL: "http://" + httpAddr, t: t, bin: bin, dir: dir, env: append(os.Environ(),
 		"INFLUXDB_REPORTING_DISABLED=true",
 		"INFLUXDB_BIND_ADDRESS="+rpcAddr,
 		"INFLUXDB_HTTP_BIND_ADDRESS="+httpAddr,
@@ -41,26 +58,48 @@ func URL(t testing.TB) string {
 		"INFLUXDB_DATA_WAL_DIR="+filepath.Join(dir, "wal"),
 		"INFLUXDB_DATA_QUERY_LOG_ENABLED=false",
 		"INFLUXDB_LOGGING_LEVEL=warn",
-	)
-	logf, err := os.Create(filepath.Join(dir, "influxd.log"))
+	)}
+	t.Cleanup(s.Stop)
+	s.Resume()
+	return s
+}
+
+// Resume starts the stopped server again and waits until it answers.
+func (s *Server) Resume() {
+	s.t.Helper()
+	logf, err := os.OpenFile(filepath.Join(s.dir, "influxd.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		t.Fatal(err)
+		s.t.Fatal(err)
 	}
+	cmd := exec.Command(s.bin, "run")
+	cmd.Env = s.env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start influxd: %v", err)
+		s.t.Fatalf("start influxd: %v", err)
 	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		logf.Close()
-	})
-	u := "http://" + httpAddr
-	if err := WaitReady(u, 30*time.Second); err != nil {
+	s.cmd, s.log = cmd, logf
+	if err := WaitReady(s.URL, 30*time.Second); err != nil {
 		b, _ := os.ReadFile(logf.Name())
-		t.Fatalf("%v\ninfluxd log:\n%s", err, b)
+		s.t.Fatalf("%v\ninfluxd log:\n%s", err, b)
 	}
-	return u
+}
+
+// Stop stops the server (an outage); Resume brings it back.
+func (s *Server) Stop() {
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		s.cmd.Process.Kill()
+		<-done
+	}
+	s.log.Close()
+	s.cmd = nil
 }
 
 func findInfluxd() (string, error) {

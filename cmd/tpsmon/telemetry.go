@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tpsmon/tpsmon/sink"
+	"github.com/tpsmon/tpsmon/sink/spool"
+)
+
+// telemetry is tpsmon's own health: /metrics in the Prometheus format and
+// /healthz as JSON.
+type telemetry struct {
+	p      *pipeline
+	spool  *spool.Spool // nil without InfluxDB
+	sender *sink.Sender
+}
+
+func (t *telemetry) registry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	counter := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
+	}
+	gauge := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+	}
+	counter("tpsmon_late_samples_total", "Samples that arrived after their window closed; dropped.",
+		func() float64 { return float64(t.p.late.Load()) })
+	counter("tpsmon_scrapes_malformed_total", "Scrapes skipped because the metrics text did not parse.",
+		func() float64 { return float64(t.p.malformed.Load()) })
+	counter("tpsmon_scrapes_failed_total", "Scrapes that did not reach the server.",
+		func() float64 { return float64(t.p.failed.Load()) })
+	if t.spool == nil {
+		return reg
+	}
+	st := func() spool.Stats { return t.spool.Stats() }
+	gauge("tpsmon_spool_bytes", "Bytes of points spooled and not yet accepted by InfluxDB.",
+		func() float64 { return float64(st().Bytes) })
+	gauge("tpsmon_spool_points", "Points spooled and not yet accepted by InfluxDB.",
+		func() float64 { return float64(st().Points) })
+	gauge("tpsmon_spool_oldest_unsent_age_seconds", "Age of the oldest point not yet accepted by InfluxDB.",
+		func() float64 {
+			if o := st().OldestUnsent; !o.IsZero() {
+				return time.Since(o).Seconds()
+			}
+			return 0
+		})
+	counter("tpsmon_spool_dropped_points_total", "Points lost to a full spool or a failed spool write.",
+		func() float64 { return float64(st().Dropped) })
+	counter("tpsmon_quarantined_points_total", "Points InfluxDB rejected, kept in the quarantine directory.",
+		func() float64 { return float64(st().Quarantined) })
+	counter("tpsmon_spool_corrupt_bytes_total", "Corrupt spool bytes moved to quarantine at recovery.",
+		func() float64 { return float64(st().QuarantinedBytes) })
+	counter("tpsmon_sent_points_total", "Points InfluxDB accepted.",
+		func() float64 { return float64(t.sender.Health().Sent) })
+	counter("tpsmon_write_retries_total", "Writes to InfluxDB that failed and will be retried.",
+		func() float64 { return float64(t.sender.Health().Retries) })
+	gauge("tpsmon_last_write_success_timestamp_seconds", "When InfluxDB last accepted a write (Unix time).",
+		func() float64 {
+			if ls := t.sender.Health().LastSuccess; !ls.IsZero() {
+				return float64(ls.UnixNano()) / 1e9
+			}
+			return 0
+		})
+	return reg
+}
+
+type healthReport struct {
+	Status string        `json:"status"` // ok | degraded
+	Issues []string      `json:"issues,omitempty"`
+	Influx *influxHealth `json:"influx,omitempty"`
+	Spool  *spool.Stats  `json:"spool,omitempty"`
+	Scrape struct {
+		Malformed uint64 `json:"malformed"`
+		Failed    uint64 `json:"failed"`
+	} `json:"scrapes"`
+	LateSamples uint64 `json:"late_samples"`
+}
+
+type influxHealth struct {
+	Sent        uint64     `json:"sent_points"`
+	Retries     uint64     `json:"retries"`
+	LastSuccess *time.Time `json:"last_success,omitempty"`
+	LastError   string     `json:"last_error,omitempty"`
+}
+
+func (t *telemetry) health() (healthReport, int) {
+	r := healthReport{Status: "ok", LateSamples: t.p.late.Load()}
+	r.Scrape.Malformed, r.Scrape.Failed = t.p.malformed.Load(), t.p.failed.Load()
+	if t.spool != nil {
+		h := t.sender.Health()
+		st := t.spool.Stats()
+		r.Spool = &st
+		r.Influx = &influxHealth{Sent: h.Sent, Retries: h.Retries, LastError: h.LastError}
+		if !h.LastSuccess.IsZero() {
+			r.Influx.LastSuccess = &h.LastSuccess
+		}
+		if h.ConfigError != "" {
+			r.Issues = append(r.Issues, "InfluxDB refuses the credentials or the bucket: "+h.ConfigError)
+		} else if h.LastError != "" {
+			r.Issues = append(r.Issues, "InfluxDB writes failing, points kept in the spool: "+h.LastError)
+		}
+		if st.Dropped > 0 {
+			r.Issues = append(r.Issues, fmt.Sprintf("%d points dropped by the spool (full or unwritable)", st.Dropped))
+		}
+	}
+	if len(r.Issues) > 0 {
+		r.Status = "degraded"
+		return r, http.StatusServiceUnavailable
+	}
+	return r, http.StatusOK
+}
+
+func (t *telemetry) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(t.registry(), promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		rep, code := t.health()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(rep)
+	})
+	return mux
+}
+
+// serve listens on addr and serves until ctx ends.
+func (t *telemetry) serve(ctx context.Context, addr string, log *slog.Logger) (net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("http.listen: %w", err)
+	}
+	srv := &http.Server{Handler: t.handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("telemetry endpoint stopped", "err", err)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	return ln.Addr(), nil
+}
