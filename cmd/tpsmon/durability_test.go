@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -17,7 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
+	"github.com/tpsmon/tpsmon/sink/spool"
 )
 
 // windowStarts returns the distinct window starts (Unix seconds) of the
@@ -270,5 +273,44 @@ func TestTelemetryEndpoints(t *testing.T) {
 	}
 	if st := out.spool.Stats(); st.Points == 0 {
 		t.Error("points were not kept while the credentials were refused")
+	}
+}
+
+// failingFS refuses every write to spool segments, like a full disk.
+type failingFS struct{ spool.OS }
+
+func (f failingFS) OpenFile(name string, flag int, perm fs.FileMode) (spool.File, error) {
+	file, err := f.OS.OpenFile(name, flag, perm)
+	if err != nil || !strings.HasSuffix(name, ".lps") {
+		return file, err
+	}
+	return enospcFile{file}, nil
+}
+
+type enospcFile struct{ spool.File }
+
+func (enospcFile) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
+
+func TestFullDiskDaemonGoesOnCountingDrops(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Window, cfg.Grace = 300*time.Millisecond, 50*time.Millisecond
+	cfg.GPU.Backend, cfg.GPU.Interval = "sim", 50*time.Millisecond
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sp, err := spool.Open(spool.Options{Dir: cfg.Sink.Spool.Dir, FS: failingFS{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := &influxOutput{enc: sink.NewEncoder(), spool: sp, sender: &sink.Sender{Spool: sp}}
+	var lp bytes.Buffer
+	p := &pipeline{cfg: cfg, log: log, outputs: []pointWriter{full, newLPOutput(&lp)}, openGPU: openBackend(cfg, nil)}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	if err := p.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	written := bytes.Count(lp.Bytes(), []byte("\n"))
+	st := sp.Stats()
+	if written < 8 || st.Dropped != uint64(written) || st.Points != 0 {
+		t.Errorf("%d points emitted, spool dropped %d and holds %d: want every emitted point counted once", written, st.Dropped, st.Points)
 	}
 }

@@ -277,26 +277,31 @@ func TestQuarantineRejected(t *testing.T) {
 }
 
 func BenchmarkAppendDrain(b *testing.B) {
-	s, err := Open(Options{Dir: b.TempDir(), MaxBytes: 1 << 30})
-	if err != nil {
-		b.Fatal(err)
+	// 10 points: one window of a node with 8 GPUs and 2 servers; 1000: a
+	// node catching up after an outage.
+	for _, n := range []int{10, 1000} {
+		b.Run(fmt.Sprintf("points=%d", n), func(b *testing.B) {
+			s, err := Open(Options{Dir: b.TempDir(), MaxBytes: 1 << 30})
+			if err != nil {
+				b.Fatal(err)
+			}
+			lines := batch(n, 1_700_000_000_000)
+			b.SetBytes(int64(len(lines)))
+			b.ResetTimer()
+			for range b.N {
+				if err := s.Append(lines); err != nil {
+					b.Fatal(err)
+				}
+				bt, _, err := s.Peek(1 << 20)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Ack(bt); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "points/s")
+			b.ReportMetric(float64(len(appendRecord(nil, lines, n)))/float64(n), "bytes/point")
+		})
 	}
-	// One window of a node: 8 GPU points and 2 server points.
-	lines := batch(10, 1_700_000_000_000)
-	b.SetBytes(int64(len(lines)))
-	b.ResetTimer()
-	for range b.N {
-		if err := s.Append(lines); err != nil {
-			b.Fatal(err)
-		}
-		bt, _, err := s.Peek(1 << 20)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := s.Ack(bt); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.N*10)/b.Elapsed().Seconds(), "points/s")
-	b.ReportMetric(float64(len(appendRecord(nil, lines, 10)))/10, "bytes/point")
 }
