@@ -41,6 +41,7 @@ type Sender struct {
 	lastSuccess time.Time
 	lastErr     string
 	configErr   string // set while InfluxDB refuses the credentials or bucket
+	swapped     Writer // replaces W (a reload with new credentials)
 	wake        chan struct{}
 	once        sync.Once
 }
@@ -61,6 +62,23 @@ func (s *Sender) init() {
 			s.Log = slog.Default()
 		}
 	})
+}
+
+// SetWriter replaces the writer, for a reload with new InfluxDB settings;
+// the next batch goes to it.
+func (s *Sender) SetWriter(w Writer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.swapped = w
+}
+
+func (s *Sender) writer() Writer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.swapped != nil {
+		return s.swapped
+	}
+	return s.W
 }
 
 // Notify tells the sender that new points were spooled.
@@ -205,7 +223,7 @@ var droppedRe = regexp.MustCompile(`dropped=(\d+)`)
 // rejects for good. It returns how many lines were written, or an error
 // when the batch must be retried as a whole.
 func (s *Sender) deliver(ctx context.Context, lines []byte) (int, error) {
-	err := s.W.Write(ctx, lines)
+	err := s.writer().Write(ctx, lines)
 	n := bytes.Count(lines, []byte("\n"))
 	if err == nil {
 		return n, nil

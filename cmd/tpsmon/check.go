@@ -65,7 +65,7 @@ func check(ctx context.Context, cfg *Config, w io.Writer) int {
 	client := &http.Client{Timeout: 5 * time.Second}
 	servers := cfg.Servers
 	if len(servers) == 0 && cfg.Discovery.Enabled {
-		servers = discover(ctx, client, cfg.Discovery.Ports, newLogger("error"))
+		servers = discover(ctx, client, cfg.Discovery.Ports, quietLogger())
 		if len(servers) == 0 {
 			report(fmt.Errorf("servers: none configured and none found on ports %v", cfg.Discovery.Ports), "")
 		}

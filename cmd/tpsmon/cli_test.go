@@ -205,7 +205,7 @@ func TestNotifiesSystemd(t *testing.T) {
 	cfg.Sink.File.Path = filepath.Join(t.TempDir(), "out.lp")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runDaemon(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil) }()
+	go func() { done <- runDaemon(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), daemonOpts{}) }()
 	read := func() string {
 		buf := make([]byte, 4096)
 		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -215,7 +215,7 @@ func TestNotifiesSystemd(t *testing.T) {
 		}
 		return string(buf[:n])
 	}
-	if got := read(); got != "READY=1\nSTATUS=monitoring 0 servers, GPU backend sim" {
+	if got := read(); got != "READY=1\nSTATUS=monitoring 0 servers, 2 GPUs" {
 		t.Errorf("first notification %q", got)
 	}
 	cancel()

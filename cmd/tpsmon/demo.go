@@ -87,7 +87,7 @@ func runDemo(ctx context.Context, cfg *Config, out pointWriter, gpus int, period
 	cfg.Discovery.Enabled = false
 	cfg.Servers = []ServerConfig{{Name: "demo-vllm", Engine: "vllm", MetricsURL: "http://" + ln.Addr().String() + "/metrics",
 		GPUs: []string{"auto"}, ScrapeInterval: 500 * time.Millisecond}}
-	log := newLogger(cfg.Log.Level)
+	log, _ := newLogger(cfg.Log.Level)
 	p := &pipeline{cfg: cfg, log: log, client: &http.Client{Timeout: 2 * time.Second}, outputs: []pointWriter{out},
 		openGPU: func() (gpuSampler, error) { return nvml.NewSim(gpus, load), nil }}
 	if cfg.Sink.Influx.URL != "" {

@@ -58,7 +58,7 @@ func TestOutageLosesNoWindow(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- runDaemon(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)),
-			func() (gpuSampler, error) { return steadyGPUs{start: start}, nil })
+			daemonOpts{openGPU: func() (gpuSampler, error) { return steadyGPUs{start: start}, nil }})
 	}()
 	time.Sleep(2 * time.Second)
 	srv.Stop() // several windows close while InfluxDB is down
@@ -141,7 +141,6 @@ http: {listen: "127.0.0.1:0"}
 	// closes is in its spool when it is killed.
 	srv.Stop()
 	first := startDaemon(t, bin, cfgPath)
-	started := time.Now()
 	time.Sleep(3500 * time.Millisecond)
 	first.cmd.Process.Signal(syscall.SIGKILL)
 	first.cmd.Wait()
@@ -170,8 +169,13 @@ http: {listen: "127.0.0.1:0"}
 		t.Errorf("reported gap %s..%s, kill at %s", m[1], m[2], killed.Format(time.RFC3339Nano))
 	}
 	got, rows := windowStarts(t, srv.URL, db)
+	fm := regexp.MustCompile(`first window" start=(\S+)`).FindStringSubmatch(first.stderr.String())
+	if fm == nil {
+		t.Fatalf("first process did not log its first window:\n%s", first.stderr.String())
+	}
+	firstWindow, _ := time.Parse(time.RFC3339Nano, fm[1])
 	spooled := 0
-	for w := started.Unix(); w < from.Unix(); w++ {
+	for w := firstWindow.Unix(); w < from.Unix(); w++ {
 		spooled++
 		if !got[w] {
 			t.Errorf("window %s, closed and spooled before the kill, is missing", time.Unix(w, 0).Format("15:04:05"))

@@ -126,7 +126,7 @@ func TestRunAgainstRealInfluxDB(t *testing.T) {
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	gpus := steadyGPUs{start: start}
-	if err := runDaemon(ctx, cfg, log, func() (gpuSampler, error) { return gpus, nil }); err != nil {
+	if err := runDaemon(ctx, cfg, log, daemonOpts{openGPU: func() (gpuSampler, error) { return gpus, nil }}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -32,7 +33,7 @@ type pointWriter interface {
 }
 
 // pipeline wires sources, the joiner and the outputs: the daemon's main
-// loop, shared by run and demo.
+// loop, shared by run and demo. Only the main loop touches the joiner.
 type pipeline struct {
 	cfg *Config
 	log *slog.Logger
@@ -45,6 +46,10 @@ type pipeline struct {
 	// ready and stopping are told when the sources have started and when
 	// shutdown begins (systemd notification).
 	ready, stopping func()
+	// reconf hands the main loop a new configuration (SIGHUP); applied
+	// tells the reloader it is in force.
+	reconf  chan *Config
+	applied chan struct{}
 
 	// stateDir keeps the end of the last closed window, so that a restart
 	// can say which windows no process observed; empty: not kept.
@@ -53,6 +58,14 @@ type pipeline struct {
 	malformed atomic.Uint64 // scrapes skipped for unparsable metrics text
 	failed    atomic.Uint64 // scrapes that did not reach the server
 	late      atomic.Uint64 // samples that came after their window closed
+
+	// Liveness for the watchdog: when the main loop last ran, when the
+	// last GPU reading arrived, and whether a GPU backend is open.
+	loopAt, gpuAt atomic.Int64
+	gpuOpen       atomic.Bool
+	gpus          atomic.Int64
+	unreadable    atomic.Int64
+	servers       atomic.Int64
 }
 
 // event is what sources hand the main loop.
@@ -64,15 +77,15 @@ type event struct {
 // gpuRetry is how long a failed GPU backend waits before the next try.
 const gpuRetry = 30 * time.Second
 
-func (p *pipeline) servers() []window.Server {
-	out := make([]window.Server, len(p.cfg.Servers))
-	for i, s := range p.cfg.Servers {
+func serversOf(cfg *Config) []window.Server {
+	out := make([]window.Server, len(cfg.Servers))
+	for i, s := range cfg.Servers {
 		gpus := s.GPUs
 		if len(gpus) == 1 && gpus[0] == "auto" {
 			// Without process attribution, a lone server owns every GPU;
 			// with several, none is guessed.
 			gpus = nil
-			if len(p.cfg.Servers) == 1 {
+			if len(cfg.Servers) == 1 {
 				gpus = []string{"*"}
 			}
 		}
@@ -85,6 +98,58 @@ func (p *pipeline) servers() []window.Server {
 	return out
 }
 
+func maxGapOfConfig(cfg *Config) time.Duration {
+	gap := 5 * cfg.GPU.Interval / 2
+	for _, s := range cfg.Servers {
+		gap = max(gap, 5*s.ScrapeInterval/2)
+	}
+	return gap
+}
+
+// sources is one generation of running sources.
+type sources struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// startSources starts a scraper per server and the GPU sampler of cfg.
+// opened is closed once the GPU backend was tried (or there is none).
+func (p *pipeline) startSources(ctx context.Context, cfg *Config, events chan<- event) (src *sources, opened chan struct{}, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	src = &sources{cancel: cancel}
+	opened = make(chan struct{})
+	send := func(ev event) {
+		select {
+		case events <- ev:
+		case <-ctx.Done():
+		}
+	}
+	for _, s := range cfg.Servers {
+		d, err := collector.DialectFor(s.Engine)
+		if err != nil {
+			src.stop()
+			return nil, nil, err
+		}
+		sc := &collector.Scraper{Server: s.Name, URL: s.MetricsURL, Interval: s.ScrapeInterval,
+			Dialect: d, Client: p.client, Now: p.now}
+		src.wg.Go(func() {
+			sc.Run(ctx, func(r collector.Result) { send(event{scrape: &r}) })
+		})
+	}
+	if p.openGPU != nil {
+		interval := cfg.GPU.Interval
+		src.wg.Go(func() { p.sampleGPUs(ctx, interval, send, opened) })
+	} else {
+		close(opened)
+	}
+	return src, opened, nil
+}
+
+func (s *sources) stop() {
+	s.cancel()
+	s.wg.Wait()
+}
+
 // run drives everything until ctx ends, then closes the open windows as
 // partial and hands them to the outputs.
 func (p *pipeline) run(ctx context.Context) error {
@@ -92,69 +157,76 @@ func (p *pipeline) run(ctx context.Context) error {
 		p.now = time.Now
 	}
 	cfg := p.cfg
-	maxGap := 5 * cfg.GPU.Interval / 2
-	for _, s := range cfg.Servers {
-		maxGap = max(maxGap, 5*s.ScrapeInterval/2)
-	}
-	servers := p.servers()
 	p.reportGap()
+	start := p.now()
 	j := window.New(window.Config{
-		Window: cfg.Window, Grace: cfg.Grace, MaxGap: maxGap, Host: cfg.Host, Start: p.now(),
-	}, servers)
+		Window: cfg.Window, Grace: cfg.Grace, MaxGap: maxGapOfConfig(cfg), Host: cfg.Host, Start: start,
+	}, serversOf(cfg))
+	p.log.Info("first window", "start", start.Truncate(cfg.Window).UTC().Format(time.RFC3339Nano))
 
 	events := make(chan event, 64)
-	srcCtx, stopSources := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	send := func(ev event) {
-		select {
-		case events <- ev:
-		case <-srcCtx.Done():
-		}
-	}
-	for _, s := range cfg.Servers {
-		d, err := collector.DialectFor(s.Engine)
-		if err != nil {
-			stopSources()
-			return err
-		}
-		sc := &collector.Scraper{Server: s.Name, URL: s.MetricsURL, Interval: s.ScrapeInterval,
-			Dialect: d, Client: p.client, Now: p.now}
-		wg.Go(func() {
-			sc.Run(srcCtx, func(r collector.Result) { send(event{scrape: &r}) })
-		})
-	}
-	if p.openGPU != nil {
-		wg.Go(func() { p.sampleGPUs(srcCtx, send) })
-	}
-
-	tick := time.NewTicker(min(cfg.Window/10, time.Second))
-	defer tick.Stop()
-	if p.ready != nil {
-		p.ready()
+	p.servers.Store(int64(len(cfg.Servers)))
+	src, opened, err := p.startSources(ctx, cfg, events)
+	if err != nil {
+		return err
 	}
 	down := make(map[string]bool)
+	// drain takes what stopped sources had already handed over.
+	drain := func() {
+		for {
+			select {
+			case ev := <-events:
+				p.accept(j, ev, down)
+			default:
+				return
+			}
+		}
+	}
+
+	tickEvery := min(cfg.Window/10, time.Second)
+	tick := time.NewTicker(tickEvery)
+	defer tick.Stop()
+	p.loopAt.Store(p.now().UnixNano())
+	readyTold := false
+	tellReady := func() {
+		if !readyTold && p.ready != nil {
+			p.ready()
+		}
+		readyTold = true
+	}
 	for {
 		select {
+		case <-opened:
+			// Ready once the GPU backend was tried, so the first status
+			// says how many GPUs are sampled.
+			tellReady()
+			opened = nil
 		case ev := <-events:
 			p.accept(j, ev, down)
 		case <-tick.C:
 			p.emit(j.Flush(p.now()))
 			p.late.Store(j.Late())
+			p.loopAt.Store(p.now().UnixNano())
+		case nc := <-p.reconf:
+			src.stop()
+			drain()
+			p.cfg = nc
+			p.servers.Store(int64(len(nc.Servers)))
+			j.SetServers(serversOf(nc), maxGapOfConfig(nc))
+			for name := range down {
+				delete(down, name)
+			}
+			p.unreadable.Store(0)
+			if src, _, err = p.startSources(ctx, nc, events); err != nil {
+				return err
+			}
+			p.applied <- struct{}{}
 		case <-ctx.Done():
 			if p.stopping != nil {
 				p.stopping()
 			}
-			stopSources()
-			wg.Wait()
-			for {
-				select {
-				case ev := <-events:
-					p.accept(j, ev, down)
-					continue
-				default:
-				}
-				break
-			}
+			src.stop()
+			drain()
 			p.emit(j.Close(p.now()))
 			p.late.Store(j.Late())
 			p.log.Info("sources stopped", "late_samples", j.Late(), "scrapes_malformed", p.malformed.Load(),
@@ -169,6 +241,8 @@ func (p *pipeline) accept(j *window.Joiner, ev event, down map[string]bool) {
 		for _, s := range ev.gpus {
 			j.AddGPU(s)
 		}
+		p.gpuAt.Store(p.now().UnixNano())
+		p.gpus.Store(int64(len(ev.gpus)))
 		return
 	}
 	r := ev.scrape
@@ -181,12 +255,14 @@ func (p *pipeline) accept(j *window.Joiner, ev event, down map[string]bool) {
 		if !down[r.Server] {
 			p.log.Warn("server unreadable", "server", r.Server, "err", r.Err)
 			down[r.Server] = true
+			p.unreadable.Add(1)
 		}
 		return
 	}
 	if down[r.Server] {
 		p.log.Info("server readable again", "server", r.Server)
 		down[r.Server] = false
+		p.unreadable.Add(-1)
 	}
 	j.AddServer(r.Server, r.Sample)
 }
@@ -195,22 +271,35 @@ func (p *pipeline) emit(pts []*write.Point) {
 	if len(pts) == 0 {
 		return
 	}
-	p.markClosed(pts[len(pts)-1].Time().Add(p.cfg.Window))
 	for _, o := range p.outputs {
 		if err := o.WritePoints(pts); err != nil {
 			p.log.Error("output failed", "err", err)
 		}
 	}
+	// Only after the points are spooled: the marker never claims more.
+	p.markClosed(pts[len(pts)-1].Time().Add(p.cfg.Window))
 }
 
 // sampleGPUs opens the GPU backend, retrying while it fails, and samples
-// it every gpu.interval until ctx ends.
-func (p *pipeline) sampleGPUs(ctx context.Context, send func(event)) {
+// it every interval until ctx ends. tried is closed after the first try.
+func (p *pipeline) sampleGPUs(ctx context.Context, interval time.Duration, send func(event), tried chan struct{}) {
 	var g gpuSampler
 	lastErr := ""
 	for g == nil {
 		var err error
 		g, err = p.openGPU()
+		if err == nil {
+			p.gpuOpen.Store(true)
+			p.gpuAt.Store(p.now().UnixNano())
+			if s := g.Sample(p.now()); len(s) > 0 {
+				p.gpus.Store(int64(len(s)))
+				send(event{gpus: s})
+			}
+		}
+		if tried != nil {
+			close(tried)
+			tried = nil
+		}
 		if err == nil {
 			break
 		}
@@ -224,17 +313,50 @@ func (p *pipeline) sampleGPUs(ctx context.Context, send func(event)) {
 		case <-time.After(gpuRetry):
 		}
 	}
-	defer g.Close()
-	t := time.NewTicker(p.cfg.GPU.Interval)
+	defer func() {
+		p.gpuOpen.Store(false)
+		g.Close()
+	}()
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		send(event{gpus: g.Sample(p.now())})
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		send(event{gpus: g.Sample(p.now())})
 	}
+}
+
+// healthy reports whether the main loop and the GPU sampler made progress
+// recently; the watchdog is fed only then, so a stuck joiner or a hung
+// driver call ends in a restart by systemd.
+func (p *pipeline) healthy(now time.Time, stale time.Duration) bool {
+	if now.Sub(time.Unix(0, p.loopAt.Load())) > stale {
+		return false
+	}
+	if p.gpuOpen.Load() && now.Sub(time.Unix(0, p.gpuAt.Load())) > stale {
+		return false
+	}
+	return true
+}
+
+// status is the one-line state systemd shows.
+func (p *pipeline) status() string {
+	s := fmt.Sprintf("monitoring %d servers", p.servers.Load())
+	if n := p.unreadable.Load(); n > 0 {
+		s += fmt.Sprintf(" (%d unreadable)", n)
+	}
+	switch {
+	case p.openGPU == nil:
+		s += ", GPUs not sampled"
+	case p.gpuOpen.Load():
+		s += fmt.Sprintf(", %d GPUs", p.gpus.Load())
+	default:
+		s += ", GPU sampling unavailable"
+	}
+	return s
 }
 
 const markerName = "last-window"

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -22,23 +25,29 @@ func newRunCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the daemon",
-		Args:  cobra.NoArgs,
+		Long: `run is the daemon that the systemd unit starts. SIGHUP reloads the
+configuration (an invalid one is rejected and the running one kept);
+SIGTERM closes the open windows, delivers what it can within 10s and
+leaves the rest in the spool.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := configFromFlags(cmd)
 			if err != nil {
 				return err
 			}
-			return runDaemon(cmd.Context(), cfg, newLogger(cfg.Log.Level), nil)
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			log, level := newLogger(cfg.Log.Level)
+			return runDaemon(cmd.Context(), cfg, log, daemonOpts{
+				reload: hup,
+				load:   func() (*Config, error) { return configFromFlags(cmd) },
+				level:  level,
+			})
 		},
 	}
 	addConfigFlags(cmd)
 	return cmd
-}
-
-func newLogger(level string) *slog.Logger {
-	var l slog.Level
-	_ = l.UnmarshalText([]byte(strings.ToUpper(level)))
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 }
 
 // stopTimeout bounds the final delivery at shutdown.
@@ -65,20 +74,31 @@ func openBackend(cfg *Config, load func(time.Time) float64) func() (gpuSampler, 
 	return nil
 }
 
-// runDaemon runs the pipeline of cfg until ctx ends. openGPU replaces the
-// configured backend when not nil (tests).
-func runDaemon(ctx context.Context, cfg *Config, log *slog.Logger, openGPU func() (gpuSampler, error)) error {
-	if openGPU == nil {
-		openGPU = openBackend(cfg, nil)
+// daemonOpts are runDaemon's optional parts.
+type daemonOpts struct {
+	// openGPU replaces the configured GPU backend (tests).
+	openGPU func() (gpuSampler, error)
+	// reload delivers SIGHUP; load re-reads the configuration then.
+	reload <-chan os.Signal
+	load   func() (*Config, error)
+	level  *slog.LevelVar
+}
+
+// runDaemon runs the pipeline of cfg until ctx ends.
+func runDaemon(ctx context.Context, cfg *Config, log *slog.Logger, o daemonOpts) error {
+	if o.openGPU == nil {
+		o.openGPU = openBackend(cfg, nil)
 	}
-	p := &pipeline{cfg: cfg, log: log, openGPU: openGPU}
+	p := &pipeline{cfg: cfg, log: log, openGPU: o.openGPU, reconf: make(chan *Config), applied: make(chan struct{})}
 	tel := &telemetry{p: p}
+	var influx *influxOutput
 	if cfg.Sink.Influx.URL != "" {
 		out, stop, err := startInflux(cfg, log)
 		if err != nil {
 			return err
 		}
 		defer stop()
+		influx = out
 		p.outputs = append(p.outputs, out)
 		p.stateDir = cfg.Sink.Spool.Dir
 		tel.spool, tel.sender = out.spool, out.sender
@@ -106,14 +126,133 @@ func runDaemon(ctx context.Context, cfg *Config, log *slog.Logger, openGPU func(
 	if len(cfg.Servers) == 0 {
 		log.Warn("no inference server configured or discovered; sampling GPUs only")
 	}
-	p.ready = func() {
-		status := fmt.Sprintf("STATUS=monitoring %d servers, GPU backend %s", len(cfg.Servers), cfg.GPU.Backend)
-		notify(log, daemon.SdNotifyReady+"\n"+status)
-	}
+
+	ready := make(chan struct{})
+	p.ready = func() { close(ready) }
 	p.stopping = func() { notify(log, daemon.SdNotifyStopping) }
+	loopCtx, stopLoop := context.WithCancel(ctx)
+	defer stopLoop()
+	done := make(chan error, 1)
+	go func() { done <- p.run(loopCtx) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		return err
+	}
 	log.Info("tpsmon running", "version", version, "host", cfg.Host, "window", cfg.Window,
 		"servers", len(cfg.Servers), "gpu_backend", cfg.GPU.Backend, "influx", cfg.Sink.Influx.URL)
-	return p.run(ctx)
+	status := statusLine(p, tel)
+	notify(log, daemon.SdNotifyReady+"\nSTATUS="+status)
+
+	// The watchdog is fed at half its timeout, and only while the main
+	// loop and the sampler make progress.
+	wd, _ := daemon.SdWatchdogEnabled(false)
+	beat := time.Second
+	if wd > 0 {
+		beat = min(beat, wd/2)
+	}
+	stale := max(3*time.Second, 3*min(cfg.Window/10, time.Second), 3*cfg.GPU.Interval)
+	ticker := time.NewTicker(beat)
+	defer ticker.Stop()
+	lastPing, stuck := time.Time{}, false
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-o.reload:
+			if err := reload(p, influx, log, o); err != nil {
+				log.Error("reload rejected; the running configuration stays", "err", err)
+			}
+			notify(log, daemon.SdNotifyReady+"\nSTATUS="+statusLine(p, tel))
+		case now := <-ticker.C:
+			if s := statusLine(p, tel); s != status {
+				status = s
+				notify(log, "STATUS="+s)
+			}
+			if wd == 0 || now.Sub(lastPing) < wd/2-beat/2 {
+				continue
+			}
+			if p.healthy(now, stale) {
+				notify(log, daemon.SdNotifyWatchdog)
+				lastPing, stuck = now, false
+			} else if !stuck {
+				log.Error("main loop or GPU sampler stuck; withholding the watchdog keep-alive", "stale_after", stale)
+				stuck = true
+			}
+		}
+	}
+}
+
+// statusLine adds the delivery state to the pipeline's status.
+func statusLine(p *pipeline, tel *telemetry) string {
+	s := p.status()
+	if tel.sender == nil {
+		return s
+	}
+	h := tel.sender.Health()
+	switch {
+	case h.ConfigError != "":
+		s += "; InfluxDB refuses the credentials or bucket"
+	case h.LastError != "":
+		s += fmt.Sprintf("; InfluxDB unreachable, %d points spooled", tel.spool.Stats().Points)
+	}
+	return s
+}
+
+// reload re-reads the configuration and applies it: servers, GPU
+// settings, InfluxDB client and log level change at once; keys that shape
+// the stored series or what the process holds open (window, grace, host,
+// spool, http.listen, whether InfluxDB is used at all) need a restart.
+func reload(p *pipeline, influx *influxOutput, log *slog.Logger, o daemonOpts) error {
+	notify(log, daemon.SdNotifyReloading+"\n"+daemon.SdNotifyMonotonicUsec())
+	if o.load == nil {
+		return errors.New("no configuration to reload")
+	}
+	nc, err := o.load()
+	if err != nil {
+		return err
+	}
+	old := p.cfg
+	var kept []string
+	keep := func(name string, differs bool) {
+		if differs {
+			kept = append(kept, name)
+		}
+	}
+	keep("window", nc.Window != old.Window)
+	keep("grace", nc.Grace != old.Grace)
+	keep("host", nc.Host != old.Host)
+	keep("sink.spool", nc.Sink.Spool != old.Sink.Spool)
+	keep("http.listen", nc.HTTP.Listen != old.HTTP.Listen)
+	keep("sink.influx.url (on/off)", (nc.Sink.Influx.URL == "") != (old.Sink.Influx.URL == ""))
+	keep("sink.file", nc.Sink.File != old.Sink.File)
+	nc.Window, nc.Grace, nc.Host, nc.Sink.Spool, nc.HTTP, nc.Sink.File = old.Window, old.Grace, old.Host, old.Sink.Spool, old.HTTP, old.Sink.File
+	if (nc.Sink.Influx.URL == "") != (old.Sink.Influx.URL == "") {
+		nc.Sink.Influx = old.Sink.Influx
+	}
+	if len(kept) > 0 {
+		log.Warn("reload: these keys change only at restart", "keys", strings.Join(kept, ", "))
+	}
+	if influx != nil && nc.Sink.Influx != old.Sink.Influx {
+		in, err := nc.influxClient()
+		if err != nil {
+			return err
+		}
+		influx.sender.SetWriter(in)
+	}
+	if len(nc.Servers) == 0 && nc.Discovery.Enabled {
+		nc.Servers = old.Servers
+	}
+	if o.openGPU != nil && nc.GPU.Backend != old.GPU.Backend {
+		p.openGPU = openBackend(nc, nil)
+	}
+	if o.level != nil {
+		o.level.Set(parseLevel(nc.Log.Level))
+	}
+	p.reconf <- nc
+	<-p.applied
+	log.Info("configuration reloaded", "servers", len(nc.Servers))
+	return nil
 }
 
 // notify tells systemd about the daemon's state; outside systemd

@@ -105,6 +105,29 @@ func New(cfg Config, servers []Server) *Joiner {
 	return j
 }
 
+// SetServers replaces the monitored servers (a reload): servers kept by
+// name keep their series, so their windows go on unbroken; new ones start
+// empty; removed ones are forgotten with their open window.
+func (j *Joiner) SetServers(servers []Server, maxGap time.Duration) {
+	j.cfg.MaxGap = maxGap
+	old := j.byName
+	j.servers = j.servers[:0]
+	j.byName = make(map[string]*serverState, len(servers))
+	for _, s := range servers {
+		st, ok := old[s.Name]
+		if !ok {
+			st = &serverState{}
+		}
+		model := st.Model
+		st.Server = s
+		if s.Model == "" {
+			st.Model = model
+		}
+		j.servers = append(j.servers, st)
+		j.byName[s.Name] = st
+	}
+}
+
 // Late returns how many samples arrived for windows already closed.
 func (j *Joiner) Late() uint64 { return j.late }
 

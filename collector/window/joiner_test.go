@@ -366,3 +366,23 @@ func TestVerdict(t *testing.T) {
 		}
 	}
 }
+
+func TestJoinerSetServersKeepsSeries(t *testing.T) {
+	j := newJoiner(0)
+	for _, s := range steady(0, 14, 1, 10, 0) {
+		j.AddServer("llm", sample(s))
+	}
+	j.SetServers([]Server{{Name: "llm", Engine: "vllm"}, {Name: "new", Engine: "vllm"}}, 2500*time.Millisecond)
+	for _, s := range steady(14, 21, 1, 10, 140) {
+		j.AddServer("llm", sample(s))
+	}
+	var srv []map[string]any
+	for _, p := range j.Flush(at(25)) {
+		if p.Name() == "tpsmon_server" && tags(p)["server"] == "llm" {
+			srv = append(srv, fields(p))
+		}
+	}
+	if len(srv) != 2 || srv[1]["tokens"] != int64(100) || srv[1]["coverage"] != 1.0 {
+		t.Errorf("series broken by the reload: %v", srv)
+	}
+}
