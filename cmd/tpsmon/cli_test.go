@@ -191,38 +191,3 @@ func TestShippedSampleConfigLoads(t *testing.T) {
 		t.Errorf("sample config: %+v", cfg)
 	}
 }
-
-func TestNotifiesSystemd(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "notify.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	t.Setenv("NOTIFY_SOCKET", sock)
-	cfg := testConfig(t)
-	cfg.GPU.Backend, cfg.Discovery.Enabled = "sim", false
-	cfg.Sink.File.Path = filepath.Join(t.TempDir(), "out.lp")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- runDaemon(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), daemonOpts{}) }()
-	read := func() string {
-		buf := make([]byte, 4096)
-		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-		n, err := conn.Read(buf)
-		if err != nil {
-			t.Fatalf("no notification: %v", err)
-		}
-		return string(buf[:n])
-	}
-	if got := read(); got != "READY=1\nSTATUS=monitoring 0 servers, 2 GPUs" {
-		t.Errorf("first notification %q", got)
-	}
-	cancel()
-	if got := read(); got != "STOPPING=1" {
-		t.Errorf("second notification %q", got)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-}
