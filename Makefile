@@ -2,7 +2,14 @@
 # README run; it builds the real InfluxDB the integration tests use.
 
 GO      ?= go
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# A release tag vX.Y.Z gives X.Y.Z; between tags, 0.1.0-dev+<commit>.
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' 2>/dev/null | sed 's/^v//' || true)
+ifeq ($(VERSION),)
+VERSION := 0.1.0-dev+$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+endif
+NFPM    := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.43.0
+GOARCH  := $(shell $(GO) env GOARCH)
+DIST    ?= dist
 LDFLAGS := -X main.version=$(VERSION)
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 INFLUXD := $(GOBIN)/influxd
@@ -10,7 +17,7 @@ INFLUXD := $(GOBIN)/influxd
 # go-nvml's header marks NVML 13 deprecations; they are not ours to fix.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-.PHONY: build demo test vet influxd clean
+.PHONY: build demo test vet influxd package clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o tpsmon ./cmd/tpsmon
@@ -29,6 +36,11 @@ influxd: $(INFLUXD)
 
 $(INFLUXD):
 	$(GO) install github.com/influxdata/influxdb/cmd/influxd@v1.8.10
+
+package: build
+	mkdir -p $(DIST)
+	GOARCH=$(GOARCH) PKG_VERSION=$(VERSION) $(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager deb --target $(DIST)/
+	GOARCH=$(GOARCH) PKG_VERSION=$(VERSION) $(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager rpm --target $(DIST)/
 
 clean:
 	rm -rf tpsmon dist

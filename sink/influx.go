@@ -127,6 +127,15 @@ func classify(err error) error {
 	return we
 }
 
+// Probe writes nothing: InfluxDB still checks the token and that the
+// bucket exists, and stores nothing.
+func (i *Influx) Probe(ctx context.Context) error {
+	if err := i.w.WriteRecord(ctx, ""); err != nil {
+		return classify(err)
+	}
+	return nil
+}
+
 // Ping checks that the server answers.
 func (i *Influx) Ping(ctx context.Context) error {
 	ok, err := i.client.Ping(ctx)

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/sink"
 )
 
 func newCheckCmd() *cobra.Command {
@@ -84,12 +86,62 @@ func check(ctx context.Context, cfg *Config, w io.Writer) int {
 		report(nil, "influx: none configured; points go to %s", cfg.Sink.File.Path)
 		return problems
 	}
+	report(tokenFileMode(cfg), "influx token file: not readable by other users")
 	in, err := cfg.influxClient()
 	if err != nil {
 		report(err, "")
 		return problems
 	}
 	defer in.Close()
-	report(in.Ping(ctx), "influx %s reachable", cfg.Sink.Influx.URL)
+	if err := in.Ping(ctx); err != nil {
+		report(err, "")
+		return problems
+	}
+	report(probeError(in.Probe(ctx), cfg), "influx %s: reachable, token and bucket %q accepted", cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket)
+	report(spoolWritable(cfg.Sink.Spool.Dir), "spool %s writable", cfg.Sink.Spool.Dir)
 	return problems
+}
+
+// probeError explains a refused write of nothing.
+func probeError(err error, cfg *Config) error {
+	var we *sink.WriteError
+	if !errors.As(err, &we) {
+		return err
+	}
+	switch we.Status {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return fmt.Errorf("influx %s: the token is refused (HTTP %d); check sink.influx.token_file", cfg.Sink.Influx.URL, we.Status)
+	case http.StatusNotFound:
+		return fmt.Errorf("influx %s: bucket %q does not exist (HTTP 404)", cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket)
+	}
+	return err
+}
+
+// tokenFileMode refuses a token file that other users can read or write.
+func tokenFileMode(cfg *Config) error {
+	path := cfg.Sink.Influx.TokenFile
+	if path == "" {
+		return nil
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("sink.influx.token_file: %w", err)
+	}
+	if m := fi.Mode().Perm(); m&0o006 != 0 {
+		return fmt.Errorf("sink.influx.token_file %s is readable or writable by every user (mode %04o): chmod 600 it", path, m)
+	}
+	return nil
+}
+
+// spoolWritable creates and removes a file in the spool directory.
+func spoolWritable(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("sink.spool.dir: %w", err)
+	}
+	f, err := os.CreateTemp(dir, ".check-*")
+	if err != nil {
+		return fmt.Errorf("sink.spool.dir: %w", err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }

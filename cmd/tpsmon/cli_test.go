@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tpsmon/tpsmon/sink/influxtest"
 )
 
 // runCLI runs tpsmon in-process with args and returns its output and error.
@@ -189,5 +191,62 @@ func TestShippedSampleConfigLoads(t *testing.T) {
 	}
 	if cfg.Window != 10*time.Second || cfg.GPU.Backend != "nvml" || cfg.Sink.Spool.MaxBytes != 1<<30 {
 		t.Errorf("sample config: %+v", cfg)
+	}
+}
+
+func TestCheckInflux(t *testing.T) {
+	srv := influxtest.Start(t, "INFLUXDB_HTTP_AUTH_ENABLED=true")
+	// The first user may be created without credentials.
+	influxtest.Query(t, srv.URL, "", "CREATE USER admin WITH PASSWORD 'pw' WITH ALL PRIVILEGES")
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/query?q=CREATE+DATABASE+checkdb", nil)
+	req.SetBasicAuth("admin", "pw")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
+	vllm := httptest.NewServer(&drivenVLLM{rate: 10, start: time.Now(), resetAt: time.Now().Add(time.Hour)})
+	defer vllm.Close()
+	dir := t.TempDir()
+	token := func(name, tok string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(tok+"\n"), mode)
+		os.Chmod(p, mode)
+		return p
+	}
+	tests := []struct {
+		name      string
+		tokenFile string
+		bucket    string
+		want      []string
+		problems  int
+	}{
+		{"all well", token("good", "admin:pw", 0o600), "checkdb", []string{"token and bucket \"checkdb\" accepted", "spool"}, 0},
+		{"token refused", token("bad", "admin:nope", 0o600), "checkdb", []string{"the token is refused (HTTP 401)"}, 1},
+		{"no such bucket", token("good2", "admin:pw", 0o600), "nodb", []string{`bucket "nodb" does not exist`}, 1},
+		{"world-readable token", token("open", "admin:pw", 0o644), "checkdb", []string{"readable or writable by every user (mode 0644)"}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfgPath := filepath.Join(dir, tt.name+".yaml")
+			os.WriteFile(cfgPath, []byte(fmt.Sprintf(`gpu: {backend: none}
+servers: [{name: s, metrics_url: "%s"}]
+sink:
+  influx: {url: "%s", bucket: %s, token_file: "%s"}
+  spool: {dir: "%s"}
+`, vllm.URL, srv.URL, tt.bucket, tt.tokenFile, filepath.Join(dir, "spool"))), 0o600)
+			out, err := runCLI(t, "check", "-c", cfgPath)
+			if (tt.problems == 0) != (err == nil) {
+				t.Errorf("check err = %v\n%s", err, out)
+			}
+			if tt.problems > 0 && (err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%d problem", tt.problems))) {
+				t.Errorf("check err = %v, want %d problem(s)", err, tt.problems)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("check output lacks %q:\n%s", w, out)
+				}
+			}
+		})
 	}
 }

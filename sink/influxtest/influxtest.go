@@ -40,7 +40,8 @@ type Server struct {
 }
 
 // Start runs a new influxd on free loopback ports; it stops with the test.
-func Start(t testing.TB) *Server {
+// env adds INFLUXDB_* settings.
+func Start(t testing.TB, env ...string) *Server {
 	t.Helper()
 	bin, err := findInfluxd()
 	if err != nil {
@@ -59,6 +60,7 @@ func Start(t testing.TB) *Server {
 		"INFLUXDB_DATA_QUERY_LOG_ENABLED=false",
 		"INFLUXDB_LOGGING_LEVEL=warn",
 	)}
+	s.env = append(s.env, env...)
 	t.Cleanup(s.Stop)
 	s.Resume()
 	return s
