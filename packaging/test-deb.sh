@@ -63,6 +63,7 @@ rm -rf "$old"
 [ -x /usr/bin/tpsmon ] || fail "/usr/bin/tpsmon missing"
 [ -f /usr/lib/systemd/system/tpsmon.service ] || fail "unit missing"
 [ "$(stat -c %a /etc/tpsmon/credentials)" = 700 ] || fail "/etc/tpsmon/credentials is not 0700"
+[ "$(stat -c %a /etc/tpsmon/credentials/influx-token)" = 600 ] || fail "no 0600 influx-token for LoadCredential="
 want=$(basename "$deb" | sed -n 's/^tpsmon_\([^_]*\)_.*/\1/p' | tr '~' '-')
 /usr/bin/tpsmon version | grep -qF "tpsmon $want" || fail "tpsmon version does not say $want: $(/usr/bin/tpsmon version)"
 
@@ -80,5 +81,5 @@ if [ -n "$fake" ]; then
 	grep -qx "disable --now tpsmon.service" <<<"$c" || fail "removal did not stop the service: $c"
 fi
 [ ! -e /usr/bin/tpsmon ] || fail "/usr/bin/tpsmon left after purge"
-[ ! -e /etc/tpsmon/tpsmon.yaml ] || fail "config left after purge"
+[ ! -e /etc/tpsmon ] || fail "/etc/tpsmon left after purge: $(find /etc/tpsmon)"
 echo "test-deb: ok"

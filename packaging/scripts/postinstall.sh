@@ -9,6 +9,12 @@ elif ! getent passwd tpsmon >/dev/null; then
 	useradd --system --home-dir /var/lib/tpsmon --no-create-home --shell /usr/sbin/nologin tpsmon
 fi
 
+# LoadCredential= fails the unit when its file is missing: start with an
+# empty token (no authentication, as InfluxDB 1.8 without auth wants).
+if [ ! -e /etc/tpsmon/credentials/influx-token ]; then
+	install -m 0600 /dev/null /etc/tpsmon/credentials/influx-token
+fi
+
 upgrade=no
 case "$1" in
 configure) [ -n "$2" ] && upgrade=yes ;;

@@ -5,6 +5,8 @@ case "$1" in
 purge)
 	# Spool, positions and quarantine go with a purge, like the config.
 	rm -rf /var/lib/tpsmon
+	rm -f /etc/tpsmon/credentials/influx-token
+	rmdir /etc/tpsmon/credentials /etc/tpsmon 2>/dev/null || true
 	;;
 esac
 case "$1" in
