@@ -39,6 +39,7 @@ $(INFLUXD):
 
 package: build
 	mkdir -p $(DIST)
+	rm -f $(DIST)/tpsmon_*.deb $(DIST)/tpsmon-*.rpm
 	GOARCH=$(GOARCH) PKG_VERSION=$(VERSION) $(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager deb --target $(DIST)/
 	GOARCH=$(GOARCH) PKG_VERSION=$(VERSION) $(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager rpm --target $(DIST)/
 
