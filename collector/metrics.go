@@ -4,100 +4,342 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"sort"
 	"strings"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
 
-// Dialect says which exposed metric names carry each series for one engine.
-// Names are tried in order; the first present wins, so list the newest
-// name first. Samples of one name are summed over label sets
-// (data-parallel engines are one server), except KV usage, which is a ratio
-// and is averaged.
-type Dialect struct {
-	Engine   string
-	Counters [NumCounters][]string
-	Gauges   [NumGauges][]string
-	// ModelLabel names the label that carries the served model.
-	ModelLabel string
+// Ref names one exposed series: a metric name, optionally narrowed by
+// label values (`sglang:realtime_tokens_total{mode="decode"}`).
+type Ref struct {
+	Name   string
+	Labels map[string]string
 }
 
-// prefixed returns each name with and without prefix: NIM serves vLLM's
-// series without the "vllm:" prefix.
-func prefixed(prefix string, names ...string) []string {
-	out := make([]string, 0, 2*len(names))
+// refs builds Refs from names, each optionally followed by one
+// {label="value"} matcher.
+func refs(names ...string) []Ref {
+	out := make([]Ref, 0, len(names))
+	for _, n := range names {
+		r := Ref{Name: n}
+		if i := strings.IndexByte(n, '{'); i > 0 {
+			r.Name = n[:i]
+			k, v, _ := strings.Cut(strings.Trim(n[i:], "{}"), "=")
+			r.Labels = map[string]string{k: strings.Trim(v, `"`)}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// Dialect says which exposed series carry each counter and gauge for one
+// engine. Refs are tried in order; the first present wins, so the newest
+// name comes first. Samples of one series are summed over label sets
+// (data-parallel engines are one server), except KV usage, a ratio, which
+// is averaged.
+type Dialect struct {
+	Engine   string
+	Counters [NumCounters][]Ref
+	Gauges   [NumGauges][]Ref
+	// ModelLabels name the labels that carry the served model.
+	ModelLabels []string
+	// SingleRank names the label of tensor-parallel ranks, which all see
+	// the same batch: only rank 0 is read, never a sum.
+	SingleRank string
+	// Marks are metric name prefixes that identify the engine (auto).
+	Marks []string
+}
+
+func prefixed(prefix string, names ...string) []Ref {
+	var out []string
 	for _, n := range names {
 		out = append(out, prefix+n)
 	}
-	return append(out, names...)
+	return refs(append(out, names...)...)
 }
 
-// VLLM reads vLLM V0 and V1 (and NIM's unprefixed copy of the same names).
-// Inter-token latency comes from inter_token_latency_seconds (0.11+), else
-// from time_per_output_token_seconds, which held the same quantity before.
+// VLLM reads vLLM V0 and V1. Inter-token latency comes from
+// inter_token_latency_seconds (0.11+), else from
+// time_per_output_token_seconds, which held the same quantity before.
 var VLLM = Dialect{
 	Engine: "vllm",
-	Counters: [NumCounters][]string{
+	Counters: [NumCounters][]Ref{
+		GenerationTokens: refs("vllm:generation_tokens_total"),
+		PromptTokens:     refs("vllm:prompt_tokens_total"),
+		Preemptions:      refs("vllm:num_preemptions_total"),
+		ITLSum:           refs("vllm:inter_token_latency_seconds_sum", "vllm:time_per_output_token_seconds_sum"),
+		ITLCount:         refs("vllm:inter_token_latency_seconds_count", "vllm:time_per_output_token_seconds_count"),
+	},
+	Gauges: [NumGauges][]Ref{
+		Running: refs("vllm:num_requests_running"),
+		Waiting: refs("vllm:num_requests_waiting"),
+		KVUsage: refs("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+	},
+	ModelLabels: []string{"model_name"},
+	Marks:       []string{"vllm:"},
+}
+
+// NIM reads NVIDIA NIM for LLMs: vLLM's series without the prefix (and
+// with it, in releases built on newer vLLM).
+var NIM = Dialect{
+	Engine: "nim",
+	Counters: [NumCounters][]Ref{
 		GenerationTokens: prefixed("vllm:", "generation_tokens_total"),
 		PromptTokens:     prefixed("vllm:", "prompt_tokens_total"),
 		Preemptions:      prefixed("vllm:", "num_preemptions_total"),
 		ITLSum:           prefixed("vllm:", "inter_token_latency_seconds_sum", "time_per_output_token_seconds_sum"),
 		ITLCount:         prefixed("vllm:", "inter_token_latency_seconds_count", "time_per_output_token_seconds_count"),
 	},
-	Gauges: [NumGauges][]string{
+	Gauges: [NumGauges][]Ref{
 		Running: prefixed("vllm:", "num_requests_running"),
 		Waiting: prefixed("vllm:", "num_requests_waiting"),
 		KVUsage: prefixed("vllm:", "kv_cache_usage_perc", "gpu_cache_usage_perc"),
 	},
-	ModelLabel: "model_name",
+	ModelLabels: []string{"model_name"},
+	Marks:       []string{"generation_tokens_total", "num_requests_running"},
 }
 
-// series is the aggregate of one exposed name over its label sets.
+// SGLang: the real-time decode counter where the version has it, else the
+// gen_throughput gauge (gated on running requests), else the
+// completion-time generation counter spread over request latency.
+var SGLang = Dialect{
+	Engine: "sglang",
+	Counters: [NumCounters][]Ref{
+		GenerationTokens:   refs(`sglang:realtime_tokens_total{mode="decode"}`),
+		PromptTokens:       refs("sglang:prompt_tokens_total"),
+		Preemptions:        refs("sglang:num_retracted_requests_total"),
+		ITLSum:             refs("sglang:inter_token_latency_seconds_sum", "sglang:time_per_output_token_seconds_sum"),
+		ITLCount:           refs("sglang:inter_token_latency_seconds_count", "sglang:time_per_output_token_seconds_count"),
+		CompletionTokens:   refs("sglang:generation_tokens_total"),
+		CompletionSeconds:  refs("sglang:e2e_request_latency_seconds_sum"),
+		CompletionRequests: refs("sglang:e2e_request_latency_seconds_count"),
+	},
+	Gauges: [NumGauges][]Ref{
+		Running: refs("sglang:num_running_reqs"),
+		Waiting: refs("sglang:num_queue_reqs"),
+		KVUsage: refs("sglang:token_usage"),
+		GenRate: refs("sglang:gen_throughput"),
+	},
+	ModelLabels: []string{"model_name", "name"},
+	SingleRank:  "tp_rank",
+	Marks:       []string{"sglang:"},
+}
+
+// TGI counts output tokens only at completion (tgi_request_generated_tokens);
+// they are spread over the mean inference duration of the requests.
+// Per-user speed is 1 / mean(time per token), which includes prefill.
+var TGI = Dialect{
+	Engine: "tgi",
+	Counters: [NumCounters][]Ref{
+		PromptTokens:       refs("tgi_request_input_length_sum"),
+		ITLSum:             refs("tgi_request_mean_time_per_token_duration_sum"),
+		ITLCount:           refs("tgi_request_mean_time_per_token_duration_count"),
+		CompletionTokens:   refs("tgi_request_generated_tokens_sum"),
+		CompletionSeconds:  refs("tgi_request_inference_duration_sum"),
+		CompletionRequests: refs("tgi_request_inference_duration_count"),
+	},
+	Gauges: [NumGauges][]Ref{
+		Running: refs("tgi_batch_current_size"),
+		Waiting: refs("tgi_queue_size"),
+	},
+	Marks: []string{"tgi_"},
+}
+
+// LlamaCPP counts output tokens at slot release; the summed per-slot
+// generation seconds give both the spread and the per-user speed.
+var LlamaCPP = Dialect{
+	Engine: "llamacpp",
+	Counters: [NumCounters][]Ref{
+		PromptTokens:      refs("llamacpp:prompt_tokens_total"),
+		ITLSum:            refs("llamacpp:tokens_predicted_seconds_total"),
+		ITLCount:          refs("llamacpp:tokens_predicted_total"),
+		CompletionTokens:  refs("llamacpp:tokens_predicted_total"),
+		CompletionSeconds: refs("llamacpp:tokens_predicted_seconds_total"),
+	},
+	Gauges: [NumGauges][]Ref{
+		Running: refs("llamacpp:requests_processing"),
+		Waiting: refs("llamacpp:requests_deferred"),
+		KVUsage: refs("llamacpp:kv_cache_usage_ratio"),
+	},
+	Marks: []string{"llamacpp:"},
+}
+
+// Triton with the TensorRT-LLM backend: each engine iteration makes one
+// token per generation request; the iteration rate is the per-user speed.
+var Triton = Dialect{
+	Engine: "triton",
+	Counters: [NumCounters][]Ref{
+		Iterations:         refs(`nv_trt_llm_general_metrics{general_type="iteration_counter"}`),
+		PromptTokens:       refs("nv_llm_input_token_len_sum"),
+		CompletionTokens:   refs("nv_llm_output_token_len_sum"),
+		CompletionRequests: refs("nv_llm_output_token_len_count"),
+	},
+	Gauges: [NumGauges][]Ref{
+		Running:     refs(`nv_trt_llm_request_metrics{request_type="active"}`),
+		Waiting:     refs(`nv_trt_llm_request_metrics{request_type="waiting"}`, "nv_inference_pending_request_count"),
+		KVUsage:     refs(`nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"}`),
+		GenRequests: refs(`nv_trt_llm_inflight_batcher_metrics{inflight_batcher_specific_metric="generation_requests"}`),
+	},
+	ModelLabels: []string{"model"},
+	Marks:       []string{"nv_trt_llm_", "nv_llm_"},
+}
+
+// TRTLLM is trtllm-serve's own Prometheus endpoint (trtllm_ prefix, or
+// trtllm: when Dynamo re-exposes it).
+var TRTLLM = Dialect{
+	Engine: "trtllm",
+	Counters: [NumCounters][]Ref{
+		GenerationTokens: refs("trtllm_generation_tokens_total", "trtllm:generation_tokens_total"),
+		PromptTokens:     refs("trtllm_prompt_tokens_total", "trtllm:prompt_tokens_total"),
+		ITLSum:           refs("trtllm_time_per_output_token_seconds_sum", "trtllm:time_per_output_token_seconds_sum"),
+		ITLCount:         refs("trtllm_time_per_output_token_seconds_count", "trtllm:time_per_output_token_seconds_count"),
+	},
+	Gauges: [NumGauges][]Ref{
+		Running: refs("trtllm_num_requests_running", "trtllm:num_requests_running"),
+		Waiting: refs("trtllm_num_requests_waiting", "trtllm:num_requests_waiting"),
+		KVUsage: refs("trtllm_kv_cache_utilization", "trtllm:kv_cache_utilization"),
+	},
+	ModelLabels: []string{"model_name"},
+	Marks:       []string{"trtllm_", "trtllm:"},
+}
+
+// LMDeploy counts output tokens every iteration; the engine label is the
+// data-parallel rank, summed.
+var LMDeploy = Dialect{
+	Engine: "lmdeploy",
+	Counters: [NumCounters][]Ref{
+		GenerationTokens: refs("lmdeploy:generation_tokens_total"),
+		PromptTokens:     refs("lmdeploy:prompt_tokens_total"),
+		ITLSum:           refs("lmdeploy:time_per_output_token_seconds_sum"),
+		ITLCount:         refs("lmdeploy:time_per_output_token_seconds_count"),
+	},
+	Gauges: [NumGauges][]Ref{
+		Running: refs("lmdeploy:num_requests_running"),
+		Waiting: refs("lmdeploy:num_requests_waiting"),
+		KVUsage: refs("lmdeploy:gpu_cache_usage_perc"),
+	},
+	ModelLabels: []string{"model_name"},
+	Marks:       []string{"lmdeploy:"},
+}
+
+// dialects is the detection order: prefixed engines before NIM's bare names.
+var dialects = []*Dialect{&VLLM, &SGLang, &LMDeploy, &LlamaCPP, &TGI, &Triton, &TRTLLM, &NIM}
+
+// ErrUnknownEngine marks an engine name tpsmon has no metrics dialect for.
+var ErrUnknownEngine = errors.New("unknown engine")
+
+// Engines lists the engine names tpsmon knows.
+var Engines = []string{"vllm", "sglang", "tgi", "llamacpp", "trtllm", "triton", "nim", "lmdeploy", "ollama"}
+
+// DialectFor returns the metrics dialect of an engine; nil for "auto",
+// which detects it from the first page.
+func DialectFor(engine string) (*Dialect, error) {
+	if engine == "auto" {
+		return nil, nil
+	}
+	for _, d := range dialects {
+		if d.Engine == engine {
+			return d, nil
+		}
+	}
+	if engine == "ollama" {
+		return nil, fmt.Errorf("ollama serves no Prometheus metrics: read its log instead (log.journal_unit or log.file)")
+	}
+	return nil, fmt.Errorf("%w %q (known: auto, %s)", ErrUnknownEngine, engine, strings.Join(Engines, ", "))
+}
+
+// series is one exposed sample: its labels and value.
 type series struct {
-	sum   float64
-	n     int
-	model string
+	labels map[string]string
+	value  float64
+}
+
+// Page is a parsed metrics page, flattened: histograms and summaries
+// expose name_sum and name_count, as excerpts without TYPE lines already do.
+type Page map[string][]series
+
+// ParsePage reads one metrics page in the Prometheus text format.
+func ParsePage(r io.Reader) (Page, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	out := make(Page, len(fams))
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			labels := make(map[string]string, len(m.GetLabel()))
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			add := func(n string, v float64) { out[n] = append(out[n], series{labels, v}) }
+			switch f.GetType() {
+			case dto.MetricType_COUNTER:
+				add(name, m.GetCounter().GetValue())
+			case dto.MetricType_GAUGE:
+				add(name, m.GetGauge().GetValue())
+			case dto.MetricType_HISTOGRAM:
+				add(name+"_sum", m.GetHistogram().GetSampleSum())
+				add(name+"_count", float64(m.GetHistogram().GetSampleCount()))
+			case dto.MetricType_SUMMARY:
+				add(name+"_sum", m.GetSummary().GetSampleSum())
+				add(name+"_count", float64(m.GetSummary().GetSampleCount()))
+			default:
+				add(name, m.GetUntyped().GetValue())
+			}
+		}
+	}
+	return out, nil
+}
+
+// Detect names the dialect whose marks the page carries.
+func Detect(p Page) (*Dialect, error) {
+	names := make([]string, 0, len(p))
+	for n := range p {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, d := range dialects {
+		for _, mark := range d.Marks {
+			for _, n := range names {
+				if strings.HasPrefix(n, mark) {
+					return d, nil
+				}
+			}
+		}
+	}
+	return nil, fmt.Errorf("%w: no known engine's metrics on the page (%d metric names)", ErrNoEngineMetrics, len(names))
 }
 
 // Parse reads one metrics page in the Prometheus text format.
 func (d *Dialect) Parse(r io.Reader) (Sample, error) {
-	var s Sample
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(r)
+	p, err := ParsePage(r)
 	if err != nil {
-		return s, fmt.Errorf("%w: %w", ErrMalformed, err)
+		return Sample{}, err
 	}
-	flat := flatten(fams, d.ModelLabel)
+	return d.Read(p)
+}
+
+// Read takes the dialect's series from a parsed page.
+func (d *Dialect) Read(p Page) (Sample, error) {
+	var s Sample
 	found := false
-	pick := func(names []string) (series, bool) {
-		for _, n := range names {
-			if v, ok := flat[n]; ok {
-				return v, true
-			}
-		}
-		return series{}, false
-	}
 	for c := range NumCounters {
-		if v, ok := pick(d.Counters[c]); ok {
-			s.SetCounter(c, v.sum)
-			if s.Model == "" {
-				s.Model = v.model
-			}
+		if v, model, ok := d.pick(p, d.Counters[c], false); ok {
+			s.SetCounter(c, v)
+			s.Model = cmp(s.Model, model)
 			found = true
 		}
 	}
 	for g := range NumGauges {
-		if v, ok := pick(d.Gauges[g]); ok {
-			val := v.sum
-			if g == KVUsage && v.n > 0 {
-				val /= float64(v.n)
-			}
-			s.SetGauge(g, val)
-			if s.Model == "" {
-				s.Model = v.model
-			}
+		if v, model, ok := d.pick(p, d.Gauges[g], g == KVUsage); ok {
+			s.SetGauge(g, v)
+			s.Model = cmp(s.Model, model)
 			found = true
 		}
 	}
@@ -107,65 +349,130 @@ func (d *Dialect) Parse(r io.Reader) (Sample, error) {
 	return s, nil
 }
 
-// flatten turns metric families into one aggregate per exposed name.
-// Histograms and summaries expose name_sum and name_count; excerpts without
-// TYPE lines already arrive as untyped families with those suffixes.
-func flatten(fams map[string]*dto.MetricFamily, modelLabel string) map[string]series {
-	out := make(map[string]series, len(fams))
-	add := func(name string, m *dto.Metric, v float64) {
-		s := out[name]
-		s.sum += v
-		s.n++
-		if s.model == "" {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == modelLabel {
-					s.model = l.GetValue()
+func cmp(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// pick returns the first present ref's value: summed over label sets (or
+// averaged), skipping tensor-parallel ranks other than 0.
+func (d *Dialect) pick(p Page, rs []Ref, average bool) (float64, string, bool) {
+	for _, r := range rs {
+		var sum float64
+		n := 0
+		model := ""
+	next:
+		for _, s := range p[r.Name] {
+			for k, v := range r.Labels {
+				if s.labels[k] != v {
+					continue next
+				}
+			}
+			if rank, ok := s.labels[d.SingleRank]; d.SingleRank != "" && ok && rank != "0" {
+				continue
+			}
+			if math.IsNaN(s.value) || math.IsInf(s.value, 0) {
+				continue
+			}
+			sum += s.value
+			n++
+			for _, ml := range d.ModelLabels {
+				if model == "" {
+					model = s.labels[ml]
 				}
 			}
 		}
-		out[name] = s
+		if n == 0 {
+			continue
+		}
+		if average {
+			sum /= float64(n)
+		}
+		return sum, model, true
 	}
-	for name, f := range fams {
-		for _, m := range f.GetMetric() {
-			switch f.GetType() {
-			case dto.MetricType_COUNTER:
-				add(name, m, m.GetCounter().GetValue())
-			case dto.MetricType_GAUGE:
-				add(name, m, m.GetGauge().GetValue())
-			case dto.MetricType_HISTOGRAM:
-				add(name+"_sum", m, m.GetHistogram().GetSampleSum())
-				add(name+"_count", m, float64(m.GetHistogram().GetSampleCount()))
-			case dto.MetricType_SUMMARY:
-				add(name+"_sum", m, m.GetSummary().GetSampleSum())
-				add(name+"_count", m, float64(m.GetSummary().GetSampleCount()))
-			default:
-				add(name, m, m.GetUntyped().GetValue())
+	return 0, "", false
+}
+
+// Deriver turns one server's raw samples into what the joiner reads: where
+// an engine has no real-time output counter, it builds one from its
+// throughput gauge or iteration counter, or spreads completion-time
+// counts back over the requests' durations. One Deriver per server.
+type Deriver struct {
+	prev    Sample
+	hasPrev bool
+	// Built counters: tokens, and the per-user speed's seconds and tokens.
+	tokens, userSec, userTok float64
+}
+
+// maxSpread bounds how far back completed requests' tokens are spread.
+const maxSpread = time.Hour
+
+// Derive completes s using the previous sample of the same server.
+func (d *Deriver) Derive(s Sample) Sample {
+	prev, ok := d.prev, d.hasPrev
+	d.prev, d.hasPrev = s, true
+	if s.HasCounter[GenerationTokens] {
+		return s
+	}
+	dt := 0.0
+	if ok {
+		dt = s.Time.Sub(prev.Time).Seconds()
+	}
+	switch {
+	case s.HasGauge[GenRate]:
+		// The gauge keeps its last value when idle: only count it while
+		// requests run.
+		if ok && dt > 0 && (!s.HasGauge[Running] || s.Gauge[Running] > 0) {
+			d.tokens += s.Gauge[GenRate] * dt
+		}
+		s.SetCounter(GenerationTokens, d.tokens)
+	case s.HasCounter[Iterations] && s.HasGauge[GenRequests]:
+		if ok && dt > 0 && prev.HasCounter[Iterations] {
+			iters := increase(prev.Counter[Iterations], s.Counter[Iterations])
+			gen := (prev.Gauge[GenRequests] + s.Gauge[GenRequests]) / 2
+			d.tokens += iters * gen
+			if gen > 0 {
+				d.userTok += iters
+				d.userSec += dt
 			}
 		}
-	}
-	return out
-}
-
-// StripSource drops the "# source:" provenance lines of tpsmon's fixtures.
-func StripSource(text string) string {
-	var b strings.Builder
-	for _, l := range strings.SplitAfter(text, "\n") {
-		if !strings.HasPrefix(l, "# source:") {
-			b.WriteString(l)
+		s.SetCounter(GenerationTokens, d.tokens)
+		if !s.HasCounter[ITLSum] {
+			s.SetCounter(ITLSum, d.userSec)
+			s.SetCounter(ITLCount, d.userTok)
 		}
+	case s.HasCounter[CompletionTokens] && ok && prev.HasCounter[CompletionTokens]:
+		tok := increase(prev.Counter[CompletionTokens], s.Counter[CompletionTokens])
+		if tok <= 0 {
+			break
+		}
+		spread := time.Duration(dt * float64(time.Second))
+		if s.HasCounter[CompletionSeconds] && prev.HasCounter[CompletionSeconds] {
+			secs := increase(prev.Counter[CompletionSeconds], s.Counter[CompletionSeconds])
+			reqs := 0.0
+			if s.HasCounter[CompletionRequests] && prev.HasCounter[CompletionRequests] {
+				reqs = increase(prev.Counter[CompletionRequests], s.Counter[CompletionRequests])
+			} else if s.HasGauge[Running] || prev.HasGauge[Running] {
+				// Summed per-slot seconds of concurrent requests: divide by
+				// how many ran side by side.
+				reqs = math.Max(prev.Gauge[Running], s.Gauge[Running])
+			}
+			spread = time.Duration(secs / math.Max(1, reqs) * float64(time.Second))
+		}
+		spread = min(max(spread, 0), maxSpread)
+		iv := Unknown(s.Time.Add(-spread), s.Time)
+		iv.Tokens = tok
+		s.Intervals = append(s.Intervals, iv)
 	}
-	return b.String()
+	return s
 }
 
-// ErrUnknownEngine marks an engine name tpsmon has no metrics dialect for.
-var ErrUnknownEngine = errors.New("unknown engine")
-
-// DialectFor returns the dialect of an engine name. NIM for LLMs serves
-// vLLM's series; "auto" reads them too until detection knows more engines.
-func DialectFor(engine string) (*Dialect, error) {
-	switch engine {
-	case "vllm", "nim", "auto":
-		return &VLLM, nil
+// increase is a counter's growth, the new value after a reset.
+func increase(old, cur float64) float64 {
+	if cur < old {
+		return cur
 	}
-	return nil, fmt.Errorf("%w %q (this build reads: auto, vllm, nim)", ErrUnknownEngine, engine)
+	return cur - old
 }

@@ -7,19 +7,32 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
-func readFixture(t *testing.T, name string) string {
+// stripSource drops the "# source:" provenance lines of the fixtures.
+func stripSource(text string) string {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(text, "\n") {
+		if !strings.HasPrefix(l, "# source:") {
+			b.WriteString(l)
+		}
+	}
+	return b.String()
+}
+
+func readFixture(t testing.TB, name string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return StripSource(string(b))
+	return stripSource(string(b))
 }
 
-func TestVLLMParse(t *testing.T) {
+func TestDialectsOnFixtures(t *testing.T) {
 	type want struct {
+		engine   string
 		model    string
 		counters map[Counter]float64
 		gauges   map[Gauge]float64
@@ -28,28 +41,61 @@ func TestVLLMParse(t *testing.T) {
 		file string
 		want want
 	}{
-		{"v1_metrics_design_doc.prom", want{
-			model:    "meta-llama/Llama-3.1-8B-Instruct",
-			counters: map[Counter]float64{GenerationTokens: 27453},
-			gauges:   map[Gauge]float64{Running: 8},
-		}},
-		{"nim_llm_metrics_datadog_fixture.prom", want{
-			model: "meta/llama-3.1-8b-instruct",
-			counters: map[Counter]float64{GenerationTokens: 174, PromptTokens: 109,
-				ITLSum: 1.856855869293213, ITLCount: 169},
-			gauges: map[Gauge]float64{Running: 1, Waiting: 0, KVUsage: 0.0002848191398461977},
-		}},
-		{"v1_two_engines.prom", want{
-			model: "Qwen/Qwen3-8B",
+		{"v1_metrics_design_doc.prom", want{"vllm", "meta-llama/Llama-3.1-8B-Instruct",
+			map[Counter]float64{GenerationTokens: 27453}, map[Gauge]float64{Running: 8}}},
+		{"v1_two_engines.prom", want{"vllm", "Qwen/Qwen3-8B",
 			// Engines are summed; the 0.11 ITL name wins over the old one.
-			counters: map[Counter]float64{GenerationTokens: 1500, PromptTokens: 6000, Preemptions: 4,
-				ITLSum: 24.75 + 9.9, ITLCount: 1485},
-			gauges: map[Gauge]float64{Running: 20, Waiting: 2, KVUsage: 0.7},
-		}},
+			map[Counter]float64{GenerationTokens: 1500, PromptTokens: 6000, Preemptions: 4, ITLSum: 24.75 + 9.9, ITLCount: 1485},
+			map[Gauge]float64{Running: 20, Waiting: 2, KVUsage: 0.7}}},
+		{"nim_llm_metrics_datadog_fixture.prom", want{"nim", "meta/llama-3.1-8b-instruct",
+			map[Counter]float64{GenerationTokens: 174, PromptTokens: 109, ITLSum: 1.856855869293213, ITLCount: 169},
+			map[Gauge]float64{Running: 1, Waiting: 0, KVUsage: 0.0002848191398461977}}},
+		{"metrics_docs_v0.4_era.prom", want{"sglang", "meta-llama/Llama-3.1-8B-Instruct",
+			map[Counter]float64{PromptTokens: 8.128902e+06, CompletionTokens: 7.557572e+06,
+				CompletionSeconds: 3.116093850019932e+06, CompletionRequests: 11228,
+				ITLSum: 866964.5791549598, ITLCount: 7.400757e+06},
+			map[Gauge]float64{Running: 162, Waiting: 2826, KVUsage: 0.28, GenRate: 86.50814177726902}}},
+		{"metrics_v0.4.4_engine_type_label.prom", want{"sglang", "/shared/public/models/Meta-Llama-3-8B-Instruct",
+			nil, map[Gauge]float64{Running: 0, KVUsage: 0, GenRate: 0}}},
+		{"metrics_2025_06_no_kv.prom", want{"llamacpp", "",
+			map[Counter]float64{PromptTokens: 143, CompletionTokens: 673, CompletionSeconds: 29.567, ITLSum: 29.567, ITLCount: 673},
+			nil}},
+		{"metrics_ik_llama_fork.prom", want{"llamacpp", "",
+			map[Counter]float64{PromptTokens: 6886, CompletionTokens: 3469, CompletionSeconds: 3544.27, ITLSum: 3544.27, ITLCount: 3469},
+			nil}},
+		{"nv_trt_llm_metrics_readme.prom", want{"triton", "tensorrt_llm",
+			map[Counter]float64{Iterations: 0},
+			map[Gauge]float64{Running: 0, Waiting: 1, KVUsage: 0.4875, GenRequests: 0}}},
+		{"nv_trt_llm_v1_and_base_triton_readme.prom", want{"triton", "tensorrt_llm", nil, map[Gauge]float64{Waiting: 0}}},
+		{"tgi_written.prom", want{"tgi", "",
+			map[Counter]float64{PromptTokens: 5000, CompletionTokens: 12000, CompletionSeconds: 300, CompletionRequests: 40,
+				ITLSum: 1.2, ITLCount: 40},
+			map[Gauge]float64{Running: 6, Waiting: 3}}},
+		{"lmdeploy_written.prom", want{"lmdeploy", "internlm/internlm2_5-7b-chat",
+			map[Counter]float64{GenerationTokens: 3000, PromptTokens: 9000, ITLSum: 30, ITLCount: 3000},
+			map[Gauge]float64{Running: 12, Waiting: 1, KVUsage: 0.25}}},
+		{"trtllm_serve_written.prom", want{"trtllm", "llama",
+			map[Counter]float64{GenerationTokens: 777, PromptTokens: 333, ITLSum: 7.77, ITLCount: 777},
+			map[Gauge]float64{Running: 3, Waiting: 0, KVUsage: 0.5}}},
+		{"sglang_tp_ranks_written.prom", want{"sglang", "qwen",
+			// tp_rank 1 sees the same batch and is never added; dp ranks are.
+			map[Counter]float64{GenerationTokens: 300},
+			map[Gauge]float64{Running: 10, GenRate: 700}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			got, err := VLLM.Parse(strings.NewReader(readFixture(t, tt.file)))
+			page, err := ParsePage(strings.NewReader(readFixture(t, tt.file)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := Detect(page)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Engine != tt.want.engine {
+				t.Fatalf("detected %s, want %s", d.Engine, tt.want.engine)
+			}
+			got, err := d.Read(page)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -61,7 +107,7 @@ func TestVLLMParse(t *testing.T) {
 				if got.HasCounter[c] != ok {
 					t.Errorf("%v present = %v, want %v", c, got.HasCounter[c], ok)
 				}
-				if ok && math.Abs(got.Counter[c]-w) > 1e-9 {
+				if ok && math.Abs(got.Counter[c]-w) > 1e-9*math.Max(1, w) {
 					t.Errorf("%v = %v, want %v", c, got.Counter[c], w)
 				}
 			}
@@ -78,20 +124,84 @@ func TestVLLMParse(t *testing.T) {
 	}
 }
 
-func TestVLLMParseErrors(t *testing.T) {
-	tests := []struct {
-		file string
-		want error
-	}{
-		{"malformed.prom", ErrMalformed},
-		// Only per-request histograms: nothing that carries throughput.
-		{"v1_metrics_dp_engine_label.prom", ErrNoEngineMetrics},
-		{"v0_metrics_excerpt.prom", ErrNoEngineMetrics},
+func TestParseErrors(t *testing.T) {
+	_, err := VLLM.Parse(strings.NewReader(readFixture(t, "malformed.prom")))
+	if !errors.Is(err, ErrMalformed) {
+		t.Errorf("malformed: %v", err)
 	}
-	for _, tt := range tests {
-		_, err := VLLM.Parse(strings.NewReader(readFixture(t, tt.file)))
-		if !errors.Is(err, tt.want) {
-			t.Errorf("%s: err = %v, want %v", tt.file, err, tt.want)
+	// Only per-request histograms: nothing that carries throughput.
+	for _, f := range []string{"v1_metrics_dp_engine_label.prom", "v0_metrics_excerpt.prom"} {
+		if _, err := VLLM.Parse(strings.NewReader(readFixture(t, f))); !errors.Is(err, ErrNoEngineMetrics) {
+			t.Errorf("%s: %v", f, err)
 		}
 	}
+	if _, err := SGLang.Parse(strings.NewReader(readFixture(t, "metrics_first_version_name_label.prom"))); !errors.Is(err, ErrNoEngineMetrics) {
+		t.Errorf("SGLang's first version (TTFT only): %v", err)
+	}
+	p, _ := ParsePage(strings.NewReader("go_goroutines 7\nprocess_cpu_seconds_total 3\n"))
+	if _, err := Detect(p); !errors.Is(err, ErrNoEngineMetrics) {
+		t.Errorf("detect on a non-engine page: %v", err)
+	}
+	if _, err := DialectFor("ollama"); err == nil || !strings.Contains(err.Error(), "log") {
+		t.Errorf("ollama: %v", err)
+	}
+	if _, err := DialectFor("vllm2"); !errors.Is(err, ErrUnknownEngine) {
+		t.Errorf("vllm2: %v", err)
+	}
+}
+
+func at(s float64) time.Time { return time.Unix(1000, 0).Add(time.Duration(s * float64(time.Second))) }
+
+func TestDeriver(t *testing.T) {
+	t.Run("gen_throughput gauge gated on running", func(t *testing.T) {
+		var d Deriver
+		mk := func(sec, rate, running float64) Sample {
+			s := Sample{Time: at(sec)}
+			s.SetGauge(GenRate, rate)
+			s.SetGauge(Running, running)
+			return d.Derive(s)
+		}
+		mk(0, 500, 4)
+		a := mk(2, 500, 4)
+		b := mk(4, 500, 0) // idle: the gauge keeps its stale value
+		if a.Counter[GenerationTokens] != 1000 || b.Counter[GenerationTokens] != 1000 {
+			t.Errorf("built counter %v then %v, want 1000 and 1000", a.Counter[GenerationTokens], b.Counter[GenerationTokens])
+		}
+	})
+	t.Run("iterations times generation requests", func(t *testing.T) {
+		var d Deriver
+		mk := func(sec, iters, gen float64) Sample {
+			s := Sample{Time: at(sec)}
+			s.SetCounter(Iterations, iters)
+			s.SetGauge(GenRequests, gen)
+			return d.Derive(s)
+		}
+		mk(0, 100, 8)
+		s := mk(1, 150, 8)
+		if s.Counter[GenerationTokens] != 400 || s.Counter[ITLCount]/s.Counter[ITLSum] != 50 {
+			t.Errorf("tokens %v, per-user %v; want 400 and 50/s", s.Counter[GenerationTokens], s.Counter[ITLCount]/s.Counter[ITLSum])
+		}
+	})
+	t.Run("completion tokens spread over the requests' duration", func(t *testing.T) {
+		var d Deriver
+		mk := func(sec, tok, secs, reqs float64) Sample {
+			s := Sample{Time: at(sec)}
+			s.SetCounter(CompletionTokens, tok)
+			s.SetCounter(CompletionSeconds, secs)
+			s.SetCounter(CompletionRequests, reqs)
+			return d.Derive(s)
+		}
+		mk(0, 1000, 100, 10)
+		s := mk(1, 1600, 124, 12) // two requests of 12 s each finished
+		if len(s.Intervals) != 1 {
+			t.Fatalf("intervals %v", s.Intervals)
+		}
+		iv := s.Intervals[0]
+		if iv.Tokens != 600 || !iv.End.Equal(at(1)) || !iv.Start.Equal(at(-11)) || iv.Observed {
+			t.Errorf("interval %+v, want 600 tokens over (-11, 1]", iv)
+		}
+		if s.HasCounter[GenerationTokens] {
+			t.Error("completion tokens passed off as a real-time counter")
+		}
+	})
 }

@@ -1,6 +1,7 @@
 // Package collector reads token throughput from inference servers: it
-// scrapes their Prometheus metrics and turns each scrape into a timestamped
-// Sample. Sources only produce samples; windows are the joiner's job.
+// scrapes their Prometheus metrics and parses their logs, and turns each
+// into timestamped samples. Sources only produce samples; windows are the
+// joiner's job.
 package collector
 
 import (
@@ -14,15 +15,24 @@ type Counter int
 
 // The counters tpsmon reads from an engine.
 const (
-	GenerationTokens Counter = iota // output tokens, all requests
+	GenerationTokens Counter = iota // output tokens, all requests, counted as produced
 	PromptTokens                    // prefill tokens processed
-	Preemptions
-	ITLSum   // inter-token latency histogram: sum of seconds
-	ITLCount // inter-token latency histogram: observations
+	Preemptions                     // preemptions (SGLang: retractions)
+	ITLSum                          // per-user speed: seconds (inter-token latency sum, or decode time)
+	ITLCount                        // per-user speed: tokens (observations) over those seconds
+	// Counted only when a request completes: their tokens are spread back
+	// over the time the requests generated them.
+	CompletionTokens
+	CompletionSeconds  // summed duration of the completed requests' generation
+	CompletionRequests // completed requests
+	// Iterations is an engine step counter (TensorRT-LLM): each step makes
+	// one token per generating request.
+	Iterations
 	NumCounters
 )
 
-var counterNames = [NumCounters]string{"generation_tokens", "prompt_tokens", "preemptions", "itl_sum", "itl_count"}
+var counterNames = [NumCounters]string{"generation_tokens", "prompt_tokens", "preemptions", "itl_sum", "itl_count",
+	"completion_tokens", "completion_seconds", "completion_requests", "iterations"}
 
 func (c Counter) String() string { return counterNames[c] }
 
@@ -34,21 +44,32 @@ const (
 	Running Gauge = iota // requests in the running batch
 	Waiting              // queued requests
 	KVUsage              // KV cache usage, 0..1
+	// GenRate is an engine's own system throughput gauge (tokens/s over its
+	// last log interval; SGLang), stale when idle.
+	GenRate
+	// GenRequests is the number of requests in the generation phase
+	// (TensorRT-LLM), the tokens made per iteration.
+	GenRequests
 	NumGauges
 )
 
-var gaugeNames = [NumGauges]string{"running", "waiting", "kv_cache_usage"}
+var gaugeNames = [NumGauges]string{"running", "waiting", "kv_cache_usage", "gen_rate", "gen_requests"}
 
 func (g Gauge) String() string { return gaugeNames[g] }
 
 // Sample is what one scrape of one server read.
 type Sample struct {
 	Time       time.Time
+	Engine     string // the dialect that read it
 	Model      string
 	Counter    [NumCounters]float64
 	HasCounter [NumCounters]bool
 	Gauge      [NumGauges]float64
 	HasGauge   [NumGauges]bool
+	// Intervals carries tokens that belong to a stretch of time rather
+	// than to the moment of the scrape (completion-time counters spread
+	// back, engine rate gauges).
+	Intervals []Interval
 }
 
 // SetCounter records counter c.
@@ -56,6 +77,32 @@ func (s *Sample) SetCounter(c Counter, v float64) { s.Counter[c], s.HasCounter[c
 
 // SetGauge records gauge g.
 func (s *Sample) SetGauge(g Gauge, v float64) { s.Gauge[g], s.HasGauge[g] = v, true }
+
+// Interval is what a source knows of a stretch of time (Start, End]: the
+// tokens made in it, and what ran meanwhile. Log lines that report an
+// average over their own interval, per-request log lines and tokens of
+// completed requests are all intervals. A negative value is unknown.
+type Interval struct {
+	Start, End   time.Time
+	Tokens       float64
+	PromptTokens float64
+	// UserTokens over UserSeconds is the speed one stream saw.
+	UserTokens, UserSeconds float64
+	Running, Waiting, KV    float64
+	Preemptions             float64
+	// Request marks one request's own span: it adds one to the running
+	// concurrency for its duration.
+	Request bool
+	// Observed says the source was watching all through the interval
+	// (a log line's own interval); spread-back tokens are not.
+	Observed bool
+}
+
+// Unknown returns an interval over (start, end] with every value unknown.
+func Unknown(start, end time.Time) Interval {
+	return Interval{Start: start, End: end, Tokens: -1, PromptTokens: -1, UserTokens: -1, UserSeconds: -1,
+		Running: -1, Waiting: -1, KV: -1, Preemptions: -1}
+}
 
 // ErrMalformed marks metrics text that could not be parsed; the scrape is
 // skipped and counted, the daemon goes on.

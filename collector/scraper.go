@@ -21,10 +21,16 @@ type Scraper struct {
 	Server   string
 	URL      string
 	Interval time.Duration
-	Dialect  *Dialect
-	Client   *http.Client
+	// Dialect reads the pages; nil detects the engine from the first page
+	// that names one, and keeps it.
+	Dialect *Dialect
+	Client  *http.Client
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// Detected is told the engine auto-detection chose.
+	Detected func(engine string)
+
+	deriver Deriver
 }
 
 // maxPage bounds a metrics page: a server that streams without end must
@@ -65,7 +71,7 @@ func (s *Scraper) Scrape(ctx context.Context) Result {
 		return res
 	}
 	smp.Time = start.Add(end.Sub(start) / 2)
-	res.Sample = smp
+	res.Sample = s.deriver.Derive(smp)
 	return res
 }
 
@@ -84,5 +90,21 @@ func (s *Scraper) fetch(ctx context.Context, client *http.Client) (Sample, error
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		return Sample{}, fmt.Errorf("HTTP %s", resp.Status)
 	}
-	return s.Dialect.Parse(io.LimitReader(resp.Body, maxPage))
+	page, err := ParsePage(io.LimitReader(resp.Body, maxPage))
+	if err != nil {
+		return Sample{}, err
+	}
+	if s.Dialect == nil {
+		d, err := Detect(page)
+		if err != nil {
+			return Sample{}, err
+		}
+		s.Dialect = d
+		if s.Detected != nil {
+			s.Detected(d.Engine)
+		}
+	}
+	smp, err := s.Dialect.Read(page)
+	smp.Engine = s.Dialect.Engine
+	return smp, err
 }

@@ -80,7 +80,7 @@ func check(ctx context.Context, cfg *Config, w io.Writer) int {
 		}
 		sc := &collector.Scraper{Server: s.Name, URL: s.MetricsURL, Interval: time.Second, Dialect: d, Client: client}
 		r := sc.Scrape(ctx)
-		report(r.Err, "server %s: %s metrics at %s (model %q)", s.Name, d.Engine, s.MetricsURL, r.Sample.Model)
+		report(r.Err, "server %s: %s metrics at %s (model %q)", s.Name, r.Sample.Engine, s.MetricsURL, r.Sample.Model)
 	}
 	if cfg.Sink.Influx.URL == "" {
 		report(nil, "influx: none configured; points go to %s", cfg.Sink.File.Path)

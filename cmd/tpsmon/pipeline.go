@@ -91,7 +91,7 @@ func serversOf(cfg *Config) []window.Server {
 		}
 		engine := s.Engine
 		if engine == "auto" {
-			engine = "vllm"
+			engine = "" // named by the first sample
 		}
 		out[i] = window.Server{Name: s.Name, Engine: engine, GPUs: gpus, Source: "metrics"}
 	}
@@ -130,8 +130,10 @@ func (p *pipeline) startSources(ctx context.Context, cfg *Config, events chan<- 
 			src.stop()
 			return nil, nil, err
 		}
+		name := s.Name
 		sc := &collector.Scraper{Server: s.Name, URL: s.MetricsURL, Interval: s.ScrapeInterval,
-			Dialect: d, Client: p.client, Now: p.now}
+			Dialect: d, Client: p.client, Now: p.now,
+			Detected: func(engine string) { p.log.Info("engine detected", "server", name, "engine", engine) }}
 		src.wg.Go(func() {
 			sc.Run(ctx, func(r collector.Result) { send(event{scrape: &r}) })
 		})

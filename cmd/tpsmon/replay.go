@@ -88,6 +88,9 @@ func replay(o replayOpts, out pointWriter, warn io.Writer) error {
 			return fmt.Errorf("--engine: %w", err)
 		}
 		ms, skipped, err := readMetricsDir(o.metricsDir, d)
+		if len(ms) > 0 {
+			d, _ = collector.DialectFor(ms[0].Engine)
+		}
 		if err != nil {
 			return err
 		}
@@ -104,11 +107,7 @@ func replay(o replayOpts, out pointWriter, warn io.Writer) error {
 		if len(gpus) == 0 {
 			gpus = []string{"*"}
 		}
-		engine := d.Engine
-		if o.engine != "auto" {
-			engine = o.engine
-		}
-		servers = append(servers, window.Server{Name: o.server, Engine: engine, GPUs: gpus, Source: "metrics"})
+		servers = append(servers, window.Server{Name: o.server, GPUs: gpus, Source: "metrics"})
 	}
 	if o.gpuCSV != "" {
 		loc, err := time.LoadLocation(o.tz)
@@ -153,8 +152,9 @@ func maxGapOf(gaps []time.Duration) time.Duration {
 	return max(time.Second, gaps[len(gaps)/2]*5/2)
 }
 
-// readMetricsDir parses every <unix-ms>.prom file of dir. Files that do
-// not parse are skipped and named in skipped.
+// readMetricsDir parses every <unix-ms>.prom file of dir, in time order,
+// with dialect d (nil: detected from the first page). Files that do not
+// parse are skipped and named in skipped.
 func readMetricsDir(dir string, d *collector.Dialect) (out []collector.Sample, skipped []string, err error) {
 	names, err := filepath.Glob(filepath.Join(dir, "*.prom"))
 	if err != nil {
@@ -163,25 +163,42 @@ func readMetricsDir(dir string, d *collector.Dialect) (out []collector.Sample, s
 	if len(names) == 0 {
 		return nil, nil, fmt.Errorf("--metrics-dir %s: no <unix-ms>.prom files", dir)
 	}
+	type file struct {
+		name string
+		ms   int64
+	}
+	var files []file
 	for _, n := range names {
 		ms, err := strconv.ParseInt(strings.TrimSuffix(filepath.Base(n), ".prom"), 10, 64)
 		if err != nil {
 			skipped = append(skipped, n+": name is not <unix-milliseconds>.prom")
 			continue
 		}
-		b, err := os.ReadFile(n)
+		files = append(files, file{n, ms})
+	}
+	sort.Slice(files, func(a, b int) bool { return files[a].ms < files[b].ms })
+	var der collector.Deriver
+	for _, f := range files {
+		b, err := os.ReadFile(f.name)
 		if err != nil {
 			return nil, nil, err
 		}
-		s, err := d.Parse(bytes.NewReader(b))
+		page, err := collector.ParsePage(bytes.NewReader(b))
+		if err == nil && d == nil {
+			d, err = collector.Detect(page)
+		}
+		var s collector.Sample
+		if err == nil {
+			s, err = d.Read(page)
+		}
 		if err != nil {
-			skipped = append(skipped, fmt.Sprintf("%s: %v", n, err))
+			skipped = append(skipped, fmt.Sprintf("%s: %v", f.name, err))
 			continue
 		}
-		s.Time = time.UnixMilli(ms)
-		out = append(out, s)
+		s.Time = time.UnixMilli(f.ms)
+		s.Engine = d.Engine
+		out = append(out, der.Derive(s))
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Time.Before(out[b].Time) })
 	return out, skipped, nil
 }
 

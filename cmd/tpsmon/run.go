@@ -302,11 +302,12 @@ func discover(ctx context.Context, client *http.Client, ports []int, log *slog.L
 	var found []ServerConfig
 	for _, port := range ports {
 		u := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-		sc := &collector.Scraper{Server: "probe", URL: u, Interval: time.Second, Dialect: &collector.VLLM, Client: client}
+		sc := &collector.Scraper{Server: "probe", URL: u, Interval: time.Second, Client: client}
 		if r := sc.Scrape(ctx); r.Err == nil {
-			name := fmt.Sprintf("vllm-%d", port)
-			log.Info("discovered server", "server", name, "url", u, "model", r.Sample.Model)
-			found = append(found, ServerConfig{Name: name, Engine: "vllm", MetricsURL: u,
+			engine := r.Sample.Engine
+			name := fmt.Sprintf("%s-%d", engine, port)
+			log.Info("discovered server", "server", name, "url", u, "engine", engine, "model", r.Sample.Model)
+			found = append(found, ServerConfig{Name: name, Engine: engine, MetricsURL: u,
 				GPUs: []string{"auto"}, ScrapeInterval: time.Second})
 		}
 	}

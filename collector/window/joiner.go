@@ -148,6 +148,9 @@ func (j *Joiner) AddServer(name string, s collector.Sample) bool {
 	if s.Model != "" {
 		st.Model = s.Model
 	}
+	if s.Engine != "" {
+		st.Engine = s.Engine
+	}
 	for c := range collector.NumCounters {
 		if s.HasCounter[c] {
 			st.counters[c].add(s.Time, s.Counter[c])
