@@ -49,20 +49,31 @@ const maxCatchUp = 360
 
 // Joiner owns all window arithmetic.
 type Joiner struct {
-	cfg     Config
-	next    time.Time // start of the oldest open window
-	servers []*serverState
-	byName  map[string]*serverState
-	gpus    map[string]*gpuState // by UUID
-	late    uint64
-	skipped uint64
+	cfg        Config
+	next       time.Time // start of the oldest open window
+	servers    []*serverState
+	byName     map[string]*serverState
+	gpus       map[string]*gpuState // by UUID
+	late       uint64
+	lateTokens float64
+	skipped    uint64
 }
 
 type serverState struct {
 	Server
 	counters [collector.NumCounters]counter
 	gauges   [collector.NumGauges]gauge
-	seen     timeline
+	seen     timeline // successful scrapes
+	// intervals from completion-time counters (not Observed) and from log
+	// lines (Observed).
+	intervals []collector.Interval
+	// completion is set once the server counts tokens at completion: a
+	// window without intervals then made 0 tokens, it is not unknown.
+	completion bool
+	// watched records when the server's log was readable: a silent log is
+	// an idle server, not a missing one.
+	watched timeline
+	ivCum   float64 // running total of interval tokens, for rounding
 }
 
 type gpuState struct {
@@ -161,9 +172,56 @@ func (j *Joiner) AddServer(name string, s collector.Sample) bool {
 			st.gauges[g].add(s.Time, s.Gauge[g])
 		}
 	}
+	if s.HasCounter[collector.CompletionTokens] {
+		st.completion = true
+	}
+	for _, iv := range s.Intervals {
+		j.addInterval(st, iv)
+	}
 	st.seen.add(s.Time)
 	return true
 }
+
+// AddLog records what one log line said of the interval it covers. The
+// part of an interval that falls in windows already closed is late: it is
+// counted (LateTokens) and dropped.
+func (j *Joiner) AddLog(name string, iv collector.Interval) bool {
+	st, ok := j.byName[name]
+	if !ok {
+		return false
+	}
+	iv.Observed = true
+	return j.addInterval(st, iv)
+}
+
+// Watch records that a server's log was readable at t.
+func (j *Joiner) Watch(name string, t time.Time) {
+	if st, ok := j.byName[name]; ok && !t.Before(j.next) {
+		st.watched.add(t)
+	}
+}
+
+func (j *Joiner) addInterval(st *serverState, iv collector.Interval) bool {
+	if !iv.End.After(j.next) && !(iv.End.Equal(j.next) && iv.Start.Equal(iv.End)) {
+		j.late++
+		if iv.Tokens > 0 {
+			j.lateTokens += iv.Tokens
+		}
+		return false
+	}
+	if iv.Start.Before(j.next) {
+		j.late++
+		if iv.Tokens > 0 {
+			j.lateTokens += iv.Tokens * float64(j.next.Sub(iv.Start)) / float64(iv.End.Sub(iv.Start))
+		}
+	}
+	st.intervals = append(st.intervals, iv)
+	return true
+}
+
+// LateTokens returns the output tokens dropped because they fell in
+// windows already closed (long requests reported at their end).
+func (j *Joiner) LateTokens() float64 { return j.lateTokens }
 
 // AddGPU records one reading of one GPU; false when it was late.
 func (j *Joiner) AddGPU(s nvml.Sample) bool {
@@ -373,64 +431,35 @@ func (j *Joiner) gpuPoint(g *gpuState, s, e time.Time, server string) (*gpuWindo
 }
 
 func (j *Joiner) serverPoint(st *serverState, s, e time.Time, gws map[string]*gpuWindow) *write.Point {
-	covered := st.seen.covered(s, e, j.cfg.MaxGap)
-	secs := covered.Seconds()
-	// A window with a delivery but no covered time (after a long silence)
-	// still gets the tokens that landed in it, but no rate.
-	down := covered == 0 && st.seen.count(s, e) == 0
+	m := j.measure(st, s, e)
 	fields := make(map[string]any, 24)
-	var spans [collector.NumCounters]span
-	var have [collector.NumCounters]bool
-	for c := range collector.NumCounters {
-		spans[c], have[c] = st.counters[c].close(e, j.cfg.MaxGap)
-		have[c] = have[c] && !down
-	}
-	// rate returns a counter's per-second rate over the covered time.
-	rate := func(c collector.Counter) (float64, bool) {
-		if !have[c] || covered == 0 {
-			return 0, false
-		}
-		return spans[c].delta() / secs, true
-	}
-	in := verdictInput{down: down, tokens: -1, running: -1, waiting: -1, kv: -1, util: -1}
-	if have[collector.GenerationTokens] {
-		fields["tokens"] = spans[collector.GenerationTokens].count()
-		in.tokens = spans[collector.GenerationTokens].delta()
-	}
-	if r, ok := rate(collector.GenerationTokens); ok {
-		fields["system_tps"] = r
-	}
-	if have[collector.ITLSum] && have[collector.ITLCount] {
-		sum, n := spans[collector.ITLSum].delta(), spans[collector.ITLCount].delta()
-		if sum > 0 && n > 0 {
-			fields["per_user_tps"] = n / sum
+	in := verdictInput{down: m.down, tokens: -1, running: m.running, waiting: m.waiting, kv: m.kv, util: -1,
+		preempted: m.preempted}
+	secs := m.covered.Seconds()
+	if m.hasTokens {
+		fields["tokens"] = m.tokensInt
+		in.tokens = m.tokens
+		if secs > 0 {
+			fields["system_tps"] = m.tokens / secs
 		}
 	}
-	if have[collector.PromptTokens] {
-		fields["prompt_tokens"] = spans[collector.PromptTokens].count()
+	if m.hasUser {
+		fields["per_user_tps"] = m.userTPS
 	}
-	if r, ok := rate(collector.PromptTokens); ok {
-		fields["prompt_tps"] = r
-	}
-	if have[collector.Preemptions] {
-		fields["preemptions"] = spans[collector.Preemptions].count()
-		in.preempted = spans[collector.Preemptions].delta() > 0
-	}
-	for g, name := range map[collector.Gauge]string{collector.Running: "running", collector.Waiting: "waiting", collector.KVUsage: "kv_cache_usage"} {
-		if sts := st.gauges[g].stats(s, e); sts.n > 0 {
-			fields[name] = sts.mean()
-			switch g {
-			case collector.Running:
-				in.running = sts.mean()
-			case collector.Waiting:
-				in.waiting = sts.mean()
-			case collector.KVUsage:
-				in.kv = sts.mean()
-			}
+	if m.hasPrompt {
+		fields["prompt_tokens"] = m.promptInt
+		if secs > 0 {
+			fields["prompt_tps"] = m.prompt / secs
 		}
-		st.gauges[g].prune(e)
 	}
-	st.seen.prune(e)
+	if m.hasPreempt {
+		fields["preemptions"] = m.preempt
+	}
+	for name, v := range map[string]float64{"running": m.running, "waiting": m.waiting, "kv_cache_usage": m.kv} {
+		if v >= 0 {
+			fields[name] = v
+		}
+	}
 
 	gpus := j.gpusOf(st)
 	idx := make([]string, 0, len(gpus))
@@ -477,20 +506,16 @@ func (j *Joiner) serverPoint(st *serverState, s, e time.Time, gws map[string]*gp
 	}
 	if nEnergy > 0 {
 		fields["energy_j"] = energy
-		if have[collector.GenerationTokens] && energy > 0 {
-			fields["tokens_per_joule"] = spans[collector.GenerationTokens].delta() / energy
+		if m.hasTokens && energy > 0 {
+			fields["tokens_per_joule"] = m.tokens / energy
 		}
 	}
 	if tps, ok := fields["system_tps"].(float64); ok && len(gpus) > 0 {
 		fields["tps_per_gpu"] = tps / float64(len(gpus))
 	}
 	fields["state"] = verdict(in, j.cfg.Thresholds)
-	fields["coverage"] = ratio(covered, j.cfg.Window)
-	source := st.Source
-	if source == "" {
-		source = "metrics"
-	}
-	fields["source"] = source
+	fields["coverage"] = ratio(m.covered, j.cfg.Window)
+	fields["source"] = m.source
 
 	tags := map[string]string{
 		"host": j.cfg.Host, "server": st.Name, "engine": st.Engine, "model": st.Model,
@@ -521,4 +546,119 @@ func pruneErrs(p []gerr, e time.Time) []gerr {
 		i++
 	}
 	return append(p[:0], p[i:]...)
+}
+
+// measured is what a server's sources say of one window.
+type measured struct {
+	tokens, prompt       float64
+	tokensInt, promptInt int64
+	hasTokens, hasPrompt bool
+	userTPS              float64
+	hasUser              bool
+	preempt              int64
+	hasPreempt           bool
+	preempted            bool
+	running, waiting, kv float64 // negative: unknown
+	covered              time.Duration
+	down                 bool
+	source               string
+}
+
+// measure closes the window [s, e) of one server. Scraped metrics win;
+// the log speaks for windows the metrics did not cover.
+func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
+	m := measured{running: -1, waiting: -1, kv: -1, source: "metrics"}
+	var spans [collector.NumCounters]span
+	var have [collector.NumCounters]bool
+	for c := range collector.NumCounters {
+		spans[c], have[c] = st.counters[c].close(e, j.cfg.MaxGap)
+	}
+	scraped := st.seen.covered(s, e, j.cfg.MaxGap)
+	scrapedAny := scraped > 0 || st.seen.count(s, e) > 0
+	logCover := max(st.watched.covered(s, e, j.cfg.MaxGap), observedCover(st.intervals, s, e))
+	logIv := sumIntervals(st.intervals, true, s, e)
+	logAny := logCover > 0 || logIv.n > 0 || st.watched.count(s, e) > 0
+
+	switch {
+	case scrapedAny || !logAny:
+		m.covered = scraped
+		m.down = !scrapedAny
+		if m.down {
+			break
+		}
+		iv := sumIntervals(st.intervals, false, s, e)
+		if have[collector.GenerationTokens] || st.completion {
+			tok := spans[collector.GenerationTokens]
+			m.hasTokens = true
+			m.tokens = tok.delta() + iv.tokens
+			m.tokensInt = tok.count() + st.roundTokens(iv.tokens)
+		}
+		if have[collector.ITLSum] && have[collector.ITLCount] {
+			if sum, n := spans[collector.ITLSum].delta(), spans[collector.ITLCount].delta(); sum > 0 && n > 0 {
+				m.userTPS, m.hasUser = n/sum, true
+			}
+		}
+		if have[collector.PromptTokens] {
+			m.prompt, m.promptInt, m.hasPrompt = spans[collector.PromptTokens].delta(), spans[collector.PromptTokens].count(), true
+		}
+		if have[collector.Preemptions] {
+			m.preempt, m.hasPreempt = spans[collector.Preemptions].count(), true
+			m.preempted = spans[collector.Preemptions].delta() > 0
+		}
+		gauge := func(g collector.Gauge) float64 {
+			if sts := st.gauges[g].stats(s, e); sts.n > 0 {
+				return sts.mean()
+			}
+			return -1
+		}
+		m.running, m.waiting, m.kv = gauge(collector.Running), gauge(collector.Waiting), gauge(collector.KVUsage)
+	default:
+		m.source, m.covered = "log", logCover
+		iv := logIv
+		m.hasTokens = iv.hasTok || logCover > 0
+		m.tokens, m.tokensInt = iv.tokens, st.roundTokens(iv.tokens)
+		if iv.hasPrmpt {
+			m.prompt, m.promptInt, m.hasPrompt = iv.prompt, int64(math.Round(iv.prompt)), true
+		}
+		if iv.hasPreempt {
+			m.preempt, m.hasPreempt, m.preempted = int64(math.Round(iv.preempt)), true, iv.preempt > 0
+		}
+		switch {
+		case iv.runW > 0:
+			m.running = iv.run / iv.runW
+		case iv.reqSec > 0 && logCover > 0:
+			m.running = iv.reqSec / logCover.Seconds()
+		case logCover > 0 && iv.tokens == 0:
+			m.running = 0
+		}
+		if iv.waitW > 0 {
+			m.waiting = iv.wait / iv.waitW
+		}
+		if iv.kvW > 0 {
+			m.kv = iv.kv / iv.kvW
+		}
+		switch {
+		case iv.userSec > 0:
+			m.userTPS, m.hasUser = iv.userTok/iv.userSec, true
+		case m.running > 0 && logCover > 0 && iv.tokens > 0:
+			// A stat line gives only the system rate: each of the running
+			// streams got its share.
+			m.userTPS, m.hasUser = iv.tokens/logCover.Seconds()/m.running, true
+		}
+	}
+	for g := range collector.NumGauges {
+		st.gauges[g].prune(e)
+	}
+	st.seen.prune(e)
+	st.watched.prune(e)
+	st.intervals = pruneIntervals(st.intervals, e)
+	return m
+}
+
+// roundTokens turns fractional interval tokens into integers through a
+// running total, so consecutive windows add up to the whole.
+func (st *serverState) roundTokens(t float64) int64 {
+	before := math.Round(st.ivCum)
+	st.ivCum += t
+	return int64(math.Round(st.ivCum) - before)
 }

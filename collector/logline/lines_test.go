@@ -1,0 +1,146 @@
+package logline
+
+import (
+	"bytes"
+	"math"
+	"testing"
+	"time"
+)
+
+func TestParseLines(t *testing.T) {
+	tests := []struct {
+		name   string
+		engine string
+		line   string
+		want   string // "" = no record
+	}{
+		{"vLLM through journald with ANSI colour", "auto",
+			"Jan 28 05:07:10 gpu7 vllm[373]: \x1b[36m(APIServer pid=7)\x1b[0m INFO 01-28 05:07:10 [loggers.py:271] Engine 001: Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 500.5 tokens/s, Running: 7 reqs, Waiting: 2 reqs, Preemptions: 3, GPU KV cache usage: 91.0%, Prefix cache hit rate: 0.0%",
+			`stat gen=500.5 prompt=10 run=7 wait=2 kv=0.91 preempt=3 key="engine 001" t=2026-01-28T05:07:10Z`},
+		{"vLLM aggregated data-parallel line via compose", "vllm",
+			"vllm-1  | INFO 03-01 12:00:00 [loggers.py:300] 4 Engines Aggregated: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 4000.0 tokens/s, Running: 64 reqs, Waiting: 0 reqs, GPU KV cache usage: 50.0%, Prefix cache hit rate: 0.0%",
+			`stat gen=4000 prompt=0 run=64 wait=0 kv=0.5 aggregated t=2026-03-01T12:00:00Z`},
+		{"LMDeploy v0.10-0.13 is not read as vLLM", "auto",
+			"[2025-09-01 10:00:00 DP1] Avg prompt throughput: 100.0 tokens/s, Avg generation throughput: 900.0 tokens/s, Finished: 3 reqs, Unfinished: 9 reqs, Running: 9 reqs, Waiting: 1 reqs, GPU KV cache usage: 40.0%",
+			`stat gen=900 prompt=100 run=9 wait=1 kv=0.4 key="DP1" t=2025-09-01T10:00:00Z`},
+		{"LMDeploy v0.14+ released form", "lmdeploy",
+			"[2026-03-01 08:00:10 DP0] Avg thr (in/out): 10.0 / 250.5 tokens/s, Server (succeeded/failed/routed/waiting): 5 / 0 / 12 / 1, Engine (running/waiting): 12 / 1, KV cache: 30.0%, ",
+			`stat gen=250.5 prompt=10 run=12 wait=1 kv=0.3 key="DP0" t=2026-03-01T08:00:10Z`},
+		{"SGLang tensor-parallel rank 1 logs the same batch", "sglang",
+			"[2026-04-08 14:05:21 TP1] Decode batch, #running-req: 5, #token: 20800, token usage: 0.29, cuda graph: True, gen throughput (token/s): 144.95, #queue-req: 0", ""},
+		{"SGLang data-parallel rank", "sglang",
+			"[2026-04-08 14:05:21 DP1 TP0] Decode batch, #running-req: 5, #token: 20800, full token usage: 0.29, #swa token: 1, swa token usage: 0.01, cuda graph: True, gen throughput (token/s): 144.95, #queue-req: 2, ",
+			`stat gen=144.95 run=5 wait=2 kv=0.29 key="DP1" t=2026-04-08T14:05:21Z`},
+		{"TGI with microsecond times and the s unit", "tgi",
+			`2024-12-10T21:50:03.478010Z  INFO generate_stream{total_time="2.5s" validation_time="12us" queue_time="3.1ms" inference_time="2s" time_per_token="20ms" seed="None"}: text_generation_router::server: router/src/server.rs:500: Success`,
+			`request tokens=100 dur=2s user=50 key="generate_stream" t=2024-12-10T21:50:03.47801Z`},
+		{"TensorRT-LLM PyTorch iteration log", "trtllm",
+			"[TRT-LLM] [I] iter = 120, global_rank = 0, rank = 0, currank_total_requests = 8/8, host_step_time = 25.0ms, prev_device_step_time = 24 ms, timestamp = 2026-05-01 10:00:00, num_scheduled_requests: 8, states = {'num_ctx_requests': 0, 'num_ctx_tokens': 0, 'num_generation_tokens': 8}",
+			`request tokens=8 dur=25ms user=40 iter=120 key="iterations" t=2026-05-01T10:00:00Z`},
+		{"llama-cli summary is no server", "llamacpp",
+			"llama_perf_context_print:        eval time =   14085.85 ms /   178 runs   (   79.13 ms per token,    12.64 tokens per second)", ""},
+		{"garbage", "auto", "\x00\xff\xfe Avg generation throughput: lots", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := NewParser(tt.engine)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Year = 2026
+			r, ok := p.Parse([]byte(tt.line))
+			got := ""
+			if ok {
+				got = format(r)
+			}
+			if got != tt.want {
+				t.Errorf("\n got %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestGarbledLinesCounted(t *testing.T) {
+	p, _ := NewParser("auto")
+	p.Parse([]byte("INFO Avg generation throughput: broken line"))
+	p.Parse([]byte("[00:00:01 TP0] Decode batch. #running-req: x"))
+	if p.Skipped != 2 {
+		t.Errorf("skipped %d, want 2", p.Skipped)
+	}
+}
+
+func TestHugeLineBounded(t *testing.T) {
+	p, _ := NewParser("auto")
+	line := append(bytes.Repeat([]byte("x"), 10<<20), []byte(" Avg generation throughput: 1.0 tokens/s")...)
+	if _, ok := p.Parse(line); ok {
+		t.Error("a line past the bound was matched at its end")
+	}
+	if p.Truncated != 1 {
+		t.Errorf("truncated %d, want 1", p.Truncated)
+	}
+	// The bound is what is scanned: the regexp work does not depend on
+	// the line's length.
+	allocs := testing.AllocsPerRun(3, func() { p.Parse(line) })
+	if allocs > 50 {
+		t.Errorf("%v allocations for a 10 MB line", allocs)
+	}
+}
+
+func TestNewParserUnknown(t *testing.T) {
+	if _, err := NewParser("gpt"); err == nil {
+		t.Error("unknown engine accepted")
+	}
+}
+
+func TestStreamIntervals(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	stat := func(key string, gen, run float64) Record {
+		r := newRecord(Stat, "vllm")
+		r.Key, r.GenTPS, r.PromptTPS, r.Running, r.DefaultGap = key, gen, 0, run, 10*time.Second
+		return r
+	}
+	var s Stream
+	// First line: the engine's interval; then the gap; a long silence
+	// (idle intervals are logged at DEBUG) falls back to the interval.
+	iv1, _ := s.Interval(stat("engine 000", 100, 4), at(10))
+	iv2, _ := s.Interval(stat("engine 000", 100, 4), at(20))
+	iv3, _ := s.Interval(stat("engine 000", 50, 2), at(200))
+	check := func(name string, gotStart, gotEnd time.Time, gotTok float64, start, end, tok float64) {
+		if !gotStart.Equal(at(start)) || !gotEnd.Equal(at(end)) || math.Abs(gotTok-tok) > 1e-9 {
+			t.Errorf("%s: (%v, %v] tokens %v, want (%v, %v] %v", name, gotStart.Sub(t0), gotEnd.Sub(t0), gotTok, start, end, tok)
+		}
+	}
+	check("first", iv1.Start, iv1.End, iv1.Tokens, 0, 10, 1000)
+	check("second", iv2.Start, iv2.End, iv2.Tokens, 10, 20, 1000)
+	check("after idle", iv3.Start, iv3.End, iv3.Tokens, 190, 200, 500)
+
+	// Once an aggregated line is seen, per-engine lines are not added.
+	agg := stat("", 300, 9)
+	agg.Aggregated = true
+	if _, ok := s.Interval(agg, at(210)); !ok {
+		t.Error("aggregated line dropped")
+	}
+	if _, ok := s.Interval(stat("engine 001", 100, 3), at(210)); ok {
+		t.Error("per-engine line counted beside the aggregated one")
+	}
+
+	// llama.cpp: progress lines count as they go; the final line adds the rest.
+	var ls Stream
+	prog := func(tok, tg float64) Record {
+		r := newRecord(Progress, "llamacpp")
+		r.Key, r.Tokens, r.UserTPS = "slot 0 task 1", tok, tg
+		return r
+	}
+	a, _ := ls.Interval(prog(100, 20), at(5))
+	b, _ := ls.Interval(prog(160, 20), at(8))
+	fin := newRecord(Request, "llamacpp")
+	fin.Key, fin.Tokens, fin.Duration, fin.UserTPS = "slot 0 task 1", 200, 10*time.Second, 20
+	c, _ := ls.Interval(fin, at(10))
+	check("first progress", a.Start, a.End, a.Tokens, 0, 5, 100)
+	check("progress", b.Start, b.End, b.Tokens, 5, 8, 60)
+	check("final rest", c.Start, c.End, c.Tokens, 8, 10, 40)
+	if !a.Request || !c.Request {
+		t.Error("request spans not marked")
+	}
+}

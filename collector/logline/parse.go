@@ -1,0 +1,360 @@
+package logline
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Parser turns log lines into records. Parsers keep state across lines
+// (llama.cpp prints a header, then its figures on lines of their own), so
+// each server's log needs its own Parser.
+type Parser struct {
+	engine string // "" = any
+	// Loc and Year place timestamps that lack them (replay): vLLM has no
+	// year, none of the engines a time zone.
+	Loc  *time.Location
+	Year int
+
+	llamaKey  string    // slot/task of the last multi-line print_timing header
+	lastDate  time.Time // the last full date seen, for time-of-day-only stamps
+	maxLine   int
+	Skipped   uint64 // lines that looked like throughput lines but did not parse
+	Truncated uint64 // lines cut at the maximum length
+}
+
+// MaxLine bounds the part of a line that is looked at; a longer line is
+// cut (and counted), so a 10 MB line costs no more than this.
+const MaxLine = 64 << 10
+
+// Engines whose logs tpsmon reads.
+var Engines = []string{"vllm", "sglang", "llamacpp", "ollama", "tgi", "lmdeploy", "trtllm", "triton", "nim"}
+
+// NewParser returns a parser for one engine's log; "auto" or "" tries every
+// engine's lines.
+func NewParser(engine string) (*Parser, error) {
+	switch engine {
+	case "", "auto":
+		engine = ""
+	case "ollama":
+		engine = "llamacpp" // Ollama >= 0.30 relays llama-server's lines
+	case "nim":
+		engine = "vllm" // NIM's vLLM backend prints vLLM's stat line
+	case "triton":
+		engine = "trtllm"
+	case "vllm", "sglang", "llamacpp", "tgi", "lmdeploy", "trtllm":
+	default:
+		return nil, fmt.Errorf("no log parser for engine %q (known: auto, %s)", engine, strings.Join(Engines, ", "))
+	}
+	return &Parser{engine: engine, Loc: time.UTC, maxLine: MaxLine}, nil
+}
+
+var ansi = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
+
+// Parse reads one line (without its newline). ok is false for lines that
+// carry no throughput.
+func (p *Parser) Parse(line []byte) (r Record, ok bool) {
+	if len(line) > p.maxLine {
+		line = line[:p.maxLine]
+		p.Truncated++
+	}
+	if bytes.IndexByte(line, 0x1b) >= 0 {
+		line = ansi.ReplaceAll(line, nil)
+	}
+	s := string(line)
+	try := func(engine string, f func(string) (Record, bool)) bool {
+		if p.engine != "" && p.engine != engine {
+			return false
+		}
+		r, ok = f(s)
+		return ok
+	}
+	switch {
+	case try("lmdeploy", p.lmdeploy), try("vllm", p.vllm), try("sglang", p.sglang),
+		try("llamacpp", p.llamacpp), try("tgi", p.tgi), try("trtllm", p.trtllm):
+		if r.Time.IsZero() {
+			r.Time = p.stamp(s)
+		}
+		if !r.Time.IsZero() && r.Time.After(p.lastDate) {
+			p.lastDate = r.Time
+		}
+		return r, true
+	}
+	return Record{}, false
+}
+
+func num(s string) float64 {
+	v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+// --- vLLM ------------------------------------------------------------------
+
+var vllmStat = regexp.MustCompile(`(?:(?:Engine (\d+)|(\d+) Engines Aggregated): )?Avg prompt throughput: ([0-9.]+) tokens/s, Avg generation throughput: ([0-9.]+) tokens/s, Running: (\d+) reqs, (?:Swapped: (\d+) reqs, Pending: (\d+) reqs|Waiting: (\d+) reqs)(?:, Preemptions: (\d+))?(?:, GPU KV cache usage: ([0-9.]+)%)?`)
+
+func (p *Parser) vllm(s string) (Record, bool) {
+	if !strings.Contains(s, "Avg generation throughput") || lmdeployPrefix.MatchString(s) {
+		return Record{}, false
+	}
+	m := vllmStat.FindStringSubmatch(s)
+	if m == nil {
+		p.Skipped++
+		return Record{}, false
+	}
+	r := newRecord(Stat, "vllm")
+	r.PromptTPS, r.GenTPS, r.Running = num(m[3]), num(m[4]), num(m[5])
+	r.DefaultGap = 10 * time.Second // V1: VLLM_LOG_STATS_INTERVAL
+	if m[6] != "" {
+		r.DefaultGap = 5 * time.Second // V0
+		r.Waiting = num(m[7])
+	} else {
+		r.Waiting = num(m[8])
+	}
+	if m[9] != "" {
+		r.Preemptions = num(m[9])
+	}
+	if m[10] != "" {
+		r.KV = num(m[10]) / 100
+	}
+	switch {
+	case m[1] != "":
+		r.Key = "engine " + m[1]
+	case m[2] != "":
+		r.Aggregated = true
+	}
+	return r, true
+}
+
+// --- SGLang ----------------------------------------------------------------
+
+var (
+	sglDecode  = regexp.MustCompile(`Decode batch(?: \[\d+\])?[.,] #running-req: (\d+), (.*?)gen throughput \(token/s\): ([0-9.]+), #queue-req: (\d+)`)
+	sglPrefill = regexp.MustCompile(`Prefill batch(?: \[\d+\])?[.,] #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), (?:full )?token usage: ([0-9.]+), #running-req: (\d+), #queue-req: (\d+)`)
+	sglUsage   = regexp.MustCompile(`token usage: ([0-9.]+)`)
+	sglPrefix  = regexp.MustCompile(`\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|\d\d:\d\d:\d\d)((?: (?:NP|DP|PP|TP|EP)\d+)*)\] `)
+	sglRank    = regexp.MustCompile(`(DP|TP)(\d+)`)
+)
+
+func (p *Parser) sglang(s string) (Record, bool) {
+	decode := strings.Contains(s, "Decode batch")
+	if !decode && !strings.Contains(s, "Prefill batch") {
+		return Record{}, false
+	}
+	r := newRecord(Stat, "sglang")
+	if pm := sglPrefix.FindStringSubmatch(s); pm != nil {
+		for _, rk := range sglRank.FindAllStringSubmatch(pm[2], -1) {
+			// Tensor-parallel ranks log the same batch: only rank 0 counts.
+			if rk[1] == "TP" && rk[2] != "0" {
+				return Record{}, false
+			}
+			if rk[1] == "DP" {
+				r.Key = "DP" + rk[2]
+			}
+		}
+	}
+	if decode {
+		m := sglDecode.FindStringSubmatch(s)
+		if m == nil {
+			p.Skipped++
+			return Record{}, false
+		}
+		r.Running, r.GenTPS, r.Waiting = num(m[1]), num(m[3]), num(m[4])
+		if u := sglUsage.FindStringSubmatch(m[2]); u != nil {
+			r.KV = num(u[1])
+		}
+		// gen throughput covers exactly the time since the previous decode
+		// line; for the first line, one log interval of ~40 steps is about
+		// a second.
+		r.DefaultGap, r.GapIsExact = time.Second, true
+		return r, true
+	}
+	m := sglPrefill.FindStringSubmatch(s)
+	if m == nil {
+		p.Skipped++
+		return Record{}, false
+	}
+	r.Kind = Batch
+	r.Tokens, r.KV, r.Running, r.Waiting = num(m[2]), num(m[4]), num(m[5]), num(m[6])
+	return r, true
+}
+
+// --- llama.cpp (and Ollama >= 0.30) ----------------------------------------
+
+var (
+	llamaHeader   = regexp.MustCompile(`slot print_timing: id +(\d+) \| task (-?\d+) \|\s*$`)
+	llamaSlot     = regexp.MustCompile(`slot print_timing: id +(\d+) \| task (-?\d+) \|`)
+	llamaEval     = regexp.MustCompile(`(prompt eval time|eval time) += *([0-9.]+) ms / +(\d+) (?:tokens|runs) +\( *([0-9.]+) ms per token, +([0-9.]+) tokens per second\)`)
+	llamaProgress = regexp.MustCompile(`n_(?:decoded|gen) = +(\d+), tg = +([0-9.]+) t/s(?:, tg_3s = +([0-9.]+) t/s)?`)
+)
+
+func (p *Parser) llamacpp(s string) (Record, bool) {
+	if strings.Contains(s, "llama_perf_") {
+		return Record{}, false // llama-cli's end-of-run summary, not a server
+	}
+	if strings.HasPrefix(strings.TrimSpace(s), "{") && strings.Contains(s, `"print_timings"`) {
+		return p.llamaJSON(s)
+	}
+	if h := llamaHeader.FindStringSubmatch(s); h != nil {
+		p.llamaKey = "slot " + h[1] + " task " + h[2]
+		return Record{}, false
+	}
+	key := p.llamaKey
+	if m := llamaSlot.FindStringSubmatch(s); m != nil {
+		key = "slot " + m[1] + " task " + m[2]
+	} else if !strings.Contains(s, "eval time") || key == "" {
+		return Record{}, false
+	}
+	if m := llamaProgress.FindStringSubmatch(s); m != nil {
+		r := newRecord(Progress, "llamacpp")
+		r.Key, r.Tokens, r.UserTPS = key, num(m[1]), num(m[2])
+		if m[3] != "" {
+			r.UserTPS = num(m[3])
+		}
+		return r, true
+	}
+	m := llamaEval.FindStringSubmatch(s)
+	if m == nil {
+		return Record{}, false
+	}
+	r := newRecord(Request, "llamacpp")
+	r.Key = key
+	r.Duration = time.Duration(num(m[2]) * float64(time.Millisecond))
+	if m[1] == "prompt eval time" {
+		r.PromptTokens = num(m[3])
+	} else {
+		r.Tokens, r.UserTPS = num(m[3]), num(m[5])
+	}
+	return r, true
+}
+
+// llamaJSON reads the mid-2024 JSON log lines of print_timings.
+func (p *Parser) llamaJSON(s string) (Record, bool) {
+	var j struct {
+		Timestamp int64   `json:"timestamp"`
+		Msg       string  `json:"msg"`
+		Slot      int     `json:"id_slot"`
+		Task      int     `json:"id_task"`
+		TPrompt   float64 `json:"t_prompt_processing"`
+		NPrompt   float64 `json:"n_prompt_tokens_processed"`
+		TGen      float64 `json:"t_token_generation"`
+		NGen      float64 `json:"n_decoded"`
+		PerSec    float64 `json:"n_tokens_second"`
+	}
+	if err := json.Unmarshal([]byte(s), &j); err != nil {
+		p.Skipped++
+		return Record{}, false
+	}
+	r := newRecord(Request, "llamacpp")
+	r.Key = fmt.Sprintf("slot %d task %d", j.Slot, j.Task)
+	if j.Timestamp > 0 {
+		r.Time = time.Unix(j.Timestamp, 0)
+	}
+	switch {
+	case strings.HasPrefix(strings.TrimSpace(j.Msg), "prompt eval time"):
+		r.PromptTokens, r.Duration = j.NPrompt, time.Duration(j.TPrompt*float64(time.Millisecond))
+	case strings.HasPrefix(strings.TrimSpace(j.Msg), "generation eval time"):
+		r.Tokens, r.UserTPS, r.Duration = j.NGen, j.PerSec, time.Duration(j.TGen*float64(time.Millisecond))
+	default:
+		return Record{}, false
+	}
+	return r, true
+}
+
+// --- TGI -------------------------------------------------------------------
+
+var tgiSuccess = regexp.MustCompile(`(\w+)\{(?:parameters=.*? )?total_time="([^"]+)" validation_time="([^"]+)" queue_time="([^"]+)" inference_time="([^"]+)" time_per_token="([^"]+)"[^}]*\}: text_generation_router::server: \S+: Success`)
+
+func (p *Parser) tgi(s string) (Record, bool) {
+	if !strings.Contains(s, "Success") || !strings.Contains(s, "time_per_token=") {
+		return Record{}, false
+	}
+	m := tgiSuccess.FindStringSubmatch(s)
+	if m == nil {
+		p.Skipped++
+		return Record{}, false
+	}
+	inf, err1 := time.ParseDuration(m[5])
+	tpt, err2 := time.ParseDuration(m[6])
+	if err1 != nil || err2 != nil || tpt <= 0 {
+		p.Skipped++
+		return Record{}, false
+	}
+	r := newRecord(Request, "tgi")
+	// The line has no token count, but time_per_token is inference_time
+	// divided by it.
+	r.Tokens = float64(int64(float64(inf)/float64(tpt) + 0.5))
+	r.Duration, r.UserTPS = inf, float64(time.Second)/float64(tpt)
+	r.Key = m[1]
+	return r, true
+}
+
+// --- LMDeploy --------------------------------------------------------------
+
+var (
+	lmdeployPrefix = regexp.MustCompile(`\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) DP(\d+)\] `)
+	lmdeployNew    = regexp.MustCompile(`Avg thr \(in/out\): ([0-9.]+) / ([0-9.]+) tokens/s, .*?Engine \(running/waiting\): (\d+) / (\d+), KV cache: ([0-9.]+)%`)
+	lmdeployOld    = regexp.MustCompile(`Avg prompt throughput: ([0-9.]+) tokens/s, Avg generation throughput: ([0-9.]+) tokens/s, Finished: (\d+) reqs, Unfinished: (\d+) reqs, Running: (\d+) reqs, Waiting: (\d+) reqs, GPU KV cache usage: ([0-9.]+)%`)
+)
+
+func (p *Parser) lmdeploy(s string) (Record, bool) {
+	pm := lmdeployPrefix.FindStringSubmatch(s)
+	if pm == nil {
+		return Record{}, false
+	}
+	r := newRecord(Stat, "lmdeploy")
+	r.Key, r.DefaultGap = "DP"+pm[2], 10*time.Second
+	if m := lmdeployNew.FindStringSubmatch(s); m != nil {
+		r.PromptTPS, r.GenTPS, r.Running, r.Waiting, r.KV = num(m[1]), num(m[2]), num(m[3]), num(m[4]), num(m[5])/100
+	} else if m := lmdeployOld.FindStringSubmatch(s); m != nil {
+		r.PromptTPS, r.GenTPS, r.Running, r.Waiting, r.KV = num(m[1]), num(m[2]), num(m[5]), num(m[6]), num(m[7])/100
+	} else {
+		if strings.Contains(s, "tokens/s") {
+			p.Skipped++
+		}
+		return Record{}, false
+	}
+	if t, err := time.ParseInLocation("2006-01-02 15:04:05", pm[1], p.Loc); err == nil {
+		r.Time = t
+	}
+	return r, true
+}
+
+// --- TensorRT-LLM ----------------------------------------------------------
+
+var (
+	trtIterJSON = regexp.MustCompile(`\{"Active Request Count":(\d+),.*?"Iteration Counter":(\d+).*?\}`)
+	trtIterLog  = regexp.MustCompile(`iter = (\d+),.*?host_step_time = ([0-9.]+) ?ms.*?'num_generation_tokens': (\d+)`)
+	trtStamp    = regexp.MustCompile(`"Timestamp":"(\d\d-\d\d-\d{4} \d\d:\d\d:\d\d)"`)
+)
+
+func (p *Parser) trtllm(s string) (Record, bool) {
+	if m := trtIterJSON.FindStringSubmatch(s); m != nil {
+		r := newRecord(Iteration, "trtllm")
+		r.Running, r.Iterations = num(m[1]), num(m[2])
+		if ts := trtStamp.FindStringSubmatch(s); ts != nil {
+			if t, err := time.ParseInLocation("01-02-2006 15:04:05", ts[1], p.Loc); err == nil {
+				r.Time = t
+			}
+		}
+		return r, true
+	}
+	if m := trtIterLog.FindStringSubmatch(s); m != nil {
+		r := newRecord(Request, "trtllm")
+		step := num(m[2])
+		r.Iterations, r.Tokens = num(m[1]), num(m[3])
+		r.Duration = time.Duration(step * float64(time.Millisecond))
+		if step > 0 {
+			r.UserTPS = 1000 / step
+		}
+		r.Key = "iterations"
+		return r, true
+	}
+	return Record{}, false
+}

@@ -1,0 +1,197 @@
+package logline
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// wantRecords lists, per fixture (../shared/fixtures, copied to testdata
+// with the engine as prefix), every record its lines carry, in order.
+// Lines without throughput (startup, access logs, llama-cli's summary, the
+// Ollama CLI's own print) give none.
+var wantRecords = map[string][]string{
+	"llamacpp_json_log_format_2024.log": {
+		"request prompt_tokens=27 dur=2.684386s key=\"slot 0 task 19\" t=2024-05-30T11:09:46Z",
+		"request tokens=25 dur=3.559272s user=7.02391 key=\"slot 0 task 19\" t=2024-05-30T11:09:46Z",
+	},
+	"llamacpp_llama_cli_perf_context_print.log": {},
+	"llamacpp_midrun_tg_3s.log": {
+		"progress tokens=1081 user=12.57 key=\"slot 3 task 0\"",
+		"progress tokens=1119 user=12.57 key=\"slot 3 task 0\"",
+		"progress tokens=1157 user=12.61 key=\"slot 3 task 0\"",
+		"progress tokens=1196 user=12.99 key=\"slot 3 task 0\"",
+		"progress tokens=1235 user=12.92 key=\"slot 3 task 0\"",
+	},
+	"llamacpp_print_timing_multiline_no_prefix.log": {
+		"request prompt_tokens=51 dur=915.13ms key=\"slot 0 task 0\"",
+		"request tokens=275 dur=23.03887s user=11.94 key=\"slot 0 task 0\"",
+	},
+	"llamacpp_print_timing_multiline_trailing_space.log": {
+		"request prompt_tokens=1360 dur=5.09347s key=\"slot 0 task 124\"",
+		"request tokens=10 dur=319.58ms user=31.29 key=\"slot 0 task 124\"",
+	},
+	"llamacpp_print_timing_per_line_graphs_reused.log": {
+		"progress tokens=697 user=63.36 key=\"slot 3 task 1941\"",
+		"request prompt_tokens=104 dur=210.02ms key=\"slot 3 task 1941\"",
+		"request tokens=764 dur=12.06066s user=63.35 key=\"slot 3 task 1941\"",
+	},
+	"llamacpp_print_timing_per_line_timestamps_spec.log": {
+		"request prompt_tokens=4 dur=252.01ms key=\"slot 0 task 160\"",
+		"request tokens=96 dur=5.7292s user=16.58 key=\"slot 0 task 160\"",
+		"progress tokens=100 user=19.23 key=\"slot 0 task 202\"",
+		"progress tokens=158 user=18.62 key=\"slot 0 task 202\"",
+		"progress tokens=212 user=17.1 key=\"slot 0 task 202\"",
+		"progress tokens=259 user=15.3 key=\"slot 0 task 202\"",
+	},
+	"llamacpp_prompt_processing_progress.log": {},
+	"llamacpp_router_port_prefix_multiline.log": {
+		"progress tokens=172 user=12 key=\"slot 0 task 388\"",
+		"request prompt_tokens=27 dur=789.03ms key=\"slot 0 task 388\"",
+		"request tokens=192 dur=16.1125s user=11.92 key=\"slot 0 task 388\"",
+	},
+	"lmdeploy_metrics_log_2026.log": {
+		"stat gen=2756.3 prompt=4618.5 run=45 wait=5 kv=0.216 key=\"DP0\" t=2026-02-05T17:05:17Z",
+	},
+	"nim_nim_log_lines_datadog_tests.log":       {},
+	"ollama_cli_verbose_summary.txt":            {},
+	"ollama_gin_access_lines.log":               {},
+	"ollama_inference_compute_gpu.log":          {},
+	"ollama_journald_prefixed.log":              {},
+	"ollama_llama_server_passthrough_v0.30.log": {},
+	"sglang_decode_batch_bare_no_prefix.log": {
+		"stat gen=1397.13 run=1010 wait=12279 kv=0.93",
+	},
+	"sglang_decode_batch_comma_cuda_graph_tp0.log": {
+		"stat gen=144.95 run=5 wait=0 kv=0.29 t=2026-04-08T14:05:21Z",
+		"stat gen=140.27 run=5 wait=0 kv=0.29 t=2026-04-08T14:05:22Z",
+		"stat gen=136.39 run=5 wait=0 kv=0.29 t=2026-04-08T14:05:24Z",
+		"stat gen=139.89 run=5 wait=0 kv=0.29 t=2026-04-08T14:05:25Z",
+	},
+	"sglang_decode_batch_old_period_hms.log": {
+		"stat gen=447.31 run=2 wait=0 kv=0",
+		"stat gen=405.38 run=2 wait=0 kv=0",
+		"stat gen=446.97 run=2 wait=0 kv=0",
+		"stat gen=333.97 run=1 wait=0 kv=0",
+		"stat gen=238.27 run=1 wait=0 kv=0",
+	},
+	"sglang_decode_prefill_comma_no_tp.log": {
+		"stat gen=1635.11 run=32 wait=0 kv=0.08 t=2026-04-05T20:02:51Z",
+		"batch tokens=158 run=31 wait=0 kv=0.08 t=2026-04-05T20:02:51Z",
+		"batch tokens=290 run=31 wait=0 kv=0.08 t=2026-04-05T20:02:52Z",
+		"batch tokens=160 run=31 wait=0 kv=0.08 t=2026-04-05T20:02:52Z",
+	},
+	"sglang_prefill_batch_period_v0.4.6.log": {
+		"batch tokens=2 run=28 wait=0 kv=0.26 t=2025-05-14T09:31:43Z",
+		"batch tokens=4 run=30 wait=0 kv=0.3 t=2025-05-14T09:31:43Z",
+		"batch tokens=5 run=34 wait=0 kv=0.34 t=2025-05-14T09:31:43Z",
+	},
+	"sglang_python_logging_style_wrapper.log": {
+		"stat gen=126.29 run=1 wait=0 kv=0 t=2026-06-07T10:59:31.659Z",
+		"batch tokens=1 run=0 wait=0 kv=0 t=2026-06-07T10:59:31.843Z",
+		"stat gen=83.17 run=1 wait=0 kv=0 t=2026-06-07T10:59:32.14Z",
+	},
+	"tgi_startup_lines.log": {},
+	"tgi_success_span_chat_completions.log": {
+		"request tokens=20 dur=734.172108ms user=27.2416 key=\"chat_completions\" t=2024-12-10T21:50:03.47801Z",
+	},
+	"tgi_success_span_generate.log": {
+		"request tokens=14 dur=610.405028ms user=22.9356 key=\"generate\" t=2024-02-14T06:49:51.437631Z",
+	},
+	"triton_trtllm_triton_verbose_iteration_stats.log": {
+		"iteration run=1 iter=200 t=2023-11-20T02:29:01Z",
+	},
+	"vllm_v0_log_no_trailing_dot.log": {
+		"stat gen=44.9 prompt=0 run=2 wait=3 kv=0.821 t=2026-02-28T21:48:18Z",
+	},
+	"vllm_v0_log_trailing_dot.log": {
+		"stat gen=0 prompt=0 run=0 wait=0 kv=0 t=2026-08-22T20:52:46Z",
+		"stat gen=41.7 prompt=0 run=1 wait=0 kv=0.02 t=2026-01-22T18:27:20Z",
+		"stat gen=41.7 prompt=0 run=1 wait=0 kv=0.021 t=2026-01-22T18:27:25Z",
+		"stat gen=41.5 prompt=0 run=1 wait=0 kv=0.021 t=2026-01-22T18:27:30Z",
+		"stat gen=73.1 prompt=0 run=32 wait=0 kv=0.137 t=2026-06-25T03:06:35Z",
+		"stat gen=73.4 prompt=0 run=32 wait=0 kv=0.139 t=2026-06-25T03:06:44Z",
+	},
+	"vllm_v1_log_apiserver_pid.log": {
+		"stat gen=1055.3 prompt=0 run=18 wait=43 kv=0.959 key=\"engine 000\" t=2026-05-19T10:13:11Z",
+		"stat gen=1226.3 prompt=0 run=18 wait=42 kv=0.955 key=\"engine 000\" t=2026-05-19T10:13:21Z",
+		"stat gen=734.9 prompt=12068.8 run=18 wait=33 kv=0.877 key=\"engine 000\" t=2026-05-19T10:13:31Z",
+		"stat gen=589.8 prompt=18032.5 run=21 wait=23 kv=0.959 key=\"engine 000\" t=2026-05-19T10:13:41Z",
+		"stat gen=1242.7 prompt=0 run=20 wait=23 kv=0.984 key=\"engine 000\" t=2026-05-19T10:13:51Z",
+	},
+	"vllm_v1_log_docker_timestamp_prefix.log": {
+		"stat gen=4.8 prompt=6335.3 run=9 wait=0 kv=0.628 key=\"engine 000\" t=2026-05-12T08:01:39.331095044Z",
+		"stat gen=7.2 prompt=0 run=9 wait=1 kv=0.688 key=\"engine 000\" t=2026-05-12T08:01:49.332184394Z",
+		"stat gen=5.7 prompt=3411.1 run=10 wait=0 kv=0.745 key=\"engine 000\" t=2026-05-12T08:01:59.333055436Z",
+		"stat gen=7.2 prompt=0 run=10 wait=0 kv=0.799 key=\"engine 000\" t=2026-05-12T08:02:09.334253915Z",
+	},
+	"vllm_v1_log_engine_prefix.log": {
+		"stat gen=29.2 prompt=1254.4 run=10 wait=4 kv=0.579 key=\"engine 000\" t=2026-06-16T10:03:14Z",
+	},
+	"vllm_v1_log_idle_then_active.log": {
+		"stat gen=0 prompt=0 run=0 wait=0 kv=0 key=\"engine 000\" t=2026-12-25T13:32:40Z",
+		"stat gen=93.1 prompt=3.9 run=1 wait=0 kv=0.001 key=\"engine 000\" t=2026-12-25T13:36:00Z",
+		"stat gen=213 prompt=0 run=1 wait=0 kv=0.003 key=\"engine 000\" t=2026-12-25T13:36:10Z",
+		"stat gen=206.3 prompt=0 run=1 wait=0 kv=0.004 key=\"engine 000\" t=2026-12-25T13:36:20Z",
+	},
+	"vllm_v1_log_loggers310.log": {
+		"stat gen=1.2 prompt=0 run=1 wait=0 kv=0 key=\"engine 000\" t=2026-07-29T07:18:56Z",
+		"stat gen=1.2 prompt=0 run=1 wait=0 kv=0 key=\"engine 000\" t=2026-07-29T07:19:06Z",
+	},
+	"vllm_v1_log_mm_cache_and_specdecode.log": {
+		"stat gen=28.4 prompt=0 run=0 wait=0 kv=0 key=\"engine 000\" t=2026-05-08T16:21:55Z",
+		"stat gen=0 prompt=0 run=0 wait=0 kv=0 key=\"engine 000\" t=2026-05-08T16:22:00Z",
+	},
+}
+
+func TestParseFixtures(t *testing.T) {
+	files, err := filepath.Glob("testdata/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, f := range files {
+		name := filepath.Base(f)
+		if strings.HasPrefix(name, "fuzz") {
+			continue
+		}
+		want, ok := wantRecords[name]
+		if !ok {
+			t.Errorf("%s: no expectation", name)
+			continue
+		}
+		seen++
+		t.Run(name, func(t *testing.T) {
+			fh, err := os.Open(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fh.Close()
+			p, _ := NewParser("auto")
+			p.Year = 2026
+			var got []string
+			sc := bufio.NewScanner(fh)
+			for sc.Scan() {
+				if strings.HasPrefix(sc.Text(), "# source:") {
+					continue
+				}
+				if r, ok := p.Parse(sc.Bytes()); ok {
+					got = append(got, format(r))
+				}
+			}
+			if len(got) != len(want) {
+				t.Fatalf("got %d records, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Errorf("record %d:\n got %s\nwant %s", i, got[i], want[i])
+				}
+			}
+		})
+	}
+	if seen != len(wantRecords) {
+		t.Errorf("%d fixtures read, %d expected", seen, len(wantRecords))
+	}
+}

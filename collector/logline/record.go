@@ -1,0 +1,69 @@
+// Package logline parses the throughput lines that inference servers write
+// to their logs, for servers that are read from logs rather than (or as
+// well as) from their metrics: vLLM V0/V1, SGLang, llama.cpp (and Ollama,
+// which relays llama-server's lines), TGI, LMDeploy and TensorRT-LLM.
+//
+// A line is matched wherever its pattern sits, after ANSI colour codes are
+// stripped, so docker, journald and compose prefixes need no handling.
+package logline
+
+import (
+	"time"
+)
+
+// Kind says what span of time a record describes.
+type Kind int
+
+const (
+	// Stat is an average over the line's own interval (t-Δ, t]: vLLM,
+	// SGLang decode, LMDeploy.
+	Stat Kind = iota + 1
+	// Request is one request's figures, over [t_end - duration, t_end]:
+	// llama.cpp eval times, TGI Success spans.
+	Request
+	// Progress is a running request's live progress (llama.cpp n_decoded).
+	Progress
+	// Batch is a point event: a prefill batch's new tokens (SGLang).
+	Batch
+	// Iteration is an engine step counter with the requests it served
+	// (TensorRT-LLM iteration stats).
+	Iteration
+)
+
+// Record is what one throughput line says. Numbers a line does not carry
+// are negative.
+type Record struct {
+	Kind   Kind
+	Engine string
+	// Time is the line's most precise timestamp (zero when it has none).
+	Time time.Time
+	// Key separates concurrent reporters of one server whose figures add
+	// up: vLLM's "Engine 001", SGLang's "DP1", LMDeploy's "DP0", a llama.cpp
+	// slot and task.
+	Key string
+	// Aggregated is vLLM's "N Engines Aggregated" line, which already
+	// holds every engine.
+	Aggregated bool
+	// DefaultGap is the engine's logging interval: the span of a Stat line
+	// when the previous line is missing, or further back than an interval
+	// (vLLM logs idle intervals at DEBUG, so a gap means idle time).
+	DefaultGap time.Duration
+	// GapIsExact says the line's average is over all the time since the
+	// previous line of its reporter, however long (SGLang).
+	GapIsExact bool
+
+	GenTPS, PromptTPS float64 // Stat: tokens/s over the interval
+	Tokens            float64 // Request: output tokens; Progress: decoded so far; Batch: new prompt tokens
+	PromptTokens      float64 // Request: prompt tokens (llama.cpp prompt eval)
+	Duration          time.Duration
+	UserTPS           float64 // the speed one stream saw
+	Running, Waiting  float64
+	KV                float64 // 0..1
+	Preemptions       float64
+	Iterations        float64 // Iteration: the engine's step counter
+}
+
+func newRecord(k Kind, engine string) Record {
+	return Record{Kind: k, Engine: engine, GenTPS: -1, PromptTPS: -1, Tokens: -1, PromptTokens: -1,
+		UserTPS: -1, Running: -1, Waiting: -1, KV: -1, Preemptions: -1, Iterations: -1}
+}

@@ -1,0 +1,128 @@
+package logline
+
+import (
+	"time"
+
+	"github.com/tpsmon/tpsmon/collector"
+)
+
+// Stream turns one server's records into the intervals the joiner
+// spreads over windows. It remembers what earlier lines said: when each
+// reporter last logged (a Stat line's span runs back to it), and how far
+// running llama.cpp requests had got (so their final line adds only the
+// rest).
+type Stream struct {
+	// MaxGap caps the span of a line whose average runs back to the
+	// previous one.
+	MaxGap time.Duration
+
+	last       map[string]time.Time
+	aggregated bool
+	progress   map[string]progress
+}
+
+type progress struct {
+	tokens float64
+	t      time.Time
+}
+
+// maxTracked bounds the per-reporter state (tasks that never finished).
+const maxTracked = 4096
+
+// Interval returns what r, read at time t, says of (start, t].
+func (s *Stream) Interval(r Record, t time.Time) (collector.Interval, bool) {
+	if s.last == nil || len(s.last) > maxTracked {
+		s.last = map[string]time.Time{}
+	}
+	if s.progress == nil || len(s.progress) > maxTracked {
+		s.progress = map[string]progress{}
+	}
+	if s.MaxGap == 0 {
+		s.MaxGap = 5 * time.Minute
+	}
+	switch r.Kind {
+	case Stat:
+		if r.Aggregated {
+			s.aggregated = true
+		} else if s.aggregated && r.Key != "" {
+			return collector.Interval{}, false // the aggregated line holds this engine already
+		}
+		gap := r.DefaultGap
+		if prev, ok := s.last[r.Key]; ok && t.After(prev) {
+			d := t.Sub(prev)
+			if r.GapIsExact && d <= s.MaxGap || d <= r.DefaultGap*3/2 {
+				gap = d
+			}
+		}
+		s.last[r.Key] = t
+		iv := collector.Unknown(t.Add(-gap), t)
+		iv.Tokens = r.GenTPS * gap.Seconds()
+		if r.PromptTPS >= 0 {
+			iv.PromptTokens = r.PromptTPS * gap.Seconds()
+		}
+		iv.Running, iv.Waiting, iv.KV, iv.Preemptions = r.Running, r.Waiting, r.KV, r.Preemptions
+		return iv, true
+	case Batch:
+		iv := collector.Unknown(t, t)
+		iv.PromptTokens, iv.Running, iv.Waiting, iv.KV = r.Tokens, r.Running, r.Waiting, r.KV
+		return iv, true
+	case Progress:
+		prev, ok := s.progress[r.Key]
+		s.progress[r.Key] = progress{r.Tokens, t}
+		var iv collector.Interval
+		switch {
+		case ok && r.Tokens > prev.tokens && t.After(prev.t):
+			iv = collector.Unknown(prev.t, t)
+			iv.Tokens = r.Tokens - prev.tokens
+		case !ok && r.UserTPS > 0:
+			// The first progress line: what was decoded so far, at the
+			// request's average speed.
+			d := time.Duration(r.Tokens / r.UserTPS * float64(time.Second))
+			iv = collector.Unknown(t.Add(-d), t)
+			iv.Tokens = r.Tokens
+		default:
+			return collector.Interval{}, false
+		}
+		iv.UserTokens, iv.UserSeconds = iv.Tokens, iv.End.Sub(iv.Start).Seconds()
+		iv.Request = true
+		return iv, true
+	case Request:
+		iv := collector.Unknown(t.Add(-r.Duration), t)
+		if r.PromptTokens >= 0 {
+			iv.PromptTokens = r.PromptTokens
+			return iv, true
+		}
+		iv.Tokens = r.Tokens
+		if r.UserTPS > 0 {
+			iv.UserTokens, iv.UserSeconds = r.UserTPS*r.Duration.Seconds(), r.Duration.Seconds()
+		}
+		iv.Request = r.Iterations < 0 // an engine step is not a request
+		if p, ok := s.progress[r.Key]; ok {
+			// Progress lines already counted part of this request.
+			delete(s.progress, r.Key)
+			if p.t.After(iv.Start) && p.t.Before(t) {
+				iv.Start = p.t
+			}
+			iv.Tokens = max(0, r.Tokens-p.tokens)
+			iv.UserTokens, iv.UserSeconds = iv.Tokens, t.Sub(iv.Start).Seconds()
+		}
+		return iv, true
+	case Iteration:
+		prev, ok := s.progress[r.Key]
+		s.progress[r.Key] = progress{r.Iterations, t}
+		if !ok || !t.After(prev.t) {
+			return collector.Interval{}, false
+		}
+		iters := r.Iterations - prev.tokens
+		if iters < 0 {
+			iters = r.Iterations // the server restarted
+		}
+		iv := collector.Unknown(prev.t, t)
+		iv.Tokens, iv.Running = iters*max(0, r.Running), r.Running
+		if r.Running > 0 {
+			iv.UserTokens, iv.UserSeconds = iters, t.Sub(prev.t).Seconds()
+		}
+		return iv, true
+	}
+	return collector.Interval{}, false
+}
