@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/csv"
 	"errors"
@@ -16,11 +17,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/collector/logline"
 	"github.com/tpsmon/tpsmon/collector/window"
 	"github.com/tpsmon/tpsmon/nvml"
 )
 
 type replayOpts struct {
+	logFile    string
+	year       int
 	metricsDir string
 	gpuCSV     string
 	format     string
@@ -39,6 +43,7 @@ func newReplayCmd() *cobra.Command {
 		Use:   "replay",
 		Short: "Join recorded metrics scrapes and GPU readings offline",
 		Long: `replay reads recorded inputs and prints the joined windows:
+  --log FILE         an inference server's log (--engine, or detected)
   --metrics-dir DIR  one scrape per file, named <unix-milliseconds>.prom
   --gpu-csv FILE     the CSV of nvidia-smi --query-gpu=timestamp,index,uuid,name,
                      utilization.gpu,utilization.memory,memory.used,memory.total,
@@ -53,6 +58,8 @@ func newReplayCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&o.logFile, "log", "", "server log to replay")
+	f.IntVar(&o.year, "year", 0, "year of log timestamps that have none (default: this year)")
 	f.StringVar(&o.metricsDir, "metrics-dir", "", "directory of <unix-ms>.prom scrapes")
 	f.StringVar(&o.gpuCSV, "gpu-csv", "", "nvidia-smi --query-gpu CSV")
 	f.StringVar(&o.format, "format", "json", "json, lp or table")
@@ -70,11 +77,13 @@ type timed struct {
 	t      time.Time
 	server *collector.Sample
 	gpu    *nvml.Sample
+	log    *collector.Interval
+	watch  bool // the log was readable at t
 }
 
 func replay(o replayOpts, out pointWriter, warn io.Writer) error {
-	if o.metricsDir == "" && o.gpuCSV == "" {
-		return errors.New("replay: nothing to replay: give --metrics-dir and/or --gpu-csv")
+	if o.metricsDir == "" && o.gpuCSV == "" && o.logFile == "" {
+		return errors.New("replay: nothing to replay: give --log, --metrics-dir and/or --gpu-csv")
 	}
 	if o.window <= 0 {
 		return fmt.Errorf("--window %v must be positive", o.window)
@@ -82,6 +91,39 @@ func replay(o replayOpts, out pointWriter, warn io.Writer) error {
 	var inputs []timed
 	var servers []window.Server
 	var gaps []time.Duration
+	loc, err := time.LoadLocation(o.tz)
+	if err != nil {
+		return fmt.Errorf("--tz: %w", err)
+	}
+	gpus := o.gpus
+	if len(gpus) == 0 {
+		gpus = []string{"*"}
+	}
+	if o.metricsDir != "" || o.logFile != "" {
+		servers = append(servers, window.Server{Name: o.server, GPUs: gpus, Source: "metrics"})
+	}
+	if o.logFile != "" {
+		ivs, engine, skipped, err := readLog(o.logFile, o.engine, loc, o.year)
+		if err != nil {
+			return err
+		}
+		if skipped > 0 {
+			fmt.Fprintf(warn, "tpsmon: replay: %d lines looked like throughput lines but did not parse\n", skipped)
+		}
+		servers[0].Engine = engine
+		for i := range ivs {
+			inputs = append(inputs, timed{t: ivs[i].End, log: &ivs[i]})
+		}
+		// The log was watched from its first line to its last: a silent
+		// stretch is an idle server, not a missing one.
+		if len(ivs) > 0 {
+			first, last := ivs[0].Start, ivs[len(ivs)-1].End
+			for t := first; !t.After(last); t = t.Add(time.Second) {
+				inputs = append(inputs, timed{t: t, watch: true})
+			}
+			gaps = append(gaps, time.Second)
+		}
+	}
 	if o.metricsDir != "" {
 		d, err := collector.DialectFor(o.engine)
 		if err != nil {
@@ -103,17 +145,8 @@ func replay(o replayOpts, out pointWriter, warn io.Writer) error {
 				gaps = append(gaps, ms[i].Time.Sub(ms[i-1].Time))
 			}
 		}
-		gpus := o.gpus
-		if len(gpus) == 0 {
-			gpus = []string{"*"}
-		}
-		servers = append(servers, window.Server{Name: o.server, GPUs: gpus, Source: "metrics"})
 	}
 	if o.gpuCSV != "" {
-		loc, err := time.LoadLocation(o.tz)
-		if err != nil {
-			return fmt.Errorf("--tz: %w", err)
-		}
 		gs, err := readGPUCSV(o.gpuCSV, loc)
 		if err != nil {
 			return err
@@ -131,16 +164,39 @@ func replay(o replayOpts, out pointWriter, warn io.Writer) error {
 		return errors.New("replay: the inputs hold no samples")
 	}
 	sort.SliceStable(inputs, func(a, b int) bool { return inputs[a].t.Before(inputs[b].t) })
-	j := window.New(window.Config{Window: o.window, Grace: 0, MaxGap: maxGapOf(gaps), Host: o.host,
-		Start: inputs[0].t}, servers)
+	start := inputs[0].t
 	for _, in := range inputs {
-		if in.server != nil {
-			j.AddServer(o.server, *in.server)
-		} else {
-			j.AddGPU(*in.gpu)
+		if in.log != nil && in.log.Start.Before(start) {
+			start = in.log.Start
 		}
 	}
-	return out.WritePoints(j.Close(inputs[len(inputs)-1].t.Add(time.Nanosecond)))
+	j := window.New(window.Config{Window: o.window, Grace: 0, MaxGap: maxGapOf(gaps), Host: o.host,
+		Start: start}, servers)
+	for _, in := range inputs {
+		switch {
+		case in.server != nil:
+			j.AddServer(o.server, *in.server)
+		case in.gpu != nil:
+			j.AddGPU(*in.gpu)
+		case in.log != nil:
+			j.AddLog(o.server, *in.log)
+		case in.watch:
+			j.Watch(o.server, in.t)
+		}
+	}
+	// Observation ends just after the last sample, or at the end of the
+	// last log line's interval, which is exclusive of the next window.
+	var end time.Time
+	for _, in := range inputs {
+		e := in.t
+		if in.server != nil || in.gpu != nil {
+			e = e.Add(time.Nanosecond)
+		}
+		if e.After(end) {
+			end = e
+		}
+	}
+	return out.WritePoints(j.Close(end))
 }
 
 // maxGapOf allows 2.5 times the typical interval of the recording.
@@ -281,4 +337,83 @@ func readGPUCSV(path string, loc *time.Location) ([]nvml.Sample, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// readLog parses a server log into intervals. Each line's time is its most
+// precise timestamp (design §3); a line without one takes the time of the
+// line before it.
+func readLog(path, engine string, loc *time.Location, year int) (ivs []collector.Interval, detected string, skipped uint64, err error) {
+	p, err := logline.NewParser(engine)
+	if err != nil {
+		return nil, "", 0, fmt.Errorf("--engine: %w", err)
+	}
+	p.Loc, p.Year = loc, year
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, "", 0, fmt.Errorf("--log: %w", err)
+	}
+	defer f.Close()
+	var st logline.Stream
+	var last time.Time
+	untimed := 0
+	r := bufio.NewReaderSize(f, 64<<10)
+	for {
+		line, err := readLine(r)
+		if len(line) > 0 {
+			rec, ok := p.Parse(line)
+			if ok {
+				t := rec.Time
+				if t.IsZero() {
+					t = last
+				}
+				if t.IsZero() {
+					untimed++
+				} else {
+					last = t
+					if iv, ok := st.Interval(rec, t); ok {
+						ivs = append(ivs, iv)
+					}
+					if detected == "" {
+						detected = rec.Engine
+					}
+				}
+			} else if t := p.Stamp(line); !t.IsZero() {
+				last = t
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, "", 0, fmt.Errorf("--log %s: %w", path, err)
+		}
+	}
+	if len(ivs) == 0 {
+		if untimed > 0 {
+			return nil, "", 0, fmt.Errorf("--log %s: %d throughput lines but no timestamps to place them; replay needs them (docker logs -t or journalctl -o short-iso add them)", path, untimed)
+		}
+		return nil, "", 0, fmt.Errorf("--log %s: no throughput lines found", path)
+	}
+	sort.SliceStable(ivs, func(a, b int) bool { return ivs[a].End.Before(ivs[b].End) })
+	if engine != "auto" && engine != "" {
+		detected = engine
+	}
+	return ivs, detected, p.Skipped, nil
+}
+
+// readLine reads one line without its newline; a line longer than the
+// parser looks at is consumed whole but only its head is kept, so a huge
+// line costs bounded memory.
+func readLine(r *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if len(line) < logline.MaxLine {
+			line = append(line, chunk[:min(len(chunk), logline.MaxLine-len(line))]...)
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		return bytes.TrimRight(line, "\r\n"), err
+	}
 }

@@ -93,3 +93,61 @@ func TestReplayInputErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestReplayLogLinesOnWindowEdges(t *testing.T) {
+	var out, warn bytes.Buffer
+	err := replay(replayOpts{logFile: "testdata/replay/vllm_edges.log", engine: "auto", year: 2026,
+		window: 10 * time.Second, server: "v", host: "h", tz: "UTC"}, newJSONOutput(&out), &warn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []jsonPoint
+	dec := json.NewDecoder(&out)
+	for dec.More() {
+		var p jsonPoint
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, p)
+	}
+	// The line at 12:00:10 reports (12:00:00, 12:00:10]: window 12:00:00,
+	// not the window 12:00:10 that holds its timestamp.
+	want := []struct {
+		time   string
+		tokens float64
+		state  string
+	}{
+		{"2026-03-01T12:00:00Z", 1000, "ok"},
+		{"2026-03-01T12:00:10Z", 2000, "ok"},
+		{"2026-03-01T12:00:20Z", 3000, "ok"},
+		{"2026-03-01T12:00:30Z", 0, "ok"},
+		{"2026-03-01T12:00:40Z", 500, "ok"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d windows: %+v", len(got), got)
+	}
+	for i, w := range want {
+		f := got[i].Fields
+		if got[i].Time != w.time || f["tokens"] != w.tokens || f["source"] != "log" || f["coverage"] != 1.0 {
+			t.Errorf("window %d: %s %v", i, got[i].Time, f)
+		}
+		if f["prompt_tokens"] != 2*w.tokens || f["running"] != float64(i+1) {
+			t.Errorf("window %d: prompt %v running %v", i, f["prompt_tokens"], f["running"])
+		}
+		if got[i].Tags["engine"] != "vllm" {
+			t.Errorf("engine tag %q", got[i].Tags["engine"])
+		}
+	}
+	// A stat line gives the system rate; per-user is its share per running stream.
+	if pu := got[1].Fields["per_user_tps"]; pu != 100.0 {
+		t.Errorf("per-user %v, want 200 tok/s over 2 streams", pu)
+	}
+}
+
+func TestReplayLogWithoutTimestamps(t *testing.T) {
+	err := replay(replayOpts{logFile: "../../collector/logline/testdata/llamacpp_print_timing_multiline_no_prefix.log",
+		engine: "auto", window: 10 * time.Second, tz: "UTC"}, newJSONOutput(&bytes.Buffer{}), &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "no timestamps") {
+		t.Errorf("err %v", err)
+	}
+}

@@ -17,6 +17,19 @@ var (
 	pyLogComma  = regexp.MustCompile(`,(\d{3})$`)
 )
 
+// Stamp returns the most precise timestamp on a line that carries no
+// throughput (it places the untimed lines after it), or zero.
+func (p *Parser) Stamp(line []byte) time.Time {
+	if len(line) > p.maxLine {
+		line = line[:p.maxLine]
+	}
+	t := p.stamp(string(line))
+	if !t.IsZero() && t.After(p.lastDate) {
+		p.lastDate = t
+	}
+	return t
+}
+
 // stamp returns the most precise timestamp on the line, or zero.
 func (p *Parser) stamp(s string) time.Time {
 	year := p.Year
