@@ -1,0 +1,381 @@
+// Package tail follows a log file the way an SRE expects: through rename
+// rotation and copytruncate, without losing or repeating a line, and
+// across restarts, from a position saved only once the consumer has taken
+// the lines before it.
+package tail
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"time"
+)
+
+// Position says where reading stopped: which file (device, inode, and a
+// fingerprint of its first bytes, which tells a truncated or replaced file
+// from the same one) and the offset after the last line taken.
+type Position struct {
+	Path   string `json:"path"`
+	Dev    uint64 `json:"dev"`
+	Ino    uint64 `json:"ino"`
+	Offset int64  `json:"offset"`
+	Head   string `json:"head"` // hex of the file's first bytes
+}
+
+// Line is one complete line of the file (without its newline), and the
+// position just after it.
+type Line struct {
+	Text []byte
+	Time time.Time
+	Pos  Position
+}
+
+// headLen is how many leading bytes fingerprint a file.
+const headLen = 64
+
+// MaxLine bounds a line kept in memory; the rest of a longer line is
+// skipped (and counted), so a 10 MB line does not grow the tailer.
+const MaxLine = 64 << 10
+
+// Tailer follows one file.
+type Tailer struct {
+	Path string
+	// StateFile holds the saved position ("" = start fresh each time).
+	StateFile string
+	Poll      time.Duration
+	// FromStart reads a file with no saved position from its start; by
+	// default reading starts at its end.
+	FromStart bool
+	Log       *slog.Logger
+	Now       func() time.Time
+
+	f       *os.File
+	pos     Position
+	partial []byte
+	skipLen int // bytes of an over-long line being skipped
+	// Truncated counts lines cut at MaxLine.
+	Truncated uint64
+	buf       []byte
+}
+
+// LoadPosition reads a saved position; a missing file is no position.
+func LoadPosition(file string) (Position, bool, error) {
+	b, err := os.ReadFile(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Position{}, false, nil
+	}
+	if err != nil {
+		return Position{}, false, err
+	}
+	var p Position
+	if err := json.Unmarshal(b, &p); err != nil {
+		return Position{}, false, fmt.Errorf("tail: position %s: %w", file, err)
+	}
+	return p, true, nil
+}
+
+// SavePosition writes p atomically (temporary file, fsync, rename). The
+// consumer calls it once the lines up to p are accepted.
+func SavePosition(file string, p Position) error {
+	b, _ := json.Marshal(p)
+	tmp := file + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("tail: save position: %w", err)
+	}
+	_, werr := f.Write(append(b, '\n'))
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		return fmt.Errorf("tail: save position: %w", err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		return fmt.Errorf("tail: save position: %w", err)
+	}
+	return nil
+}
+
+func fileID(fi fs.FileInfo) (dev, ino uint64) {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Dev), st.Ino
+	}
+	return 0, 0
+}
+
+// readHead returns up to headLen leading bytes of f.
+func readHead(f *os.File) []byte {
+	b := make([]byte, headLen)
+	n, _ := f.ReadAt(b, 0)
+	return b[:n]
+}
+
+// Run follows the file until ctx ends, handing each complete line to
+// emit. A file that does not exist yet is waited for.
+func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
+	if t.Poll <= 0 {
+		t.Poll = 250 * time.Millisecond
+	}
+	if t.Now == nil {
+		t.Now = time.Now
+	}
+	if t.Log == nil {
+		t.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	t.buf = make([]byte, 64<<10)
+	defer func() {
+		if t.f != nil {
+			t.f.Close()
+		}
+	}()
+	var saved Position
+	var have bool
+	if t.StateFile != "" {
+		var err error
+		if saved, have, err = LoadPosition(t.StateFile); err != nil {
+			t.Log.Warn("tail: ignoring unreadable position", "err", err)
+		}
+	}
+	tick := time.NewTicker(t.Poll)
+	defer tick.Stop()
+	for t.f == nil {
+		if err := t.open(saved, have, emit); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if t.f != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+	for {
+		if err := t.poll(emit); err != nil {
+			t.Log.Warn("tail: read failed", "path", t.Path, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// open opens the file, resuming at the saved position when it still
+// names this file, or reading the rest of the rotated file it names.
+func (t *Tailer) open(saved Position, have bool, emit func(Line)) error {
+	f, err := os.Open(t.Path)
+	if err != nil {
+		return err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return err
+	}
+	dev, ino := fileID(fi)
+	head := readHead(f)
+	t.f, t.pos = f, Position{Path: t.Path, Dev: dev, Ino: ino, Head: hex.EncodeToString(head)}
+	switch {
+	case have && saved.Dev == dev && saved.Ino == ino && fi.Size() >= saved.Offset && sameHead(saved.Head, head):
+		t.pos.Offset = saved.Offset
+	case have:
+		// Rotated while we were down: finish the old file first, then all
+		// of the new one.
+		if old := t.findRotated(saved); old != "" {
+			t.drainFile(old, saved, emit)
+		}
+	case !t.FromStart:
+		t.pos.Offset = fi.Size()
+	}
+	return nil
+}
+
+// sameHead tells whether a file's first bytes still start as saved.
+func sameHead(saved string, head []byte) bool {
+	s, err := hex.DecodeString(saved)
+	if err != nil {
+		return false
+	}
+	n := min(len(s), len(head))
+	return bytes.Equal(s[:n], head[:n])
+}
+
+// poll checks the open file for truncation, reads what was appended,
+// then checks the path for a rename rotation.
+func (t *Tailer) poll(emit func(Line)) error {
+	fi, err := t.f.Stat()
+	if err != nil {
+		return err
+	}
+	head := readHead(t.f)
+	read := t.pos.Offset + int64(len(t.partial)+t.skipLen)
+	switch {
+	case fi.Size() < read || !sameHead(t.pos.Head, head):
+		// copytruncate: what was written between our last read and the
+		// truncation lives in the copy; read it there, then start over.
+		old := t.pos
+		if rotated := t.findRotated(old); rotated != "" {
+			t.drainFile(rotated, old, emit)
+		}
+		t.flushPartial(emit)
+		t.pos = Position{Path: t.Path, Dev: old.Dev, Ino: old.Ino, Head: hex.EncodeToString(head)}
+		t.Log.Info("tail: file truncated (copytruncate)", "path", t.Path)
+	case len(head) > len(t.pos.Head)/2:
+		t.pos.Head = hex.EncodeToString(head) // the fingerprint grows with a young file
+	}
+	if err := t.readAll(t.f, &t.pos, emit); err != nil {
+		return err
+	}
+	pfi, err := os.Stat(t.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // renamed away, not recreated yet: keep the old one
+	}
+	if err != nil {
+		return err
+	}
+	dev, ino := fileID(pfi)
+	if dev == t.pos.Dev && ino == t.pos.Ino {
+		return nil
+	}
+	// Rename rotation: take the old file's last writes, then the new file.
+	if err := t.readAll(t.f, &t.pos, emit); err != nil {
+		return err
+	}
+	t.flushPartial(emit)
+	t.f.Close()
+	t.f = nil
+	f, err := os.Open(t.Path)
+	if err != nil {
+		return err
+	}
+	t.f, t.pos = f, Position{Path: t.Path, Dev: dev, Ino: ino, Head: hex.EncodeToString(readHead(f))}
+	t.Log.Info("tail: file rotated (renamed)", "path", t.Path)
+	return t.readAll(t.f, &t.pos, emit)
+}
+
+// findRotated looks for the rotated copy of the file pos described:
+// another file next to it whose first bytes match and that reaches the
+// offset. Newest first.
+func (t *Tailer) findRotated(pos Position) string {
+	cands, _ := filepath.Glob(t.Path + "*")
+	more, _ := filepath.Glob(t.Path[:len(t.Path)-len(filepath.Ext(t.Path))] + "*")
+	cands = append(cands, more...)
+	type cand struct {
+		path string
+		mod  time.Time
+	}
+	var cs []cand
+	seen := map[string]bool{}
+	for _, c := range cands {
+		if c == t.Path || seen[c] {
+			continue
+		}
+		seen[c] = true
+		fi, err := os.Stat(c)
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() < pos.Offset {
+			continue
+		}
+		cs = append(cs, cand{c, fi.ModTime()})
+	}
+	sort.Slice(cs, func(a, b int) bool { return cs[a].mod.After(cs[b].mod) })
+	for _, c := range cs {
+		f, err := os.Open(c.path)
+		if err != nil {
+			continue
+		}
+		fi, _ := f.Stat()
+		dev, ino := fileID(fi)
+		head := readHead(f)
+		f.Close()
+		if (dev == pos.Dev && ino == pos.Ino) || (len(head) > 0 && sameHead(pos.Head, head) && len(pos.Head) >= 2) {
+			return c.path
+		}
+	}
+	return ""
+}
+
+// drainFile reads path from pos.Offset to its end.
+func (t *Tailer) drainFile(path string, pos Position, emit func(Line)) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	p := pos
+	t.readAll(f, &p, emit)
+	t.flushPartial(emit)
+}
+
+// readAll reads f from pos.Offset to EOF, emitting complete lines and
+// advancing pos past each.
+func (t *Tailer) readAll(f *os.File, pos *Position, emit func(Line)) error {
+	for {
+		n, err := f.ReadAt(t.buf, pos.Offset+int64(len(t.partial))+int64(t.skipLen))
+		if n > 0 {
+			t.split(t.buf[:n], pos, emit)
+		}
+		if err == io.EOF || n == 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// split cuts data (which follows any partial line) into lines.
+func (t *Tailer) split(data []byte, pos *Position, emit func(Line)) {
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			t.keep(data)
+			return
+		}
+		t.keep(data[:i])
+		lineLen := int64(len(t.partial)+t.skipLen) + 1
+		line := t.partial
+		t.partial, t.skipLen = nil, 0
+		pos.Offset += lineLen
+		emit(Line{Text: line, Time: t.Now(), Pos: *pos})
+		data = data[i+1:]
+	}
+}
+
+// keep adds to the partial line, up to MaxLine; beyond it bytes are only
+// counted.
+func (t *Tailer) keep(b []byte) {
+	room := MaxLine - len(t.partial)
+	if room > len(b) {
+		room = len(b)
+	}
+	if room > 0 {
+		t.partial = append(t.partial, b[:room]...)
+	}
+	if extra := len(b) - room; extra > 0 {
+		if t.skipLen == 0 {
+			t.Truncated++
+		}
+		t.skipLen += extra
+	}
+}
+
+// flushPartial drops an unterminated last line of a file left behind:
+// no more bytes will come to finish it.
+func (t *Tailer) flushPartial(emit func(Line)) {
+	if len(t.partial) > 0 || t.skipLen > 0 {
+		emit(Line{Text: t.partial, Time: t.Now(), Pos: t.pos})
+	}
+	t.partial, t.skipLen = nil, 0
+}

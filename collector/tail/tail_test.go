@@ -1,0 +1,287 @@
+package tail
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// collector counts the lines a tailer emits.
+type collector struct {
+	mu    sync.Mutex
+	seen  map[int]int
+	other int
+	last  Position
+	n     int
+}
+
+func newCollector() *collector { return &collector{seen: map[int]int{}} }
+
+func (c *collector) emit(l Line) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last = l.Pos
+	c.n++
+	s := string(l.Text)
+	if n, err := strconv.Atoi(strings.TrimPrefix(s, "line ")); err == nil && strings.HasPrefix(s, "line ") {
+		c.seen[n]++
+		return
+	}
+	c.other++
+}
+
+// check reports lines missing or seen twice out of 0..total-1.
+func (c *collector) check(t *testing.T, total int) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	missing, dup := 0, 0
+	for i := range total {
+		switch c.seen[i] {
+		case 0:
+			missing++
+		case 1:
+		default:
+			dup++
+		}
+	}
+	if missing > 0 || dup > 0 || c.other > 0 {
+		t.Errorf("of %d lines: %d missing, %d read twice, %d mangled", total, missing, dup, c.other)
+	}
+}
+
+func (c *collector) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.seen)
+}
+
+// writer appends numbered lines; rotate runs between two lines, with the
+// writer held, as logrotate's copy and truncate would.
+type writer struct {
+	mu   sync.Mutex
+	path string
+	f    *os.File
+	next int
+}
+
+func (w *writer) open(t *testing.T) {
+	f, err := os.OpenFile(w.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.f = f
+}
+
+func (w *writer) write(n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var b bytes.Buffer
+	for range n {
+		fmt.Fprintf(&b, "line %d\n", w.next)
+		w.next++
+	}
+	w.f.Write(b.Bytes())
+}
+
+func waitFor(t *testing.T, c *collector, total int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for c.count() < total && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestRotation(t *testing.T) {
+	rotations := map[string]func(t *testing.T, w *writer, i int){
+		"rename and recreate": func(t *testing.T, w *writer, i int) {
+			w.f.Close()
+			if err := os.Rename(w.path, w.path+".1"); err != nil {
+				t.Fatal(err)
+			}
+			w.open(t)
+		},
+		"copytruncate": func(t *testing.T, w *writer, i int) {
+			b, err := os.ReadFile(w.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(w.path+".1", b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.f.Truncate(0); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	for name, rotate := range rotations {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			w := &writer{path: filepath.Join(dir, "server.log")}
+			w.open(t)
+			defer w.f.Close()
+			c := newCollector()
+			tl := &Tailer{Path: w.path, Poll: 5 * time.Millisecond, FromStart: true}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- tl.Run(ctx, c.emit) }()
+
+			// A writer appends 100 lines per millisecond; 100 rotations,
+			// each after a few polls.
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					w.write(100)
+					time.Sleep(time.Millisecond)
+				}
+			})
+			for i := range 100 {
+				time.Sleep(20 * time.Millisecond)
+				w.mu.Lock()
+				rotate(t, w, i)
+				w.mu.Unlock()
+			}
+			close(stop)
+			wg.Wait()
+			total := w.next
+			waitFor(t, c, total)
+			cancel()
+			<-done
+			c.check(t, total)
+			if total < 50_000 {
+				t.Errorf("only %d lines written: the writer was not fast", total)
+			}
+		})
+	}
+}
+
+func TestKilledTailerResumes(t *testing.T) {
+	dir := t.TempDir()
+	w := &writer{path: filepath.Join(dir, "server.log")}
+	w.open(t)
+	defer w.f.Close()
+	state := filepath.Join(dir, "pos.json")
+	w.write(1000)
+
+	// The consumer accepts lines and saves the position every 100 of
+	// them; the first tailer dies after 550 lines, unsaved ones lost with
+	// it, as in a crash.
+	accepted := newCollector()
+	var mu sync.Mutex
+	taken := 0
+	ctx, cancel := context.WithCancel(context.Background())
+	first := &Tailer{Path: w.path, StateFile: state, Poll: 5 * time.Millisecond, FromStart: true}
+	firstDone := make(chan struct{})
+	var pending []Line
+	go func() {
+		first.Run(ctx, func(l Line) {
+			mu.Lock()
+			defer mu.Unlock()
+			if taken >= 550 {
+				return // dead: nothing more is accepted
+			}
+			taken++
+			pending = append(pending, Line{Text: append([]byte(nil), l.Text...), Pos: l.Pos})
+			if taken%100 == 0 {
+				for _, p := range pending {
+					accepted.emit(p)
+				}
+				pending = nil
+				if err := SavePosition(state, l.Pos); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+		close(firstDone)
+	}()
+	for {
+		mu.Lock()
+		n := taken
+		mu.Unlock()
+		if n >= 550 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-firstDone
+	if accepted.count() != 500 {
+		t.Fatalf("accepted %d before the kill, want 500", accepted.count())
+	}
+
+	// More lines, and a rotation while no tailer runs.
+	w.write(200)
+	w.f.Close()
+	os.Rename(w.path, w.path+".1")
+	w.open(t)
+	w.write(300)
+
+	second := &Tailer{Path: w.path, StateFile: state, Poll: 5 * time.Millisecond, FromStart: true}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { second.Run(ctx2, accepted.emit); close(done) }()
+	waitFor(t, accepted, 1500)
+	cancel2()
+	<-done
+	accepted.check(t, 1500)
+}
+
+func TestPartialLinesWaitAndHugeLinesAreBounded(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x.log")
+	f, _ := os.Create(path)
+	defer f.Close()
+	c := newCollector()
+	var lens []int
+	var mu sync.Mutex
+	tl := &Tailer{Path: path, Poll: 5 * time.Millisecond, FromStart: true}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		tl.Run(ctx, func(l Line) {
+			mu.Lock()
+			lens = append(lens, len(l.Text))
+			mu.Unlock()
+			c.emit(l)
+		})
+		close(done)
+	}()
+	f.WriteString("line 0\nline ")
+	time.Sleep(50 * time.Millisecond)
+	if c.count() != 1 {
+		t.Errorf("%d lines before the second was finished, want 1", c.count())
+	}
+	f.WriteString("1\n")
+	f.Write(bytes.Repeat([]byte("x"), 10<<20))
+	f.WriteString("\nline 2\n")
+	deadline := time.Now().Add(10 * time.Second)
+	for c.count() < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	c.mu.Lock()
+	other := c.other
+	c.mu.Unlock()
+	if c.count() != 3 || other != 1 {
+		t.Fatalf("lines %d, others %d", c.count(), other)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if lens[2] != MaxLine || tl.Truncated != 1 {
+		t.Errorf("the 10 MB line kept %d bytes (want %d), truncated %d", lens[2], MaxLine, tl.Truncated)
+	}
+}
