@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -73,6 +74,23 @@ func check(ctx context.Context, cfg *Config, w io.Writer) int {
 		}
 	}
 	for _, s := range servers {
+		switch {
+		case s.Log.File != "":
+			f, err := os.Open(s.Log.File)
+			if err == nil {
+				f.Close()
+			}
+			report(err, "server %s: log %s readable", s.Name, s.Log.File)
+		case s.Log.JournalUnit != "":
+			_, err := exec.LookPath("journalctl")
+			if err != nil {
+				err = fmt.Errorf("server %s: journal_unit %s needs journalctl: %w", s.Name, s.Log.JournalUnit, err)
+			}
+			report(err, "server %s: journal of %s read through journalctl -o json -f (no libsystemd needed)", s.Name, s.Log.JournalUnit)
+		}
+		if s.MetricsURL == "" {
+			continue
+		}
 		d, err := collector.DialectFor(s.Engine)
 		if err != nil {
 			report(fmt.Errorf("server %s: %w", s.Name, err), "")

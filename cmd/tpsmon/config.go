@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/collector/logline"
 	"github.com/tpsmon/tpsmon/sink"
 )
 
@@ -290,17 +291,28 @@ func (c *Config) validate() error {
 		if s.Engine == "" {
 			s.Engine = "auto"
 		}
-		if _, err := collector.DialectFor(s.Engine); err != nil {
+		if _, err := collector.DialectFor(s.Engine); err != nil && s.Engine != "ollama" {
 			return fmt.Errorf("%s.engine: %w", at, err)
 		}
-		if s.Log.File != "" || s.Log.JournalUnit != "" {
-			return fmt.Errorf("%s.log: log sources are not supported by this build yet; use metrics_url", at)
+		hasLog := s.Log.File != "" || s.Log.JournalUnit != ""
+		if s.Log.File != "" && s.Log.JournalUnit != "" {
+			return fmt.Errorf("%s.log: give file or journal_unit, not both", at)
 		}
-		if s.MetricsURL == "" {
-			return fmt.Errorf("%s.metrics_url: missing", at)
+		if hasLog {
+			if _, err := logline.NewParser(s.Engine); err != nil {
+				return fmt.Errorf("%s.engine: %w", at, err)
+			}
 		}
-		if u, err := url.Parse(s.MetricsURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("%s.metrics_url: %q is not an http(s) URL", at, s.MetricsURL)
+		if s.MetricsURL == "" && !hasLog {
+			return fmt.Errorf("%s: give metrics_url, log.file or log.journal_unit", at)
+		}
+		if s.MetricsURL != "" {
+			if u, err := url.Parse(s.MetricsURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("%s.metrics_url: %q is not an http(s) URL", at, s.MetricsURL)
+			}
+			if s.Engine == "ollama" {
+				return fmt.Errorf("%s.metrics_url: ollama serves no Prometheus metrics; read its log (log.journal_unit: ollama.service)", at)
+			}
 		}
 		if s.ScrapeInterval == 0 {
 			s.ScrapeInterval = time.Second

@@ -17,6 +17,8 @@ import (
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/collector/logline"
+	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/collector/window"
 	"github.com/tpsmon/tpsmon/nvml"
 )
@@ -51,13 +53,23 @@ type pipeline struct {
 	reconf  chan *Config
 	applied chan struct{}
 
+	// logGrace replaces the configured grace when it is shorter and a
+	// server is read from its log; 0 means defaultLogGrace.
+	logGrace time.Duration
 	// stateDir keeps the end of the last closed window, so that a restart
 	// can say which windows no process observed; empty: not kept.
 	stateDir string
+	// posDir keeps the log positions the joiner has accepted; empty: a
+	// log is read from its end at each start.
+	posDir   string
+	logPos   map[string]tail.Position
+	logDirty map[string]bool
 
 	malformed atomic.Uint64 // scrapes skipped for unparsable metrics text
 	failed    atomic.Uint64 // scrapes that did not reach the server
 	late      atomic.Uint64 // samples that came after their window closed
+	lateTok   atomic.Uint64 // output tokens in parts of intervals that came too late
+	logSkip   atomic.Uint64 // log lines that looked like throughput lines but did not parse
 
 	// Liveness for the watchdog: when the main loop last ran, when the
 	// last GPU reading arrived, and whether a GPU backend is open.
@@ -72,6 +84,17 @@ type pipeline struct {
 type event struct {
 	scrape *collector.Result
 	gpus   []nvml.Sample
+	log    *logEvent
+}
+
+// logEvent is what a server's log said: an interval from a throughput
+// line, or that the log was readable (watch), with the position reached.
+type logEvent struct {
+	server string
+	engine string
+	iv     *collector.Interval
+	watch  time.Time
+	pos    tail.Position
 }
 
 // gpuRetry is how long a failed GPU backend waits before the next try.
@@ -93,7 +116,11 @@ func serversOf(cfg *Config) []window.Server {
 		if engine == "auto" {
 			engine = "" // named by the first sample
 		}
-		out[i] = window.Server{Name: s.Name, Engine: engine, GPUs: gpus, Source: "metrics"}
+		source := "metrics"
+		if s.MetricsURL == "" {
+			source = "log"
+		}
+		out[i] = window.Server{Name: s.Name, Engine: engine, GPUs: gpus, Source: source}
 	}
 	return out
 }
@@ -125,6 +152,9 @@ func (p *pipeline) startSources(ctx context.Context, cfg *Config, events chan<- 
 		}
 	}
 	for _, s := range cfg.Servers {
+		if s.MetricsURL == "" {
+			continue
+		}
 		d, err := collector.DialectFor(s.Engine)
 		if err != nil {
 			src.stop()
@@ -137,6 +167,15 @@ func (p *pipeline) startSources(ctx context.Context, cfg *Config, events chan<- 
 		src.wg.Go(func() {
 			sc.Run(ctx, func(r collector.Result) { send(event{scrape: &r}) })
 		})
+	}
+	for _, s := range cfg.Servers {
+		if s.Log.File == "" && s.Log.JournalUnit == "" {
+			continue
+		}
+		if err := p.startLog(ctx, src, s, send); err != nil {
+			src.stop()
+			return nil, nil, err
+		}
 	}
 	if p.openGPU != nil {
 		interval := cfg.GPU.Interval
@@ -161,8 +200,21 @@ func (p *pipeline) run(ctx context.Context) error {
 	cfg := p.cfg
 	p.reportGap()
 	start := p.now()
+	grace := cfg.Grace
+	if p.logGrace == 0 {
+		p.logGrace = defaultLogGrace
+	}
+	for _, s := range cfg.Servers {
+		if (s.Log.File != "" || s.Log.JournalUnit != "") && grace < p.logGrace {
+			// A stat line reports the interval before it: windows wait for
+			// the line that covers their end.
+			grace = p.logGrace
+			p.log.Info("grace raised for log sources", "grace", grace)
+		}
+	}
+	p.logPos, p.logDirty = map[string]tail.Position{}, map[string]bool{}
 	j := window.New(window.Config{
-		Window: cfg.Window, Grace: cfg.Grace, MaxGap: maxGapOfConfig(cfg), Host: cfg.Host, Start: start,
+		Window: cfg.Window, Grace: grace, MaxGap: maxGapOfConfig(cfg), Host: cfg.Host, Start: start,
 	}, serversOf(cfg))
 	p.log.Info("first window", "start", start.Truncate(cfg.Window).UTC().Format(time.RFC3339Nano))
 
@@ -208,6 +260,8 @@ func (p *pipeline) run(ctx context.Context) error {
 		case <-tick.C:
 			p.emit(j.Flush(p.now()))
 			p.late.Store(j.Late())
+			p.lateTok.Store(uint64(j.LateTokens()))
+			p.savePositions()
 			p.loopAt.Store(p.now().UnixNano())
 		case nc := <-p.reconf:
 			src.stop()
@@ -230,6 +284,7 @@ func (p *pipeline) run(ctx context.Context) error {
 			src.stop()
 			drain()
 			p.emit(j.Close(p.now()))
+			p.savePositions()
 			p.late.Store(j.Late())
 			p.log.Info("sources stopped", "late_samples", j.Late(), "scrapes_malformed", p.malformed.Load(),
 				"scrapes_failed", p.failed.Load())
@@ -239,6 +294,19 @@ func (p *pipeline) run(ctx context.Context) error {
 }
 
 func (p *pipeline) accept(j *window.Joiner, ev event, down map[string]bool) {
+	if l := ev.log; l != nil {
+		switch {
+		case l.iv != nil:
+			j.AddLog(l.server, *l.iv)
+			j.NameEngine(l.server, l.engine)
+		case !l.watch.IsZero():
+			j.Watch(l.server, l.watch)
+		}
+		if l.pos != (tail.Position{}) {
+			p.logPos[l.server], p.logDirty[l.server] = l.pos, true
+		}
+		return
+	}
 	if ev.gpus != nil {
 		for _, s := range ev.gpus {
 			j.AddGPU(s)
@@ -395,5 +463,77 @@ func (p *pipeline) reportGap() {
 	if n := int(start.Sub(last) / p.cfg.Window); n > 0 {
 		p.log.Warn("windows not observed: tpsmon was not running", "from", last.UTC().Format(time.RFC3339),
 			"to", start.UTC().Format(time.RFC3339), "windows", n)
+	}
+}
+
+// defaultLogGrace is how long windows wait when a server is read from its
+// log: vLLM and LMDeploy print a line every 10 s about the 10 s before it.
+const defaultLogGrace = 11 * time.Second
+
+// startLog follows a server's log file or journal unit. Its lines are
+// parsed here, in the source's goroutine; the main loop gets intervals.
+func (p *pipeline) startLog(ctx context.Context, src *sources, s ServerConfig, send func(event)) error {
+	parser, err := logline.NewParser(s.Engine)
+	if err != nil {
+		return err
+	}
+	stream := &logline.Stream{}
+	name := s.Name
+	var mu sync.Mutex // the journal's Alive ticks on a goroutine of its own
+	var last tail.Position
+	var skipped uint64
+	emit := func(l tail.Line) {
+		mu.Lock()
+		last = l.Pos
+		mu.Unlock()
+		rec, ok := parser.Parse(l.Text)
+		if d := parser.Skipped - skipped; d > 0 {
+			p.logSkip.Add(d)
+			skipped = parser.Skipped
+		}
+		if !ok {
+			return
+		}
+		if iv, ok := stream.Interval(rec, l.Time); ok {
+			send(event{log: &logEvent{server: name, engine: rec.Engine, iv: &iv, pos: l.Pos}})
+		}
+	}
+	// Readable now, and every line so far taken: the position moves past
+	// lines without throughput too.
+	alive := func(t time.Time) {
+		mu.Lock()
+		pos := last
+		mu.Unlock()
+		send(event{log: &logEvent{server: name, watch: t, pos: pos}})
+	}
+	state := p.positionFile(name)
+	if s.Log.File != "" {
+		t := &tail.Tailer{Path: s.Log.File, StateFile: state, Log: p.log.With("server", name), Alive: alive, Now: p.now}
+		src.wg.Go(func() { t.Run(ctx, emit) })
+		return nil
+	}
+	jn := &tail.Journal{Unit: s.Log.JournalUnit, StateFile: state, Log: p.log.With("server", name), Alive: alive}
+	src.wg.Go(func() { jn.Run(ctx, emit) })
+	return nil
+}
+
+// positionFile is where a server's log position is kept; "" when there
+// is no state directory.
+func (p *pipeline) positionFile(server string) string {
+	if p.posDir == "" {
+		return ""
+	}
+	return filepath.Join(p.posDir, server+".json")
+}
+
+// savePositions writes the positions of the log lines the joiner took.
+func (p *pipeline) savePositions() {
+	for name := range p.logDirty {
+		if f := p.positionFile(name); f != "" {
+			if err := tail.SavePosition(f, p.logPos[name]); err != nil {
+				p.log.Warn("log position not saved", "server", name, "err", err)
+			}
+		}
+		delete(p.logDirty, name)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -102,6 +103,11 @@ func runDaemon(ctx context.Context, cfg *Config, log *slog.Logger, o daemonOpts)
 		p.outputs = append(p.outputs, out)
 		p.stateDir = cfg.Sink.Spool.Dir
 		tel.spool, tel.sender = out.spool, out.sender
+		// Log positions beside the spool: both must survive a restart.
+		p.posDir = filepath.Join(filepath.Dir(cfg.Sink.Spool.Dir), "positions")
+		if err := os.MkdirAll(p.posDir, 0o700); err != nil {
+			return fmt.Errorf("log positions: %w", err)
+		}
 	} else {
 		f, err := sink.OpenFile(cfg.Sink.File.Path)
 		if err != nil {

@@ -41,6 +41,10 @@ func (t *telemetry) registry() *prometheus.Registry {
 		func() float64 { return float64(t.p.malformed.Load()) })
 	counter("tpsmon_scrapes_failed_total", "Scrapes that did not reach the server.",
 		func() float64 { return float64(t.p.failed.Load()) })
+	counter("tpsmon_log_lines_skipped_total", "Log lines that looked like throughput lines but did not parse.",
+		func() float64 { return float64(t.p.logSkip.Load()) })
+	counter("tpsmon_late_tokens_total", "Output tokens that fell in windows already closed (requests reported at their end).",
+		func() float64 { return float64(t.p.lateTok.Load()) })
 	if t.spool == nil {
 		return reg
 	}

@@ -30,6 +30,8 @@ type Position struct {
 	Ino    uint64 `json:"ino"`
 	Offset int64  `json:"offset"`
 	Head   string `json:"head"` // hex of the file's first bytes
+	// Cursor is the journal's position, for a journald source.
+	Cursor string `json:"cursor,omitempty"`
 }
 
 // Line is one complete line of the file (without its newline), and the
@@ -58,6 +60,9 @@ type Tailer struct {
 	FromStart bool
 	Log       *slog.Logger
 	Now       func() time.Time
+	// Alive is told each time the file was read without error: a quiet
+	// log is an idle server, not a lost one.
+	Alive func(time.Time)
 
 	f       *os.File
 	pos     Position
@@ -163,6 +168,8 @@ func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
 	for {
 		if err := t.poll(emit); err != nil {
 			t.Log.Warn("tail: read failed", "path", t.Path, "err", err)
+		} else if t.Alive != nil {
+			t.Alive(t.Now())
 		}
 		select {
 		case <-ctx.Done():

@@ -194,6 +194,14 @@ func (j *Joiner) AddLog(name string, iv collector.Interval) bool {
 	return j.addInterval(st, iv)
 }
 
+// NameEngine sets a server's engine tag when its configuration left it to
+// detection.
+func (j *Joiner) NameEngine(name, engine string) {
+	if st, ok := j.byName[name]; ok && st.Engine == "" {
+		st.Engine = engine
+	}
+}
+
 // Watch records that a server's log was readable at t.
 func (j *Joiner) Watch(name string, t time.Time) {
 	if st, ok := j.byName[name]; ok && !t.Before(j.next) {
@@ -567,7 +575,10 @@ type measured struct {
 // measure closes the window [s, e) of one server. Scraped metrics win;
 // the log speaks for windows the metrics did not cover.
 func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
-	m := measured{running: -1, waiting: -1, kv: -1, source: "metrics"}
+	m := measured{running: -1, waiting: -1, kv: -1, source: st.Source}
+	if m.source == "" {
+		m.source = "metrics"
+	}
 	var spans [collector.NumCounters]span
 	var have [collector.NumCounters]bool
 	for c := range collector.NumCounters {
