@@ -38,6 +38,17 @@ type Config struct {
 	Sink      SinkConfig      `mapstructure:"sink"`
 	HTTP      HTTPConfig      `mapstructure:"http"`
 	Log       LogConfig       `mapstructure:"log"`
+	// Thresholds of the state verdict (design §5).
+	Thresholds ThresholdsConfig `mapstructure:"thresholds"`
+}
+
+// ThresholdsConfig tunes the state of a server window.
+type ThresholdsConfig struct {
+	KVBound       float64 `mapstructure:"kv_bound"`       // KV use (0..1) at which waiting is memory-bound
+	QueueUtil     float64 `mapstructure:"queue_util"`     // GPU % under which waiting is queue-bound
+	UnderUtil     float64 `mapstructure:"under_util"`     // GPU % under which flowing tokens are underutilized
+	SaturatedUtil float64 `mapstructure:"saturated_util"` // GPU % at which waiting is saturated
+	Waiting       float64 `mapstructure:"waiting"`        // mean queue from which requests count as waiting
 }
 
 // GPUConfig selects the GPU backend.
@@ -140,6 +151,11 @@ var defaults = map[string]any{
 	"sink.spool.max_bytes":                 "1GiB",
 	"http.listen":                          "127.0.0.1:9464",
 	"log.level":                            "info",
+	"thresholds.kv_bound":                  0.9,
+	"thresholds.queue_util":                60.0,
+	"thresholds.under_util":                40.0,
+	"thresholds.saturated_util":            90.0,
+	"thresholds.waiting":                   0.5,
 }
 
 // flagKeys maps command-line flags to configuration keys.
@@ -342,6 +358,18 @@ func (c *Config) validate() error {
 	}
 	if c.Sink.Spool.MaxBytes < 1<<20 {
 		return fmt.Errorf("sink.spool.max_bytes: %d bytes is too small (at least 1MiB)", c.Sink.Spool.MaxBytes)
+	}
+	th := c.Thresholds
+	if th.KVBound <= 0 || th.KVBound > 1 {
+		return fmt.Errorf("thresholds.kv_bound: %v is not a ratio in (0, 1]", th.KVBound)
+	}
+	for name, v := range map[string]float64{"queue_util": th.QueueUtil, "under_util": th.UnderUtil, "saturated_util": th.SaturatedUtil} {
+		if v < 0 || v > 100 {
+			return fmt.Errorf("thresholds.%s: %v is not a percentage", name, v)
+		}
+	}
+	if th.Waiting < 0 {
+		return fmt.Errorf("thresholds.waiting: %v is negative", th.Waiting)
 	}
 	switch strings.ToLower(c.Log.Level) {
 	case "debug", "info", "warn", "error":

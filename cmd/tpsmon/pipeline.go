@@ -213,8 +213,11 @@ func (p *pipeline) run(ctx context.Context) error {
 		}
 	}
 	p.logPos, p.logDirty = map[string]tail.Position{}, map[string]bool{}
+	th := cfg.Thresholds
 	j := window.New(window.Config{
 		Window: cfg.Window, Grace: grace, MaxGap: maxGapOfConfig(cfg), Host: cfg.Host, Start: start,
+		Thresholds: window.Thresholds{KVBound: th.KVBound, QueueUtil: th.QueueUtil, UnderUtil: th.UnderUtil,
+			SaturatedUtil: th.SaturatedUtil, Waiting: th.Waiting},
 	}, serversOf(cfg))
 	p.log.Info("first window", "start", start.Truncate(cfg.Window).UTC().Format(time.RFC3339Nano))
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -149,5 +150,37 @@ func TestReplayLogWithoutTimestamps(t *testing.T) {
 		engine: "auto", window: 10 * time.Second, tz: "UTC"}, newJSONOutput(&bytes.Buffer{}), &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "no timestamps") {
 		t.Errorf("err %v", err)
+	}
+}
+
+func TestReplayVerdicts(t *testing.T) {
+	for _, want := range []string{"idle", "queue_bound", "kv_bound", "underutilized", "saturated", "ok"} {
+		t.Run(want, func(t *testing.T) {
+			dir := filepath.Join("testdata", "scenarios", want)
+			var out bytes.Buffer
+			err := replay(replayOpts{logFile: filepath.Join(dir, "server.log"), gpuCSV: filepath.Join(dir, "gpu.csv"),
+				engine: "auto", window: 10 * time.Second, server: "s", host: "h", tz: "UTC"}, newJSONOutput(&out), &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dec := json.NewDecoder(&out)
+			n := 0
+			for dec.More() {
+				var p jsonPoint
+				if err := dec.Decode(&p); err != nil {
+					t.Fatal(err)
+				}
+				if p.Measurement != "tpsmon_server" || p.Fields["coverage"] != 1.0 {
+					continue
+				}
+				n++
+				if p.Fields["state"] != want {
+					t.Errorf("window %s: state %v, want %s (fields %v)", p.Time, p.Fields["state"], want, p.Fields)
+				}
+			}
+			if n < 5 {
+				t.Errorf("%d full windows, want 6", n)
+			}
+		})
 	}
 }
