@@ -3,9 +3,13 @@
 package nvml
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -17,6 +21,8 @@ import (
 type Sampler struct {
 	lib  gonvml.Interface
 	devs []*device
+	mu   sync.Mutex     // guards each device's busy state
+	wg   sync.WaitGroup // reads in flight, waited for before Shutdown
 	// eventReasons is false when the driver predates
 	// nvmlDeviceGetCurrentClocksEventReasons; the deprecated throttle call
 	// is used then.
@@ -30,7 +36,28 @@ type device struct {
 	name  string
 	// unsupported caches NOT_SUPPORTED answers so they are asked once.
 	unsupported Field
+
+	// lastSeen is the raw timestamp of the newest utilization sample
+	// taken, fed back to GetSamples; offset converts the driver's clock to
+	// wall time where it is not epoch-based.
+	lastSeen uint64
+	offset   time.Duration
+	offsetOK bool
+
+	gpm     gonvml.GpmSample // the previous GPM sample; nil until taken
+	gpmAt   time.Time
+	gpmOK   bool // GpmQueryDeviceSupport said yes
+	busy    bool // a call is still running past its deadline
+	stuckAt time.Time
 }
+
+// gpmMu serializes every GPM call of the process: concurrent GpmSampleGet
+// calls crashed drivers, even for different devices.
+var gpmMu sync.Mutex
+
+// CallTimeout bounds one device's reading; a device whose driver call
+// hangs is reported as such while the others go on.
+var CallTimeout = 2 * time.Second
 
 // OpenSystem loads the host's NVML library and opens the listed devices
 // (indexes or UUIDs; empty = all).
@@ -90,7 +117,11 @@ func (s *Sampler) enumerate(want []string) error {
 		if ret != gonvml.SUCCESS {
 			name = ""
 		}
-		s.devs = append(s.devs, &device{h: h, index: i, uuid: uuid, name: name})
+		d := &device{h: h, index: i, uuid: uuid, name: name}
+		if sup, ret := h.GpmQueryDeviceSupport(); ret == gonvml.SUCCESS && sup.IsSupportedDevice != 0 {
+			d.gpmOK = true
+		}
+		s.devs = append(s.devs, d)
 	}
 	for _, w := range want {
 		if !found[w] {
@@ -113,12 +144,67 @@ func selected(want []string, index int, uuid string, found map[string]bool) bool
 // Devices returns the number of GPUs sampled.
 func (s *Sampler) Devices() int { return len(s.devs) }
 
-// Sample reads every open device. A device that fails as a whole carries
-// Err; missing readings are absent from Has.
+// ErrTimeout marks a device whose driver call did not return in time.
+var ErrTimeout = errors.New("NVML call did not return in time")
+
+// Sample reads every open device, each with a deadline: a device whose
+// call hangs carries ErrTimeout (and is not asked again until that call
+// returns) while the others are read. Missing readings are absent from
+// Has.
 func (s *Sampler) Sample(now time.Time) []Sample {
 	out := make([]Sample, len(s.devs))
+	done := make(chan int, len(s.devs))
+	pending := 0
+	s.mu.Lock()
 	for i, d := range s.devs {
-		out[i] = s.read(d, now)
+		if d.busy {
+			out[i] = Sample{Time: now, Index: d.index, UUID: d.uuid, Name: d.name,
+				Err: fmt.Errorf("gpu %d %s: %w (stuck since %s)", d.index, d.uuid, ErrTimeout, d.stuckAt.Format(time.RFC3339))}
+			continue
+		}
+		d.busy = true
+		pending++
+		s.wg.Go(func() {
+			smp := s.read(d, now)
+			s.mu.Lock()
+			d.busy = false
+			s.mu.Unlock()
+			out[i] = smp
+			done <- i
+		})
+	}
+	s.mu.Unlock()
+	deadline := time.NewTimer(CallTimeout)
+	defer deadline.Stop()
+	got := make([]bool, len(s.devs))
+	for pending > 0 {
+		select {
+		case i := <-done:
+			got[i] = true
+			pending--
+		case <-deadline.C:
+			// The late goroutines write into a slice nobody reads any more.
+			res := make([]Sample, len(out))
+			s.mu.Lock()
+			for i, d := range s.devs {
+				if got[i] || !d.busy {
+					continue
+				}
+				d.stuckAt = now
+				res[i] = Sample{Time: now, Index: d.index, UUID: d.uuid, Name: d.name,
+					Err: fmt.Errorf("gpu %d %s: %w after %v", d.index, d.uuid, ErrTimeout, CallTimeout)}
+			}
+			s.mu.Unlock()
+			for i := range out {
+				if got[i] {
+					res[i] = out[i]
+				} else if res[i].UUID == "" {
+					res[i] = Sample{Time: now, Index: s.devs[i].index, UUID: s.devs[i].uuid, Name: s.devs[i].name,
+						Err: fmt.Errorf("gpu %d: %w", s.devs[i].index, ErrTimeout)}
+				}
+			}
+			return res
+		}
 	}
 	return out
 }
@@ -148,6 +234,9 @@ func (s *Sampler) read(d *device, now time.Time) Sample {
 		get(FieldUtil|FieldMemUtil, ret, func() {
 			smp.UtilPct, smp.MemUtilPct = float64(u.Gpu), float64(u.Memory)
 		})
+	}
+	if want(fieldSamples) {
+		s.readSamples(d, &smp, now)
 	}
 	if want(FieldMemory) {
 		m, ret := d.h.GetMemoryInfo()
@@ -184,11 +273,129 @@ func (s *Sampler) read(d *device, now time.Time) Sample {
 	if fatal != nil {
 		return Sample{Time: now, Index: d.index, UUID: d.uuid, Name: d.name, Err: fatal}
 	}
+	if d.gpmOK {
+		s.readGPM(d, &smp, now)
+	}
 	return smp
 }
 
-// Close shuts NVML down. Call it once, after every Sample call returned.
+// readSamples takes the driver's utilization samples newer than the last
+// one seen. Their timestamps are CPU microseconds, since the epoch on most
+// platforms but since boot on some: far from now, they are shifted so the
+// newest is now, while the raw value is what goes back as lastSeen.
+func (s *Sampler) readSamples(d *device, smp *Sample, now time.Time) {
+	vt, ss, ret := d.h.GetSamples(gonvml.GPU_UTILIZATION_SAMPLES, d.lastSeen)
+	switch {
+	case ret == gonvml.ERROR_NOT_FOUND:
+		return // nothing new (an idle GPU's buffer runs dry): the 1 Hz reading stands
+	case ret == gonvml.ERROR_NOT_SUPPORTED:
+		d.unsupported |= fieldSamples
+		return
+	case ret != gonvml.SUCCESS || len(ss) == 0:
+		return
+	}
+	var newest uint64
+	for _, x := range ss {
+		newest = max(newest, x.TimeStamp)
+	}
+	if !d.offsetOK {
+		wall := time.UnixMicro(int64(newest))
+		if diff := now.Sub(wall); diff > 24*time.Hour || diff < -24*time.Hour {
+			d.offset = diff
+		}
+		d.offsetOK = true
+	}
+	for _, x := range ss {
+		if x.TimeStamp <= d.lastSeen {
+			continue
+		}
+		var v float64
+		switch vt {
+		case gonvml.VALUE_TYPE_UNSIGNED_INT:
+			v = float64(binary.LittleEndian.Uint32(x.SampleValue[:4]))
+		case gonvml.VALUE_TYPE_UNSIGNED_LONG_LONG:
+			v = float64(binary.LittleEndian.Uint64(x.SampleValue[:]))
+		case gonvml.VALUE_TYPE_DOUBLE:
+			v = math.Float64frombits(binary.LittleEndian.Uint64(x.SampleValue[:]))
+		default:
+			continue
+		}
+		smp.UtilSamples = append(smp.UtilSamples, UtilSample{Time: time.UnixMicro(int64(x.TimeStamp)).Add(d.offset), Pct: v})
+	}
+	d.lastSeen = max(d.lastSeen, newest)
+	sort.Slice(smp.UtilSamples, func(a, b int) bool { return smp.UtilSamples[a].Time.Before(smp.UtilSamples[b].Time) })
+}
+
+// gpmInterval keeps GPM samples apart: metrics over less than ~1 s are noise.
+const gpmInterval = time.Second
+
+// readGPM takes a GPM sample and, from the previous one, the activity
+// metrics of the time between. All GPM calls are serialized.
+func (s *Sampler) readGPM(d *device, smp *Sample, now time.Time) {
+	if d.gpm != nil && now.Sub(d.gpmAt) < gpmInterval {
+		return
+	}
+	gpmMu.Lock()
+	defer gpmMu.Unlock()
+	cur, ret := s.lib.GpmSampleAlloc()
+	if ret != gonvml.SUCCESS {
+		return
+	}
+	if ret := d.h.GpmSampleGet(cur); ret != gonvml.SUCCESS {
+		cur.Free()
+		if ret == gonvml.ERROR_NOT_SUPPORTED || ret == gonvml.ERROR_NO_PERMISSION {
+			d.gpmOK = false // e.g. profiling restricted to admins
+		}
+		return
+	}
+	prev := d.gpm
+	d.gpm, d.gpmAt = cur, now
+	if prev == nil {
+		return
+	}
+	defer prev.Free()
+	mg := gonvml.GpmMetricsGetType{NumMetrics: 4, Sample1: prev, Sample2: cur}
+	ids := []gonvml.GpmMetricId{gonvml.GPM_METRIC_SM_UTIL, gonvml.GPM_METRIC_SM_OCCUPANCY,
+		gonvml.GPM_METRIC_ANY_TENSOR_UTIL, gonvml.GPM_METRIC_DRAM_BW_UTIL}
+	for i, id := range ids {
+		mg.Metrics[i].MetricId = uint32(id)
+	}
+	if ret := s.lib.GpmMetricsGet(&mg); ret != gonvml.SUCCESS {
+		return
+	}
+	dst := []*float64{&smp.SMActive, &smp.SMOccupancy, &smp.TensorActive, &smp.DRAMActive}
+	ok := true
+	for i := range ids {
+		if gonvml.Return(mg.Metrics[i].NvmlReturn) != gonvml.SUCCESS {
+			ok = false
+			continue
+		}
+		*dst[i] = mg.Metrics[i].Value
+	}
+	if ok {
+		smp.Has |= FieldGPM
+	}
+}
+
+// Close shuts NVML down once the reads in flight returned; if one still
+// hangs after a few seconds, NVML is left loaded rather than unloaded
+// under it (which would abort the process).
 func (s *Sampler) Close() error {
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * CallTimeout):
+		return fmt.Errorf("nvml: a driver call still hangs; not shutting NVML down")
+	}
+	gpmMu.Lock()
+	for _, d := range s.devs {
+		if d.gpm != nil {
+			d.gpm.Free()
+			d.gpm = nil
+		}
+	}
+	gpmMu.Unlock()
 	if ret := s.lib.Shutdown(); ret != gonvml.SUCCESS {
 		return fmt.Errorf("nvml: shutdown: %w", ret)
 	}

@@ -31,6 +31,12 @@ func h100(t *testing.T) *server.Server {
 		dev.GetTemperatureFunc = func(gonvml.TemperatureSensors) (uint32, gonvml.Return) { return 40, gonvml.SUCCESS }
 		dev.GetClockInfoFunc = func(gonvml.ClockType) (uint32, gonvml.Return) { return 1980, gonvml.SUCCESS }
 		dev.GetCurrentClocksEventReasonsFunc = func() (uint64, gonvml.Return) { return 0x4, gonvml.SUCCESS }
+		dev.GetSamplesFunc = func(gonvml.SamplingType, uint64) (gonvml.ValueType, []gonvml.Sample, gonvml.Return) {
+			return 0, nil, gonvml.ERROR_NOT_SUPPORTED
+		}
+		dev.GpmQueryDeviceSupportFunc = func() (gonvml.GpmSupport, gonvml.Return) {
+			return gonvml.GpmSupport{IsSupportedDevice: 0}, gonvml.SUCCESS
+		}
 	}
 	return srv
 }

@@ -28,7 +28,18 @@ const (
 	FieldTemp
 	FieldSMClock
 	FieldThrottle
+	// FieldGPM marks the GPM readings (Hopper and newer): SM activity,
+	// SM occupancy, tensor activity and DRAM bandwidth use.
+	FieldGPM
+	// fieldSamples is the driver's utilization sample buffer.
+	fieldSamples
 )
+
+// UtilSample is one entry of the driver's utilization sample buffer.
+type UtilSample struct {
+	Time time.Time
+	Pct  float64
+}
 
 // Sample is one reading of one GPU.
 type Sample struct {
@@ -46,6 +57,11 @@ type Sample struct {
 	TempC         float64
 	SMClockMHz    float64
 	Throttle      uint64 // clock event reason bitmask
+	// UtilSamples are the driver's own utilization samples since the last
+	// reading, oldest first: every sample of a window, not one per second.
+	UtilSamples []UtilSample
+	// GPM readings over the time since the previous sample, in %.
+	SMActive, SMOccupancy, TensorActive, DRAMActive float64
 
 	Has Field
 	// Err is set when the device could not be read at all (lost, reset

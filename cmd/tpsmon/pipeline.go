@@ -213,6 +213,7 @@ func (p *pipeline) run(ctx context.Context) error {
 		}
 	}
 	p.logPos, p.logDirty = map[string]tail.Position{}, map[string]bool{}
+	p.gpuErr = map[string]bool{}
 	th := cfg.Thresholds
 	j := window.New(window.Config{
 		Window: cfg.Window, Grace: grace, MaxGap: maxGapOfConfig(cfg), Host: cfg.Host, Start: start,
@@ -311,10 +312,21 @@ func (p *pipeline) accept(j *window.Joiner, ev event, down map[string]bool) {
 		return
 	}
 	if ev.gpus != nil {
+		healthy := false
 		for _, s := range ev.gpus {
 			j.AddGPU(s)
+			if s.Err == nil {
+				healthy = true
+			} else if !p.gpuErr[s.UUID] {
+				p.log.Error("GPU unreadable", "gpu", s.Index, "uuid", s.UUID, "err", s.Err)
+			}
+			p.gpuErr[s.UUID] = s.Err != nil
 		}
-		p.gpuAt.Store(p.now().UnixNano())
+		// Progress for the watchdog only while some GPU answers: with all
+		// of them stuck, a restart is the remedy.
+		if healthy {
+			p.gpuAt.Store(p.now().UnixNano())
+		}
 		p.gpus.Store(int64(len(ev.gpus)))
 		return
 	}

@@ -87,6 +87,8 @@ type gpuState struct {
 	temp       gauge
 	smClock    gauge
 	energy     counter // mJ
+	// GPM activity, % over the time before each sample
+	smActive, smOcc, tensor, dram gauge
 	throttle   []gpoint
 	seen       timeline
 	errs       []gerr
@@ -247,8 +249,22 @@ func (j *Joiner) AddGPU(s nvml.Sample) bool {
 		g.errs = append(g.errs, gerr{s.Time, s.Err})
 		return true
 	}
-	if s.Have(nvml.FieldUtil) {
+	switch {
+	case len(s.UtilSamples) > 0:
+		// Every driver sample, not one reading a second.
+		for _, u := range s.UtilSamples {
+			if !u.Time.Before(j.next) {
+				g.util.add(u.Time, u.Pct)
+			}
+		}
+	case s.Have(nvml.FieldUtil):
 		g.util.add(s.Time, s.UtilPct)
+	}
+	if s.Have(nvml.FieldGPM) {
+		g.smActive.add(s.Time, s.SMActive)
+		g.smOcc.add(s.Time, s.SMOccupancy)
+		g.tensor.add(s.Time, s.TensorActive)
+		g.dram.add(s.Time, s.DRAMActive)
 	}
 	if s.Have(nvml.FieldMemUtil) {
 		g.memUtil.add(s.Time, s.MemUtilPct)
@@ -311,6 +327,7 @@ type gpuWindow struct {
 	g        *gpuState
 	covered  time.Duration
 	util     stats
+	smActive stats
 	power    stats
 	memUsed  stats
 	memTotal stats
@@ -394,11 +411,19 @@ func (j *Joiner) gpuPoint(g *gpuState, s, e time.Time, server string) (*gpuWindo
 	// without the counter (pre-Volta, replayed CSV) integrates power.
 	if sp, ok := g.energy.close(e, j.cfg.MaxGap); ok && gw.covered > 0 {
 		gw.energyJ, gw.hasJ = sp.delta()/1000, true
+		fields["energy_source"] = "counter"
 	} else if gw.power.n > 0 && gw.covered > 0 {
 		gw.energyJ, gw.hasJ = gw.power.mean()*gw.covered.Seconds(), true
+		fields["energy_source"] = "power"
 	}
 	if gw.hasJ {
 		fields["energy_j"] = gw.energyJ
+	}
+	gw.smActive = g.smActive.stats(s, e)
+	for name, gg := range map[string]*gauge{"sm_active": &g.smActive, "sm_occupancy": &g.smOcc, "tensor_active": &g.tensor, "dram_active": &g.dram} {
+		if st := gg.stats(s, e); st.n > 0 {
+			fields[name] = st.mean()
+		}
 	}
 	if st := g.temp.stats(s, e); st.n > 0 {
 		fields["temp_c"] = st.max
@@ -425,7 +450,8 @@ func (j *Joiner) gpuPoint(g *gpuState, s, e time.Time, server string) (*gpuWindo
 		}
 	}
 
-	for _, gg := range []*gauge{&g.util, &g.memUtil, &g.memUsed, &g.memTotal, &g.power, &g.temp, &g.smClock} {
+	for _, gg := range []*gauge{&g.util, &g.memUtil, &g.memUsed, &g.memTotal, &g.power, &g.temp, &g.smClock,
+		&g.smActive, &g.smOcc, &g.tensor, &g.dram} {
 		gg.prune(e)
 	}
 	g.throttle = pruneGpoints(g.throttle, e)
@@ -471,8 +497,8 @@ func (j *Joiner) serverPoint(st *serverState, s, e time.Time, gws map[string]*gp
 
 	gpus := j.gpusOf(st)
 	idx := make([]string, 0, len(gpus))
-	var util, utilMax, power, energy float64
-	var nUtil, nPower, nEnergy int
+	var util, utilMax, power, energy, sm float64
+	var nUtil, nPower, nEnergy, nSM int
 	var memUsed, memTotal int64
 	var nMem int
 	for _, g := range gpus {
@@ -490,6 +516,10 @@ func (j *Joiner) serverPoint(st *serverState, s, e time.Time, gws map[string]*gp
 			power += gw.power.mean()
 			nPower++
 		}
+		if gw.smActive.n > 0 {
+			sm += gw.smActive.mean()
+			nSM++
+		}
 		if gw.hasJ {
 			energy += gw.energyJ
 			nEnergy++
@@ -504,6 +534,12 @@ func (j *Joiner) serverPoint(st *serverState, s, e time.Time, gws map[string]*gp
 		fields["gpu_util"] = util / float64(nUtil)
 		fields["gpu_util_max"] = utilMax
 		in.util = util / float64(nUtil)
+	}
+	if nSM > 0 {
+		// SM activity says how much of the GPU works, utilization only
+		// that something ran: the verdict takes it where it is known.
+		fields["sm_active"] = sm / float64(nSM)
+		in.util = sm / float64(nSM)
 	}
 	if nMem > 0 {
 		fields["mem_used_bytes"] = memUsed

@@ -386,3 +386,54 @@ func TestJoinerSetServersKeepsSeries(t *testing.T) {
 		t.Errorf("series broken by the reload: %v", srv)
 	}
 }
+
+func TestJoinerGPUDriverSamplesAndGPM(t *testing.T) {
+	j := newJoiner(0)
+	// One reading a second, each carrying the driver's 6 samples of it:
+	// the 1 Hz value (99) must not be what the window reports.
+	for i := 0; i <= 10; i++ {
+		s := gpuSample(float64(i), 99, 300, int64(i)*300_000)
+		for k := range 6 {
+			pct := 20.0
+			if k == 5 {
+				pct = 80
+			}
+			s.UtilSamples = append(s.UtilSamples, nvml.UtilSample{Time: at(float64(i) - 1 + float64(k+1)/6), Pct: pct})
+		}
+		s.SMActive, s.SMOccupancy, s.TensorActive, s.DRAMActive = 35, 20, 15, 50
+		s.Has |= nvml.FieldGPM
+		j.AddGPU(s)
+		j.AddServer("llm", sample(scrape{t: float64(i), tokens: float64(i) * 100, running: 4}))
+	}
+	pts := j.Flush(at(15))
+	g, srv := fields(pts[0]), fields(pts[1])
+	if u := g["util"].(float64); math.Abs(u-30) > 1e-9 || g["util_max"] != 80.0 {
+		t.Errorf("util %v max %v, want the driver samples' 30 and 80", g["util"], g["util_max"])
+	}
+	if g["sm_active"] != 35.0 || g["tensor_active"] != 15.0 || g["dram_active"] != 50.0 || g["energy_source"] != "counter" {
+		t.Errorf("gpu fields %v", g)
+	}
+	// SM activity (35%) drives the verdict: tokens flow, nothing waits,
+	// the GPU is mostly idle inside.
+	if srv["sm_active"] != 35.0 || srv["state"] != "underutilized" {
+		t.Errorf("server sm_active %v state %v", srv["sm_active"], srv["state"])
+	}
+}
+
+func TestJoinerEnergyCounterReset(t *testing.T) {
+	j := newJoiner(0)
+	// The driver reloaded at 5 s: its counter restarted from 0.
+	for i := 0; i <= 10; i++ {
+		e := int64(1_000_000_000 + i*200_000)
+		if i >= 5 {
+			e = int64((i - 5) * 200_000)
+		}
+		j.AddGPU(gpuSample(float64(i), 50, 200, e))
+	}
+	f := fields(j.Flush(at(15))[0])
+	// 4 s before the reset and 5 s after; the second of the reset counts
+	// what the new counter says (0).
+	if f["energy_j"] != 1800.0 {
+		t.Errorf("energy across a reset %v, want 1800", f["energy_j"])
+	}
+}
