@@ -64,6 +64,7 @@ type pipeline struct {
 	posDir   string
 	logPos   map[string]tail.Position
 	logDirty map[string]bool
+	gpuErr   map[string]bool // GPUs whose last reading failed, logged once
 
 	malformed atomic.Uint64 // scrapes skipped for unparsable metrics text
 	failed    atomic.Uint64 // scrapes that did not reach the server

@@ -76,6 +76,11 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 	switch {
 	case try("lmdeploy", p.lmdeploy), try("vllm", p.vllm), try("sglang", p.sglang),
 		try("llamacpp", p.llamacpp), try("tgi", p.tgi), try("trtllm", p.trtllm):
+		if !r.valid() {
+			// The pattern matched, a number in it did not parse ("1.2.3").
+			p.Skipped++
+			return Record{}, false
+		}
 		if r.Time.IsZero() {
 			r.Time = p.stamp(s)
 		}

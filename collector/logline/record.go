@@ -67,3 +67,18 @@ func newRecord(k Kind, engine string) Record {
 	return Record{Kind: k, Engine: engine, GenTPS: -1, PromptTPS: -1, Tokens: -1, PromptTokens: -1,
 		UserTPS: -1, Running: -1, Waiting: -1, KV: -1, Preemptions: -1, Iterations: -1}
 }
+
+// valid tells whether the figures a record's kind needs were read.
+func (r Record) valid() bool {
+	switch r.Kind {
+	case Stat:
+		return r.GenTPS >= 0
+	case Request:
+		return r.Tokens >= 0 || r.PromptTokens >= 0
+	case Progress, Batch:
+		return r.Tokens >= 0
+	case Iteration:
+		return r.Iterations >= 0
+	}
+	return false
+}

@@ -56,7 +56,9 @@ func (s *Stream) Interval(r Record, t time.Time) (collector.Interval, bool) {
 		}
 		s.last[r.Key] = t
 		iv := collector.Unknown(t.Add(-gap), t)
-		iv.Tokens = r.GenTPS * gap.Seconds()
+		if r.GenTPS >= 0 {
+			iv.Tokens = r.GenTPS * gap.Seconds()
+		}
 		if r.PromptTPS >= 0 {
 			iv.PromptTokens = r.PromptTPS * gap.Seconds()
 		}
