@@ -49,6 +49,19 @@ type device struct {
 	gpmOK   bool // GpmQueryDeviceSupport said yes
 	busy    bool // a call is still running past its deadline
 	stuckAt time.Time
+
+	// migs are the MIG instances of a GPU in MIG mode. Utilization does
+	// not exist then (per GPU or per instance): only memory and GPM are
+	// read per instance, power and the rest per GPU.
+	migs []*migDevice
+}
+
+type migDevice struct {
+	h     gonvml.Device
+	uuid  string
+	gi    int
+	gpm   gonvml.GpmSample
+	gpmAt time.Time
 }
 
 // gpmMu serializes every GPM call of the process: concurrent GpmSampleGet
@@ -121,6 +134,10 @@ func (s *Sampler) enumerate(want []string) error {
 		if sup, ret := h.GpmQueryDeviceSupport(); ret == gonvml.SUCCESS && sup.IsSupportedDevice != 0 {
 			d.gpmOK = true
 		}
+		if cur, _, ret := h.GetMigMode(); ret == gonvml.SUCCESS && cur == gonvml.DEVICE_MIG_ENABLE {
+			d.migs = migDevices(h)
+			d.unsupported |= FieldUtil | FieldMemUtil | fieldSamples
+		}
 		s.devs = append(s.devs, d)
 	}
 	for _, w := range want {
@@ -141,6 +158,28 @@ func selected(want []string, index int, uuid string, found map[string]bool) bool
 	return false
 }
 
+// migDevices lists the MIG instances of a GPU in MIG mode.
+func migDevices(h gonvml.Device) []*migDevice {
+	n, ret := h.GetMaxMigDeviceCount()
+	if ret != gonvml.SUCCESS {
+		return nil
+	}
+	var out []*migDevice
+	for i := range n {
+		m, ret := h.GetMigDeviceHandleByIndex(i)
+		if ret != gonvml.SUCCESS {
+			continue // an empty slot: ERROR_NOT_FOUND
+		}
+		uuid, ret := m.GetUUID()
+		if ret != gonvml.SUCCESS {
+			continue
+		}
+		gi, _ := m.GetGpuInstanceId()
+		out = append(out, &migDevice{h: m, uuid: uuid, gi: gi})
+	}
+	return out
+}
+
 // Devices returns the number of GPUs sampled.
 func (s *Sampler) Devices() int { return len(s.devs) }
 
@@ -153,6 +192,7 @@ var ErrTimeout = errors.New("NVML call did not return in time")
 // Has.
 func (s *Sampler) Sample(now time.Time) []Sample {
 	out := make([]Sample, len(s.devs))
+	extra := make([][]Sample, len(s.devs)) // MIG instances, after their GPU
 	done := make(chan int, len(s.devs))
 	pending := 0
 	s.mu.Lock()
@@ -166,8 +206,10 @@ func (s *Sampler) Sample(now time.Time) []Sample {
 		pending++
 		s.wg.Go(func() {
 			smp := s.read(d, now)
+			migs := s.readMIG(d, now)
 			s.mu.Lock()
 			d.busy = false
+			extra[i] = migs
 			s.mu.Unlock()
 			out[i] = smp
 			done <- i
@@ -203,10 +245,22 @@ func (s *Sampler) Sample(now time.Time) []Sample {
 						Err: fmt.Errorf("gpu %d: %w", s.devs[i].index, ErrTimeout)}
 				}
 			}
-			return res
+			return withMIG(res, got, extra, &s.mu)
 		}
 	}
-	return out
+	return withMIG(out, got, extra, &s.mu)
+}
+
+// withMIG appends the MIG instances read in time after the GPUs.
+func withMIG(gpus []Sample, got []bool, extra [][]Sample, mu *sync.Mutex) []Sample {
+	mu.Lock()
+	defer mu.Unlock()
+	for i, e := range extra {
+		if got[i] {
+			gpus = append(gpus, e...)
+		}
+	}
+	return gpus
 }
 
 func (s *Sampler) read(d *device, now time.Time) Sample {
@@ -326,55 +380,78 @@ func (s *Sampler) readSamples(d *device, smp *Sample, now time.Time) {
 	sort.Slice(smp.UtilSamples, func(a, b int) bool { return smp.UtilSamples[a].Time.Before(smp.UtilSamples[b].Time) })
 }
 
+// readMIG reads each MIG instance of d: its memory, and GPM where the
+// GPU has it. Never a utilization: MIG has none.
+func (s *Sampler) readMIG(d *device, now time.Time) []Sample {
+	var out []Sample
+	for _, m := range d.migs {
+		smp := Sample{Time: now, Index: d.index, UUID: m.uuid, Name: d.name + " MIG", Instance: fmt.Sprintf("gi%d", m.gi)}
+		if mem, ret := m.h.GetMemoryInfo(); ret == gonvml.SUCCESS {
+			smp.MemUsedBytes, smp.MemTotalBytes = clampInt64(mem.Used), clampInt64(mem.Total)
+			smp.Has |= FieldMemory
+		}
+		if d.gpmOK && (m.gpm == nil || now.Sub(m.gpmAt) >= gpmInterval) {
+			s.gpmMetrics(&m.gpm, &m.gpmAt, now, func(sample gonvml.GpmSample) gonvml.Return {
+				return d.h.GpmMigSampleGet(m.gi, sample)
+			}, &smp)
+		}
+		out = append(out, smp)
+	}
+	return out
+}
+
 // gpmInterval keeps GPM samples apart: metrics over less than ~1 s are noise.
 const gpmInterval = time.Second
 
 // readGPM takes a GPM sample and, from the previous one, the activity
-// metrics of the time between. All GPM calls are serialized.
+// metrics of the time between.
 func (s *Sampler) readGPM(d *device, smp *Sample, now time.Time) {
 	if d.gpm != nil && now.Sub(d.gpmAt) < gpmInterval {
 		return
 	}
+	if ret := s.gpmMetrics(&d.gpm, &d.gpmAt, now, d.h.GpmSampleGet, smp); ret == gonvml.ERROR_NOT_SUPPORTED || ret == gonvml.ERROR_NO_PERMISSION {
+		d.gpmOK = false // e.g. profiling restricted to admins
+	}
+}
+
+// gpmMetrics takes a new GPM sample with get and computes the metrics
+// since *prev, which it then replaces. All GPM calls are serialized.
+func (s *Sampler) gpmMetrics(prev *gonvml.GpmSample, prevAt *time.Time, now time.Time,
+	get func(gonvml.GpmSample) gonvml.Return, smp *Sample) gonvml.Return {
 	gpmMu.Lock()
 	defer gpmMu.Unlock()
 	cur, ret := s.lib.GpmSampleAlloc()
 	if ret != gonvml.SUCCESS {
-		return
+		return ret
 	}
-	if ret := d.h.GpmSampleGet(cur); ret != gonvml.SUCCESS {
+	if ret := get(cur); ret != gonvml.SUCCESS {
 		cur.Free()
-		if ret == gonvml.ERROR_NOT_SUPPORTED || ret == gonvml.ERROR_NO_PERMISSION {
-			d.gpmOK = false // e.g. profiling restricted to admins
-		}
-		return
+		return ret
 	}
-	prev := d.gpm
-	d.gpm, d.gpmAt = cur, now
-	if prev == nil {
-		return
+	old := *prev
+	*prev, *prevAt = cur, now
+	if old == nil {
+		return gonvml.SUCCESS
 	}
-	defer prev.Free()
-	mg := gonvml.GpmMetricsGetType{NumMetrics: 4, Sample1: prev, Sample2: cur}
+	defer old.Free()
+	mg := gonvml.GpmMetricsGetType{NumMetrics: 4, Sample1: old, Sample2: cur}
 	ids := []gonvml.GpmMetricId{gonvml.GPM_METRIC_SM_UTIL, gonvml.GPM_METRIC_SM_OCCUPANCY,
 		gonvml.GPM_METRIC_ANY_TENSOR_UTIL, gonvml.GPM_METRIC_DRAM_BW_UTIL}
 	for i, id := range ids {
 		mg.Metrics[i].MetricId = uint32(id)
 	}
 	if ret := s.lib.GpmMetricsGet(&mg); ret != gonvml.SUCCESS {
-		return
+		return ret
 	}
 	dst := []*float64{&smp.SMActive, &smp.SMOccupancy, &smp.TensorActive, &smp.DRAMActive}
-	ok := true
 	for i := range ids {
 		if gonvml.Return(mg.Metrics[i].NvmlReturn) != gonvml.SUCCESS {
-			ok = false
-			continue
+			return gonvml.Return(mg.Metrics[i].NvmlReturn)
 		}
 		*dst[i] = mg.Metrics[i].Value
 	}
-	if ok {
-		smp.Has |= FieldGPM
-	}
+	smp.Has |= FieldGPM
+	return gonvml.SUCCESS
 }
 
 // Close shuts NVML down once the reads in flight returned; if one still
@@ -393,6 +470,12 @@ func (s *Sampler) Close() error {
 		if d.gpm != nil {
 			d.gpm.Free()
 			d.gpm = nil
+		}
+		for _, m := range d.migs {
+			if m.gpm != nil {
+				m.gpm.Free()
+				m.gpm = nil
+			}
 		}
 	}
 	gpmMu.Unlock()

@@ -5,6 +5,7 @@ package nvml
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -214,5 +215,47 @@ func TestHungCallMeetsItsDeadline(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestMIG(t *testing.T) {
+	srv := h100(t)
+	parent := srv.Devices[0].(*server.Device)
+	parent.GetMigModeFunc = func() (int, int, gonvml.Return) { return gonvml.DEVICE_MIG_ENABLE, gonvml.DEVICE_MIG_ENABLE, gonvml.SUCCESS }
+	parent.GetMaxMigDeviceCountFunc = func() (int, gonvml.Return) { return 3, gonvml.SUCCESS }
+	parent.GetMigDeviceHandleByIndexFunc = func(i int) (gonvml.Device, gonvml.Return) {
+		if i == 1 {
+			return nil, gonvml.ERROR_NOT_FOUND // an empty slot
+		}
+		return &mock.Device{
+			GetUUIDFunc:          func() (string, gonvml.Return) { return fmt.Sprintf("MIG-%d", i), gonvml.SUCCESS },
+			GetGpuInstanceIdFunc: func() (int, gonvml.Return) { return i + 1, gonvml.SUCCESS },
+			GetMemoryInfoFunc: func() (gonvml.Memory, gonvml.Return) {
+				return gonvml.Memory{Total: 20 << 30, Used: uint64(i+1) << 30}, gonvml.SUCCESS
+			},
+		}, gonvml.SUCCESS
+	}
+	s, err := Open(srv, []string{"0", "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.Sample(time.Now())
+	if len(got) != 4 {
+		t.Fatalf("%d samples, want 2 GPUs and 2 MIG instances", len(got))
+	}
+	if got[0].Have(FieldUtil) || got[0].Have(FieldMemUtil) || len(got[0].UtilSamples) > 0 {
+		t.Errorf("a MIG-enabled GPU reports a utilization: %+v", got[0])
+	}
+	if n := len(parent.GetUtilizationRatesCalls()) + len(parent.GetSamplesCalls()); n != 0 {
+		t.Errorf("utilization asked %d times of a MIG-enabled GPU", n)
+	}
+	if !got[0].Have(FieldPower) || !got[1].Have(FieldUtil) {
+		t.Error("power of the MIG GPU, or utilization of the other, missing")
+	}
+	for k, m := range got[2:] {
+		want := []string{"MIG-0", "MIG-2"}[k]
+		if m.UUID != want || m.Index != 0 || m.Instance != []string{"gi1", "gi3"}[k] || !m.Have(FieldMemory) || m.Have(FieldUtil) {
+			t.Errorf("MIG sample %+v", m)
+		}
 	}
 }

@@ -47,6 +47,9 @@ type Sample struct {
 	Index int
 	UUID  string
 	Name  string
+	// Instance names a MIG instance of GPU Index ("gi1"); empty for a
+	// whole GPU.
+	Instance string
 
 	UtilPct       float64 // % of the driver's sample period in which a kernel ran
 	MemUtilPct    float64 // % of the period in which device memory was read or written

@@ -78,6 +78,7 @@ type serverState struct {
 
 type gpuState struct {
 	index      int
+	instance   string // MIG instance, or empty
 	uuid, name string
 	util       gauge
 	memUtil    gauge
@@ -244,7 +245,7 @@ func (j *Joiner) AddGPU(s nvml.Sample) bool {
 		g = &gpuState{index: s.Index, uuid: s.UUID}
 		j.gpus[s.UUID] = g
 	}
-	g.index, g.name = s.Index, s.Name
+	g.index, g.name, g.instance = s.Index, s.Name, s.Instance
 	if s.Err != nil {
 		g.errs = append(g.errs, gerr{s.Time, s.Err})
 		return true
@@ -355,7 +356,12 @@ func (j *Joiner) sortedGPUs() []*gpuState {
 	for _, g := range j.gpus {
 		out = append(out, g)
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].index < out[b].index })
+	sort.Slice(out, func(a, b int) bool {
+		if out[a].index != out[b].index {
+			return out[a].index < out[b].index
+		}
+		return out[a].instance < out[b].instance
+	})
 	return out
 }
 
@@ -364,7 +370,7 @@ func (j *Joiner) gpusOf(st *serverState) []*gpuState {
 	var out []*gpuState
 	for _, g := range j.sortedGPUs() {
 		for _, want := range st.GPUs {
-			if want == "*" || want == g.uuid || want == strconv.Itoa(g.index) {
+			if (want == "*" && g.instance == "") || want == g.uuid || want == g.label() {
 				out = append(out, g)
 				break
 			}
@@ -459,7 +465,7 @@ func (j *Joiner) gpuPoint(g *gpuState, s, e time.Time, server string) (*gpuWindo
 	g.seen.prune(e)
 
 	tags := map[string]string{
-		"host": j.cfg.Host, "gpu": strconv.Itoa(g.index), "uuid": g.uuid, "name": g.name, "server": server,
+		"host": j.cfg.Host, "gpu": g.label(), "uuid": g.uuid, "name": g.name, "server": server,
 	}
 	return gw, write.NewPoint("tpsmon_gpu", tags, fields, s)
 }
@@ -502,7 +508,7 @@ func (j *Joiner) serverPoint(st *serverState, s, e time.Time, gws map[string]*gp
 	var memUsed, memTotal int64
 	var nMem int
 	for _, g := range gpus {
-		idx = append(idx, strconv.Itoa(g.index))
+		idx = append(idx, g.label())
 		gw := gws[g.uuid]
 		if gw == nil {
 			continue
@@ -708,4 +714,12 @@ func (st *serverState) roundTokens(t float64) int64 {
 	before := math.Round(st.ivCum)
 	st.ivCum += t
 	return int64(math.Round(st.ivCum) - before)
+}
+
+// label is the gpu tag: the index, with the MIG instance after a slash.
+func (g *gpuState) label() string {
+	if g.instance == "" {
+		return strconv.Itoa(g.index)
+	}
+	return strconv.Itoa(g.index) + "/" + g.instance
 }
