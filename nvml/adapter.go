@@ -491,3 +491,26 @@ func clampInt64(v uint64) int64 {
 	}
 	return int64(v)
 }
+
+// Processes returns, per GPU UUID, the PIDs of the compute processes NVML
+// sees on it (host PIDs when tpsmon runs in the host's PID namespace).
+// The call is expensive: ask every few windows, not every sample.
+func (s *Sampler) Processes() map[string][]int {
+	out := map[string][]int{}
+	for _, d := range s.devs {
+		s.mu.Lock()
+		busy := d.busy
+		s.mu.Unlock()
+		if busy {
+			continue
+		}
+		ps, ret := d.h.GetComputeRunningProcesses()
+		if ret != gonvml.SUCCESS {
+			continue
+		}
+		for _, p := range ps {
+			out[d.uuid] = append(out[d.uuid], int(p.Pid))
+		}
+	}
+	return out
+}

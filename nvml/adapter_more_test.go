@@ -259,3 +259,21 @@ func TestMIG(t *testing.T) {
 		}
 	}
 }
+
+func TestProcesses(t *testing.T) {
+	srv := h100(t)
+	for i, d := range srv.Devices {
+		d.(*server.Device).GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
+			if i == 7 {
+				return nil, gonvml.ERROR_NOT_SUPPORTED
+			}
+			return []gonvml.ProcessInfo{{Pid: uint32(1000 + i)}}, gonvml.SUCCESS
+		}
+	}
+	s, _ := Open(srv, nil)
+	got := s.Processes()
+	uuid0, _ := srv.Devices[0].GetUUID()
+	if len(got) != 7 || len(got[uuid0]) != 1 || got[uuid0][0] != 1000 {
+		t.Errorf("processes %v", got)
+	}
+}

@@ -23,3 +23,6 @@ func (*Sampler) Sample(time.Time) []Sample { return nil }
 
 // Close does nothing.
 func (*Sampler) Close() error { return nil }
+
+// Processes returns nothing.
+func (*Sampler) Processes() map[string][]int { return nil }

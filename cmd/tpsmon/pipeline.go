@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/collector/gpumap"
 	"github.com/tpsmon/tpsmon/collector/logline"
 	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/collector/window"
@@ -64,7 +66,8 @@ type pipeline struct {
 	posDir   string
 	logPos   map[string]tail.Position
 	logDirty map[string]bool
-	gpuErr   map[string]bool // GPUs whose last reading failed, logged once
+	gpuErr   map[string]bool     // GPUs whose last reading failed, logged once
+	placed   map[string][]string // GPU UUIDs found for servers with gpus: auto
 
 	malformed atomic.Uint64 // scrapes skipped for unparsable metrics text
 	failed    atomic.Uint64 // scrapes that did not reach the server
@@ -86,7 +89,18 @@ type event struct {
 	scrape *collector.Result
 	gpus   []nvml.Sample
 	log    *logEvent
+	// placed maps servers (gpus: auto) to the UUIDs of their GPUs.
+	placed map[string][]string
 }
+
+// processLister is a GPU backend that knows the processes on each GPU.
+type processLister interface {
+	Processes() map[string][]int
+}
+
+// attribEvery is how often servers are mapped to GPUs again: processes
+// come and go slowly, and NVML's process query is expensive.
+const attribEvery = 30 * time.Second
 
 // logEvent is what a server's log said: an interval from a throughput
 // line, or that the log was readable (watch), with the position reached.
@@ -180,7 +194,8 @@ func (p *pipeline) startSources(ctx context.Context, cfg *Config, events chan<- 
 	}
 	if p.openGPU != nil {
 		interval := cfg.GPU.Interval
-		src.wg.Go(func() { p.sampleGPUs(ctx, interval, send, opened) })
+		auto := autoServers(cfg)
+		src.wg.Go(func() { p.sampleGPUs(ctx, interval, auto, send, opened) })
 	} else {
 		close(opened)
 	}
@@ -215,6 +230,7 @@ func (p *pipeline) run(ctx context.Context) error {
 	}
 	p.logPos, p.logDirty = map[string]tail.Position{}, map[string]bool{}
 	p.gpuErr = map[string]bool{}
+	p.placed = map[string][]string{}
 	th := cfg.Thresholds
 	j := window.New(window.Config{
 		Window: cfg.Window, Grace: grace, MaxGap: maxGapOfConfig(cfg), Host: cfg.Host, Start: start,
@@ -274,6 +290,7 @@ func (p *pipeline) run(ctx context.Context) error {
 			p.cfg = nc
 			p.servers.Store(int64(len(nc.Servers)))
 			j.SetServers(serversOf(nc), maxGapOfConfig(nc))
+			clear(p.placed)
 			for name := range down {
 				delete(down, name)
 			}
@@ -299,6 +316,10 @@ func (p *pipeline) run(ctx context.Context) error {
 }
 
 func (p *pipeline) accept(j *window.Joiner, ev event, down map[string]bool) {
+	if ev.placed != nil {
+		p.applyPlacement(j, ev.placed)
+		return
+	}
 	if l := ev.log; l != nil {
 		switch {
 		case l.iv != nil:
@@ -368,7 +389,8 @@ func (p *pipeline) emit(pts []*write.Point) {
 
 // sampleGPUs opens the GPU backend, retrying while it fails, and samples
 // it every interval until ctx ends. tried is closed after the first try.
-func (p *pipeline) sampleGPUs(ctx context.Context, interval time.Duration, send func(event), tried chan struct{}) {
+// Servers with gpus: auto are mapped to their GPUs every attribEvery.
+func (p *pipeline) sampleGPUs(ctx context.Context, interval time.Duration, auto []gpumap.Server, send func(event), tried chan struct{}) {
 	var g gpuSampler
 	lastErr := ""
 	for g == nil {
@@ -405,14 +427,64 @@ func (p *pipeline) sampleGPUs(ctx context.Context, interval time.Duration, send 
 	}()
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	lister, canPlace := g.(processLister)
+	var placedAt time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		send(event{gpus: g.Sample(p.now())})
+		now := p.now()
+		smp := g.Sample(now)
+		send(event{gpus: smp})
+		if canPlace && len(auto) > 0 && now.Sub(placedAt) >= attribEvery {
+			placedAt = now
+			if placed := p.place(lister, smp, auto); placed != nil {
+				send(event{placed: placed})
+			}
+		}
 	}
+}
+
+// procRoot is where the process tree is read.
+const procRoot = "/proc"
+
+// place maps servers to GPUs from NVML's processes and /proc.
+func (p *pipeline) place(l processLister, smp []nvml.Sample, auto []gpumap.Server) map[string][]string {
+	procs := l.Processes()
+	var gpus []gpumap.GPU
+	for _, s := range smp {
+		if s.Instance == "" {
+			gpus = append(gpus, gpumap.GPU{Index: s.Index, UUID: s.UUID, PIDs: procs[s.UUID]})
+		}
+	}
+	placed, err := gpumap.Resolve(procRoot, auto, gpus)
+	if err != nil {
+		p.log.Warn("GPU attribution failed", "err", err)
+		return nil
+	}
+	return placed
+}
+
+// autoServers are the servers whose GPUs are found, by their port.
+func autoServers(cfg *Config) []gpumap.Server {
+	var out []gpumap.Server
+	for _, s := range cfg.Servers {
+		if len(s.GPUs) != 1 || s.GPUs[0] != "auto" || s.MetricsURL == "" {
+			continue
+		}
+		u, err := url.Parse(s.MetricsURL)
+		if err != nil {
+			continue
+		}
+		port, err := strconv.Atoi(u.Port())
+		if err != nil {
+			port = map[string]int{"http": 80, "https": 443}[u.Scheme]
+		}
+		out = append(out, gpumap.Server{Name: s.Name, Port: port})
+	}
+	return out
 }
 
 // healthy reports whether the main loop and the GPU sampler made progress
@@ -551,5 +623,30 @@ func (p *pipeline) savePositions() {
 			}
 		}
 		delete(p.logDirty, name)
+	}
+}
+
+// applyPlacement gives servers with gpus: auto the GPUs found for them;
+// a server not found keeps what it had.
+func (p *pipeline) applyPlacement(j *window.Joiner, placed map[string][]string) {
+	servers := serversOf(p.cfg)
+	changed := false
+	for i := range servers {
+		uuids, ok := placed[servers[i].Name]
+		if !ok {
+			if prev, had := p.placed[servers[i].Name]; had {
+				servers[i].GPUs = prev
+			}
+			continue
+		}
+		if strings.Join(uuids, ",") != strings.Join(p.placed[servers[i].Name], ",") {
+			p.log.Info("server placed on GPUs", "server", servers[i].Name, "gpus", strings.Join(uuids, ","))
+			changed = true
+		}
+		p.placed[servers[i].Name] = uuids
+		servers[i].GPUs = uuids
+	}
+	if changed {
+		j.SetServers(servers, maxGapOfConfig(p.cfg))
 	}
 }
