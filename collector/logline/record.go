@@ -74,7 +74,7 @@ func (r Record) valid() bool {
 	case Stat:
 		return r.GenTPS >= 0
 	case Request:
-		return r.Tokens >= 0 || r.PromptTokens >= 0
+		return (r.Tokens >= 0 || r.PromptTokens >= 0) && r.Duration >= 0
 	case Progress, Batch:
 		return r.Tokens >= 0
 	case Iteration:
