@@ -221,7 +221,9 @@ func TestHungCallMeetsItsDeadline(t *testing.T) {
 func TestMIG(t *testing.T) {
 	srv := h100(t)
 	parent := srv.Devices[0].(*server.Device)
-	parent.GetMigModeFunc = func() (int, int, gonvml.Return) { return gonvml.DEVICE_MIG_ENABLE, gonvml.DEVICE_MIG_ENABLE, gonvml.SUCCESS }
+	parent.GetMigModeFunc = func() (int, int, gonvml.Return) {
+		return gonvml.DEVICE_MIG_ENABLE, gonvml.DEVICE_MIG_ENABLE, gonvml.SUCCESS
+	}
 	parent.GetMaxMigDeviceCountFunc = func() (int, gonvml.Return) { return 3, gonvml.SUCCESS }
 	parent.GetMigDeviceHandleByIndexFunc = func(i int) (gonvml.Device, gonvml.Return) {
 		if i == 1 {

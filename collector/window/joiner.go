@@ -90,9 +90,9 @@ type gpuState struct {
 	energy     counter // mJ
 	// GPM activity, % over the time before each sample
 	smActive, smOcc, tensor, dram gauge
-	throttle   []gpoint
-	seen       timeline
-	errs       []gerr
+	throttle                      []gpoint
+	seen                          timeline
+	errs                          []gerr
 }
 
 type gerr struct {
