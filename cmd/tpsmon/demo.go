@@ -72,7 +72,7 @@ func runDemo(ctx context.Context, cfg *Config, out pointWriter, gpus int, period
 	}
 	// Start the cycle a little into the ramp so the first windows move.
 	load := vllmsim.Profile(time.Now().Add(-period/10), period)
-	sim := &vllmsim.Server{Model: "simulated/llama-3.1-70b", MaxTPS: 2400, MaxBatch: 48, Load: load}
+	sim := &vllmsim.Server{Model: "simulated/llama-3.1-70b", SoloTPS: 90, MaxBatch: 48, Load: load}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("demo server: %w", err)

@@ -11,11 +11,14 @@ import (
 	"time"
 )
 
-// Server simulates one vLLM server.
+// Server simulates one vLLM server. The running batch grows with the
+// load, and each stream slows as the batch grows: system TPS rises while
+// per-user TPS falls, the trade-off tpsmon reports.
 type Server struct {
 	Model string
-	// MaxTPS is the system throughput at full load.
-	MaxTPS float64
+	// SoloTPS is the speed of one stream alone; at a full batch a stream
+	// gets half of it.
+	SoloTPS float64
 	// MaxBatch is the running batch at full load.
 	MaxBatch float64
 	Load     func(time.Time) float64
@@ -51,15 +54,14 @@ func (s *Server) advance(now time.Time) (load float64) {
 	load = math.Max(0, math.Min(1, s.Load(now)))
 	if !s.last.IsZero() && now.After(s.last) {
 		dt := now.Sub(s.last).Seconds()
-		tokens := s.MaxTPS * load * dt
+		running := s.running(load)
+		perUser := s.perUser(load)
+		tokens := running * perUser * dt
 		s.gen += tokens
 		s.prompt += 3 * tokens
 		if tokens > 0 {
-			running := s.running(load)
-			// Each of the running streams emits at MaxTPS*load/running
-			// tokens/s; one ITL observation per token.
-			itl := running / (s.MaxTPS * load)
-			s.itlSum += tokens * itl
+			// One inter-token latency observation per token.
+			s.itlSum += tokens / perUser
 			s.n += tokens
 		}
 		if load > 0.95 {
@@ -68,6 +70,11 @@ func (s *Server) advance(now time.Time) (load float64) {
 	}
 	s.last = now
 	return load
+}
+
+// perUser is one stream's speed at a load.
+func (s *Server) perUser(load float64) float64 {
+	return s.SoloTPS * (1 - 0.5*load)
 }
 
 func (s *Server) running(load float64) float64 {

@@ -1,6 +1,7 @@
 package vllmsim
 
 import (
+	"math"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -11,7 +12,7 @@ import (
 func TestPagesParseAndFollowLoad(t *testing.T) {
 	now := time.Unix(1000, 0)
 	load := 1.0
-	s := &Server{Model: "sim", MaxTPS: 2000, MaxBatch: 32, Load: func(time.Time) float64 { return load }, Now: func() time.Time { return now }}
+	s := &Server{Model: "sim", SoloTPS: 100, MaxBatch: 32, Load: func(time.Time) float64 { return load }, Now: func() time.Time { return now }}
 	read := func() collector.Sample {
 		rec := httptest.NewRecorder()
 		s.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -24,13 +25,13 @@ func TestPagesParseAndFollowLoad(t *testing.T) {
 	a := read()
 	now = now.Add(10 * time.Second)
 	b := read()
-	if d := b.Counter[collector.GenerationTokens] - a.Counter[collector.GenerationTokens]; d != 20000 {
-		t.Errorf("10 s at full load produced %v tokens, want 20000", d)
+	// Full load: 32 streams at half their solo speed, 1600 tokens/s.
+	if d := b.Counter[collector.GenerationTokens] - a.Counter[collector.GenerationTokens]; d != 16000 {
+		t.Errorf("10 s at full load produced %v tokens, want 16000", d)
 	}
-	// Per-user speed: 2000 tok/s over 32 streams.
 	perUser := (b.Counter[collector.ITLCount] - a.Counter[collector.ITLCount]) / (b.Counter[collector.ITLSum] - a.Counter[collector.ITLSum])
-	if perUser < 62 || perUser > 63 {
-		t.Errorf("per-user tps %v, want 62.5", perUser)
+	if math.Abs(perUser-50) > 0.01 {
+		t.Errorf("per-user tps %v, want 50", perUser)
 	}
 	if b.Model != "sim" || b.Gauge[collector.Running] != 32 || b.Gauge[collector.Waiting] != 20 {
 		t.Errorf("gauges %+v", b)
