@@ -250,3 +250,43 @@ sink:
 		})
 	}
 }
+
+func TestReportCommand(t *testing.T) {
+	base := influxtest.URL(t)
+	db := influxtest.CreateDB(t, base, "reportcmd")
+	// An hour of one server that idles on one of its two GPUs.
+	cfg := testConfig(t)
+	cfg.Window = time.Minute
+	cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket = base, db
+	out, stop, err := startInflux(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Minute)
+	var lines bytes.Buffer
+	for i := 1; i <= 60; i++ {
+		ts := now.Add(-time.Duration(i) * time.Minute).UnixMilli()
+		fmt.Fprintf(&lines, "tpsmon_server,gpus=0\\,1,host=n1,server=s1 coverage=1,state=\"underutilized\",system_tps=50,tokens=3000i,tps_per_gpu=25,energy_j=6000,gpu_util=20 %d\n", ts)
+		fmt.Fprintf(&lines, "tpsmon_gpu,gpu=1,host=n1,server=s1,uuid=U1 util=0.5,coverage=1 %d\n", ts)
+	}
+	out.spool.Append(lines.Bytes())
+	stop()
+	dir := t.TempDir()
+	html := filepath.Join(dir, "r.html")
+	if _, err := runCLI(t, "report", "-c", "testdata/nope-default.yaml", "--influx-url", base, "--bucket", db, "--since", "2h", "--output", html); err == nil || !strings.Contains(err.Error(), "nope-default") {
+		t.Errorf("missing explicit config: %v", err)
+	}
+	cfgPath := filepath.Join(dir, "c.yaml")
+	os.WriteFile(cfgPath, []byte("window: 1m\n"), 0o600)
+	if msg, err := runCLI(t, "report", "-c", cfgPath, "--influx-url", base, "--bucket", db, "--since", "2h", "--output", html); err != nil {
+		t.Fatalf("report: %v\n%s", err, msg)
+	}
+	b, _ := os.ReadFile(html)
+	if !strings.Contains(string(b), "gpu 1 on n1 was idle 100% of the time; it serves s1") || !strings.Contains(string(b), "<svg") {
+		t.Errorf("report lacks the finding or charts")
+	}
+	js, err := runCLI(t, "report", "-c", cfgPath, "--influx-url", base, "--bucket", db, "--since", "2h", "--format", "json")
+	if err != nil || !strings.Contains(js, `"server s1 on n1 was underutilized 100% of the time`) {
+		t.Errorf("json report: %v\n%.500s", err, js)
+	}
+}

@@ -34,7 +34,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newDemoCmd(), newReplayCmd(), newCheckCmd(), &cobra.Command{
+	root.AddCommand(newRunCmd(), newDemoCmd(), newReplayCmd(), newCheckCmd(), newReportCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,

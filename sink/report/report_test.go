@@ -1,0 +1,325 @@
+package report
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/influxdata/influxdb-client-go/v2/api/write"
+
+	"github.com/tpsmon/tpsmon/sink"
+	"github.com/tpsmon/tpsmon/sink/influxtest"
+)
+
+var update = flag.Bool("update", false, "rewrite packaging/grafana/tpsmon.json and docs/report.png")
+
+// week is a known week of 10-minute windows on two nodes:
+//   - node-a/llama on GPUs 0,1: idle from 00:00 to 08:00 each day, ok
+//     otherwise at 1000 tokens/s and 80% utilization; gpu 2 of node-a
+//     serves no server and idles at 1%;
+//   - node-b/mistral on GPU 0: queue_bound all week, 100 tokens/s at 40%;
+//   - node-b/qwen on GPU 1: saturated on even hours, ok on odd ones,
+//     2000 tokens/s at 95%.
+const weekWindow = 10 * time.Minute
+
+var weekStart = time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
+
+type srvWin struct {
+	host, server, gpus, state   string
+	tps, util, running, waiting float64
+}
+
+func weekWindows(t time.Time) []srvWin {
+	h := t.Hour()
+	llama := srvWin{"node-a", "llama", "0,1", "ok", 1000, 80, 16, 0}
+	if h < 8 {
+		llama = srvWin{"node-a", "llama", "0,1", "idle", 0, 2, 0, 0}
+	}
+	qwen := srvWin{"node-b", "qwen", "1", "ok", 2000, 95, 40, 0}
+	if h%2 == 0 {
+		qwen.state, qwen.waiting = "saturated", 6
+	}
+	return []srvWin{llama, {"node-b", "mistral", "0", "queue_bound", 100, 40, 4, 5}, qwen}
+}
+
+func writeWeek(t *testing.T, base, db string) {
+	t.Helper()
+	in, err := sink.NewInflux(sink.InfluxConfig{URL: base, Bucket: db, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	enc := sink.NewEncoder()
+	var buf []byte
+	for ts := weekStart; ts.Before(weekStart.Add(7 * 24 * time.Hour)); ts = ts.Add(weekWindow) {
+		for _, w := range weekWindows(ts) {
+			ngpu := float64(len(strings.Split(w.gpus, ",")))
+			tokens := int64(w.tps * weekWindow.Seconds())
+			energy := (100 + 5*w.util) * ngpu * weekWindow.Seconds()
+			f := map[string]any{"tokens": tokens, "system_tps": w.tps, "running": w.running, "waiting": w.waiting,
+				"gpu_util": w.util, "energy_j": energy, "state": w.state, "coverage": 1.0, "source": "metrics",
+				"tps_per_gpu": w.tps / ngpu}
+			if w.running > 0 {
+				f["per_user_tps"] = w.tps / w.running
+			}
+			p := write.NewPoint("tpsmon_server", map[string]string{"host": w.host, "server": w.server, "engine": "vllm", "gpus": w.gpus}, f, ts)
+			if buf, err = enc.Append(buf, p); err != nil {
+				t.Fatal(err)
+			}
+			for _, g := range strings.Split(w.gpus, ",") {
+				gp := write.NewPoint("tpsmon_gpu", map[string]string{"host": w.host, "gpu": g, "uuid": w.host + "-" + g, "server": w.server},
+					map[string]any{"util": w.util, "util_max": w.util, "energy_j": energy / ngpu, "samples": int64(600), "coverage": 1.0}, ts)
+				buf, _ = enc.Append(buf, gp)
+			}
+		}
+		idle := write.NewPoint("tpsmon_gpu", map[string]string{"host": "node-a", "gpu": "2", "uuid": "node-a-2"},
+			map[string]any{"util": 1.0, "util_max": 3.0, "energy_j": 60000.0, "samples": int64(600), "coverage": 1.0}, ts)
+		buf, _ = enc.Append(buf, idle)
+		if len(buf) > 4<<20 {
+			if err := in.Write(context.Background(), buf); err != nil {
+				t.Fatal(err)
+			}
+			buf = buf[:0]
+		}
+	}
+	if err := in.Write(context.Background(), buf); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func weekFilter() Filter {
+	return Filter{From: weekStart, To: weekStart.Add(7 * 24 * time.Hour), Interval: time.Hour}
+}
+
+func TestDashboardFileIsGenerated(t *testing.T) {
+	want, err := Dashboard()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("..", "..", "packaging", "grafana", "tpsmon.json")
+	if *update {
+		os.WriteFile(path, append(want, '\n'), 0o644)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(bytes.TrimSpace(got), bytes.TrimSpace(want)) {
+		t.Fatal("packaging/grafana/tpsmon.json differs from Dashboard(): run go test ./sink/report -update")
+	}
+	// Every panel runs one of the report's queries, word for word.
+	var d struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Query string `json:"query"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(got, &d); err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{}
+	for _, q := range Queries {
+		known[q.Text] = true
+	}
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			if !known[tg.Query] {
+				t.Errorf("panel %q runs a query the report does not share", p.Title)
+			}
+		}
+	}
+}
+
+func TestDashboardQueriesOnAWeek(t *testing.T) {
+	base := influxtest.URL(t)
+	db := influxtest.CreateDB(t, base, "week")
+	writeWeek(t, base, db)
+	c := NewClient(base, db, "", 30*time.Second)
+	ctx := context.Background()
+	f := weekFilter()
+	run := func(q Query, state string) []Series {
+		text, err := f.Render(q, state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.Query(ctx, text)
+		if err != nil {
+			t.Fatalf("%s: %v", q.Name, err)
+		}
+		return s
+	}
+	val := func(s Series, col string) float64 {
+		v, ok := num(s.Rows()[0][col])
+		if !ok {
+			t.Fatalf("%s has no %s: %v", s.Tags, col, s.Rows()[0])
+		}
+		return v
+	}
+	// Every query parses and returns a series per server or GPU.
+	for _, q := range Queries {
+		if n := len(run(q, "queue_bound")); n == 0 {
+			t.Errorf("%s returned nothing", q.Name)
+		}
+	}
+	perDay := 24 * 6
+	for _, s := range run(StateWindows, "idle") {
+		if s.Tags["server"] != "llama" || val(s, "windows") != float64(7*8*6) {
+			t.Errorf("idle windows %v %v", s.Tags, s.Rows())
+		}
+	}
+	for _, s := range run(StateWindows, "saturated") {
+		if s.Tags["server"] != "qwen" || val(s, "windows") != float64(7*perDay/2) {
+			t.Errorf("saturated windows %v %v", s.Tags, s.Rows())
+		}
+	}
+	for _, s := range run(UnusedGPUs, "") {
+		if s.Tags["host"] != "node-a" || s.Tags["gpu"] != "2" || val(s, "util") != 1 || val(s, "windows") != float64(7*perDay) {
+			t.Errorf("unused GPUs %v %v", s.Tags, s.Rows())
+		}
+	}
+	for _, s := range run(Ranking, "") {
+		want := map[string]float64{"llama": 500 * 3600 * 16 / 24, "mistral": 100 * 3600, "qwen": 2000 * 3600}[s.Tags["server"]]
+		if got := val(s, "tokens_per_gpu_hour"); abs(got-want) > 1e-6*want {
+			t.Errorf("%s tokens per GPU-hour %v, want %v", s.Tags["server"], got, want)
+		}
+	}
+	for _, s := range run(TokensPerJoule, "") {
+		// mistral: 100 tok/s over (100+5*40) W on one GPU.
+		if s.Tags["server"] == "mistral" && abs(val(s, "tokens_per_joule")-100.0/300) > 1e-9 {
+			t.Errorf("mistral tokens/J %v", val(s, "tokens_per_joule"))
+		}
+	}
+	series := run(ServerSeries, "")
+	if len(series) != 3 || len(series[0].Values) != 7*24 {
+		t.Errorf("server series: %d series, %d hourly points", len(series), len(series[0].Values))
+	}
+}
+
+func abs(v float64) float64 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+func TestReportOnAWeek(t *testing.T) {
+	base := influxtest.URL(t)
+	db := influxtest.CreateDB(t, base, "reportweek")
+	writeWeek(t, base, db)
+	r, err := Build(context.Background(), NewClient(base, db, "", 30*time.Second), weekFilter(), weekWindow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"gpu 2 on node-a was idle 100% of the time; no server uses it",
+		"server llama on node-a was idle 33% of the time: no tokens and nothing running",
+		"server mistral on node-b was queue_bound 100% of the time",
+		"server qwen on node-b was saturated 50% of the time",
+		"lowest tokens per GPU-hour: mistral on node-b with 360000, against 7200000 for qwen on node-b",
+	}
+	all := strings.Join(r.Findings, "\n")
+	for _, w := range want {
+		if !strings.Contains(all, w) {
+			t.Errorf("finding %q missing from:\n%s", w, all)
+		}
+	}
+	hours := map[string]float64{}
+	for _, s := range r.Waste {
+		hours[s.State] = s.GPUHours
+	}
+	// llama idles 8 h a day on 2 GPUs; mistral is queue-bound 24 h on 1.
+	if hours["idle"] != 7*8*2 || hours["queue_bound"] != 7*24 || hours["saturated"] != 7*12 {
+		t.Errorf("GPU-hours by state %v", hours)
+	}
+	var js bytes.Buffer
+	if err := json.NewEncoder(&js).Encode(r); err != nil || !strings.Contains(js.String(), `"gpu_hours_by_state"`) {
+		t.Errorf("json: %v", err)
+	}
+
+	// The HTML renders, and a browser shows something.
+	dir := t.TempDir()
+	html := filepath.Join(dir, "report.html")
+	f, _ := os.Create(html)
+	if err := WriteHTML(f, r); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	b, _ := os.ReadFile(html)
+	if bytes.Contains(b, []byte("http://")) || bytes.Contains(b, []byte("https://")) || bytes.Contains(b, []byte("<script")) {
+		t.Error("the report loads something from outside itself")
+	}
+	if n := bytes.Count(b, []byte("<svg")); n != 3*5 {
+		t.Errorf("%d charts, want 5 per server", n)
+	}
+	shot := filepath.Join(dir, "report.png")
+	screenshot(t, html, shot)
+	checkNotBlank(t, shot)
+	if *update {
+		data, _ := os.ReadFile(shot)
+		os.WriteFile(filepath.Join("..", "..", "docs", "report.png"), data, 0o644)
+	}
+}
+
+// screenshot renders a page with headless Chromium.
+func screenshot(t *testing.T, page, out string) {
+	t.Helper()
+	bin := ""
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			bin = p
+			break
+		}
+	}
+	if bin == "" {
+		t.Fatal("no chromium on PATH: apt-get install chromium (.ci/run does)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+		"--disable-component-update", "--disable-sync", "--no-first-run", "--user-data-dir="+t.TempDir(),
+		"--hide-scrollbars", "--window-size=1280,2400", "--screenshot="+out, "file://"+page)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("chromium: %v\n%s", err, b)
+	}
+}
+
+// checkNotBlank wants a picture with many colours, most of it not white.
+func checkNotBlank(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	colors := map[uint32]bool{}
+	dark := 0
+	bnd := img.Bounds()
+	for y := bnd.Min.Y; y < bnd.Max.Y; y += 2 {
+		for x := bnd.Min.X; x < bnd.Max.X; x += 2 {
+			r, g, b, _ := img.At(x, y).RGBA()
+			colors[(r>>11)<<10|(g>>11)<<5|b>>11] = true
+			if r < 0x8000 && g < 0x8000 && b < 0x8000 {
+				dark++
+			}
+		}
+	}
+	if len(colors) < 20 || dark < 500 {
+		t.Errorf("screenshot looks blank: %d colours, %d dark pixels", len(colors), dark)
+	}
+	fmt.Fprintf(os.Stderr, "screenshot: %dx%d, %d colours, %d dark pixels sampled\n", bnd.Dx(), bnd.Dy(), len(colors), dark)
+}
