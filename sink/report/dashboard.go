@@ -41,6 +41,7 @@ func Dashboard() ([]byte, error) {
 			map[string]any{"name": "datasource", "type": "datasource", "query": "influxdb", "label": "InfluxDB"},
 			variable("host", "host", `SHOW TAG VALUES FROM "tpsmon_server" WITH KEY = "host"`),
 			variable("server", "server", `SHOW TAG VALUES FROM "tpsmon_server" WITH KEY = "server" WHERE "host" =~ /^$host$/`),
+			variable("gpu", "GPU", `SHOW TAG VALUES FROM "tpsmon_gpu" WITH KEY = "gpu" WHERE "host" =~ /^$host$/`),
 			map[string]any{"name": "state", "label": "state", "type": "custom", "query": "down,idle,kv_bound,queue_bound,underutilized,saturated,ok", "options": states,
 				"current": map[string]any{"text": "queue_bound", "value": "queue_bound"}},
 		}},

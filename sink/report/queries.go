@@ -13,7 +13,7 @@ import (
 )
 
 // Query is one InfluxQL query of the dashboard, written with Grafana's
-// variables: $timeFilter, $__interval, $host, $server.
+// variables: $timeFilter, $__interval, $host, $server, $gpu.
 type Query struct {
 	Name string
 	Text string
@@ -25,9 +25,9 @@ var (
 	TokensPerJoule = Query{"tokens_per_joule", `SELECT sum("tokens") / sum("energy_j") AS "tokens_per_joule" FROM "tpsmon_server" WHERE $timeFilter AND "host" =~ /^$host$/ AND "server" =~ /^$server$/ GROUP BY "host", "server"`}
 	StateTimeline  = Query{"state_timeline", `SELECT last("state") AS "state" FROM "tpsmon_server" WHERE $timeFilter AND "host" =~ /^$host$/ AND "server" =~ /^$server$/ GROUP BY time($__interval), "host", "server" fill(none)`}
 	StateWindows   = Query{"state_windows", `SELECT count("coverage") AS "windows" FROM "tpsmon_server" WHERE $timeFilter AND "host" =~ /^$host$/ AND "server" =~ /^$server$/ AND "state" = '$state' GROUP BY "host", "server", "gpus"`}
-	UnusedGPUs     = Query{"unused_gpus", `SELECT mean("util") AS "util", max("util_max") AS "util_max", count("util") AS "windows" FROM "tpsmon_gpu" WHERE $timeFilter AND "host" =~ /^$host$/ AND "server" = '' GROUP BY "host", "gpu", "uuid"`}
-	GPUIdle        = Query{"gpu_idle", `SELECT count("util") AS "idle_windows" FROM "tpsmon_gpu" WHERE $timeFilter AND "host" =~ /^$host$/ AND "util" < 5 GROUP BY "host", "gpu", "server"`}
-	GPUWindows     = Query{"gpu_windows", `SELECT count("util") AS "windows", mean("util") AS "util" FROM "tpsmon_gpu" WHERE $timeFilter AND "host" =~ /^$host$/ GROUP BY "host", "gpu", "server"`}
+	UnusedGPUs     = Query{"unused_gpus", `SELECT mean("util") AS "util", max("util_max") AS "util_max", count("util") AS "windows" FROM "tpsmon_gpu" WHERE $timeFilter AND "host" =~ /^$host$/ AND "gpu" =~ /^$gpu$/ AND "server" = '' GROUP BY "host", "gpu", "uuid"`}
+	GPUIdle        = Query{"gpu_idle", `SELECT count("util") AS "idle_windows" FROM "tpsmon_gpu" WHERE $timeFilter AND "host" =~ /^$host$/ AND "gpu" =~ /^$gpu$/ AND "util" < 5 GROUP BY "host", "gpu", "server"`}
+	GPUWindows     = Query{"gpu_windows", `SELECT count("util") AS "windows", mean("util") AS "util" FROM "tpsmon_gpu" WHERE $timeFilter AND "host" =~ /^$host$/ AND "gpu" =~ /^$gpu$/ GROUP BY "host", "gpu", "server"`}
 	Ranking        = Query{"ranking", `SELECT mean("tps_per_gpu") * 3600 AS "tokens_per_gpu_hour", sum("tokens") AS "tokens" FROM "tpsmon_server" WHERE $timeFilter AND "host" =~ /^$host$/ AND "server" =~ /^$server$/ GROUP BY "host", "server"`}
 )
 
@@ -42,14 +42,15 @@ type Filter struct {
 	From, To time.Time
 	Host     string // empty: all
 	Server   string // empty: all
+	GPU      string // empty: all
 	Interval time.Duration
 }
 
-var ident = regexp.MustCompile(`^[A-Za-z0-9_.:-]*$`)
+var ident = regexp.MustCompile(`^[A-Za-z0-9_.:/-]*$`)
 
 // Render fills a query's variables; state fills $state.
 func (f Filter) Render(q Query, state string) (string, error) {
-	for name, v := range map[string]string{"host": f.Host, "server": f.Server, "state": state} {
+	for name, v := range map[string]string{"host": f.Host, "server": f.Server, "gpu": f.GPU, "state": state} {
 		if !ident.MatchString(v) {
 			return "", fmt.Errorf("report: --%s %q: only letters, digits and . _ : - are allowed", name, v)
 		}
@@ -69,6 +70,7 @@ func (f Filter) Render(q Query, state string) (string, error) {
 		"$__interval", fmt.Sprintf("%ds", int(interval.Seconds())),
 		"$host", re(f.Host),
 		"$server", re(f.Server),
+		"$gpu", re(f.GPU),
 		"$state", state,
 	)
 	return r.Replace(q.Text), nil
