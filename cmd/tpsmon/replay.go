@@ -347,7 +347,7 @@ func readLog(path, engine string, loc *time.Location, year int) (ivs []collector
 	if err != nil {
 		return nil, "", 0, fmt.Errorf("--engine: %w", err)
 	}
-	p.Loc, p.Year = loc, year
+	p.Loc, p.Year, p.Timestamps = loc, year, true
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, "", 0, fmt.Errorf("--log: %w", err)

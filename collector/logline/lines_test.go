@@ -47,7 +47,7 @@ func TestParseLines(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.Year = 2026
+			p.Year, p.Timestamps = 2026, true
 			r, ok := p.Parse([]byte(tt.line))
 			got := ""
 			if ok {

@@ -20,7 +20,13 @@ type Parser struct {
 	Loc  *time.Location
 	Year int
 
-	llamaKey  string    // slot/task of the last multi-line print_timing header
+	// Timestamps makes Parse read each line's own timestamp (replay).
+	// Live, a line's time is when it was read, and this work is skipped.
+	Timestamps bool
+
+	llamaKey  string // slot/task of the last multi-line print_timing header
+	vllmID    string // the last vLLM engine id seen, and its key
+	vllmKey   string
 	lastDate  time.Time // the last full date seen, for time-of-day-only stamps
 	maxLine   int
 	Skipped   uint64 // lines that looked like throughput lines but did not parse
@@ -65,6 +71,18 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 	if bytes.IndexByte(line, 0x1b) >= 0 {
 		line = ansi.ReplaceAll(line, nil)
 	}
+	if p.engine == "vllm" || p.engine == "" {
+		// The hot path of a busy vLLM log, without regexps or copies.
+		if r, ok, matched := p.vllmFast(line); matched {
+			if ok && p.Timestamps {
+				r.Time = p.stamp(string(line))
+				if !r.Time.IsZero() && r.Time.After(p.lastDate) {
+					p.lastDate = r.Time
+				}
+			}
+			return r, ok
+		}
+	}
 	s := string(line)
 	try := func(engine string, f func(string) (Record, bool)) bool {
 		if p.engine != "" && p.engine != engine {
@@ -81,7 +99,7 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 			p.Skipped++
 			return Record{}, false
 		}
-		if r.Time.IsZero() {
+		if r.Time.IsZero() && p.Timestamps {
 			r.Time = p.stamp(s)
 		}
 		if !r.Time.IsZero() && r.Time.After(p.lastDate) {
@@ -309,6 +327,9 @@ var (
 )
 
 func (p *Parser) lmdeploy(s string) (Record, bool) {
+	if !strings.Contains(s, " DP") || !strings.Contains(s, "] Avg ") {
+		return Record{}, false
+	}
 	pm := lmdeployPrefix.FindStringSubmatch(s)
 	if pm == nil {
 		return Record{}, false

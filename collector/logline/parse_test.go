@@ -170,7 +170,7 @@ func TestParseFixtures(t *testing.T) {
 			}
 			defer fh.Close()
 			p, _ := NewParser("auto")
-			p.Year = 2026
+			p.Year, p.Timestamps = 2026, true
 			var got []string
 			sc := bufio.NewScanner(fh)
 			for sc.Scan() {

@@ -1,0 +1,112 @@
+package logline
+
+import (
+	"bytes"
+	"strconv"
+	"time"
+)
+
+var (
+	vllmAvg       = []byte("Avg prompt throughput: ")
+	vllmEngine    = []byte("Engine ")
+	vllmAggr      = []byte(" Engines Aggregated: ")
+	lmdeployMarks = []byte("Finished: ")
+)
+
+// vllmFast reads vLLM's stat line by hand: the regexp that reads it takes
+// about 15 µs a line, this about 0.3 µs. matched is false when the line is
+// not a vLLM stat line at all (or is LMDeploy's look-alike), so the other
+// parsers get their turn; ok is false when it is one but a number in it
+// is broken (counted).
+func (p *Parser) vllmFast(line []byte) (r Record, ok, matched bool) {
+	i := bytes.Index(line, vllmAvg)
+	if i < 0 || bytes.Contains(line, lmdeployMarks) || (i > 0 && line[i-1] == ' ' && i >= 2 && line[i-2] == ']') {
+		return Record{}, false, false
+	}
+	r = newRecord(Stat, "vllm")
+	// "Engine 000: " or "4 Engines Aggregated: " right before.
+	head := line[:i]
+	if bytes.HasSuffix(head, vllmAggr) {
+		r.Aggregated = true
+	} else if j := bytes.LastIndex(head, vllmEngine); j >= 0 && bytes.HasSuffix(head, []byte(": ")) && j+len(vllmEngine) < len(head)-2 {
+		id := head[j+len(vllmEngine) : len(head)-2]
+		if string(id) != p.vllmID { // the same engine line after line: no new string
+			p.vllmID, p.vllmKey = string(id), "engine "+string(id)
+		}
+		r.Key = p.vllmKey
+	}
+	c := cursor{b: line[i+len(vllmAvg):]}
+	r.PromptTPS = c.num()
+	c.lit(" tokens/s, Avg generation throughput: ")
+	r.GenTPS = c.num()
+	c.lit(" tokens/s, Running: ")
+	r.Running = c.num()
+	c.lit(" reqs, ")
+	r.DefaultGap = 10 * time.Second
+	switch {
+	case c.maybe("Swapped: "):
+		c.num()
+		c.lit(" reqs, Pending: ")
+		r.Waiting = c.num()
+		c.lit(" reqs")
+		r.DefaultGap = 5 * time.Second // V0
+	case c.maybe("Waiting: "):
+		r.Waiting = c.num()
+		c.lit(" reqs")
+	default:
+		c.bad = true
+	}
+	if c.maybe(", Preemptions: ") {
+		r.Preemptions = c.num()
+	}
+	if c.maybe(", GPU KV cache usage: ") {
+		if kv := c.num(); kv >= 0 {
+			r.KV = kv / 100
+		}
+		c.lit("%")
+	}
+	if c.bad || r.GenTPS < 0 || r.PromptTPS < 0 || r.Running < 0 || r.Waiting < 0 {
+		p.Skipped++
+		return Record{}, false, true
+	}
+	return r, true, true
+}
+
+// cursor reads a line left to right; any mismatch sets bad.
+type cursor struct {
+	b   []byte
+	bad bool
+}
+
+func (c *cursor) lit(s string) {
+	if !c.maybe(s) {
+		c.bad = true
+	}
+}
+
+func (c *cursor) maybe(s string) bool {
+	if c.bad || len(c.b) < len(s) || string(c.b[:len(s)]) != s {
+		return false
+	}
+	c.b = c.b[len(s):]
+	return true
+}
+
+// num reads a non-negative decimal number; -1 and bad when there is none.
+func (c *cursor) num() float64 {
+	n := 0
+	for n < len(c.b) && (c.b[n] >= '0' && c.b[n] <= '9' || c.b[n] == '.') {
+		n++
+	}
+	if c.bad || n == 0 {
+		c.bad = true
+		return -1
+	}
+	v, err := strconv.ParseFloat(string(c.b[:n]), 64)
+	if err != nil {
+		c.bad = true
+		return -1
+	}
+	c.b = c.b[n:]
+	return v
+}
