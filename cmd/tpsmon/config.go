@@ -56,6 +56,8 @@ type GPUConfig struct {
 	Backend  string        `mapstructure:"backend"`
 	Interval time.Duration `mapstructure:"interval"`
 	Devices  []string      `mapstructure:"devices"`
+	// SimGPUs is how many GPUs the sim backend pretends to have.
+	SimGPUs int `mapstructure:"sim_gpus"`
 }
 
 // ServerConfig is one inference server.
@@ -135,6 +137,7 @@ var defaults = map[string]any{
 	"gpu.backend":                          "nvml",
 	"gpu.interval":                         "1s",
 	"gpu.devices":                          []string{},
+	"gpu.sim_gpus":                         2,
 	"servers":                              []map[string]any{},
 	"discovery.enabled":                    true,
 	"discovery.ports":                      []int{8000, 30000, 3000, 8080, 8002, 23333},
@@ -289,6 +292,9 @@ func (c *Config) validate() error {
 	case "nvml", "sim", "none":
 	default:
 		return fmt.Errorf("gpu.backend: %q is not one of nvml, sim, none", c.GPU.Backend)
+	}
+	if c.GPU.SimGPUs < 1 || c.GPU.SimGPUs > 1024 {
+		return fmt.Errorf("gpu.sim_gpus: %d is not between 1 and 1024", c.GPU.SimGPUs)
 	}
 	if c.GPU.Interval <= 0 {
 		return fmt.Errorf("gpu.interval: %v must be positive", c.GPU.Interval)

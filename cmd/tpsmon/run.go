@@ -70,7 +70,7 @@ func openBackend(cfg *Config, load func(time.Time) float64) func() (gpuSampler, 
 		if load == nil {
 			load = func(time.Time) float64 { return 0 }
 		}
-		return func() (gpuSampler, error) { return nvml.NewSim(2, load), nil }
+		return func() (gpuSampler, error) { return nvml.NewSim(cfg.GPU.SimGPUs, load), nil }
 	}
 	return nil
 }

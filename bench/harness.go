@@ -1,0 +1,282 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// harness holds the built binaries and the services of a run.
+type harness struct {
+	work     string
+	tpsmon   string
+	telegraf string
+	influx   string // base URL
+	stops    []func()
+}
+
+func (h *harness) stopAll() {
+	for i := len(h.stops) - 1; i >= 0; i-- {
+		h.stops[i]()
+	}
+}
+
+const telegrafPkg = "github.com/influxdata/telegraf/cmd/telegraf@v1.37.2"
+
+const telegrafTags = "custom,inputs.nvidia_smi,inputs.prometheus,inputs.tail,outputs.influxdb_v2,parsers.grok,parsers.prometheus"
+
+func goEnv(name string) string {
+	out, err := exec.Command("go", "env", name).Output()
+	if err != nil {
+		log.Fatalf("go env %s: %v", name, err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// build compiles tpsmon, and Telegraf unless it is already there.
+func (h *harness) build() error {
+	h.tpsmon = filepath.Join(h.work, "tpsmon")
+	log.Printf("building tpsmon")
+	if out, err := exec.Command("go", "build", "-o", h.tpsmon, "./cmd/tpsmon").CombinedOutput(); err != nil {
+		return fmt.Errorf("build tpsmon: %v\n%s", err, out)
+	}
+	h.telegraf = filepath.Join(goEnv("GOPATH"), "bin", "telegraf")
+	if _, err := os.Stat(h.telegraf); err != nil {
+		log.Printf("building Telegraf (go install -tags %q %s; a few minutes the first time)", telegrafTags, telegrafPkg)
+		cmd := exec.Command("go", "install", "-tags", telegrafTags, telegrafPkg)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("build telegraf: %w", err)
+		}
+	}
+	influxd := filepath.Join(goEnv("GOPATH"), "bin", "influxd")
+	if _, err := os.Stat(influxd); err != nil {
+		cmd := exec.Command("go", "install", "github.com/influxdata/influxdb/cmd/influxd@v1.8.10")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("build influxd: %w", err)
+		}
+	}
+	return h.startInflux(influxd)
+}
+
+func freePort() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func (h *harness) startInflux(bin string) error {
+	dir := filepath.Join(h.work, "influx")
+	addr := freePort()
+	cmd := exec.Command(bin, "run")
+	cmd.Env = append(os.Environ(), "INFLUXDB_REPORTING_DISABLED=true", "INFLUXDB_BIND_ADDRESS="+freePort(),
+		"INFLUXDB_HTTP_BIND_ADDRESS="+addr, "INFLUXDB_HTTP_LOG_ENABLED=false", "INFLUXDB_META_DIR="+dir+"/meta",
+		"INFLUXDB_DATA_DIR="+dir+"/data", "INFLUXDB_DATA_WAL_DIR="+dir+"/wal", "INFLUXDB_DATA_QUERY_LOG_ENABLED=false",
+		"INFLUXDB_LOGGING_LEVEL=warn")
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	h.stops = append(h.stops, func() { cmd.Process.Kill(); cmd.Wait() })
+	h.influx = "http://" + addr
+	for range 150 {
+		if resp, err := http.Get(h.influx + "/ping"); err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("influxd did not start")
+}
+
+// query runs InfluxQL and returns the first statement's series.
+func (h *harness) query(db, q string) ([]struct {
+	Name    string   `json:"name"`
+	Columns []string `json:"columns"`
+	Values  [][]any  `json:"values"`
+}, error) {
+	v := url.Values{"q": {q}, "db": {db}}
+	resp, err := http.PostForm(h.influx+"/query", v)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Results []struct {
+			Series []struct {
+				Name    string   `json:"name"`
+				Columns []string `json:"columns"`
+				Values  [][]any  `json:"values"`
+			} `json:"series"`
+			Error string `json:"error"`
+		} `json:"results"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, err
+	}
+	if len(out.Results) == 0 {
+		return nil, nil
+	}
+	if out.Results[0].Error != "" {
+		return nil, fmt.Errorf("%s", out.Results[0].Error)
+	}
+	return out.Results[0].Series, nil
+}
+
+// points counts the points stored in db: per measurement, the largest
+// field count.
+func (h *harness) points(db string) int {
+	ms, err := h.query(db, "SHOW MEASUREMENTS")
+	if err != nil || len(ms) == 0 {
+		return 0
+	}
+	total := 0
+	for _, row := range ms[0].Values {
+		name := row[0].(string)
+		s, err := h.query(db, fmt.Sprintf(`SELECT count(*) FROM %q`, name))
+		if err != nil || len(s) == 0 {
+			continue
+		}
+		best := 0.0
+		for _, v := range s[0].Values[0][1:] {
+			if f, ok := v.(float64); ok && f > best {
+				best = f
+			}
+		}
+		total += int(best)
+	}
+	return total
+}
+
+// usage is what a process cost.
+type usage struct {
+	cpu     time.Duration // user + system
+	maxRSS  int64         // bytes
+	elapsed time.Duration
+}
+
+// proc is a running measured process.
+type proc struct {
+	cmd     *exec.Cmd
+	start   time.Time
+	log     *bytes.Buffer
+	rssSeen int64 // the last RSS read
+}
+
+func start(name string, args ...string) (*proc, error) {
+	cmd := exec.Command(name, args...)
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &proc{cmd: cmd, start: time.Now(), log: &buf}, nil
+}
+
+// cpu reads the process's CPU time so far from /proc.
+func (p *proc) cpu() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+}
+
+// rss reads the resident set size now.
+func (p *proc) rss() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	m := regexp.MustCompile(`VmRSS:\s+(\d+) kB`).FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	kb, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	p.rssSeen = kb << 10
+	return p.rssSeen
+}
+
+// stop ends the process with SIGTERM and returns its rusage.
+func (p *proc) stop() (usage, error) {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		<-done
+	}
+	ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		return usage{}, fmt.Errorf("no rusage")
+	}
+	return usage{
+		cpu:     time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
+		maxRSS:  ru.Maxrss << 10,
+		elapsed: time.Since(p.start),
+	}, nil
+}
+
+// quiet waits until the process's CPU time stops growing: it has read
+// everything there was.
+func (p *proc) quiet(ctx context.Context) {
+	last := p.cpu()
+	still := 0
+	for still < 4 && ctx.Err() == nil {
+		time.Sleep(500 * time.Millisecond)
+		now := p.cpu()
+		if now-last < 20*time.Millisecond {
+			still++
+		} else {
+			still = 0
+		}
+		last = now
+	}
+}
+
+// header says on what and how the numbers were taken.
+func (h *harness) header(args []string) string {
+	model := "unknown"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		if m := regexp.MustCompile(`model name\s*:\s*(.*)`).FindSubmatch(b); m != nil {
+			model = string(m[1])
+		}
+	}
+	mem := ""
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		mem = strings.Fields(strings.SplitN(string(b), "\n", 2)[0])[1] + " kB"
+	}
+	tv, _ := exec.Command(h.telegraf, "--version").Output()
+	return fmt.Sprintf(`# tpsmon vs Telegraf: results
+
+Taken %s on %d CPU cores (%s), %s of memory, %s; %s.
+
+Command: `+"`go run ./bench %s`"+` (from the repository root). Telegraf was built with
+`+"`go install -tags \"%s\" %s`"+`.
+
+`, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), model, mem, runtime.Version(),
+		strings.TrimSpace(string(tv)), strings.Join(args, " "), telegrafTags, telegrafPkg)
+}

@@ -1,0 +1,66 @@
+// Command bench runs tpsmon and Telegraf on the same work, one after the
+// other, on this machine, and writes a table of what each cost to
+// bench/RESULTS.md. Usage (from the repository root):
+//
+//	go run ./bench [-minutes 3] [-s3-minutes 10] [-lines 300000] [-only S1,S2,S3]
+//
+// S1 is a steady node: 8 GPUs (tpsmon's sim backend; Telegraf's nvidia_smi
+// input reading a stand-in nvidia-smi that prints an 8-GPU document built
+// from the A100 capture in Telegraf's own test data), a vLLM-format and an
+// SGLang-format metrics endpoint with histograms, and a vLLM log written at
+// one line a second, all at 1 Hz into a real InfluxDB. S2 appends a vLLM V1
+// and a llama.cpp log as fast as possible and counts lines per CPU second.
+// S3 is tpsmon alone with 64 GPUs and 16 servers for ten minutes.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+func main() {
+	minutes := flag.Float64("minutes", 3, "length of each S1 run")
+	s3Minutes := flag.Float64("s3-minutes", 10, "length of the S3 run")
+	lines := flag.Int("lines", 300000, "S2: lines of each log")
+	only := flag.String("only", "S1,S2,S3", "scenarios to run")
+	out := flag.String("out", "bench/RESULTS.md", "where the results go")
+	flag.Parse()
+	log.SetFlags(log.Ltime)
+
+	work, err := os.MkdirTemp("", "tpsmon-bench-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(work)
+	h := &harness{work: work}
+	if err := h.build(); err != nil {
+		log.Fatal(err)
+	}
+	defer h.stopAll()
+	var sections []string
+	run := func(name string, f func() (string, error)) {
+		if !strings.Contains(*only, name) {
+			return
+		}
+		log.Printf("== %s", name)
+		s, err := f()
+		if err != nil {
+			log.Fatalf("%s: %v", name, err)
+		}
+		sections = append(sections, s)
+	}
+	run("S1", func() (string, error) { return h.s1(time.Duration(*minutes * float64(time.Minute))) })
+	run("S2", func() (string, error) { return h.s2(*lines) })
+	run("S3", func() (string, error) { return h.s3(time.Duration(*s3Minutes * float64(time.Minute))) })
+	report := h.header(os.Args[1:]) + strings.Join(sections, "\n")
+	if err := os.WriteFile(*out, []byte(report), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(report)
+	log.Printf("written to %s", filepath.Clean(*out))
+}

@@ -1,0 +1,418 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tpsmon/tpsmon/collector/vllmsim"
+)
+
+// page adds to a simulated server's metrics what a real one shows beside
+// them: per-request histograms with their buckets, Python's own series.
+func page(base http.Handler, prefix string, histograms int) http.Handler {
+	var extra strings.Builder
+	for i := range histograms {
+		name := fmt.Sprintf("%srequest_histogram_%d_seconds", prefix, i)
+		fmt.Fprintf(&extra, "# HELP %s Histogram %d.\n# TYPE %s histogram\n", name, i, name)
+		for _, le := range []string{"0.001", "0.005", "0.01", "0.02", "0.04", "0.06", "0.08", "0.1", "0.25", "0.5", "0.75", "1.0", "2.5", "5.0", "7.5", "10.0", "20.0", "40.0", "80.0", "+Inf"} {
+			fmt.Fprintf(&extra, "%s_bucket{le=%q,model_name=\"m\"} %d\n", name, le, 100*i)
+		}
+		fmt.Fprintf(&extra, "%s_sum{model_name=\"m\"} %d.5\n%s_count{model_name=\"m\"} %d\n", name, 9*i, name, 100*i)
+	}
+	for g := range 3 {
+		fmt.Fprintf(&extra, "python_gc_objects_collected_total{generation=\"%d\"} %d.0\n", g, 1000*g)
+	}
+	text := extra.String()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		base.ServeHTTP(w, r)
+		w.Write([]byte(text))
+	})
+}
+
+// sglangPage serves an SGLang-format page whose counters move.
+func sglangPage(start time.Time) http.Handler {
+	hist := page(http.NotFoundHandler(), "sglang:", 0)
+	_ = hist
+	return page(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := time.Since(start).Seconds()
+		fmt.Fprintf(w, `# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="qwen",tp_rank="0"} 24
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{model_name="qwen",tp_rank="0"} 2
+# TYPE sglang:token_usage gauge
+sglang:token_usage{model_name="qwen",tp_rank="0"} 0.6
+# TYPE sglang:gen_throughput gauge
+sglang:gen_throughput{model_name="qwen",tp_rank="0"} 1200.0
+# TYPE sglang:realtime_tokens_total counter
+sglang:realtime_tokens_total{mode="decode",model_name="qwen",tp_rank="0"} %.0f
+# TYPE sglang:generation_tokens_total counter
+sglang:generation_tokens_total{model_name="qwen"} %.0f
+# TYPE sglang:prompt_tokens_total counter
+sglang:prompt_tokens_total{model_name="qwen"} %.0f
+`, 1200*s, 1200*s, 3600*s)
+	}), "sglang:", 8)
+}
+
+// serve starts the endpoints on loopback: /vllm, /sglang and /vllm/N.
+func (h *harness) serve(vllmServers int) string {
+	start := time.Now()
+	load := func(time.Time) float64 { return 0.7 }
+	mux := http.NewServeMux()
+	for i := range max(1, vllmServers) {
+		sim := &vllmsim.Server{Model: "llama", SoloTPS: 80, MaxBatch: 32, Load: load}
+		mux.Handle(fmt.Sprintf("/vllm/%d", i), page(sim, "vllm:", 10))
+	}
+	mux.Handle("/vllm", page(&vllmsim.Server{Model: "llama", SoloTPS: 80, MaxBatch: 32, Load: load}, "vllm:", 10))
+	mux.Handle("/sglang", sglangPage(start))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	h.stops = append(h.stops, func() { srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+func vllmLine(t time.Time, gen float64) string {
+	return fmt.Sprintf("(APIServer pid=1) INFO %s [loggers.py:271] Engine 000: Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, Running: 24 reqs, Waiting: 1 reqs, GPU KV cache usage: 61.2%%, Prefix cache hit rate: 12.0%%\n",
+		t.Format("01-02 15:04:05"), 3*gen, gen)
+}
+
+func llamaLine(task int) string {
+	return fmt.Sprintf("slot print_timing: id  %d | task %d |        eval time =    5729.20 ms /    96 tokens (   60.31 ms per token,    16.58 tokens per second)\n", task%4, task)
+}
+
+// writeEverySecond appends a vLLM stat line to path each second until ctx ends.
+func writeEverySecond(ctx context.Context, path string) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			f.WriteString(vllmLine(now, 900))
+		}
+	}
+}
+
+// nvidiaSMI writes a stand-in nvidia-smi that prints an 8-GPU `-q -x`
+// document made from the A100 capture in Telegraf's own test data.
+func (h *harness) nvidiaSMI() (string, error) {
+	src := filepath.Join(goEnv("GOMODCACHE"), "github.com/influxdata/telegraf@v1.37.2/plugins/inputs/nvidia_smi/testdata/a100-sxm4-v12.xml")
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return "", fmt.Errorf("telegraf's A100 capture: %w", err)
+	}
+	doc := string(b)
+	i, j := strings.Index(doc, "<gpu "), strings.LastIndex(doc, "</gpu>")+len("</gpu>")
+	if i < 0 || j < i {
+		return "", fmt.Errorf("no <gpu> element in %s", src)
+	}
+	gpu := doc[i:j]
+	var gpus strings.Builder
+	uuid := regexp.MustCompile(`<uuid>[^<]*</uuid>`)
+	minor := regexp.MustCompile(`<minor_number>[^<]*</minor_number>`)
+	for n := range 8 {
+		g := uuid.ReplaceAllString(gpu, fmt.Sprintf("<uuid>GPU-00000000-0000-0000-0000-00000000000%d</uuid>", n))
+		g = minor.ReplaceAllString(g, fmt.Sprintf("<minor_number>%d</minor_number>", n))
+		g = strings.Replace(g, `id="00000000:01:00.0"`, fmt.Sprintf(`id="00000000:%02X:00.0"`, n+1), 1)
+		gpus.WriteString(g + "\n")
+	}
+	doc = doc[:i] + gpus.String() + doc[j:]
+	doc = regexp.MustCompile(`<attached_gpus>\d+</attached_gpus>`).ReplaceAllString(doc, "<attached_gpus>8</attached_gpus>")
+	dir := filepath.Join(h.work, "nvidia")
+	os.MkdirAll(dir, 0o755)
+	xml := filepath.Join(dir, "nvidia-smi.xml")
+	if err := os.WriteFile(xml, []byte(doc), 0o644); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "nvidia-smi")
+	return bin, os.WriteFile(bin, []byte("#!/bin/sh\ncat "+xml+"\n"), 0o755)
+}
+
+func (h *harness) createDB(name string) {
+	if _, err := h.query("", "CREATE DATABASE "+name); err != nil {
+		log.Fatal(err)
+	}
+}
+
+type side struct {
+	name   string
+	u      usage
+	points int
+}
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.3f", a/b)
+}
+
+// s1 runs the steady node on each side for d.
+func (h *harness) s1(d time.Duration) (string, error) {
+	base := h.serve(1)
+	smi, err := h.nvidiaSMI()
+	if err != nil {
+		return "", err
+	}
+	var sides []side
+	for _, name := range []string{"tpsmon", "telegraf"} {
+		db := "s1_" + name
+		h.createDB(db)
+		logPath := filepath.Join(h.work, name+"-s1.log")
+		os.WriteFile(logPath, nil, 0o644)
+		var p *proc
+		if name == "tpsmon" {
+			cfg := filepath.Join(h.work, "tpsmon-s1.yaml")
+			os.WriteFile(cfg, []byte(fmt.Sprintf(`window: 10s
+gpu: {backend: sim, sim_gpus: 8, interval: 1s}
+discovery: {enabled: false}
+servers:
+  - {name: vllm, engine: vllm, metrics_url: "%s/vllm", scrape_interval: 1s}
+  - {name: sglang, engine: sglang, metrics_url: "%s/sglang", scrape_interval: 1s}
+  - {name: vllm-log, engine: vllm, log: {file: "%s"}}
+sink:
+  influx: {url: "%s", bucket: %s}
+  spool: {dir: "%s"}
+http: {listen: ""}
+log: {level: warn}
+`, base, base, logPath, h.influx, db, filepath.Join(h.work, "s1-state", "spool"))), 0o644)
+			p, err = start(h.tpsmon, "run", "--config", cfg)
+		} else {
+			cfg := filepath.Join(h.work, "telegraf-s1.conf")
+			os.WriteFile(cfg, []byte(fmt.Sprintf(`[agent]
+  interval = "1s"
+  flush_interval = "10s"
+  metric_buffer_limit = 100000
+[[outputs.influxdb_v2]]
+  urls = ["%s"]
+  token = ""
+  organization = ""
+  bucket = "%s"
+[[inputs.nvidia_smi]]
+  bin_path = "%s"
+[[inputs.prometheus]]
+  urls = ["%s/vllm", "%s/sglang"]
+[[inputs.tail]]
+  files = ["%s"]
+  from_beginning = false
+  data_format = "grok"
+  grok_patterns = ['%%{GREEDYDATA}Avg prompt throughput: %%{NUMBER:prompt_tps:float} tokens/s, Avg generation throughput: %%{NUMBER:gen_tps:float} tokens/s, Running: %%{NUMBER:running:int} reqs, Waiting: %%{NUMBER:waiting:int} reqs, GPU KV cache usage: %%{NUMBER:kv:float}%%%%%%{GREEDYDATA}']
+`, h.influx, db, smi, base, base, logPath)), 0o644)
+			p, err = start(h.telegraf, "--config", cfg)
+		}
+		if err != nil {
+			return "", err
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go writeEverySecond(ctx, logPath)
+		log.Printf("S1 %s for %v", name, d)
+		time.Sleep(d)
+		cancel()
+		u, err := p.stop()
+		if err != nil {
+			return "", err
+		}
+		time.Sleep(2 * time.Second)
+		sd := side{name: name, u: u, points: h.points(db)}
+		log.Printf("S1 %s: cpu %v, peak RSS %d MiB, %d points; log tail:\n%s", name, u.cpu, u.maxRSS>>20, sd.points, tail(p.log.String(), 5))
+		sides = append(sides, sd)
+	}
+	t, g := sides[0], sides[1]
+	return fmt.Sprintf(`## S1: steady node (8 GPUs, 2 servers scraped and 1 log, 1 Hz, %v each)
+
+| | tpsmon | Telegraf | tpsmon / Telegraf | target |
+|---|---|---|---|---|
+| CPU seconds (user+sys) | %.2f | %.2f | %s | ≤ 0.1 |
+| peak RSS (MiB) | %.1f | %.1f | %s | ≤ 0.5 |
+| points written | %d | %d | | |
+
+tpsmon writes joined 10 s windows (one point per GPU and per server each); Telegraf writes every raw
+sample (each input every second), unjoined: the point counts differ by design.
+`, d, t.u.cpu.Seconds(), g.u.cpu.Seconds(), ratio(t.u.cpu.Seconds(), g.u.cpu.Seconds()),
+		float64(t.u.maxRSS)/(1<<20), float64(g.u.maxRSS)/(1<<20), ratio(float64(t.u.maxRSS), float64(g.u.maxRSS)),
+		t.points, g.points), nil
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// s2 appends n lines to a vLLM and a llama.cpp log as fast as possible
+// and measures what reading them cost each side.
+func (h *harness) s2(n int) (string, error) {
+	type result struct {
+		cpu   time.Duration
+		lines int
+	}
+	res := map[string]result{}
+	for _, name := range []string{"tpsmon", "telegraf"} {
+		vlog := filepath.Join(h.work, name+"-s2-vllm.log")
+		llog := filepath.Join(h.work, name+"-s2-llama.log")
+		os.WriteFile(vlog, nil, 0o644)
+		os.WriteFile(llog, nil, 0o644)
+		var p *proc
+		var err error
+		if name == "tpsmon" {
+			cfg := filepath.Join(h.work, "tpsmon-s2.yaml")
+			os.WriteFile(cfg, []byte(fmt.Sprintf(`window: 10s
+gpu: {backend: none}
+discovery: {enabled: false}
+servers:
+  - {name: vllm, engine: vllm, log: {file: "%s"}}
+  - {name: llama, engine: llamacpp, log: {file: "%s"}}
+sink: {file: {path: "%s"}}
+http: {listen: ""}
+log: {level: warn}
+`, vlog, llog, filepath.Join(h.work, "s2.lp"))), 0o644)
+			p, err = start(h.tpsmon, "run", "--config", cfg)
+		} else {
+			cfg := filepath.Join(h.work, "telegraf-s2.conf")
+			os.WriteFile(cfg, []byte(fmt.Sprintf(`[agent]
+  interval = "1s"
+  flush_interval = "1s"
+  metric_buffer_limit = 1000000
+[[outputs.influxdb_v2]]
+  urls = ["%s"]
+  token = ""
+  organization = ""
+  bucket = "s2_telegraf"
+[[inputs.tail]]
+  files = ["%s", "%s"]
+  from_beginning = false
+  data_format = "grok"
+  grok_patterns = ['%%{GREEDYDATA}Avg prompt throughput: %%{NUMBER:prompt_tps:float} tokens/s, Avg generation throughput: %%{NUMBER:gen_tps:float} tokens/s, Running: %%{NUMBER:running:int} reqs, Waiting: %%{NUMBER:waiting:int} reqs, GPU KV cache usage: %%{NUMBER:kv:float}%%%%%%{GREEDYDATA}', '%%{GREEDYDATA}eval time = +%%{NUMBER:eval_ms:float} ms / +%%{NUMBER:tokens:int} tokens \(%%{GREEDYDATA}, +%%{NUMBER:tps:float} tokens per second\)']
+`, h.influx, vlog, llog)), 0o644)
+			h.createDB("s2_telegraf")
+			p, err = start(h.telegraf, "--config", cfg)
+		}
+		if err != nil {
+			return "", err
+		}
+		time.Sleep(3 * time.Second) // both start reading at the end of the (empty) files
+		before := p.cpu()
+		log.Printf("S2 %s: appending %d lines to each log", name, n)
+		var wg sync.WaitGroup
+		for _, f := range []struct {
+			path string
+			line func(int) string
+		}{{vlog, func(i int) string { return vllmLine(time.Unix(1_700_000_000+int64(i), 0), float64(i%2000)) }}, {llog, llamaLine}} {
+			wg.Go(func() {
+				fh, _ := os.OpenFile(f.path, os.O_WRONLY|os.O_APPEND, 0)
+				w := bufio.NewWriterSize(fh, 1<<20)
+				for i := range n {
+					w.WriteString(f.line(i))
+				}
+				w.Flush()
+				fh.Close()
+			})
+		}
+		wg.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		p.quiet(ctx)
+		cancel()
+		used := p.cpu() - before
+		u, _ := p.stop()
+		log.Printf("S2 %s: %v CPU for %d lines (%v total, peak RSS %d MiB)", name, used, 2*n, u.cpu, u.maxRSS>>20)
+		res[name] = result{used, 2 * n}
+	}
+	perSec := func(r result) float64 { return float64(r.lines) / math.Max(r.cpu.Seconds(), 0.01) }
+	t, g := res["tpsmon"], res["telegraf"]
+	return fmt.Sprintf(`## S2: log firehose (%d vLLM V1 and %d llama.cpp lines appended as fast as possible)
+
+| | tpsmon | Telegraf (tail + grok) | tpsmon / Telegraf | target |
+|---|---|---|---|---|
+| CPU seconds to read them | %.2f | %.2f | | |
+| lines per CPU second | %.0f | %.0f | %s | ≥ 10 |
+
+The parser alone: `+"`go test -bench Parse ./collector/logline`"+` (see "Go benchmarks" below), target ≥ 1,000,000
+vLLM lines per CPU second.
+`, n, n, t.cpu.Seconds(), g.cpu.Seconds(), perSec(t), perSec(g), ratio(perSec(t), perSec(g))), nil
+}
+
+// s3 runs tpsmon with 64 GPUs and 16 servers for d, sampling its CPU
+// share and RSS every 30 s.
+func (h *harness) s3(d time.Duration) (string, error) {
+	base := h.serve(16)
+	h.createDB("s3")
+	var servers strings.Builder
+	for i := range 16 {
+		fmt.Fprintf(&servers, "  - {name: vllm-%d, engine: vllm, metrics_url: \"%s/vllm/%d\", gpus: [%d, %d, %d, %d], scrape_interval: 1s}\n",
+			i, base, i, 4*i, 4*i+1, 4*i+2, 4*i+3)
+	}
+	cfg := filepath.Join(h.work, "tpsmon-s3.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`window: 10s
+gpu: {backend: sim, sim_gpus: 64, interval: 1s}
+discovery: {enabled: false}
+servers:
+%ssink:
+  influx: {url: "%s", bucket: s3}
+  spool: {dir: "%s"}
+http: {listen: ""}
+log: {level: warn}
+`, servers.String(), h.influx, filepath.Join(h.work, "s3-state", "spool"))), 0o644)
+	p, err := start(h.tpsmon, "run", "--config", cfg)
+	if err != nil {
+		return "", err
+	}
+	var rows strings.Builder
+	step := 30 * time.Second
+	lastCPU, lastT := p.cpu(), time.Now()
+	maxShare, maxRSS := 0.0, int64(0)
+	var firstRSS int64
+	for time.Since(p.start) < d {
+		time.Sleep(step)
+		cpu, now := p.cpu(), time.Now()
+		share := (cpu - lastCPU).Seconds() / now.Sub(lastT).Seconds()
+		rss := p.rss()
+		if firstRSS == 0 {
+			firstRSS = rss
+		}
+		maxShare, maxRSS = math.Max(maxShare, share), max(maxRSS, rss)
+		fmt.Fprintf(&rows, "| %4.0f s | %.2f %% | %.1f |\n", now.Sub(p.start).Seconds(), 100*share, float64(rss)/(1<<20))
+		lastCPU, lastT = cpu, now
+	}
+	u, err := p.stop()
+	if err != nil {
+		return "", err
+	}
+	pts := h.points("s3")
+	log.Printf("S3: cpu %v over %v, peak RSS %d MiB, %d points", u.cpu, u.elapsed, u.maxRSS>>20, pts)
+	return fmt.Sprintf(`## S3: scale (64 GPUs, 16 servers, 1 Hz, %v)
+
+Whole run: %.2f CPU seconds over %.0f s = %.2f %% of one core; peak RSS %.1f MiB; %d points written.
+Targets: below 1 %% of one core and 64 MiB RSS, flat over 10 minutes.
+
+| since start | CPU (share of one core, last 30 s) | RSS (MiB) |
+|---|---|---|
+%s
+RSS first %.1f MiB, last %.1f MiB, highest %.1f MiB; highest 30 s CPU share %.2f %%.
+`, d, u.cpu.Seconds(), u.elapsed.Seconds(), 100*u.cpu.Seconds()/u.elapsed.Seconds(), float64(u.maxRSS)/(1<<20), pts,
+		rows.String(), float64(firstRSS)/(1<<20), float64(p.lastRSS())/(1<<20), float64(maxRSS)/(1<<20), 100*maxShare), nil
+}
+
+// lastRSS is the process's RSS at its end, from the last sample taken.
+func (p *proc) lastRSS() int64 { return p.rssSeen }
