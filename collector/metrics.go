@@ -1,12 +1,14 @@
 package collector
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -53,6 +55,9 @@ type Dialect struct {
 	SingleRank string
 	// Marks are metric name prefixes that identify the engine (auto).
 	Marks []string
+
+	once   sync.Once
+	wanted map[string]bool
 }
 
 func prefixed(prefix string, names ...string) []Ref {
@@ -318,11 +323,68 @@ func Detect(p Page) (*Dialect, error) {
 
 // Parse reads one metrics page in the Prometheus text format.
 func (d *Dialect) Parse(r io.Reader) (Sample, error) {
-	p, err := ParsePage(r)
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return Sample{}, err
+	}
+	p, err := d.ParseFiltered(b)
 	if err != nil {
 		return Sample{}, err
 	}
 	return d.Read(p)
+}
+
+// names returns the exposed names the dialect reads.
+func (d *Dialect) names() map[string]bool {
+	d.once.Do(func() {
+		d.wanted = map[string]bool{}
+		for _, rs := range d.Counters {
+			for _, r := range rs {
+				d.wanted[r.Name] = true
+			}
+		}
+		for _, rs := range d.Gauges {
+			for _, r := range rs {
+				d.wanted[r.Name] = true
+			}
+		}
+	})
+	return d.wanted
+}
+
+// ParseFiltered parses only the lines of the series the dialect reads:
+// a real server's page is mostly histogram buckets and runtime series
+// tpsmon never looks at, and expfmt's cost grows with every line. The
+// lines kept lose their TYPE comments, so histogram parts arrive as the
+// untyped name_sum and name_count series Read expects anyway. Lines of
+// other series are not validated.
+func (d *Dialect) ParseFiltered(page []byte) (Page, error) {
+	wanted := d.names()
+	var kept bytes.Buffer
+	kept.Grow(2048)
+	for len(page) > 0 {
+		line := page
+		if i := bytes.IndexByte(page, '\n'); i >= 0 {
+			line, page = page[:i+1], page[i+1:]
+		} else {
+			page = nil
+		}
+		t := bytes.TrimLeft(line, " \t")
+		if len(t) == 0 || t[0] == '#' {
+			continue
+		}
+		end := bytes.IndexAny(t, "{ \t")
+		if end < 0 {
+			end = len(t)
+		}
+		if wanted[string(t[:end])] {
+			kept.Write(line)
+			if line[len(line)-1] != '\n' {
+				kept.WriteByte('\n')
+			}
+		}
+	}
+	return ParsePage(&kept)
 }
 
 // Read takes the dialect's series from a parsed page.

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -90,7 +91,16 @@ func (s *Scraper) fetch(ctx context.Context, client *http.Client) (Sample, error
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		return Sample{}, fmt.Errorf("HTTP %s", resp.Status)
 	}
-	page, err := ParsePage(io.LimitReader(resp.Body, maxPage))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPage))
+	if err != nil {
+		return Sample{}, err
+	}
+	var page Page
+	if s.Dialect != nil {
+		page, err = s.Dialect.ParseFiltered(body)
+	} else {
+		page, err = ParsePage(bytes.NewReader(body)) // detection needs every name
+	}
 	if err != nil {
 		return Sample{}, err
 	}

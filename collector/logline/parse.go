@@ -224,25 +224,36 @@ func (p *Parser) llamacpp(s string) (Record, bool) {
 	if strings.HasPrefix(strings.TrimSpace(s), "{") && strings.Contains(s, `"print_timings"`) {
 		return p.llamaJSON(s)
 	}
-	if h := llamaHeader.FindStringSubmatch(s); h != nil {
-		p.llamaKey = "slot " + h[1] + " task " + h[2]
-		return Record{}, false
+	slot := strings.Index(s, "slot print_timing: id")
+	if slot >= 0 && strings.HasSuffix(strings.TrimRight(s, " "), "|") {
+		if h := llamaHeader.FindStringSubmatch(s); h != nil {
+			p.llamaKey = "slot " + h[1] + " task " + h[2]
+			return Record{}, false
+		}
 	}
 	key := p.llamaKey
-	if m := llamaSlot.FindStringSubmatch(s); m != nil {
-		key = "slot " + m[1] + " task " + m[2]
+	if slot >= 0 {
+		if m := llamaSlot.FindStringSubmatch(s[slot:]); m != nil {
+			key = "slot " + m[1] + " task " + m[2]
+		}
 	} else if !strings.Contains(s, "eval time") || key == "" {
 		return Record{}, false
 	}
-	if m := llamaProgress.FindStringSubmatch(s); m != nil {
-		r := newRecord(Progress, "llamacpp")
-		r.Key, r.Tokens, r.UserTPS = key, num(m[1]), num(m[2])
-		if m[3] != "" {
-			r.UserTPS = num(m[3])
+	if strings.Contains(s, "n_decoded =") || strings.Contains(s, "n_gen =") {
+		if m := llamaProgress.FindStringSubmatch(s); m != nil {
+			r := newRecord(Progress, "llamacpp")
+			r.Key, r.Tokens, r.UserTPS = key, num(m[1]), num(m[2])
+			if m[3] != "" {
+				r.UserTPS = num(m[3])
+			}
+			return r, true
 		}
-		return r, true
 	}
-	m := llamaEval.FindStringSubmatch(s)
+	i := strings.Index(s, "eval time")
+	if i < 0 {
+		return Record{}, false
+	}
+	m := llamaEval.FindStringSubmatch(s[max(0, i-len("prompt ")):])
 	if m == nil {
 		return Record{}, false
 	}
