@@ -213,7 +213,6 @@ func (p *Parser) sglang(s string) (Record, bool) {
 var (
 	llamaHeader   = regexp.MustCompile(`slot print_timing: id +(\d+) \| task (-?\d+) \|\s*$`)
 	llamaSlot     = regexp.MustCompile(`slot print_timing: id +(\d+) \| task (-?\d+) \|`)
-	llamaEval     = regexp.MustCompile(`(prompt eval time|eval time) += *([0-9.]+) ms / +(\d+) (?:tokens|runs) +\( *([0-9.]+) ms per token, +([0-9.]+) tokens per second\)`)
 	llamaProgress = regexp.MustCompile(`n_(?:decoded|gen) = +(\d+), tg = +([0-9.]+) t/s(?:, tg_3s = +([0-9.]+) t/s)?`)
 )
 
@@ -253,17 +252,21 @@ func (p *Parser) llamacpp(s string) (Record, bool) {
 	if i < 0 {
 		return Record{}, false
 	}
-	m := llamaEval.FindStringSubmatch(s[max(0, i-len("prompt ")):])
-	if m == nil {
+	from := i
+	if i >= len("prompt ") && s[i-len("prompt "):i] == "prompt " {
+		from = i - len("prompt ")
+	}
+	prompt, ms, tokens, perSec, ok := llamaEvalFast(s[from:])
+	if !ok {
 		return Record{}, false
 	}
 	r := newRecord(Request, "llamacpp")
 	r.Key = key
-	r.Duration = time.Duration(num(m[2]) * float64(time.Millisecond))
-	if m[1] == "prompt eval time" {
-		r.PromptTokens = num(m[3])
+	r.Duration = time.Duration(ms * float64(time.Millisecond))
+	if prompt {
+		r.PromptTokens = tokens
 	} else {
-		r.Tokens, r.UserTPS = num(m[3]), num(m[5])
+		r.Tokens, r.UserTPS = tokens, perSec
 	}
 	return r, true
 }

@@ -1,7 +1,6 @@
 package window
 
 import (
-	"sort"
 	"time"
 
 	"github.com/tpsmon/tpsmon/collector"
@@ -48,100 +47,91 @@ func overlap(a, b, s, e time.Time) (float64, float64) {
 	return d.Seconds(), float64(d) / float64(b.Sub(a))
 }
 
-// sumIntervals spreads the intervals with the given Observed flag over
-// [s, e).
-func sumIntervals(ivs []collector.Interval, observed bool, s, e time.Time) ivSums {
-	var r ivSums
-	for _, iv := range ivs {
-		if iv.Observed != observed {
-			continue
-		}
-		sec, f := overlap(iv.Start, iv.End, s, e)
-		if f == 0 {
-			continue
-		}
-		r.n++
-		if iv.Tokens >= 0 {
-			r.tokens += iv.Tokens * f
-			r.hasTok = true
-		}
-		if iv.PromptTokens >= 0 {
-			r.prompt += iv.PromptTokens * f
-			r.hasPrmpt = true
-		}
-		if iv.UserTokens > 0 && iv.UserSeconds > 0 {
-			r.userTok += iv.UserTokens * f
-			r.userSec += iv.UserSeconds * f
-		}
-		if iv.Preemptions >= 0 {
-			r.preempt += iv.Preemptions * f
-			r.hasPreempt = true
-		}
-		w := sec
-		if w == 0 {
-			w = 1e-9 // a point still counts for its gauges
-		}
-		if iv.Running >= 0 {
-			r.run += iv.Running * w
-			r.runW += w
-		}
-		if iv.Waiting >= 0 {
-			r.wait += iv.Waiting * w
-			r.waitW += w
-		}
-		if iv.KV >= 0 {
-			r.kv += iv.KV * w
-			r.kvW += w
-		}
-		if iv.Request {
-			r.reqSec += sec
-		}
+// add spreads one interval over [s, e).
+func (r *ivSums) add(iv collector.Interval, s, e time.Time) {
+	sec, f := overlap(iv.Start, iv.End, s, e)
+	if f == 0 {
+		return
 	}
-	return r
+	r.n++
+	if iv.Tokens >= 0 {
+		r.tokens += iv.Tokens * f
+		r.hasTok = true
+	}
+	if iv.PromptTokens >= 0 {
+		r.prompt += iv.PromptTokens * f
+		r.hasPrmpt = true
+	}
+	if iv.UserTokens > 0 && iv.UserSeconds > 0 {
+		r.userTok += iv.UserTokens * f
+		r.userSec += iv.UserSeconds * f
+	}
+	if iv.Preemptions >= 0 {
+		r.preempt += iv.Preemptions * f
+		r.hasPreempt = true
+	}
+	w := sec
+	if w == 0 {
+		w = 1e-9 // a point still counts for its gauges
+	}
+	if iv.Running >= 0 {
+		r.run += iv.Running * w
+		r.runW += w
+	}
+	if iv.Waiting >= 0 {
+		r.wait += iv.Waiting * w
+		r.waitW += w
+	}
+	if iv.KV >= 0 {
+		r.kv += iv.KV * w
+		r.kvW += w
+	}
+	if iv.Request {
+		r.reqSec += sec
+	}
 }
 
-// observedCover returns how much of [s, e) the observed intervals cover.
-func observedCover(ivs []collector.Interval, s, e time.Time) time.Duration {
-	type seg struct{ a, b time.Time }
-	var segs []seg
-	for _, iv := range ivs {
-		if !iv.Observed || !iv.End.After(iv.Start) {
-			continue
-		}
-		a, b := iv.Start, iv.End
-		if a.Before(s) {
-			a = s
-		}
-		if b.After(e) {
-			b = e
-		}
-		if b.After(a) {
-			segs = append(segs, seg{a, b})
-		}
-	}
-	sort.Slice(segs, func(i, j int) bool { return segs[i].a.Before(segs[j].a) })
-	var total time.Duration
-	var cur seg
-	for i, sg := range segs {
-		if i == 0 || sg.a.After(cur.b) {
-			total += cur.b.Sub(cur.a)
-			cur = sg
-			continue
-		}
-		if sg.b.After(cur.b) {
-			cur.b = sg.b
-		}
-	}
-	return total + cur.b.Sub(cur.a)
+// windowAcc sums the intervals that lie inside one window as they come,
+// so a chatty log costs memory per window, not per line.
+type windowAcc struct {
+	sums  [2]ivSums // [0]: spread-back metrics, [1]: log lines (Observed)
+	cover []seg     // observed time, disjoint, in order
 }
 
-// pruneIntervals keeps the intervals that reach past e.
-func pruneIntervals(ivs []collector.Interval, e time.Time) []collector.Interval {
-	out := ivs[:0]
-	for _, iv := range ivs {
-		if iv.End.After(e) {
-			out = append(out, iv)
+type seg struct{ a, b time.Time }
+
+// addCover merges (a, b] into the disjoint segments; log lines come in
+// order, so this nearly always extends or appends the last one.
+func addCover(segs []seg, a, b time.Time) []seg {
+	if !b.After(a) {
+		return segs
+	}
+	i := len(segs)
+	for i > 0 && segs[i-1].a.After(a) {
+		i--
+	}
+	segs = append(segs, seg{})
+	copy(segs[i+1:], segs[i:])
+	segs[i] = seg{a, b}
+	// Merge neighbours that touch or overlap.
+	out := segs[:0]
+	for _, sg := range segs {
+		if n := len(out); n > 0 && !sg.a.After(out[n-1].b) {
+			if sg.b.After(out[n-1].b) {
+				out[n-1].b = sg.b
+			}
+			continue
 		}
+		out = append(out, sg)
 	}
 	return out
+}
+
+// covered is how much time the segments span.
+func covered(segs []seg) time.Duration {
+	var total time.Duration
+	for _, sg := range segs {
+		total += sg.b.Sub(sg.a)
+	}
+	return total
 }

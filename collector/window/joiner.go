@@ -64,9 +64,9 @@ type serverState struct {
 	counters [collector.NumCounters]counter
 	gauges   [collector.NumGauges]gauge
 	seen     timeline // successful scrapes
-	// intervals from completion-time counters (not Observed) and from log
-	// lines (Observed).
-	intervals []collector.Interval
+	// acc sums, per window, the intervals from completion-time counters
+	// (not Observed) and from log lines (Observed), spread as they come.
+	acc map[time.Time]*windowAcc
 	// completion is set once the server counts tokens at completion: a
 	// window without intervals then made 0 tokens, it is not unknown.
 	completion bool
@@ -226,7 +226,41 @@ func (j *Joiner) addInterval(st *serverState, iv collector.Interval) bool {
 			j.lateTokens += iv.Tokens * float64(j.next.Sub(iv.Start)) / float64(iv.End.Sub(iv.Start))
 		}
 	}
-	st.intervals = append(st.intervals, iv)
+	// Spread it over the open windows it touches now: memory per window,
+	// not per line, however chatty the log.
+	if st.acc == nil {
+		st.acc = map[time.Time]*windowAcc{}
+	}
+	k := 0
+	if iv.Observed {
+		k = 1
+	}
+	first := iv.Start.Truncate(j.cfg.Window)
+	if first.Before(j.next) {
+		first = j.next
+	}
+	for w := first; !w.After(iv.End); w = w.Add(j.cfg.Window) {
+		e := w.Add(j.cfg.Window)
+		if w.Equal(iv.End) && iv.End.After(iv.Start) {
+			break // (Start, End] ends exactly at this window's start
+		}
+		a := st.acc[w]
+		if a == nil {
+			a = &windowAcc{}
+			st.acc[w] = a
+		}
+		if iv.Observed {
+			lo, hi := iv.Start, iv.End
+			if lo.Before(w) {
+				lo = w
+			}
+			if hi.After(e) {
+				hi = e
+			}
+			a.cover = addCover(a.cover, lo, hi)
+		}
+		a.sums[k].add(iv, w, e)
+	}
 	return true
 }
 
@@ -628,8 +662,17 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 	}
 	scraped := st.seen.covered(s, e, j.cfg.MaxGap)
 	scrapedAny := scraped > 0 || st.seen.count(s, e) > 0
-	logCover := max(st.watched.covered(s, e, j.cfg.MaxGap), observedCover(st.intervals, s, e))
-	logIv := sumIntervals(st.intervals, true, s, e)
+	acc := st.acc[s]
+	if acc == nil {
+		acc = &windowAcc{}
+	}
+	for w := range st.acc {
+		if !w.After(s) { // this window, and any skipped after a clock jump
+			delete(st.acc, w)
+		}
+	}
+	logCover := max(st.watched.covered(s, e, j.cfg.MaxGap), covered(acc.cover))
+	logIv := acc.sums[1]
 	logAny := logCover > 0 || logIv.n > 0 || st.watched.count(s, e) > 0
 
 	switch {
@@ -639,7 +682,7 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 		if m.down {
 			break
 		}
-		iv := sumIntervals(st.intervals, false, s, e)
+		iv := acc.sums[0]
 		if have[collector.GenerationTokens] || st.completion {
 			tok := spans[collector.GenerationTokens]
 			m.hasTokens = true
@@ -704,7 +747,6 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 	}
 	st.seen.prune(e)
 	st.watched.prune(e)
-	st.intervals = pruneIntervals(st.intervals, e)
 	return m
 }
 
