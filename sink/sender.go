@@ -115,11 +115,11 @@ func (s *Sender) Run(ctx context.Context) {
 		err := s.sendOne(ctx)
 		switch {
 		case errors.Is(err, errEmpty):
+			// Every append notifies: nothing to do until then.
 			select {
 			case <-ctx.Done():
 				return
 			case <-s.wake:
-			case <-time.After(time.Second):
 			}
 			continue
 		case err == nil:

@@ -153,9 +153,9 @@ func runDaemon(ctx context.Context, cfg *Config, log *slog.Logger, o daemonOpts)
 	// The watchdog is fed at half its timeout, and only while the main
 	// loop and the sampler make progress.
 	wd, _ := daemon.SdWatchdogEnabled(false)
-	beat := time.Second
+	beat := 5 * time.Second // status changes are not urgent; wakeups cost
 	if wd > 0 {
-		beat = min(beat, wd/2)
+		beat = min(time.Second, wd/2)
 	}
 	stale := max(3*time.Second, 3*min(cfg.Window/10, time.Second), 3*cfg.GPU.Interval)
 	ticker := time.NewTicker(beat)

@@ -128,7 +128,9 @@ func readHead(f *os.File) []byte {
 // emit. A file that does not exist yet is waited for.
 func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
 	if t.Poll <= 0 {
-		t.Poll = 250 * time.Millisecond
+		// Windows wait seconds for late lines anyway; polling faster only
+		// costs wakeups.
+		t.Poll = time.Second
 	}
 	if t.Now == nil {
 		t.Now = time.Now
