@@ -31,7 +31,7 @@ func runOnLog(t *testing.T, logPath, state string, d time.Duration) (tokens int6
 	cfg.Servers = []ServerConfig{{Name: "sgl", Engine: "sglang", Log: LogSourceConfig{File: logPath}, GPUs: []string{"auto"}}}
 	var out bytes.Buffer
 	p := &pipeline{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), outputs: []pointWriter{newLPOutput(&out)},
-		posDir: state, logGrace: 1500 * time.Millisecond}
+		posDir: state, logGrace: 1500 * time.Millisecond, logPoll: 250 * time.Millisecond}
 	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		t.Fatal(err)

@@ -55,6 +55,8 @@ type pipeline struct {
 	reconf  chan *Config
 	applied chan struct{}
 
+	// logPoll is how often log files are read; 0 is the tailer's default.
+	logPoll time.Duration
 	// logGrace replaces the configured grace when it is shorter and a
 	// server is read from its log; 0 means defaultLogGrace.
 	logGrace time.Duration
@@ -603,7 +605,7 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s ServerConfig, s
 	}
 	state := p.positionFile(name)
 	if s.Log.File != "" {
-		t := &tail.Tailer{Path: s.Log.File, StateFile: state, Log: p.log.With("server", name), Alive: alive, Now: p.now}
+		t := &tail.Tailer{Path: s.Log.File, StateFile: state, Log: p.log.With("server", name), Alive: alive, Now: p.now, Poll: p.logPoll}
 		src.wg.Go(func() { t.Run(ctx, emit) })
 		return nil
 	}
