@@ -105,7 +105,10 @@ func check(ctx context.Context, cfg *Config, w io.Writer) int {
 		return problems
 	}
 	report(tokenFileMode(cfg), "influx token file: not readable by other users")
-	in, err := cfg.influxClient()
+	// The probe writes nothing, so there is nothing to compress.
+	probe := *cfg
+	probe.Sink.Influx.GZip = false
+	in, err := probe.influxClient()
 	if err != nil {
 		report(err, "")
 		return problems
