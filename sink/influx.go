@@ -41,15 +41,6 @@ type Influx struct {
 	url    string
 }
 
-// ReadToken reads a token file, trimming the trailing newline.
-func ReadToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("influx token: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
 // NewInflux returns a writer for cfg.
 func NewInflux(cfg InfluxConfig) (*Influx, error) {
 	opts := influxdb2.DefaultOptions().

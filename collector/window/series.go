@@ -209,14 +209,6 @@ func (tl *timeline) count(s, e time.Time) int {
 	return n
 }
 
-// last returns the newest delivery time.
-func (tl *timeline) last() (time.Time, bool) {
-	if len(tl.ts) == 0 {
-		return time.Time{}, false
-	}
-	return tl.ts[len(tl.ts)-1], true
-}
-
 func (tl *timeline) prune(e time.Time) {
 	i := 0
 	for i+1 < len(tl.ts) && !tl.ts[i+1].After(e) {
