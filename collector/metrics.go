@@ -136,11 +136,14 @@ var SGLang = Dialect{
 }
 
 // TGI counts output tokens only at completion (tgi_request_generated_tokens);
-// they are spread over the mean inference duration of the requests.
-// Per-user speed is 1 / mean(time per token), which includes prefill.
+// decode forward calls times the batch size count them live, reconciled
+// with the completion count. Without the batch series they are spread
+// over the mean inference duration of the requests. Per-user speed is
+// 1 / mean(time per token), which includes prefill.
 var TGI = Dialect{
 	Engine: "tgi",
 	Counters: [NumCounters][]Ref{
+		Iterations:         refs(`tgi_batch_inference_count{method="decode"}`),
 		PromptTokens:       refs("tgi_request_input_length_sum"),
 		ITLSum:             refs("tgi_request_mean_time_per_token_duration_sum"),
 		ITLCount:           refs("tgi_request_mean_time_per_token_duration_count"),
@@ -149,14 +152,18 @@ var TGI = Dialect{
 		CompletionRequests: refs("tgi_request_inference_duration_count"),
 	},
 	Gauges: [NumGauges][]Ref{
-		Running: refs("tgi_batch_current_size"),
-		Waiting: refs("tgi_queue_size"),
+		Running:     refs("tgi_batch_current_size"),
+		Waiting:     refs("tgi_queue_size"),
+		GenRequests: refs("tgi_batch_current_size"),
 	},
 	Marks: []string{"tgi_"},
 }
 
-// LlamaCPP counts output tokens at slot release; the summed per-slot
-// generation seconds give both the spread and the per-user speed.
+// LlamaCPP counts output tokens at slot release, exactly; decode calls
+// times the busy slots per call count them live, and the two are
+// reconciled. Without the decode series (before 2024-09) the summed
+// per-slot generation seconds give the spread; they give the per-user
+// speed always.
 var LlamaCPP = Dialect{
 	Engine: "llamacpp",
 	Counters: [NumCounters][]Ref{
@@ -165,11 +172,13 @@ var LlamaCPP = Dialect{
 		ITLCount:          refs("llamacpp:tokens_predicted_total"),
 		CompletionTokens:  refs("llamacpp:tokens_predicted_total"),
 		CompletionSeconds: refs("llamacpp:tokens_predicted_seconds_total"),
+		Decodes:           refs("llamacpp:n_decode_total"),
 	},
 	Gauges: [NumGauges][]Ref{
-		Running: refs("llamacpp:requests_processing"),
-		Waiting: refs("llamacpp:requests_deferred"),
-		KVUsage: refs("llamacpp:kv_cache_usage_ratio"),
+		Running:        refs("llamacpp:requests_processing"),
+		Waiting:        refs("llamacpp:requests_deferred"),
+		KVUsage:        refs("llamacpp:kv_cache_usage_ratio"),
+		SlotsPerDecode: refs("llamacpp:n_busy_slots_per_decode"),
 	},
 	Marks: []string{"llamacpp:"},
 }
@@ -458,14 +467,41 @@ func (d *Dialect) pick(p Page, rs []Ref, average bool) (float64, string, bool) {
 }
 
 // Deriver turns one server's raw samples into what the joiner reads: where
-// an engine has no real-time output counter, it builds one from its
-// throughput gauge or iteration counter, or spreads completion-time
-// counts back over the requests' durations. One Deriver per server.
+// an engine has no real-time output counter, it builds one from its live
+// signals (a throughput gauge, an iteration or decode counter), kept in
+// step with the exact completion-time count where the engine has one, or
+// else spreads completion-time counts back over the requests' durations.
+// One Deriver per server.
 type Deriver struct {
 	prev    Sample
 	hasPrev bool
 	// Built counters: tokens, and the per-user speed's seconds and tokens.
 	tokens, userSec, userTok float64
+	rec                      reconciler
+}
+
+// reconciler keeps a live token estimate in step with an exact count that
+// moves only when requests complete. The estimate says when tokens were
+// made; the exact count says how many. Whatever the estimate holds beyond
+// the exact count is the in-flight work; each time the server is idle
+// nothing is in flight, so the offset between the two is taken again
+// there. The output never falls: an estimate that ran ahead is held until
+// the exact count catches up, one that fell behind jumps to it.
+type reconciler struct {
+	live, done float64 // accumulated estimate and exact count
+	base       float64 // live - done when last idle
+	out        float64
+}
+
+func (r *reconciler) add(live, done float64, idle bool) float64 {
+	r.live += live
+	r.done += done
+	if idle {
+		r.base = r.live - r.done
+	}
+	inflight := max(0, r.live-r.done-r.base)
+	r.out = max(r.out, r.done+inflight)
+	return r.out
 }
 
 // maxSpread bounds how far back completed requests' tokens are spread.
@@ -482,33 +518,60 @@ func (d *Deriver) Derive(s Sample) Sample {
 	if ok {
 		dt = s.Time.Sub(prev.Time).Seconds()
 	}
+	live, hasLive := 0.0, true // tokens made since prev, by the live signal
 	switch {
+	case s.HasCounter[Decodes] && s.HasGauge[SlotsPerDecode]:
+		if ok && prev.HasCounter[Decodes] && prev.HasGauge[SlotsPerDecode] {
+			cur := s.Counter[Decodes] * s.Gauge[SlotsPerDecode]
+			if s.Counter[Decodes] < prev.Counter[Decodes] {
+				live = cur // restarted
+			} else {
+				// The gauge is printed with 6 digits: the product may dip
+				// by a fraction between scrapes, which the output absorbs.
+				live = cur - prev.Counter[Decodes]*prev.Gauge[SlotsPerDecode]
+			}
+		}
 	case s.HasGauge[GenRate]:
 		// The gauge keeps its last value when idle: only count it while
 		// requests run.
 		if ok && dt > 0 && (!s.HasGauge[Running] || s.Gauge[Running] > 0) {
-			d.tokens += s.Gauge[GenRate] * dt
+			live = s.Gauge[GenRate] * dt
 		}
-		s.SetCounter(GenerationTokens, d.tokens)
 	case s.HasCounter[Iterations] && s.HasGauge[GenRequests]:
 		if ok && dt > 0 && prev.HasCounter[Iterations] {
 			iters := increase(prev.Counter[Iterations], s.Counter[Iterations])
 			gen := (prev.Gauge[GenRequests] + s.Gauge[GenRequests]) / 2
-			d.tokens += iters * gen
+			live = iters * gen
 			if gen > 0 {
 				d.userTok += iters
 				d.userSec += dt
 			}
 		}
-		s.SetCounter(GenerationTokens, d.tokens)
 		if !s.HasCounter[ITLSum] {
 			s.SetCounter(ITLSum, d.userSec)
 			s.SetCounter(ITLCount, d.userTok)
 		}
-	case s.HasCounter[CompletionTokens] && ok && prev.HasCounter[CompletionTokens]:
+	default:
+		hasLive = false
+	}
+	if hasLive {
+		if s.HasCounter[CompletionTokens] {
+			done := 0.0
+			if ok && prev.HasCounter[CompletionTokens] {
+				done = increase(prev.Counter[CompletionTokens], s.Counter[CompletionTokens])
+			}
+			idle := s.HasGauge[Running] && s.Gauge[Running] == 0
+			d.tokens = d.rec.add(live, done, idle)
+		} else {
+			d.tokens += max(0, live)
+		}
+		s.SetCounter(GenerationTokens, d.tokens)
+		return s
+	}
+	if s.HasCounter[CompletionTokens] && ok && prev.HasCounter[CompletionTokens] {
 		tok := increase(prev.Counter[CompletionTokens], s.Counter[CompletionTokens])
 		if tok <= 0 {
-			break
+			return s
 		}
 		spread := time.Duration(dt * float64(time.Second))
 		if s.HasCounter[CompletionSeconds] && prev.HasCounter[CompletionSeconds] {

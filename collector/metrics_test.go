@@ -70,7 +70,7 @@ func TestDialectsOnFixtures(t *testing.T) {
 		{"tgi_written.prom", want{"tgi", "",
 			map[Counter]float64{PromptTokens: 5000, CompletionTokens: 12000, CompletionSeconds: 300, CompletionRequests: 40,
 				ITLSum: 1.2, ITLCount: 40},
-			map[Gauge]float64{Running: 6, Waiting: 3}}},
+			map[Gauge]float64{Running: 6, Waiting: 3, GenRequests: 6}}},
 		{"lmdeploy_written.prom", want{"lmdeploy", "internlm/internlm2_5-7b-chat",
 			map[Counter]float64{GenerationTokens: 3000, PromptTokens: 9000, ITLSum: 30, ITLCount: 3000},
 			map[Gauge]float64{Running: 12, Waiting: 1, KVUsage: 0.25}}},
@@ -202,6 +202,36 @@ func TestDeriver(t *testing.T) {
 		}
 		if s.HasCounter[GenerationTokens] {
 			t.Error("completion tokens passed off as a real-time counter")
+		}
+	})
+	t.Run("llama.cpp busy-slot decodes reconciled with completions", func(t *testing.T) {
+		// Scrapes of a server running requests: decodes and the lifetime
+		// average busy slots per decode give the live count; the exact
+		// count moves at completion only.
+		steps := []struct {
+			sec, decodes, slots, done, running float64
+			want                               float64
+		}{
+			{0, 1000, 1.5, 1500, 0, 0},     // idle: the offset is taken here
+			{2, 1200, 1.5, 1500, 1, 300},   // 300 busy-slot decodes, nothing done yet
+			{4, 1400, 1.75, 1800, 2, 950},  // 2450-1800 in flight on top of 1800 done
+			{6, 1500, 1.8, 2450, 1, 1200},  // live 2700: done 950 more, 250 in flight
+			{8, 1500, 1.8, 2700, 0, 1200},  // idle: done caught up exactly
+			{10, 1500, 1.8, 2710, 0, 1210}, // a completion the estimate missed lands now
+			{12, 100, 2, 50, 1, 1410},      // restarted: 200 live since
+			{14, 100, 2, 20, 1, 1410},      // the exact count fell (restart again): nothing negative
+		}
+		var d Deriver
+		for _, st := range steps {
+			s := Sample{Time: at(st.sec)}
+			s.SetCounter(Decodes, st.decodes)
+			s.SetGauge(SlotsPerDecode, st.slots)
+			s.SetCounter(CompletionTokens, st.done)
+			s.SetGauge(Running, st.running)
+			s = d.Derive(s)
+			if got := s.Counter[GenerationTokens]; math.Abs(got-st.want) > 1e-9 || len(s.Intervals) > 0 {
+				t.Errorf("t=%v: tokens %v (intervals %v), want %v", st.sec, got, s.Intervals, st.want)
+			}
 		}
 	})
 }

@@ -28,11 +28,15 @@ const (
 	// Iterations is an engine step counter (TensorRT-LLM): each step makes
 	// one token per generating request.
 	Iterations
+	// Decodes counts an engine's decode calls (llama.cpp); times the
+	// SlotsPerDecode gauge, a lifetime average, it is the live count of
+	// busy-slot decodes, one token each.
+	Decodes
 	NumCounters
 )
 
 var counterNames = [NumCounters]string{"generation_tokens", "prompt_tokens", "preemptions", "itl_sum", "itl_count",
-	"completion_tokens", "completion_seconds", "completion_requests", "iterations"}
+	"completion_tokens", "completion_seconds", "completion_requests", "iterations", "decodes"}
 
 func (c Counter) String() string { return counterNames[c] }
 
@@ -50,10 +54,13 @@ const (
 	// GenRequests is the number of requests in the generation phase
 	// (TensorRT-LLM), the tokens made per iteration.
 	GenRequests
+	// SlotsPerDecode is the mean number of busy slots per decode call
+	// since the server started (llama.cpp).
+	SlotsPerDecode
 	NumGauges
 )
 
-var gaugeNames = [NumGauges]string{"running", "waiting", "kv_cache_usage", "gen_rate", "gen_requests"}
+var gaugeNames = [NumGauges]string{"running", "waiting", "kv_cache_usage", "gen_rate", "gen_requests", "slots_per_decode"}
 
 func (g Gauge) String() string { return gaugeNames[g] }
 
