@@ -25,6 +25,7 @@ import (
 type replayOpts struct {
 	logFile    string
 	year       int
+	startedAt  time.Time
 	metricsDir string
 	gpuCSV     string
 	format     string
@@ -60,6 +61,15 @@ func newReplayCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.logFile, "log", "", "server log to replay")
 	f.IntVar(&o.year, "year", 0, "year of log timestamps that have none (default: this year)")
+	f.Func("started-at", "when the server started (RFC3339): llama.cpp's --log-timestamps count from it",
+		func(v string) error {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				return fmt.Errorf("want RFC3339, e.g. 2026-11-30T08:41:44.2Z: %w", err)
+			}
+			o.startedAt = t
+			return nil
+		})
 	f.StringVar(&o.metricsDir, "metrics-dir", "", "directory of <unix-ms>.prom scrapes")
 	f.StringVar(&o.gpuCSV, "gpu-csv", "", "nvidia-smi --query-gpu CSV")
 	f.StringVar(&o.format, "format", "json", "json, lp or table")
@@ -103,14 +113,21 @@ func replay(o replayOpts, out pointWriter, warn io.Writer) error {
 		servers = append(servers, window.Server{Name: o.server, GPUs: gpus, Source: "metrics"})
 	}
 	if o.logFile != "" {
-		ivs, engine, skipped, err := readLog(o.logFile, o.engine, loc, o.year)
+		lr, err := readLog(o.logFile, o.engine, loc, o.year, o.startedAt)
 		if err != nil {
 			return err
 		}
-		if skipped > 0 {
-			fmt.Fprintf(warn, "tpsmon: replay: %d lines looked like throughput lines but did not parse\n", skipped)
+		ivs := lr.ivs
+		if lr.skipped > 0 {
+			fmt.Fprintf(warn, "tpsmon: replay: %d lines looked like throughput lines but did not parse\n", lr.skipped)
 		}
-		servers[0].Engine = engine
+		if lr.far > 0 {
+			fmt.Fprintf(warn, "tpsmon: replay: %d throughput lines carry no time and were placed by timestamps more than %v away: their windows are uncertain\n", lr.far, logline.FarLimit)
+		}
+		if lr.canceled > 0 {
+			fmt.Fprintf(warn, "tpsmon: replay: %d requests were cancelled by the server and printed no timing line: their tokens are not in the log (its metrics count them: replay --metrics-dir, or metrics_url live)\n", lr.canceled)
+		}
+		servers[0].Engine, servers[0].Model = lr.id.Engine, lr.id.Model
 		for i := range ivs {
 			inputs = append(inputs, timed{t: ivs[i].End, log: &ivs[i]})
 		}
@@ -339,66 +356,77 @@ func readGPUCSV(path string, loc *time.Location) ([]nvml.Sample, error) {
 	return out, nil
 }
 
+// logRead is what replay took from a server log.
+type logRead struct {
+	ivs      []collector.Interval
+	id       logline.Identity
+	skipped  uint64
+	far      int    // lines placed by timestamps far from them
+	byGIN    int    // lines placed by the [GIN] line of their request
+	canceled uint64 // requests cancelled without a timing line
+}
+
 // readLog parses a server log into intervals. Each line's time is its most
-// precise timestamp (design §3); a line without one takes the time of the
-// line before it.
-func readLog(path, engine string, loc *time.Location, year int) (ivs []collector.Interval, detected string, skipped uint64, err error) {
+// precise timestamp (design §3); a line without one takes the best
+// evidence around it (logline.Placer).
+func readLog(path, engine string, loc *time.Location, year int, startedAt time.Time) (logRead, error) {
+	var out logRead
 	p, err := logline.NewParser(engine)
 	if err != nil {
-		return nil, "", 0, fmt.Errorf("--engine: %w", err)
+		return out, fmt.Errorf("--engine: %w", err)
 	}
-	p.Loc, p.Year, p.Timestamps = loc, year, true
+	p.Loc, p.Year, p.Timestamps, p.StartedAt = loc, year, true, startedAt
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, "", 0, fmt.Errorf("--log: %w", err)
+		return out, fmt.Errorf("--log: %w", err)
 	}
 	defer f.Close()
-	var st logline.Stream
-	var last time.Time
-	untimed := 0
+	pl := &logline.Placer{P: p}
 	r := bufio.NewReaderSize(f, 64<<10)
 	for {
 		line, err := readLine(r)
 		if len(line) > 0 {
-			rec, ok := p.Parse(line)
-			if ok {
-				t := rec.Time
-				if t.IsZero() {
-					t = last
-				}
-				if t.IsZero() {
-					untimed++
-				} else {
-					last = t
-					if iv, ok := st.Interval(rec, t); ok {
-						ivs = append(ivs, iv)
-					}
-					if detected == "" {
-						detected = rec.Engine
-					}
-				}
-			} else if t := p.Stamp(line); !t.IsZero() {
-				last = t
-			}
+			pl.Line(line)
 		}
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return nil, "", 0, fmt.Errorf("--log %s: %w", path, err)
+			return out, fmt.Errorf("--log %s: %w", path, err)
 		}
 	}
-	if len(ivs) == 0 {
-		if untimed > 0 {
-			return nil, "", 0, fmt.Errorf("--log %s: %d throughput lines but no timestamps to place them; replay needs them (docker logs -t or journalctl -o short-iso add them)", path, untimed)
+	placed := pl.Close()
+	var st logline.Stream
+	timed := 0
+	for _, pr := range placed {
+		if pr.Kind == logline.Cancelled {
+			continue
 		}
-		return nil, "", 0, fmt.Errorf("--log %s: no throughput lines found", path)
+		timed++
+		if iv, ok := st.Interval(pr.Record, pr.Time); ok {
+			out.ivs = append(out.ivs, iv)
+		}
 	}
-	sort.SliceStable(ivs, func(a, b int) bool { return ivs[a].End.Before(ivs[b].End) })
+	if timed == 0 {
+		switch {
+		case p.Relative > 0:
+			return out, fmt.Errorf("--log %s: its timestamps count from the server's start (llama.cpp --log-timestamps): give --started-at", path)
+		case pl.Untimed > 0:
+			return out, fmt.Errorf("--log %s: %d throughput lines but no timestamps to place them; replay needs them (docker logs -t or journalctl -o short-iso add them)", path, pl.Untimed)
+		}
+		return out, fmt.Errorf("--log %s: no throughput lines found", path)
+	}
+	if pl.Far == timed {
+		// Every line would pile up at the few timestamps there are.
+		return out, fmt.Errorf("--log %s: none of its %d throughput lines has a timestamp within %v; replay needs them (docker logs -t or journalctl -o short-iso add them)", path, timed, logline.FarLimit)
+	}
+	sort.SliceStable(out.ivs, func(a, b int) bool { return out.ivs[a].End.Before(out.ivs[b].End) })
+	out.id = p.Identity()
 	if engine != "auto" && engine != "" {
-		detected = engine
+		out.id.Engine = engine
 	}
-	return ivs, detected, p.Skipped, nil
+	out.skipped, out.far, out.byGIN, out.canceled = p.Skipped, pl.Far, pl.ByGIN, p.Cancelled
+	return out, nil
 }
 
 // readLine reads one line without its newline; a line longer than the

@@ -21,8 +21,23 @@ type Parser struct {
 	Year int
 
 	// Timestamps makes Parse read each line's own timestamp (replay).
-	// Live, a line's time is when it was read, and this work is skipped.
+	// Live, a line's time is when it was read (LiveTime), and this work is
+	// skipped.
 	Timestamps bool
+	// StartedAt is when the server process started: llama.cpp's
+	// --log-timestamps count from it (replay).
+	StartedAt time.Time
+	// Relative counts lines whose only timestamp counts from the process
+	// start when StartedAt is unknown.
+	Relative uint64
+	// Cancelled counts requests the server cancelled: they print no
+	// timing line, so their tokens never reach a log reader.
+	Cancelled uint64
+
+	id          Identity
+	relStamps   bool          // lines carry llama.cpp elapsed-time stamps
+	anchor      time.Time     // live: when the process started
+	lastElapsed time.Duration // live: the last elapsed stamp
 
 	llamaKey  string // slot/task of the last multi-line print_timing header
 	vllmID    string // the last vLLM engine id seen, and its key
@@ -71,6 +86,9 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 	if bytes.IndexByte(line, 0x1b) >= 0 {
 		line = ansi.ReplaceAll(line, nil)
 	}
+	if p.id.Engine == "" || p.id.Engine == "llamacpp" || p.id.Engine == "ollama" {
+		p.identify(line)
+	}
 	if p.engine == "vllm" || p.engine == "" {
 		// The hot path of a busy vLLM log, without regexps or copies.
 		if r, ok, matched := p.vllmFast(line); matched {
@@ -79,6 +97,9 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 				if !r.Time.IsZero() && r.Time.After(p.lastDate) {
 					p.lastDate = r.Time
 				}
+			}
+			if ok && p.id.Engine == "" {
+				p.id.Engine = r.Engine
 			}
 			return r, ok
 		}
@@ -104,6 +125,15 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 		}
 		if !r.Time.IsZero() && r.Time.After(p.lastDate) {
 			p.lastDate = r.Time
+		}
+		if p.id.Engine == "" {
+			p.id.Engine = r.Engine
+		}
+		if r.Engine == "llamacpp" && p.id.Engine == "ollama" {
+			r.Engine = "ollama" // Ollama relays llama-server's lines
+		}
+		if r.Kind == Cancelled {
+			p.Cancelled++
 		}
 		return r, true
 	}
@@ -217,6 +247,11 @@ var (
 )
 
 func (p *Parser) llamacpp(s string) (Record, bool) {
+	if i := strings.Index(s, "stop: cancel task, id_task = "); i >= 0 {
+		r := newRecord(Cancelled, "llamacpp")
+		r.Key = "task " + strings.TrimSpace(s[i+len("stop: cancel task, id_task = "):])
+		return r, true
+	}
 	if strings.Contains(s, "llama_perf_") {
 		return Record{}, false // llama-cli's end-of-run summary, not a server
 	}

@@ -28,6 +28,9 @@ const (
 	// Iteration is an engine step counter with the requests it served
 	// (TensorRT-LLM iteration stats).
 	Iteration
+	// Cancelled is a request the server cancelled (llama.cpp "srv stop:
+	// cancel task"): it made tokens that no timing line will report.
+	Cancelled
 )
 
 // Record is what one throughput line says. Numbers a line does not carry
@@ -79,6 +82,8 @@ func (r Record) valid() bool {
 		return r.Tokens >= 0
 	case Iteration:
 		return r.Iterations >= 0
+	case Cancelled:
+		return true
 	}
 	return false
 }

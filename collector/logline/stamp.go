@@ -64,6 +64,13 @@ func (p *Parser) stamp(s string) time.Time {
 			return t.AddDate(year, 0, 0)
 		}
 	}
+	if d, ok := elapsed([]byte(s)); ok {
+		if p.StartedAt.IsZero() {
+			p.Relative++
+			return time.Time{}
+		}
+		return p.StartedAt.Add(d)
+	}
 	if m := timeOfDay.FindStringSubmatch(s); m != nil && !p.lastDate.IsZero() {
 		if t, err := time.ParseInLocation("15:04:05", m[1], p.Loc); err == nil {
 			d := p.lastDate.In(p.Loc)

@@ -1,0 +1,73 @@
+package logline
+
+import (
+	"bytes"
+	"path"
+	"strings"
+)
+
+// Identity is what a log says of the server writing it: its engine and
+// the model it serves. Empty while no line has said.
+type Identity struct {
+	Engine, Model string
+}
+
+var (
+	ollamaSlog  = []byte(" level=")
+	ollamaGIN   = []byte("[GIN] ")
+	ollamaModel = []byte(" model=")
+	// llama-server's start-up lines.
+	llamaMarks = [][]byte{[]byte("llama_server: "), []byte("srv    load_model: "), []byte("main: server is listening"),
+		[]byte("slot launch_slot_: "), []byte("common_params_print_info"), []byte("llama_model_loader: ")}
+	llamaLoading = []byte("load_model: loading model '")
+)
+
+// Identity returns the engine and model the lines so far named.
+func (p *Parser) Identity() Identity { return p.id }
+
+// identify looks for lines that name the engine or the model: start-up
+// banners and Ollama's own lines (which make relayed llama-server lines
+// Ollama's). It reports whether the identity changed.
+func (p *Parser) identify(line []byte) bool {
+	before := p.id
+	switch {
+	case bytes.HasPrefix(line, []byte("time=")) && bytes.Contains(line, ollamaSlog):
+		p.id.Engine = "ollama"
+		if i := bytes.Index(line, ollamaModel); i >= 0 {
+			if m := ollamaModelName(line[i+len(ollamaModel):]); m != "" {
+				p.id.Model = m
+			}
+		}
+	case bytes.Contains(line, ollamaGIN):
+		p.id.Engine = "ollama"
+	case p.id.Engine == "" || p.id.Engine == "llamacpp":
+		for _, m := range llamaMarks {
+			if bytes.Contains(line, m) {
+				p.id.Engine = "llamacpp"
+				break
+			}
+		}
+		if i := bytes.Index(line, llamaLoading); i >= 0 && p.id.Engine == "llamacpp" {
+			rest := line[i+len(llamaLoading):]
+			if j := bytes.IndexByte(rest, '\''); j > 0 {
+				p.id.Model = strings.TrimSuffix(path.Base(string(rest[:j])), ".gguf")
+			}
+		}
+	}
+	return p.id != before
+}
+
+// ollamaModelName reads a model= value: a name such as
+// registry.ollama.ai/library/qwen3:8b, shown as qwen3:8b; paths of blobs
+// are not names.
+func ollamaModelName(v []byte) string {
+	end := bytes.IndexAny(v, " \t")
+	if end < 0 {
+		end = len(v)
+	}
+	s := strings.Trim(string(v[:end]), `"`)
+	if s == "" || strings.HasPrefix(s, "/") || strings.Contains(s, "sha256-") {
+		return ""
+	}
+	return strings.TrimPrefix(s, "registry.ollama.ai/library/")
+}
