@@ -55,6 +55,10 @@ type Dialect struct {
 	SingleRank string
 	// Marks are metric name prefixes that identify the engine (auto).
 	Marks []string
+	// ModelPath is the server's endpoint that names its model, for
+	// engines whose metrics do not (JSON: OpenAI's data[0].id or TGI's
+	// model_id).
+	ModelPath string
 
 	once   sync.Once
 	wanted map[string]bool
@@ -156,7 +160,8 @@ var TGI = Dialect{
 		Waiting:     refs("tgi_queue_size"),
 		GenRequests: refs("tgi_batch_current_size"),
 	},
-	Marks: []string{"tgi_"},
+	Marks:     []string{"tgi_"},
+	ModelPath: "/info",
 }
 
 // LlamaCPP counts output tokens at slot release, exactly; decode calls
@@ -180,7 +185,8 @@ var LlamaCPP = Dialect{
 		KVUsage:        refs("llamacpp:kv_cache_usage_ratio"),
 		SlotsPerDecode: refs("llamacpp:n_busy_slots_per_decode"),
 	},
-	Marks: []string{"llamacpp:"},
+	Marks:     []string{"llamacpp:"},
+	ModelPath: "/v1/models",
 }
 
 // Triton with the TensorRT-LLM backend: each engine iteration makes one

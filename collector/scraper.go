@@ -3,9 +3,13 @@ package collector
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"path"
+	"strings"
 	"time"
 )
 
@@ -32,7 +36,14 @@ type Scraper struct {
 	Detected func(engine string)
 
 	deriver Deriver
+	// model is what the engine's model endpoint said, asked again every
+	// modelEvery (a server may be restarted with another model).
+	model   string
+	modelAt time.Time
 }
+
+// modelEvery is how often a server's model endpoint is asked.
+const modelEvery = time.Minute
 
 // maxPage bounds a metrics page: a server that streams without end must
 // not grow tpsmon's memory.
@@ -72,8 +83,58 @@ func (s *Scraper) Scrape(ctx context.Context) Result {
 		return res
 	}
 	smp.Time = start.Add(end.Sub(start) / 2)
+	if smp.Model == "" && s.Dialect.ModelPath != "" {
+		if end.Sub(s.modelAt) >= modelEvery {
+			s.modelAt = end
+			if m, err := s.fetchModel(ctx, client); err == nil && m != "" {
+				s.model = m
+			}
+		}
+		smp.Model = s.model
+	}
 	res.Sample = s.deriver.Derive(smp)
 	return res
+}
+
+// fetchModel asks the server which model it serves, at the dialect's
+// ModelPath beside the metrics endpoint.
+func (s *Scraper) fetchModel(ctx context.Context, client *http.Client) (string, error) {
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		return "", err
+	}
+	u.Path, u.RawQuery = s.Dialect.ModelPath, ""
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		return "", fmt.Errorf("%s: HTTP %s", u, resp.Status)
+	}
+	var body struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"` // OpenAI /v1/models
+		ModelID string `json:"model_id"` // TGI /info
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body); err != nil {
+		return "", fmt.Errorf("%s: %w", u, err)
+	}
+	m := body.ModelID
+	if len(body.Data) > 0 {
+		m = body.Data[0].ID
+	}
+	// llama-server names a model by its file unless given an alias.
+	if strings.HasSuffix(m, ".gguf") {
+		m = strings.TrimSuffix(path.Base(m), ".gguf")
+	}
+	return m, nil
 }
 
 func (s *Scraper) fetch(ctx context.Context, client *http.Client) (Sample, error) {

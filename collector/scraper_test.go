@@ -79,3 +79,34 @@ func TestRunStopsWithContext(t *testing.T) {
 		t.Fatal("Run did not stop after its context ended")
 	}
 }
+
+// llama.cpp's metrics name no model: the scraper asks /v1/models beside
+// them, from the first scrape.
+func TestScrapeNamesTheModel(t *testing.T) {
+	cases := []struct {
+		name, models, want string
+	}{
+		{"file name", `{"object":"list","data":[{"id":"/models/tiny-llama.gguf","object":"model"}]}`, "tiny-llama"},
+		{"alias", `{"data":[{"id":"qwen3-8b"}]}`, "qwen3-8b"},
+		{"no answer", `not json`, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			mux := http.NewServeMux()
+			mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+				w.Write([]byte("llamacpp:tokens_predicted_total 10\nllamacpp:requests_processing 1\n"))
+			})
+			mux.HandleFunc("/v1/models", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(c.models)) })
+			srv := httptest.NewServer(mux)
+			defer srv.Close()
+			s := &Scraper{Server: "s", URL: srv.URL + "/metrics", Interval: time.Second}
+			r := s.Scrape(context.Background())
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			if r.Sample.Model != c.want || r.Sample.Engine != "llamacpp" {
+				t.Errorf("engine %q model %q, want llamacpp and %q", r.Sample.Engine, r.Sample.Model, c.want)
+			}
+		})
+	}
+}

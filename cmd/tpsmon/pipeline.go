@@ -76,6 +76,9 @@ type pipeline struct {
 	late      atomic.Uint64 // samples that came after their window closed
 	lateTok   atomic.Uint64 // output tokens in parts of intervals that came too late
 	logSkip   atomic.Uint64 // log lines that looked like throughput lines but did not parse
+	// logUnseen counts requests a log reader cannot count: cancelled by
+	// the server, they print no timing line.
+	logUnseen atomic.Uint64
 
 	// Liveness for the watchdog: when the main loop last ran, when the
 	// last GPU reading arrived, and whether a GPU backend is open.
@@ -109,6 +112,7 @@ const attribEvery = 30 * time.Second
 type logEvent struct {
 	server string
 	engine string
+	model  string // the log named the model (with or without iv)
 	iv     *collector.Interval
 	watch  time.Time
 	pos    tail.Position
@@ -332,8 +336,11 @@ func (p *pipeline) accept(j *window.Joiner, ev event, down map[string]bool) {
 	if l := ev.log; l != nil {
 		switch {
 		case l.iv != nil:
-			j.AddLog(l.server, *l.iv)
 			j.NameEngine(l.server, l.engine)
+			j.AddLog(l.server, *l.iv)
+		case l.engine != "" || l.model != "":
+			j.NameEngine(l.server, l.engine)
+			j.NameModel(l.server, l.model)
 		case !l.watch.IsZero():
 			j.Watch(l.server, l.watch)
 		}
@@ -578,20 +585,43 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s ServerConfig, s
 	name := s.Name
 	var mu sync.Mutex // the journal's Alive ticks on a goroutine of its own
 	var last tail.Position
-	var skipped uint64
+	var skipped, cancelled uint64
+	var id logline.Identity
+	hasMetrics := s.MetricsURL != ""
 	emit := func(l tail.Line) {
 		mu.Lock()
 		last = l.Pos
 		mu.Unlock()
+		// When the line was written: llama.cpp's own stamps where it has
+		// them, else now (the tailer reads on notification).
+		t := parser.LiveTime(l.Text, l.Time)
 		rec, ok := parser.Parse(l.Text)
 		if d := parser.Skipped - skipped; d > 0 {
 			p.logSkip.Add(d)
 			skipped = parser.Skipped
 		}
+		if now := parser.Identity(); now != id {
+			if now.Engine != id.Engine {
+				p.log.Info("engine detected", "server", name, "engine", now.Engine, "from", "log")
+			}
+			if now.Model != id.Model {
+				p.log.Info("model detected", "server", name, "model", now.Model, "from", "log")
+			}
+			id = now
+			send(event{log: &logEvent{server: name, engine: id.Engine, model: id.Model}})
+		}
+		if d := parser.Cancelled - cancelled; d > 0 && !hasMetrics {
+			if cancelled == 0 {
+				p.log.Warn("the server cancels requests, which print no timing line: their tokens are missing from this log's "+
+					"counts (tpsmon_log_requests_unseen_total); add metrics_url to count them", "server", name)
+			}
+			p.logUnseen.Add(d)
+		}
+		cancelled = parser.Cancelled
 		if !ok {
 			return
 		}
-		if iv, ok := stream.Interval(rec, l.Time); ok {
+		if iv, ok := stream.Interval(rec, t); ok {
 			send(event{log: &logEvent{server: name, engine: rec.Engine, iv: &iv, pos: l.Pos}})
 		}
 	}

@@ -43,6 +43,9 @@ func (t *telemetry) registry() *prometheus.Registry {
 		func() float64 { return float64(t.p.failed.Load()) })
 	counter("tpsmon_log_lines_skipped_total", "Log lines that looked like throughput lines but did not parse.",
 		func() float64 { return float64(t.p.logSkip.Load()) })
+	counter("tpsmon_log_requests_unseen_total", "Requests the server cancelled, which print no timing line: "+
+		"their tokens are missing from servers read from their log alone.",
+		func() float64 { return float64(t.p.logUnseen.Load()) })
 	counter("tpsmon_late_tokens_total", "Output tokens that fell in windows already closed (requests reported at their end).",
 		func() float64 { return float64(t.p.lateTok.Load()) })
 	if t.spool == nil {

@@ -19,6 +19,8 @@ import (
 	"sort"
 	"syscall"
 	"time"
+
+	"github.com/fsnotify/fsnotify"
 )
 
 // Position says where reading stopped: which file (device, inode, and a
@@ -54,7 +56,9 @@ type Tailer struct {
 	Path string
 	// StateFile holds the saved position ("" = start fresh each time).
 	StateFile string
-	Poll      time.Duration
+	// Poll is how often the file is read besides when it changes (file
+	// systems without notification), and how often Alive is told.
+	Poll time.Duration
 	// FromStart reads a file with no saved position from its start; by
 	// default reading starts at its end.
 	FromStart bool
@@ -127,6 +131,8 @@ func readHead(f *os.File) []byte {
 // Run follows the file until ctx ends, handing each complete line to
 // emit. A file that does not exist yet is waited for.
 func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
+	ctx, cancel := context.WithCancel(ctx) // ends the watcher with Run
+	defer cancel()
 	if t.Poll <= 0 {
 		// Windows wait seconds for late lines anyway; polling faster only
 		// costs wakeups.
@@ -154,6 +160,15 @@ func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
 	}
 	tick := time.NewTicker(t.Poll)
 	defer tick.Stop()
+	// Notification reads a line within milliseconds of its write, so its
+	// time is when it was written; the ticker stays for file systems that
+	// do not notify, and to say the file is still readable.
+	var changed <-chan struct{}
+	if w, err := t.watch(ctx); err != nil {
+		t.Log.Warn("tail: no file notification, polling", "path", t.Path, "every", t.Poll, "err", err)
+	} else {
+		changed = w
+	}
 	for t.f == nil {
 		if err := t.open(saved, have, emit); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
@@ -165,20 +180,67 @@ func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+		case <-changed:
 		}
 	}
+	ticked := true
 	for {
 		if err := t.poll(emit); err != nil {
 			t.Log.Warn("tail: read failed", "path", t.Path, "err", err)
-		} else if t.Alive != nil {
+		} else if t.Alive != nil && ticked {
 			t.Alive(t.Now())
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+			ticked = true
+		case <-changed:
+			ticked = false
 		}
 	}
+}
+
+// watch notifies of changes to the file's directory entry and contents:
+// writes, truncation, rotation by rename, creation. Events that arrive
+// while a read is pending fold into it.
+func (t *Tailer) watch(ctx context.Context) (<-chan struct{}, error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Dir(t.Path)
+	if err := w.Add(dir); err != nil {
+		w.Close()
+		return nil, err
+	}
+	out := make(chan struct{}, 1)
+	go func() {
+		defer w.Close()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				if ev.Name != t.Path && !ev.Has(fsnotify.Create) && !ev.Has(fsnotify.Rename) {
+					continue // another file in the directory was written
+				}
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				t.Log.Warn("tail: file notification", "path", t.Path, "err", err)
+			}
+		}
+	}()
+	return out, nil
 }
 
 // open opens the file, resuming at the saved position when it still

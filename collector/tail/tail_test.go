@@ -285,3 +285,37 @@ func TestPartialLinesWaitAndHugeLinesAreBounded(t *testing.T) {
 		t.Errorf("the 10 MB line kept %d bytes (want %d), truncated %d", lens[2], MaxLine, tl.Truncated)
 	}
 }
+
+// A line is read when the file changes, not at the next poll: its time is
+// when it was written, however long the poll.
+func TestLinesReadOnNotification(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x.log")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lines := make(chan Line, 10)
+	tl := &Tailer{Path: path, Poll: time.Hour, FromStart: true}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		tl.Run(ctx, func(l Line) { lines <- l })
+		close(done)
+	}()
+	defer func() { cancel(); <-done }()
+	time.Sleep(100 * time.Millisecond) // the tailer opens the file and watches
+	for i := range 3 {
+		written := time.Now()
+		fmt.Fprintf(f, "line %d\n", i)
+		select {
+		case l := <-lines:
+			if string(l.Text) != fmt.Sprintf("line %d", i) || l.Time.Before(written) || time.Since(l.Time) < 0 {
+				t.Errorf("line %q read at %v, written at %v", l.Text, l.Time, written)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("line %d not read 10 s after its write, with a poll of an hour", i)
+		}
+	}
+}

@@ -74,6 +74,8 @@ type serverState struct {
 	// an idle server, not a missing one.
 	watched timeline
 	ivCum   float64 // running total of interval tokens, for rounding
+	// engineNamed says the engine tag was detected, not configured.
+	engineNamed bool
 }
 
 type gpuState struct {
@@ -200,8 +202,22 @@ func (j *Joiner) AddLog(name string, iv collector.Interval) bool {
 // NameEngine sets a server's engine tag when its configuration left it to
 // detection.
 func (j *Joiner) NameEngine(name, engine string) {
-	if st, ok := j.byName[name]; ok && st.Engine == "" {
-		st.Engine = engine
+	st, ok := j.byName[name]
+	if !ok || engine == "" {
+		return
+	}
+	// Ollama relays llama-server's lines: a detected llamacpp becomes
+	// ollama once one of Ollama's own lines is read.
+	if st.Engine == "" || st.engineNamed && st.Engine == "llamacpp" && engine == "ollama" {
+		st.Engine, st.engineNamed = engine, true
+	}
+}
+
+// NameModel sets a server's model tag from its log; a model named by the
+// server's metrics or configuration stays.
+func (j *Joiner) NameModel(name, model string) {
+	if st, ok := j.byName[name]; ok && model != "" && (st.Model == "" || st.Source == "log") {
+		st.Model = model
 	}
 }
 

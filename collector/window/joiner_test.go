@@ -437,3 +437,34 @@ func TestJoinerEnergyCounterReset(t *testing.T) {
 		t.Errorf("energy across a reset %v, want 1800", f["energy_j"])
 	}
 }
+
+// A log names its server: the engine once (Ollama's own lines turn a
+// detected llamacpp into ollama, a configured engine stays), the model
+// whenever it says.
+func TestJoinerNamesFromLogs(t *testing.T) {
+	cases := []struct {
+		name       string
+		configured string
+		names      [][2]string // engine, model, in order
+		wantEngine string
+		wantModel  string
+	}{
+		{"detected llamacpp, then Ollama's lines", "", [][2]string{{"llamacpp", ""}, {"ollama", "randnb:latest"}}, "ollama", "randnb:latest"},
+		{"configured llamacpp stays", "llamacpp", [][2]string{{"ollama", "m"}}, "llamacpp", "m"},
+		{"first engine sticks otherwise", "", [][2]string{{"vllm", ""}, {"sglang", ""}}, "vllm", ""},
+	}
+	for _, c := range cases {
+		j := New(Config{Window: 10 * time.Second, MaxGap: time.Second, Start: at(0)},
+			[]Server{{Name: "llm", Engine: c.configured, Source: "log"}})
+		for _, n := range c.names {
+			j.NameEngine("llm", n[0])
+			j.NameModel("llm", n[1])
+		}
+		j.Watch("llm", at(1))
+		pts := j.Close(at(5))
+		tg := tags(pts[len(pts)-1])
+		if tg["engine"] != c.wantEngine || tg["model"] != c.wantModel {
+			t.Errorf("%s: engine %q model %q, want %q and %q", c.name, tg["engine"], tg["model"], c.wantEngine, c.wantModel)
+		}
+	}
+}
