@@ -554,6 +554,11 @@ func (j *Joiner) serverPoint(st *serverState, s, e time.Time, gws map[string]*gp
 	gpus := j.gpusOf(st)
 	idx := make([]string, 0, len(gpus))
 	var util, utilMax, power, energy, sm float64
+	// watts is the GPUs' mean power over the part of the window each was
+	// observed, from their energy: divided into the server's rate over its
+	// own observed part, tokens per joule stay on one time base when the
+	// two were watched for different stretches (a partial window).
+	var watts float64
 	var nUtil, nPower, nEnergy, nSM int
 	var memUsed, memTotal int64
 	var nMem int
@@ -579,6 +584,9 @@ func (j *Joiner) serverPoint(st *serverState, s, e time.Time, gws map[string]*gp
 		if gw.hasJ {
 			energy += gw.energyJ
 			nEnergy++
+			if gw.covered > 0 {
+				watts += gw.energyJ / gw.covered.Seconds()
+			}
 		}
 		if gw.memUsed.n > 0 {
 			memUsed += int64(gw.memUsed.max)
@@ -606,8 +614,8 @@ func (j *Joiner) serverPoint(st *serverState, s, e time.Time, gws map[string]*gp
 	}
 	if nEnergy > 0 {
 		fields["energy_j"] = energy
-		if m.hasTokens && energy > 0 {
-			fields["tokens_per_joule"] = m.tokens / energy
+		if tps, ok := fields["system_tps"].(float64); ok && watts > 0 {
+			fields["tokens_per_joule"] = tps / watts
 		}
 	}
 	if tps, ok := fields["system_tps"].(float64); ok && len(gpus) > 0 {

@@ -468,3 +468,21 @@ func TestJoinerNamesFromLogs(t *testing.T) {
 		}
 	}
 }
+
+// In a window the server and its GPU were watched for different
+// stretches, tokens per joule divides rates over each one's own stretch:
+// the steady 2 tokens/J, not the tokens of 3 s over the energy of 7 s.
+func TestJoinerTokensPerJouleOnOneTimeBase(t *testing.T) {
+	j := newJoiner(0)
+	for i := 0; i <= 7; i++ {
+		j.AddGPU(gpuSample(float64(i), 50, 500, int64(i)*500_000)) // 500 W
+	}
+	for i := 4; i <= 7; i++ {
+		j.AddServer("llm", sample(scrape{t: float64(i), tokens: float64(i) * 1000, running: 8})) // 1000 tokens/s
+	}
+	pts := j.Close(at(7.5))
+	srv := fields(pts[len(pts)-1])
+	if tpj, ok := srv["tokens_per_joule"].(float64); !ok || math.Abs(tpj-2) > 1e-9 {
+		t.Errorf("tokens_per_joule %v, want 2 (fields %v)", srv["tokens_per_joule"], srv)
+	}
+}
