@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -588,6 +589,26 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s ServerConfig, s
 	var skipped, cancelled uint64
 	var id logline.Identity
 	hasMetrics := s.MetricsURL != ""
+	named := func() {
+		if now := parser.Identity(); now != id {
+			if now.Engine != id.Engine {
+				p.log.Info("engine detected", "server", name, "engine", now.Engine, "from", "log")
+			}
+			if now.Model != id.Model {
+				p.log.Info("model detected", "server", name, "model", now.Model, "from", "log")
+			}
+			id = now
+			send(event{log: &logEvent{server: name, engine: id.Engine, model: id.Model}})
+		}
+	}
+	// Reading starts at the end of a log: its start-up lines still name
+	// the server before the first window is written.
+	peek := func(head []byte) {
+		for _, l := range bytes.Split(head, []byte("\n")) {
+			parser.Identify(l)
+		}
+		named()
+	}
 	emit := func(l tail.Line) {
 		mu.Lock()
 		last = l.Pos
@@ -600,16 +621,7 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s ServerConfig, s
 			p.logSkip.Add(d)
 			skipped = parser.Skipped
 		}
-		if now := parser.Identity(); now != id {
-			if now.Engine != id.Engine {
-				p.log.Info("engine detected", "server", name, "engine", now.Engine, "from", "log")
-			}
-			if now.Model != id.Model {
-				p.log.Info("model detected", "server", name, "model", now.Model, "from", "log")
-			}
-			id = now
-			send(event{log: &logEvent{server: name, engine: id.Engine, model: id.Model}})
-		}
+		named()
 		if d := parser.Cancelled - cancelled; d > 0 && !hasMetrics {
 			if cancelled == 0 {
 				p.log.Warn("the server cancels requests, which print no timing line: their tokens are missing from this log's "+
@@ -635,7 +647,8 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s ServerConfig, s
 	}
 	state := p.positionFile(name)
 	if s.Log.File != "" {
-		t := &tail.Tailer{Path: s.Log.File, StateFile: state, Log: p.log.With("server", name), Alive: alive, Now: p.now, Poll: p.logPoll}
+		t := &tail.Tailer{Path: s.Log.File, StateFile: state, Log: p.log.With("server", name), Alive: alive, Now: p.now, Poll: p.logPoll,
+			Peek: peek}
 		src.wg.Go(func() { t.Run(ctx, emit) })
 		return nil
 	}

@@ -25,6 +25,15 @@ var (
 // Identity returns the engine and model the lines so far named.
 func (p *Parser) Identity() Identity { return p.id }
 
+// Identify reads a line only for what it says of the server (a line
+// written before reading began), without counting anything.
+func (p *Parser) Identify(line []byte) bool {
+	if p.id.Engine == "" || p.id.Engine == "llamacpp" || p.id.Engine == "ollama" {
+		return p.identify(line)
+	}
+	return false
+}
+
 // identify looks for lines that name the engine or the model: start-up
 // banners and Ollama's own lines (which make relayed llama-server lines
 // Ollama's). It reports whether the identity changed.

@@ -67,6 +67,11 @@ type Tailer struct {
 	// Alive is told each time the file was read without error: a quiet
 	// log is an idle server, not a lost one.
 	Alive func(time.Time)
+	// Peek is shown the head of a file that reading starts past (its
+	// first 64 KiB): lines written before, not to count, but to say what
+	// wrote them.
+	Peek    func(head []byte)
+	created bool // the file did not exist when Run began
 
 	f       *os.File
 	pos     Position
@@ -176,6 +181,8 @@ func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
 		if t.f != nil {
 			break
 		}
+		// Created after we started: all of it is new.
+		t.created = true
 		select {
 		case <-ctx.Done():
 			return nil
@@ -267,11 +274,20 @@ func (t *Tailer) open(saved Position, have bool, emit func(Line)) error {
 		if old := t.findRotated(saved); old != "" {
 			t.drainFile(old, saved, emit)
 		}
-	case !t.FromStart:
+	case !t.FromStart && !t.created:
 		t.pos.Offset = fi.Size()
+	}
+	if t.Peek != nil && t.pos.Offset > 0 {
+		// Lines written before: start-up banners say which server this is.
+		b := make([]byte, min(t.pos.Offset, peekLen))
+		n, _ := f.ReadAt(b, 0)
+		t.Peek(b[:n])
 	}
 	return nil
 }
+
+// peekLen bounds the head of a file shown to Peek.
+const peekLen = 64 << 10
 
 // sameHead tells whether a file's first bytes still start as saved.
 func sameHead(saved string, head []byte) bool {

@@ -319,3 +319,63 @@ func TestLinesReadOnNotification(t *testing.T) {
 		}
 	}
 }
+
+// Reading starts at the end of an existing file, after Peek was shown its
+// head; a file created after the tailer started is read whole.
+func TestStartAtEndPeeksAndNewFilesReadWhole(t *testing.T) {
+	cases := []struct {
+		name      string
+		existing  string // written before Run; "" creates the file only after
+		wantPeek  string
+		wantLines []string
+	}{
+		{"existing file", "banner\nold line\n", "banner\nold line\n", []string{"new line"}},
+		{"created later", "", "", []string{"first", "new line"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "x.log")
+			if c.existing != "" {
+				os.WriteFile(path, []byte(c.existing), 0o644)
+			}
+			lines := make(chan string, 10)
+			var mu sync.Mutex
+			peeked := ""
+			tl := &Tailer{Path: path, Poll: 20 * time.Millisecond,
+				Peek: func(b []byte) { mu.Lock(); peeked = string(b); mu.Unlock() }}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				tl.Run(ctx, func(l Line) { lines <- string(l.Text) })
+				close(done)
+			}()
+			defer func() { cancel(); <-done }()
+			time.Sleep(100 * time.Millisecond)
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if c.existing == "" {
+				f.WriteString("first\n")
+				time.Sleep(100 * time.Millisecond)
+			}
+			f.WriteString("new line\n")
+			for _, want := range c.wantLines {
+				select {
+				case got := <-lines:
+					if got != want {
+						t.Errorf("line %q, want %q", got, want)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatalf("no line %q", want)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if peeked != c.wantPeek {
+				t.Errorf("peeked %q, want %q", peeked, c.wantPeek)
+			}
+		})
+	}
+}
