@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"sort"
 	"strings"
@@ -441,7 +442,7 @@ func (d *Dialect) pick(p Page, rs []Ref, average bool) (float64, string, bool) {
 		n := 0
 		model := ""
 	next:
-		for _, s := range p[r.Name] {
+		for i, s := range p[r.Name] {
 			for k, v := range r.Labels {
 				if s.labels[k] != v {
 					continue next
@@ -450,9 +451,10 @@ func (d *Dialect) pick(p Page, rs []Ref, average bool) (float64, string, bool) {
 			if rank, ok := s.labels[d.SingleRank]; d.SingleRank != "" && ok && rank != "0" {
 				continue
 			}
-			if math.IsNaN(s.value) || math.IsInf(s.value, 0) {
-				continue
+			if n > 0 && duplicate(p[r.Name][:i], s) {
+				continue // the same series printed twice is one series
 			}
+			// NaN and Inf go through: the Guard counts and drops them.
 			sum += s.value
 			n++
 			for _, ml := range d.ModelLabels {
@@ -472,15 +474,28 @@ func (d *Dialect) pick(p Page, rs []Ref, average bool) (float64, string, bool) {
 	return 0, "", false
 }
 
-// Deriver turns one server's raw samples into what the joiner reads: where
+// duplicate tells whether one of seen carries exactly the labels of s.
+func duplicate(seen []series, s series) bool {
+	for _, o := range seen {
+		if len(o.labels) == len(s.labels) && maps.Equal(o.labels, s.labels) {
+			return true
+		}
+	}
+	return false
+}
+
+// Deriver turns one server's raw samples into what the joiner reads: it
+// validates them first (Guard); where
 // an engine has no real-time output counter, it builds one from its live
 // signals (a throughput gauge, an iteration or decode counter), kept in
 // step with the exact completion-time count where the engine has one, or
 // else spreads completion-time counts back over the requests' durations.
 // One Deriver per server.
 type Deriver struct {
+	guard   Guard
 	prev    Sample
 	hasPrev bool
+	bridged int // samples left out in a row
 	// Built counters: tokens, and the per-user speed's seconds and tokens.
 	tokens, userSec, userTok float64
 	rec                      reconciler
@@ -513,8 +528,22 @@ func (r *reconciler) add(live, done float64, idle bool) float64 {
 // maxSpread bounds how far back completed requests' tokens are spread.
 const maxSpread = time.Hour
 
-// Derive completes s using the previous sample of the same server.
+// maxBridged is how many samples in a row that lost values are left out
+// of the derivation before it goes on with what they hold (a series that
+// is always broken must not stop the others).
+const maxBridged = 3
+
+// Derive validates s and completes it using the previous sample of the
+// same server. A sample that lost values to the Guard is left out of the
+// derivation: the next whole sample derives from the last whole one, so
+// the hole is bridged, neither lost nor counted twice.
 func (d *Deriver) Derive(s Sample) Sample {
+	s.Discards = append(s.Discards, d.guard.Check(&s)...)
+	if s.Discarded > 0 && !s.HasCounter[GenerationTokens] && d.bridged < maxBridged {
+		d.bridged++
+		return s
+	}
+	d.bridged = 0
 	prev, ok := d.prev, d.hasPrev
 	d.prev, d.hasPrev = s, true
 	if s.HasCounter[GenerationTokens] {

@@ -77,6 +77,12 @@ type Sample struct {
 	// than to the moment of the scrape (completion-time counters spread
 	// back, engine rate gauges).
 	Intervals []Interval
+	// Discarded counts the values a Guard removed from the sample (a
+	// decrease held for confirmation included); Discards says which were
+	// refused and why. A sample that lost values does not count as
+	// coverage: its window knows less.
+	Discarded int
+	Discards  []Discard
 }
 
 // SetCounter records counter c.

@@ -80,6 +80,7 @@ type pipeline struct {
 	// logUnseen counts requests a log reader cannot count: cancelled by
 	// the server, they print no timing line.
 	logUnseen atomic.Uint64
+	discards  collector.DiscardCounts
 
 	// Liveness for the watchdog: when the main loop last ran, when the
 	// last GPU reading arrived, and whether a GPU backend is open.
@@ -388,6 +389,9 @@ func (p *pipeline) accept(j *window.Joiner, ev event, down map[string]bool) {
 		down[r.Server] = false
 		p.unreadable.Add(-1)
 	}
+	for _, d := range r.Sample.Discards {
+		p.discards.Add(r.Server, d)
+	}
 	j.AddServer(r.Server, r.Sample)
 }
 
@@ -582,8 +586,8 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s ServerConfig, s
 	if err != nil {
 		return err
 	}
-	stream := &logline.Stream{}
 	name := s.Name
+	stream := &logline.Stream{Discarded: func(d collector.Discard) { p.discards.Add(name, d) }}
 	var mu sync.Mutex // the journal's Alive ticks on a goroutine of its own
 	var last tail.Position
 	var skipped, cancelled uint64

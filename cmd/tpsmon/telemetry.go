@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/spool"
 )
@@ -48,6 +49,7 @@ func (t *telemetry) registry() *prometheus.Registry {
 		func() float64 { return float64(t.p.logUnseen.Load()) })
 	counter("tpsmon_late_tokens_total", "Output tokens that fell in windows already closed (requests reported at their end).",
 		func() float64 { return float64(t.p.lateTok.Load()) })
+	reg.MustRegister(discardCollector{&t.p.discards})
 	if t.spool == nil {
 		return reg
 	}
@@ -160,4 +162,19 @@ func (t *telemetry) serve(ctx context.Context, addr string, log *slog.Logger) (n
 		srv.Close()
 	}()
 	return ln.Addr(), nil
+}
+
+// discardCollector puts the values tpsmon refused on /metrics.
+type discardCollector struct{ c *collector.DiscardCounts }
+
+var discardDesc = prometheus.NewDesc("tpsmon_samples_discarded_total",
+	"Server values refused before they reached a window (NaN, Inf, negative, beyond the physical bound, jumps, flaps).",
+	[]string{"server", "reason"}, nil)
+
+func (d discardCollector) Describe(ch chan<- *prometheus.Desc) { ch <- discardDesc }
+
+func (d discardCollector) Collect(ch chan<- prometheus.Metric) {
+	d.c.Each(func(server string, r collector.Reason, n uint64) {
+		ch <- prometheus.MustNewConstMetric(discardDesc, prometheus.CounterValue, float64(n), server, r.String())
+	})
 }

@@ -15,6 +15,9 @@ type Stream struct {
 	// MaxGap caps the span of a line whose average runs back to the
 	// previous one.
 	MaxGap time.Duration
+	// Discarded is told of each line refused for an impossible value
+	// (collector.CheckInterval); nil: not told.
+	Discarded func(collector.Discard)
 
 	last       map[string]time.Time
 	aggregated bool
@@ -29,8 +32,31 @@ type progress struct {
 // maxTracked bounds the per-reporter state (tasks that never finished).
 const maxTracked = 4096
 
-// Interval returns what r, read at time t, says of (start, t].
+// Interval returns what r, read at time t, says of (start, t]. A line
+// with an impossible value (NaN, a rate no server reaches) is refused and
+// leaves no trace in the stream's memory: the next valid line of the same
+// request carries on from the last valid one.
 func (s *Stream) Interval(r Record, t time.Time) (collector.Interval, bool) {
+	p, had := s.progress[r.Key]
+	iv, ok := s.interval(r, t)
+	if !ok {
+		return iv, false
+	}
+	if d, valid := collector.CheckInterval(iv); !valid {
+		if had {
+			s.progress[r.Key] = p
+		} else {
+			delete(s.progress, r.Key)
+		}
+		if s.Discarded != nil {
+			s.Discarded(d)
+		}
+		return collector.Interval{}, false
+	}
+	return iv, true
+}
+
+func (s *Stream) interval(r Record, t time.Time) (collector.Interval, bool) {
 	if s.last == nil || len(s.last) > maxTracked {
 		s.last = map[string]time.Time{}
 	}

@@ -183,7 +183,11 @@ func (j *Joiner) AddServer(name string, s collector.Sample) bool {
 	for _, iv := range s.Intervals {
 		j.addInterval(st, iv)
 	}
-	st.seen.add(s.Time)
+	if s.Discarded == 0 {
+		// A sample that lost values to the Guard is not coverage: the
+		// window knows less, and says so.
+		st.seen.add(s.Time)
+	}
 	return true
 }
 
@@ -710,8 +714,8 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 		if have[collector.GenerationTokens] || st.completion {
 			tok := spans[collector.GenerationTokens]
 			m.hasTokens = true
-			m.tokens = tok.delta() + iv.tokens
-			m.tokensInt = tok.count() + st.roundTokens(iv.tokens)
+			m.tokens = j.bound(tok.delta() + iv.tokens)
+			m.tokensInt = int64(j.bound(float64(tok.count() + st.roundTokens(iv.tokens))))
 		}
 		if have[collector.ITLSum] && have[collector.ITLCount] {
 			if sum, n := spans[collector.ITLSum].delta(), spans[collector.ITLCount].delta(); sum > 0 && n > 0 {
@@ -719,7 +723,8 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 			}
 		}
 		if have[collector.PromptTokens] {
-			m.prompt, m.promptInt, m.hasPrompt = spans[collector.PromptTokens].delta(), spans[collector.PromptTokens].count(), true
+			p := spans[collector.PromptTokens]
+			m.prompt, m.promptInt, m.hasPrompt = j.bound(p.delta()), int64(j.bound(float64(p.count()))), true
 		}
 		if have[collector.Preemptions] {
 			m.preempt, m.hasPreempt = spans[collector.Preemptions].count(), true
@@ -736,9 +741,11 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 		m.source, m.covered = "log", logCover
 		iv := logIv
 		m.hasTokens = iv.hasTok || logCover > 0
-		m.tokens, m.tokensInt = iv.tokens, st.roundTokens(iv.tokens)
+		m.tokens = j.bound(iv.tokens)
+		m.tokensInt = int64(j.bound(float64(st.roundTokens(m.tokens))))
 		if iv.hasPrmpt {
-			m.prompt, m.promptInt, m.hasPrompt = iv.prompt, int64(math.Round(iv.prompt)), true
+			m.prompt = j.bound(iv.prompt)
+			m.promptInt, m.hasPrompt = int64(math.Round(m.prompt)), true
 		}
 		if iv.hasPreempt {
 			m.preempt, m.hasPreempt, m.preempted = int64(math.Round(iv.preempt)), true, iv.preempt > 0
@@ -772,6 +779,20 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 	st.seen.prune(e)
 	st.watched.prune(e)
 	return m
+}
+
+// bound keeps a window's token count within what a server can make in
+// it (collector.MaxTokensPerSecond), and not negative, before it becomes
+// an integer: validated sources stay inside anyway, this is the last line.
+func (j *Joiner) bound(tokens float64) float64 {
+	limit := collector.MaxTokensPerSecond * j.cfg.Window.Seconds()
+	switch {
+	case !(tokens >= 0): // NaN too
+		return 0
+	case tokens > limit:
+		return limit
+	}
+	return tokens
 }
 
 // roundTokens turns fractional interval tokens into integers through a

@@ -64,11 +64,13 @@ func (c *counter) at(e time.Time, maxGap time.Duration) (float64, bool) {
 		}
 		a := c.pts[i-1]
 		gap := b.t.Sub(a.t)
+		if gap > maxGap {
+			// Held flat: the increment lands in the window that holds b,
+			// even when b sits exactly on this edge.
+			return a.m, true
+		}
 		if b.t.Equal(e) {
 			return b.m, true
-		}
-		if gap > maxGap {
-			return a.m, true
 		}
 		f := float64(e.Sub(a.t)) / float64(gap)
 		return a.m + (b.m-a.m)*f, true

@@ -1,0 +1,53 @@
+package logline
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tpsmon/tpsmon/collector"
+)
+
+// TestStreamRefusesImpossibleLines: a vLLM line printing a rate no server
+// reaches is refused and counted; the lines around it read as before.
+func TestStreamRefusesImpossibleLines(t *testing.T) {
+	line := func(rate string) string {
+		return "INFO 05-19 10:13:11 [loggers.py:271] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: " +
+			rate + " tokens/s, Running: 4 reqs, Waiting: 0 reqs, GPU KV cache usage: 5.0%"
+	}
+	tests := []struct {
+		rate   string
+		reason collector.Reason
+	}{
+		{"99999999999999999999.0", collector.Huge},
+		{"1" + strings.Repeat("0", 300) + ".0", collector.Huge},
+		{"20000000.0", collector.Huge}, // 2e7 tokens/s: twice the bound
+	}
+	for _, tc := range tests {
+		t.Run(tc.rate, func(t *testing.T) {
+			p, err := NewParser("vllm")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []collector.Discard
+			st := &Stream{Discarded: func(d collector.Discard) { got = append(got, d) }}
+			t0 := time.Unix(1_700_000_000, 0)
+			var tokens []float64
+			for i, l := range []string{line("100.0"), line(tc.rate), line("100.0")} {
+				rec, ok := p.Parse([]byte(l))
+				if !ok {
+					t.Fatalf("line %d not parsed", i)
+				}
+				if iv, ok := st.Interval(rec, t0.Add(time.Duration(i)*10*time.Second)); ok {
+					tokens = append(tokens, iv.Tokens)
+				}
+			}
+			if len(tokens) != 2 || tokens[0] != 1000 || tokens[1] != 1000 {
+				t.Errorf("tokens %v, want [1000 1000]", tokens)
+			}
+			if len(got) != 1 || got[0].Reason != tc.reason || got[0].Series != "tokens" {
+				t.Errorf("discards %v, want one %v of tokens", got, tc.reason)
+			}
+		})
+	}
+}
