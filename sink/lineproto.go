@@ -3,12 +3,15 @@
 package sink
 
 import (
-	"bytes"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 	lp "github.com/influxdata/line-protocol"
+	"github.com/influxdata/line-protocol/v2/lineprotocol"
 )
 
 // Precision of the timestamps tpsmon writes. Window starts are whole
@@ -16,31 +19,85 @@ import (
 const Precision = time.Millisecond
 
 // Encoder turns points into line protocol, one line per point, with
-// sorted fields and millisecond timestamps.
+// sorted tags and fields and millisecond timestamps. It uses influxdata's
+// validating encoder: a point it cannot write exactly is an error, never
+// a line InfluxDB refuses or misreads.
 type Encoder struct {
-	scratch bytes.Buffer
-	enc     *lp.Encoder
+	enc     lineprotocol.Encoder
+	scratch []byte
 }
 
 // NewEncoder returns an Encoder.
 func NewEncoder() *Encoder {
 	e := &Encoder{}
-	e.enc = lp.NewEncoder(&e.scratch)
-	e.enc.SetPrecision(Precision)
-	e.enc.SetFieldSortOrder(lp.SortFields)
-	e.enc.SetFieldTypeSupport(lp.UintSupport)
-	// NaN or Inf is an error instead of a silently dropped field.
-	e.enc.FailOnFieldErr(true)
+	e.enc.SetPrecision(lineprotocol.Millisecond)
 	return e
 }
 
 // Append encodes p and appends its line to dst. A point that cannot be
-// encoded leaves dst as it was: the encoder may have written part of it
-// to its scratch buffer, never to dst.
+// encoded (a NaN or infinite field, a time out of range) leaves dst as it
+// was.
 func (e *Encoder) Append(dst []byte, p *write.Point) ([]byte, error) {
-	e.scratch.Reset()
-	if _, err := e.enc.Encode(p); err != nil {
+	e.enc.SetBuffer(e.scratch[:0])
+	e.enc.StartLine(p.Name())
+	tags := slices.Clone(p.TagList())
+	slices.SortFunc(tags, func(a, b *lp.Tag) int { return strings.Compare(a.Key, b.Key) })
+	for _, t := range tags {
+		// An empty tag is no tag: InfluxDB reads a missing tag as "".
+		if v := TagValue(t.Value); v != "" {
+			e.enc.AddTag(t.Key, v)
+		}
+	}
+	for _, f := range p.FieldList() {
+		v, ok := fieldValue(f.Value)
+		if !ok {
+			return dst, fmt.Errorf("encode %s point at %s: field %s: %v is not a finite number, an integer, a bool or a string",
+				p.Name(), p.Time().UTC().Format(time.RFC3339), f.Key, f.Value)
+		}
+		e.enc.AddField(f.Key, v)
+	}
+	e.enc.EndLine(p.Time())
+	e.scratch = e.enc.Bytes()
+	if err := e.enc.Err(); err != nil {
 		return dst, fmt.Errorf("encode %s point at %s: %w", p.Name(), p.Time().UTC().Format(time.RFC3339), err)
 	}
-	return append(dst, e.scratch.Bytes()...), nil
+	return append(dst, e.scratch...), nil
+}
+
+func fieldValue(x any) (lineprotocol.Value, bool) {
+	if s, ok := x.(string); ok {
+		return lineprotocol.StringValue(StringValue(s))
+	}
+	return lineprotocol.NewValue(x)
+}
+
+// TagValue is what tpsmon stores for a tag value: line protocol cannot
+// carry every string in a tag, so a label from a server's page or a name
+// from the configuration is normalised first. Invalid UTF-8 becomes
+// U+FFFD, control characters (newlines, tabs) become spaces, and a
+// trailing backslash, which would escape the separator after it, becomes
+// U+FF3C (＼). Everything else (quotes, commas, '=', spaces, inner
+// backslashes) is kept exactly.
+func TagValue(s string) string {
+	s = StringValue(s)
+	if n := len(s) - len(strings.TrimRight(s, `\`)); n > 0 {
+		s = s[:len(s)-n] + strings.Repeat("＼", n)
+	}
+	return s
+}
+
+// StringValue is what tpsmon stores for a string field: InfluxDB 1.x
+// reads no escape but \" and \\ in a string field, so control characters
+// become spaces; invalid UTF-8 becomes U+FFFD.
+func StringValue(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if strings.IndexFunc(s, unicode.IsControl) < 0 {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
 }

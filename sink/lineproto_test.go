@@ -1,0 +1,109 @@
+package sink
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/influxdata/influxdb-client-go/v2/api/write"
+
+	"github.com/tpsmon/tpsmon/sink/influxtest"
+)
+
+// hostile are label values and messages tpsmon can be handed: by a
+// server's metrics page (model_name), the configuration (server, host)
+// or an error text.
+var hostile = []struct {
+	name  string
+	value string
+	exact bool // line protocol can carry it as is
+}{
+	{"trailing backslash", `x\`, false},
+	{"two trailing backslashes", `x\\`, false},
+	{"lone backslash", `\`, false},
+	{"inner backslash", `a\b`, true},
+	{"escaped-looking comma", `a\,b`, true},
+	{"escaped-looking space", `a\ b`, true},
+	{"newline", "a\nb", false},
+	{"carriage return and tab", "a\r\tb", false},
+	{"double quotes", `say "hi"`, true},
+	{"quote and backslash", `\"`, true},
+	{"comma", "a,b", true},
+	{"equals", "a=b", true},
+	{"spaces", " a b ", true},
+	{"empty", "", true},
+	{"invalid UTF-8", "a\xff\xfeb", false},
+	{"unicode", "Llama-3.1-8B-Instruct ünï 模型", true},
+}
+
+// TestHostileValuesRoundTrip writes every hostile value as a tag and as a
+// string field to the real InfluxDB 1.8 and reads it back: InfluxDB takes
+// every line, and stores exactly what TagValue and StringValue say (the
+// value itself wherever line protocol can carry it).
+func TestHostileValuesRoundTrip(t *testing.T) {
+	base := influxtest.URL(t)
+	db := influxtest.CreateDB(t, base, "hostile")
+	in, err := NewInflux(InfluxConfig{URL: base, Bucket: db + "/autogen", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	enc := NewEncoder()
+	ts := time.Unix(1_700_000_000, 0)
+	var lines []byte
+	for i, h := range hostile {
+		p := write.NewPoint("tpsmon_server", map[string]string{"host": "h", "model": h.value, "server": h.value},
+			map[string]any{"idx": int64(i), "error": h.value}, ts.Add(time.Duration(i)*time.Second))
+		if lines, err = enc.Append(lines, p); err != nil {
+			t.Fatalf("%s: %v", h.name, err)
+		}
+	}
+	if err := in.Write(context.Background(), lines); err != nil {
+		t.Fatalf("InfluxDB refused the lines: %v\n%s", err, lines)
+	}
+	series := influxtest.Query(t, base, db, `SELECT idx, "error", model, server FROM tpsmon_server`)
+	if len(series) != 1 {
+		t.Fatalf("%d series", len(series))
+	}
+	rows := series[0].Rows()
+	if len(rows) != len(hostile) {
+		t.Fatalf("read back %d points, wrote %d", len(rows), len(hostile))
+	}
+	for _, r := range rows {
+		i := int(mustInt(t, r["idx"]))
+		h := hostile[i]
+		str := func(k string) string {
+			s, _ := r[k].(string) // a missing tag reads as null
+			return s
+		}
+		if got, want := str("model"), TagValue(h.value); got != want {
+			t.Errorf("%s: tag read back %q, want %q", h.name, got, want)
+		}
+		if got, want := str("server"), TagValue(h.value); got != want {
+			t.Errorf("%s: server tag read back %q, want %q", h.name, got, want)
+		}
+		if got, want := str("error"), StringValue(h.value); got != want {
+			t.Errorf("%s: field read back %q, want %q", h.name, got, want)
+		}
+		if h.exact && (TagValue(h.value) != h.value || StringValue(h.value) != h.value) {
+			t.Errorf("%s: %q changed though line protocol carries it", h.name, h.value)
+		}
+		if !h.exact && strings.ContainsAny(TagValue(h.value), "\n\r\t") {
+			t.Errorf("%s: control characters left in %q", h.name, TagValue(h.value))
+		}
+	}
+}
+
+func mustInt(t *testing.T, v any) int64 {
+	t.Helper()
+	n, ok := v.(interface{ Int64() (int64, error) })
+	if !ok {
+		t.Fatalf("%v is not a number", v)
+	}
+	i, err := n.Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i
+}
