@@ -24,10 +24,12 @@ type Writer interface {
 // Sender drains a spool into a Writer, oldest points first, in batches.
 // Each answer is classified: transport errors, 429 and 5xx are retried with
 // exponential backoff and jitter (at least the server's Retry-After);
-// 413 splits the batch; 400/422 move the rejected lines to quarantine
+// 413 splits the batch, and a single point refused with 413 is kept and
+// retried (a proxy's limit is not the point's fault); only 400/422 with a
+// parse, type or retention message move the rejected lines to quarantine
 // (found by splitting, since resending accepted lines is idempotent);
 // 401/403/404 keep everything and back off long, because the data is good
-// and the configuration is not.
+// and the configuration is not; any other answer keeps the points too.
 type Sender struct {
 	Spool *spool.Spool
 	W     Writer
@@ -220,8 +222,8 @@ func isConfigError(we *WriteError) bool {
 var droppedRe = regexp.MustCompile(`dropped=(\d+)`)
 
 // deliver writes lines, splitting and quarantining what the server
-// rejects for good. It returns how many lines were written, or an error
-// when the batch must be retried as a whole.
+// rejects for its content. It returns how many lines were written, or an
+// error when the batch must be retried as a whole.
 func (s *Sender) deliver(ctx context.Context, lines []byte) (int, error) {
 	err := s.writer().Write(ctx, lines)
 	n := bytes.Count(lines, []byte("\n"))
@@ -232,15 +234,20 @@ func (s *Sender) deliver(ctx context.Context, lines []byte) (int, error) {
 	if !errors.As(err, &we) || we.Retry {
 		return 0, err
 	}
-	reject := we.Status == http.StatusBadRequest || we.Status == http.StatusUnprocessableEntity
-	if we.Status != http.StatusRequestEntityTooLarge && !reject {
-		// Another 4xx: the server will never take these lines.
+	reject := contentError(we)
+	switch {
+	case we.Status == http.StatusRequestEntityTooLarge && n == 1:
+		// One small point too large: a proxy's body limit, not the
+		// point's fault. Kept and retried; /healthz says why.
+		return 0, &WriteError{Status: we.Status, Retry: true, After: we.After,
+			Err: fmt.Errorf("a single point of %d bytes is refused as too large (a proxy's body limit?); kept and retried: %w", len(lines), we.Err)}
+	case we.Status == http.StatusRequestEntityTooLarge:
+	case !reject:
+		// Not a verdict on the points (a proxy's 4xx, 408, 409): kept.
+		return 0, &WriteError{Status: we.Status, Retry: true, After: we.After, Err: we.Err}
+	case n == 1:
 		return 0, s.quarantine(we, lines)
-	}
-	if n == 1 {
-		return 0, s.quarantine(we, lines)
-	}
-	if reject {
+	default:
 		if m := droppedRe.FindStringSubmatch(we.Error()); m != nil {
 			if d, _ := strconv.Atoi(m[1]); d >= n {
 				return 0, s.quarantine(we, lines) // every line was refused
@@ -254,6 +261,20 @@ func (s *Sender) deliver(ctx context.Context, lines []byte) (int, error) {
 	}
 	b, err := s.deliver(ctx, lines[half:])
 	return a + b, err
+}
+
+// contentRe matches what InfluxDB (1.x and 2.x) says of points it refuses
+// for what they hold.
+var contentRe = regexp.MustCompile(`(?i)unable to parse|partial write|field type conflict|beyond retention|invalid (field|tag|measurement|timestamp|number|boolean)|bad timestamp|max-values-per-tag|failed to parse|unprocessable`)
+
+// contentError tells whether InfluxDB refused the points for their
+// content: 400 or 422 with a parse, type or retention message. Only those
+// are quarantined; anything else may pass later.
+func contentError(we *WriteError) bool {
+	if we.Status != http.StatusBadRequest && we.Status != http.StatusUnprocessableEntity {
+		return false
+	}
+	return contentRe.MatchString(we.Error())
 }
 
 func (s *Sender) quarantine(we *WriteError, lines []byte) error {

@@ -1,9 +1,12 @@
 package spool
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"syscall"
 )
 
 // FS is the part of the file system the spool writes through, so that
@@ -36,3 +39,31 @@ func (OS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, newp
 
 // Remove removes a file.
 func (OS) Remove(name string) error { return os.Remove(name) }
+
+// openNoFollow opens a spool file for reading; a symbolic link in its
+// place is refused, never followed.
+func openNoFollow(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, refusedLink(path, err)
+	}
+	return f, nil
+}
+
+// readFileNoFollow reads a whole spool file, refusing a symbolic link.
+func readFileNoFollow(path string) ([]byte, error) {
+	f, err := openNoFollow(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// refusedLink names the path when an O_NOFOLLOW open met a symbolic link.
+func refusedLink(path string, err error) error {
+	if errors.Is(err, syscall.ELOOP) {
+		return fmt.Errorf("%s is a symbolic link; tpsmon does not follow links in its state directory", path)
+	}
+	return err
+}

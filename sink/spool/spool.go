@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -124,7 +125,11 @@ func (s *Spool) recover() error {
 		curOff = 0
 	}
 	for i, sg := range s.segs {
-		boundaries, err := s.scan(sg)
+		sent := int64(0)
+		if i == 0 {
+			sent = curOff
+		}
+		boundaries, err := s.scan(sg, sent)
 		if err != nil {
 			return err
 		}
@@ -133,7 +138,7 @@ func (s *Spool) recover() error {
 			// from the one before it (writes are idempotent).
 			s.off, s.ackedLines = 0, 0
 			for _, b := range boundaries {
-				if b.off <= curOff {
+				if b.old <= curOff {
 					s.off, s.ackedLines = b.off, b.lines
 				}
 			}
@@ -155,70 +160,129 @@ func (s *Spool) recover() error {
 }
 
 type boundary struct {
-	off   int64
-	lines int // lines before off
+	off   int64 // in the segment as kept
+	old   int64 // in the segment as found
+	lines int   // lines before off
 }
 
-// scan reads a segment's records, counting lines; a corrupt tail is
-// quarantined and cut off.
-func (s *Spool) scan(sg *segment) ([]boundary, error) {
+// scan reads a segment's records, counting lines. A corrupt record costs
+// that record only: its bytes go to quarantine, reading resumes at the
+// next record header that checks out, and the segment is rewritten
+// without them. Damage before sent (the cursor) was already dealt with
+// when it was sent, and is dropped silently.
+func (s *Spool) scan(sg *segment, sent int64) ([]boundary, error) {
 	path := s.segPath(sg.seq)
-	f, err := os.Open(path)
+	data, err := readFileNoFollow(path)
 	if err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
-	defer f.Close()
-	r := bufio.NewReaderSize(f, 64<<10)
-	var off int64
+	var kept []byte
+	var bad []span
 	lines := 0
-	bs := []boundary{{0, 0}}
-	for {
-		rec, err := readRecord(r)
-		if err == io.EOF {
-			break
+	bs := []boundary{{0, 0, 0}}
+	for off := 0; off < len(data); {
+		rec, err := readRecord(bufio.NewReader(bytes.NewReader(data[off:])))
+		if err == nil {
+			kept = append(kept, data[off:off+int(rec.size)]...)
+			off += int(rec.size)
+			lines += rec.lines
+			bs = append(bs, boundary{int64(len(kept)), int64(off), lines})
+			continue
 		}
-		if err != nil {
-			if qerr := s.quarantineTail(path, off, err); qerr != nil {
-				return nil, qerr
-			}
-			break
-		}
-		off += rec.size
-		lines += rec.lines
-		bs = append(bs, boundary{off, lines})
+		next := nextRecord(data, off+1)
+		bad = append(bad, span{off, next, err})
+		off = next
 	}
-	sg.size, sg.lines = off, lines
+	sg.size, sg.lines = int64(len(kept)), lines
+	if len(bad) == 0 {
+		return bs, nil
+	}
+	for _, b := range bad {
+		if int64(b.to) <= sent {
+			continue
+		}
+		if err := s.quarantineSpan(path, data[b.from:b.to], int64(b.from), b.why); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.rewrite(path, kept); err != nil {
+		return nil, err
+	}
 	return bs, nil
 }
 
-// quarantineTail moves the bytes of path from off on to the quarantine
-// directory and truncates the segment to its good prefix.
-func (s *Spool) quarantineTail(path string, off int64, why error) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("spool: %w", err)
+// span is a corrupt stretch of a segment.
+type span struct {
+	from, to int
+	why      error
+}
+
+// nextRecord returns the offset of the first record header at or after
+// from (at the start of a line) whose record checks out; len(data) when
+// there is none.
+func nextRecord(data []byte, from int) int {
+	for from < len(data) {
+		i := bytes.Index(data[from:], []byte("\n"+magic))
+		if i < 0 {
+			return len(data)
+		}
+		at := from + i + 1
+		if _, err := readRecord(bufio.NewReader(bytes.NewReader(data[at:]))); err == nil {
+			return at
+		}
+		from = at
 	}
-	bad := data[min(off, int64(len(data))):]
-	note := fmt.Sprintf("# tpsmon spool recovery %s: %d bytes after offset %d of %s: %v\n",
+	return len(data)
+}
+
+// quarantineSpan moves one corrupt stretch of a segment to the quarantine
+// directory and counts the points it held as quarantined. The caller holds
+// s.mu, or has the spool to itself (recovery).
+func (s *Spool) quarantineSpan(path string, bad []byte, off int64, why error) error {
+	note := fmt.Sprintf("# tpsmon spool recovery %s: %d bytes at offset %d of %s: %v\n",
 		time.Now().UTC().Format(time.RFC3339), len(bad), off, filepath.Base(path), why)
 	if err := s.writeQuarantine(filepath.Base(path)+".corrupt", []byte(note), bad); err != nil {
 		return err
 	}
-	f, err := s.opts.FS.OpenFile(path, os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("spool: %w", err)
-	}
-	defer f.Close()
-	if err := f.Truncate(off); err != nil {
-		return fmt.Errorf("spool: truncating %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("spool: %w", err)
-	}
+	points := countPoints(bad)
 	s.quarBytes += int64(len(bad))
-	s.opts.Log.Warn("spool: corrupt tail quarantined", "segment", filepath.Base(path),
-		"kept_bytes", off, "quarantined_bytes", len(bad), "reason", why.Error(),
+	s.quarantined += uint64(points)
+	s.opts.Log.Warn("spool: corrupt record quarantined", "segment", filepath.Base(path), "offset", off,
+		"quarantined_bytes", len(bad), "points", points, "reason", why.Error(),
 		"quarantine", filepath.Join(s.opts.Dir, quarDir))
+	return nil
+}
+
+// countPoints counts the line protocol lines in a corrupt stretch: lines
+// that are neither empty nor comments (record headers are comments).
+func countPoints(b []byte) int {
+	n := 0
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if l = bytes.TrimSpace(l); len(l) > 0 && l[0] != '#' {
+			n++
+		}
+	}
+	return n
+}
+
+// rewrite replaces a segment by the records kept: a temporary file,
+// fsync, rename.
+func (s *Spool) rewrite(path string, kept []byte) error {
+	tmp := path + ".tmp"
+	f, err := s.opts.FS.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("spool: rewriting %s: %w", filepath.Base(path), err)
+	}
+	_, werr := f.Write(kept)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		s.opts.FS.Remove(tmp)
+		return fmt.Errorf("spool: rewriting %s: %w", filepath.Base(path), err)
+	}
+	if err := s.opts.FS.Rename(tmp, path); err != nil {
+		return fmt.Errorf("spool: rewriting %s: %w", filepath.Base(path), err)
+	}
 	return nil
 }
 
@@ -418,7 +482,7 @@ func (s *Spool) Peek(maxBytes int) (b Batch, ok bool, err error) {
 		}
 	}
 	head := s.segs[0]
-	f, err := os.Open(s.segPath(head.seq))
+	f, err := openNoFollow(s.segPath(head.seq))
 	if err != nil {
 		return Batch{}, false, fmt.Errorf("spool: %w", err)
 	}
@@ -430,19 +494,49 @@ func (s *Spool) Peek(maxBytes int) (b Batch, ok bool, err error) {
 	b = Batch{seq: head.seq, from: s.off, to: s.off}
 	for b.to < head.size && (len(b.Lines) == 0 || len(b.Lines) < maxBytes) {
 		rec, err := readRecord(r)
-		if err != nil {
-			// Damaged after it was written: move the rest aside.
-			if qerr := s.quarantineTail(s.segPath(head.seq), b.to, err); qerr != nil {
-				return Batch{}, false, qerr
-			}
-			head.size, head.lines = b.to, s.ackedLines+b.Points
-			break
+		if err == nil {
+			b.Lines = append(b.Lines, rec.payload...)
+			b.Points += rec.lines
+			b.to += rec.size
+			continue
 		}
-		b.Lines = append(b.Lines, rec.payload...)
-		b.Points += rec.lines
-		b.to += rec.size
+		if len(b.Lines) > 0 {
+			break // send what is good; the damage is dealt with next
+		}
+		// Damaged after it was written: that record goes to quarantine,
+		// the next one that checks out is read.
+		if err := s.skipCorruptLocked(f, head, err); err != nil {
+			return Batch{}, false, err
+		}
+		return s.peekAgainLocked(maxBytes)
 	}
 	return b, b.Points > 0, nil
+}
+
+// skipCorruptLocked quarantines the corrupt stretch at s.off of the head
+// segment and moves the cursor past it.
+func (s *Spool) skipCorruptLocked(f File, head *segment, why error) error {
+	if _, err := f.Seek(s.off, io.SeekStart); err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	rest := make([]byte, head.size-s.off)
+	if _, err := io.ReadFull(f, rest); err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	next := nextRecord(rest, 1)
+	if err := s.quarantineSpan(s.segPath(head.seq), rest[:next], s.off, why); err != nil {
+		return err
+	}
+	s.off += int64(next)
+	s.ackedLines += min(countPoints(rest[:next]), head.lines-s.ackedLines)
+	return s.saveCursor()
+}
+
+// peekAgainLocked is Peek with s.mu held.
+func (s *Spool) peekAgainLocked(maxBytes int) (Batch, bool, error) {
+	s.mu.Unlock()
+	defer s.mu.Lock()
+	return s.Peek(maxBytes)
 }
 
 // Ack removes a delivered batch from the spool.

@@ -305,3 +305,77 @@ func BenchmarkAppendDrain(b *testing.B) {
 		})
 	}
 }
+
+// TestCorruptRecordLosesOnlyItself flips one byte in record 2 of 12, on
+// disk before a restart and under a running spool: that record's points
+// are quarantined and counted, the 11 records after and before it are
+// delivered.
+func TestCorruptRecordLosesOnlyItself(t *testing.T) {
+	flip := func(t *testing.T, path string) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Record 2's payload: after the first record and its header.
+		first := bytes.Index(b[1:], []byte("\n"+magic)) + 2
+		hdr := bytes.IndexByte(b[first:], '\n')
+		b[first+hdr+5] ^= 0x01
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, restart := range []bool{true, false} {
+		name := "running"
+		if restart {
+			name = "at restart"
+		}
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := Open(Options{Dir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []byte
+			for i := range 12 {
+				b := batch(3, int64(i)*100_000)
+				s.Append(b)
+				if i != 1 {
+					want = append(want, b...)
+				}
+			}
+			flip(t, s.segPath(1))
+			if restart {
+				s.Close()
+				if s, err = Open(Options{Dir: dir}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := drain(t, s, 1<<20)
+			if !bytes.Equal(got, want) {
+				t.Errorf("delivered %d lines, want the 33 of the 11 good records", bytes.Count(got, []byte("\n")))
+			}
+			st := s.Stats()
+			if st.Quarantined != 3 || st.Points != 0 {
+				t.Errorf("stats %+v, want 3 points quarantined and none left", st)
+			}
+			q, err := os.ReadFile(filepath.Join(dir, quarDir, "0000000000000001.lps.corrupt"))
+			if err != nil || bytes.Count(q, []byte("\n")) < 4 {
+				t.Errorf("quarantine holds %q (%v), want the damaged record", q, err)
+			}
+			// The spool goes on after the damage, and a restart does not
+			// quarantine it again.
+			s.Append(batch(2, 9_000_000))
+			s.Close()
+			s2, err := Open(Options{Dir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := bytes.Count(drain(t, s2, 1<<20), []byte("\n")); n != 2 {
+				t.Errorf("after restart drained %d lines, want 2", n)
+			}
+			if q := s2.Stats().Quarantined; q != 0 {
+				t.Errorf("restart quarantined %d points again", q)
+			}
+		})
+	}
+}
