@@ -218,8 +218,10 @@ func TestDeriver(t *testing.T) {
 			{6, 1500, 1.8, 2450, 1, 1200},  // live 2700: done 950 more, 250 in flight
 			{8, 1500, 1.8, 2700, 0, 1200},  // idle: done caught up exactly
 			{10, 1500, 1.8, 2710, 0, 1210}, // a completion the estimate missed lands now
-			{12, 100, 2, 50, 1, 1410},      // restarted: 200 live since
-			{14, 100, 2, 20, 1, 1410},      // the exact count fell (restart again): nothing negative
+			{12, 100, 2, 50, 1, -1},        // a fall is held until the next scrape confirms a restart
+			{14, 200, 2, 60, 1, 1610},      // confirmed: 400 live since the restart
+			{16, 300, 2, 20, 1, -1},        // the exact count fell (restart again): held, nothing negative
+			{18, 400, 2, 30, 1, 2010},      // confirmed: 400 more live
 		}
 		var d Deriver
 		for _, st := range steps {
@@ -229,6 +231,12 @@ func TestDeriver(t *testing.T) {
 			s.SetCounter(CompletionTokens, st.done)
 			s.SetGauge(Running, st.running)
 			s = d.Derive(s)
+			if st.want < 0 {
+				if s.HasCounter[GenerationTokens] {
+					t.Errorf("t=%v: tokens %v while a fall awaits confirmation", st.sec, s.Counter[GenerationTokens])
+				}
+				continue
+			}
 			if got := s.Counter[GenerationTokens]; math.Abs(got-st.want) > 1e-9 || len(s.Intervals) > 0 {
 				t.Errorf("t=%v: tokens %v (intervals %v), want %v", st.sec, got, s.Intervals, st.want)
 			}
