@@ -1,0 +1,170 @@
+package live
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/influxdata/influxdb-client-go/v2/api/write"
+
+	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/internal/api"
+	"github.com/tpsmon/tpsmon/nvml"
+)
+
+var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+
+func closedServer(name string, start time.Time, tps float64) *write.Point {
+	return write.NewPoint(api.Server, map[string]string{"host": "h", "server": name},
+		map[string]any{"system_tps": tps, "state": "ok", "tokens": int64(tps * 10)}, start)
+}
+
+func closedGPU(label string, start time.Time, server string) *write.Point {
+	return write.NewPoint(api.GPU, map[string]string{"host": "h", "gpu": label, "uuid": "GPU-" + label, "server": server},
+		map[string]any{"util": 50.0}, start)
+}
+
+func scrape(at time.Time, gen, prompt, itlSum, itlCount, running float64) collector.Sample {
+	var s collector.Sample
+	s.Time, s.Engine, s.Model = at, "vllm", "m"
+	s.SetCounter(collector.GenerationTokens, gen)
+	s.SetCounter(collector.PromptTokens, prompt)
+	s.SetCounter(collector.ITLSum, itlSum)
+	s.SetCounter(collector.ITLCount, itlCount)
+	s.SetGauge(collector.Running, running)
+	return s
+}
+
+func TestViewHistoryAndOpenWindow(t *testing.T) {
+	now := t0.Add(35 * time.Second)
+	v := New("h", 10*time.Second, func() time.Time { return now })
+	for i := range 3 {
+		start := t0.Add(time.Duration(i) * 10 * time.Second)
+		if err := v.WritePoints([]*write.Point{closedGPU("0", start, "a"), closedServer("a", start, float64(100*(i+1)))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Scrapes: one before the open window (the base), two in it.
+	v.Server("a", scrape(t0.Add(29*time.Second), 1000, 50, 10, 100, 4))
+	v.Server("a", scrape(t0.Add(31*time.Second), 1400, 90, 12, 160, 6))
+	v.Server("a", scrape(t0.Add(34*time.Second), 1500, 100, 14, 200, 8))
+	v.GPUs([]nvml.Sample{{Time: t0.Add(34 * time.Second), Index: 0, UUID: "GPU-0", Name: "H100", UtilPct: 77,
+		Throttle: 4, Has: nvml.FieldUtil | nvml.FieldThrottle}})
+
+	w := v.Snapshot(2)
+	if w.Host != "h" || w.WindowSeconds != 10 || !w.Now.Equal(now) {
+		t.Errorf("header: %+v", w)
+	}
+	if len(w.Closed) != 4 {
+		t.Fatalf("history 2 of 2 series: %d points, want 4", len(w.Closed))
+	}
+	for i := 1; i < len(w.Closed); i++ {
+		if w.Closed[i].Time.Before(w.Closed[i-1].Time) {
+			t.Errorf("closed points not oldest first: %v after %v", w.Closed[i].Time, w.Closed[i-1].Time)
+		}
+	}
+	if v, _ := w.Closed[3].Float("system_tps"); w.Closed[3].Measurement != api.Server || v != 300 {
+		t.Errorf("newest server window: %+v", w.Closed[3])
+	}
+	if len(w.Open) != 2 {
+		t.Fatalf("open: %+v", w.Open)
+	}
+	srv, gpu := w.Open[0], w.Open[1]
+	if !srv.Time.Equal(t0.Add(30*time.Second)) || srv.Tags["server"] != "a" || srv.Tags["engine"] != "vllm" {
+		t.Errorf("open server point: %+v", srv)
+	}
+	// 500 tokens over the 5 s since the last scrape before the window.
+	for k, want := range map[string]float64{"system_tps": 100, "tokens": 500, "prompt_tps": 10, "per_user_tps": 25, "running": 8} {
+		if got, ok := srv.Float(k); !ok || got != want {
+			t.Errorf("open %s = %v (%v), want %v", k, got, ok, want)
+		}
+	}
+	if got, _ := gpu.Float("util"); gpu.Tags["gpu"] != "0" || got != 77 {
+		t.Errorf("open GPU point: %+v", gpu)
+	}
+	if _, ok := gpu.Fields["power_w"]; ok {
+		t.Error("a reading the GPU does not have must be absent, not zero")
+	}
+
+	// The next window closes: the open window moves on, and the scrapes
+	// before it no longer count.
+	if err := v.WritePoints([]*write.Point{closedServer("a", t0.Add(30*time.Second), 100)}); err != nil {
+		t.Fatal(err)
+	}
+	w = v.Snapshot(api.MaxHistory)
+	if len(w.Open) != 0 {
+		t.Errorf("no reading in the new open window yet, got %+v", w.Open)
+	}
+	if len(w.Closed) != 7 {
+		t.Errorf("all history: %d points, want 7", len(w.Closed))
+	}
+}
+
+func TestViewCounterReset(t *testing.T) {
+	v := New("h", 10*time.Second, nil)
+	v.Server("a", scrape(t0.Add(1*time.Second), 1000, 0, 0, 0, 1))
+	v.Server("a", scrape(t0.Add(2*time.Second), 10, 0, 0, 0, 1))
+	p := v.Snapshot(1).Open[0]
+	if _, ok := p.Fields["system_tps"]; ok {
+		t.Errorf("a counter that went down (server restart) gives no rate, got %v", p.Fields)
+	}
+}
+
+func TestViewForgetsGoneSeries(t *testing.T) {
+	v := New("h", time.Second, nil)
+	v.WritePoints([]*write.Point{closedServer("gone", t0, 1)})
+	for i := 1; i <= api.MaxHistory; i++ {
+		v.WritePoints([]*write.Point{closedServer("kept", t0.Add(time.Duration(i)*time.Second), 1)})
+	}
+	for _, p := range v.Snapshot(1).Closed {
+		if p.Tags["server"] == "gone" {
+			t.Error("a series silent for the whole history should be forgotten")
+		}
+	}
+	if n := len(v.Snapshot(api.MaxHistory).Closed); n != api.MaxHistory {
+		t.Errorf("history of one series: %d windows, want %d", n, api.MaxHistory)
+	}
+}
+
+func TestServeHTTP(t *testing.T) {
+	v := New("h", 10*time.Second, nil)
+	v.WritePoints([]*write.Point{closedServer("a", t0, 5), closedServer("a", t0.Add(10*time.Second), 6)})
+	srv := httptest.NewServer(v)
+	defer srv.Close()
+	for _, tc := range []struct {
+		method, query string
+		code          int
+		body          string
+	}{
+		{"GET", "", 200, `"system_tps":6`},
+		{"GET", "?history=2", 200, `"system_tps":5`},
+		{"GET", "?history=0", 400, "history=\"0\": want a whole number from 1 to 60"},
+		{"GET", "?history=x", 400, "want a whole number"},
+		{"POST", "", 405, "read-only"},
+		{"DELETE", "", 405, "read-only"},
+	} {
+		req, _ := http.NewRequest(tc.method, srv.URL+api.WindowsPath+tc.query, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.code || !strings.Contains(string(b), tc.body) {
+			t.Errorf("%s %s: %d %s, want %d with %q", tc.method, tc.query, resp.StatusCode, b, tc.code, tc.body)
+		}
+		if tc.code == 200 {
+			var w api.Windows
+			if err := json.Unmarshal(b, &w); err != nil || resp.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("not JSON windows: %v %s", err, resp.Header.Get("Content-Type"))
+			}
+			if tc.query == "" && len(w.Closed) != 1 {
+				t.Errorf("default history is 1 window per series, got %d", len(w.Closed))
+			}
+		}
+	}
+}
