@@ -17,7 +17,7 @@ INFLUXD := $(GOBIN)/influxd
 # go-nvml's header marks NVML 13 deprecations; they are not ours to fix.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-.PHONY: build demo test vet influxd package clean
+.PHONY: build demo test vet influxd tmux package clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o tpsmon ./cmd/tpsmon
@@ -29,10 +29,17 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
 
-test: influxd vet
+test: influxd tmux vet
 	$(GO) test -count=1 ./...
 
 influxd: $(INFLUXD)
+
+# tmux is the real terminal TestTopInTmux runs `tpsmon top` in; installed
+# when root, else that test skips (outside CI).
+tmux:
+	@command -v tmux >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null; } || \
+	  echo "tmux not installed: TestTopInTmux will skip"
 
 $(INFLUXD):
 	$(GO) install github.com/influxdata/influxdb/cmd/influxd@v1.8.10

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tpsmon/tpsmon/collector/vllmsim"
+	"github.com/tpsmon/tpsmon/internal/api"
+	"github.com/tpsmon/tpsmon/internal/live"
 	"github.com/tpsmon/tpsmon/nvml"
 )
 
@@ -21,6 +24,7 @@ func newDemoCmd() *cobra.Command {
 		format   string
 		gpus     int
 		period   time.Duration
+		listen   string
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -50,7 +54,7 @@ queue), ramps down and idles. Each closed window is printed; with
 				ctx, cancel = context.WithTimeout(ctx, duration)
 				defer cancel()
 			}
-			return runDemo(ctx, cfg, out, gpus, period)
+			return runDemo(ctx, cfg, out, demoOpts{gpus: gpus, period: period, listen: listen, note: cmd.ErrOrStderr()})
 		},
 	}
 	f := cmd.Flags()
@@ -58,6 +62,7 @@ queue), ramps down and idles. Each closed window is printed; with
 	f.StringVar(&format, "format", "table", "table, lp (line protocol) or json")
 	f.IntVar(&gpus, "gpus", 2, "simulated GPUs")
 	f.DurationVar(&period, "period", 60*time.Second, "length of one simulated load cycle")
+	f.StringVar(&listen, "listen", "", "serve /api/v1/windows (tpsmon top), /metrics and /healthz here, e.g. 127.0.0.1:9464")
 	f.Duration("window", 5*time.Second, "window length")
 	f.Duration("grace", time.Second, "how long a window waits for late samples")
 	f.String("host", "", "host tag (default: the hostname)")
@@ -66,7 +71,18 @@ queue), ramps down and idles. Each closed window is printed; with
 	return cmd
 }
 
-func runDemo(ctx context.Context, cfg *Config, out pointWriter, gpus int, period time.Duration) error {
+// demoOpts are the demo's own settings.
+type demoOpts struct {
+	gpus   int
+	period time.Duration
+	// listen is where the API is served; empty: nowhere. note is told
+	// the address.
+	listen string
+	note   io.Writer
+}
+
+func runDemo(ctx context.Context, cfg *Config, out pointWriter, o demoOpts) error {
+	gpus, period := o.gpus, o.period
 	if gpus < 1 {
 		return fmt.Errorf("--gpus %d: at least one GPU", gpus)
 	}
@@ -103,6 +119,16 @@ func runDemo(ctx context.Context, cfg *Config, out pointWriter, gpus int, period
 		}
 		defer stop()
 		p.outputs = append(p.outputs, io)
+	}
+	if o.listen != "" {
+		view := live.New(cfg.Host, cfg.Window, nil)
+		p.live = view
+		p.outputs = append(p.outputs, view)
+		addr, err := (&telemetry{p: p, windows: view}).serve(ctx, o.listen, log)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(o.note, "tpsmon demo: serving http://%s%s; watch it with: tpsmon top --addr %s\n", addr, api.WindowsPath, addr)
 	}
 	if err := p.run(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err

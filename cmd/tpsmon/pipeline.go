@@ -46,8 +46,11 @@ type pipeline struct {
 	// while it fails, so a node whose driver comes up late is picked up.
 	openGPU func() (gpuSampler, error)
 	outputs []pointWriter
-	now     func() time.Time
-	client  *http.Client
+	// live sees every scrape and GPU reading, for the API's open window;
+	// nil: no API.
+	live   liveFeed
+	now    func() time.Time
+	client *http.Client
 	// ready and stopping are told when the sources have started and when
 	// shutdown begins (systemd notification).
 	ready, stopping func()
@@ -89,6 +92,12 @@ type pipeline struct {
 	gpus          atomic.Int64
 	unreadable    atomic.Int64
 	servers       atomic.Int64
+}
+
+// liveFeed shows the window still open.
+type liveFeed interface {
+	Server(name string, s collector.Sample)
+	GPUs(s []nvml.Sample)
 }
 
 // event is what sources hand the main loop.
@@ -368,6 +377,9 @@ func (p *pipeline) accept(j *window.Joiner, ev event, down map[string]bool) {
 			p.gpuAt.Store(p.now().UnixNano())
 		}
 		p.gpus.Store(int64(len(ev.gpus)))
+		if p.live != nil {
+			p.live.GPUs(ev.gpus)
+		}
 		return
 	}
 	r := ev.scrape
@@ -393,6 +405,9 @@ func (p *pipeline) accept(j *window.Joiner, ev event, down map[string]bool) {
 		p.discards.Add(r.Server, d)
 	}
 	j.AddServer(r.Server, r.Sample)
+	if p.live != nil {
+		p.live.Server(r.Server, r.Sample)
+	}
 }
 
 func (p *pipeline) emit(pts []*write.Point) {

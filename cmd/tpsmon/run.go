@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/internal/live"
 	"github.com/tpsmon/tpsmon/nvml"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/spool"
@@ -117,6 +118,9 @@ func runDaemon(ctx context.Context, cfg *Config, log *slog.Logger, o daemonOpts)
 		p.outputs = append(p.outputs, newLPOutput(f))
 	}
 	if cfg.HTTP.Listen != "" {
+		view := live.New(cfg.Host, cfg.Window, nil)
+		p.live, tel.windows = view, view
+		p.outputs = append(p.outputs, view)
 		telCtx, stopTel := context.WithCancel(context.Background())
 		defer stopTel()
 		addr, err := tel.serve(telCtx, cfg.HTTP.Listen, log)

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/internal/api"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/spool"
 )
@@ -25,6 +26,8 @@ type telemetry struct {
 	p      *pipeline
 	spool  *spool.Spool // nil without InfluxDB
 	sender *sink.Sender
+	// windows serves the recent windows (api.WindowsPath); nil: not served.
+	windows http.Handler
 }
 
 func (t *telemetry) registry() *prometheus.Registry {
@@ -134,6 +137,9 @@ func (t *telemetry) health() (healthReport, int) {
 func (t *telemetry) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(t.registry(), promhttp.HandlerOpts{}))
+	if t.windows != nil {
+		mux.Handle(api.WindowsPath, t.windows)
+	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		rep, code := t.health()
 		w.Header().Set("Content-Type", "application/json")
