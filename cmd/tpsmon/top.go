@@ -29,7 +29,8 @@ tokens per second) and one per GPU (utilization, SM activity, memory,
 power, temperature, throttle reasons, the server using it). It reads the
 daemon's ` + "`/api/v1/windows`" + ` on its http.listen address.
 Keys: q quits, s changes the order, f shows only what needs a look.
---once prints one plain snapshot and exits (scripts, tickets).`,
+--once, or an output that is not a terminal, prints one plain snapshot and
+exits (scripts, tickets).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := top.NewClient(addr, &http.Client{Timeout: 5 * time.Second})
@@ -37,6 +38,10 @@ Keys: q quits, s changes the order, f shows only what needs a look.
 				return err
 			}
 			cfg := top.Config{Client: c, Every: every, ASCII: asc || os.Getenv("TERM") == "dumb"}
+			// Not a terminal (a pipe, a file): one snapshot, as --once.
+			if !once && !term.IsTerminal(os.Stdout.Fd()) {
+				once = true
+			}
 			if once {
 				if width == 0 {
 					width = onceWidth()

@@ -280,6 +280,41 @@ func TestWindowsAPIOnDaemon(t *testing.T) {
 	}
 }
 
+// tpsmonBinary builds tpsmon for a test that runs it.
+func tpsmonBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "tpsmon")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestTopNothingListening: one line that says what to check, exit 1.
+func TestTopNothingListening(t *testing.T) {
+	addr := freeAddr(t)
+	bin := tpsmonBinary(t)
+	for _, args := range [][]string{{"top", "--addr", addr}, {"top", "--once", "--addr", addr}} {
+		cmd := exec.Command(bin, args...)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("%v: %v, want exit status 1", args, err)
+		}
+		msg := strings.TrimSuffix(stderr.String(), "\n")
+		for _, want := range []string{"nothing listening at http://" + addr, "service running", "http.listen"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("%v: %q lacks %q", args, msg, want)
+			}
+		}
+		if strings.Contains(msg, "\n") || stdout.Len() > 0 {
+			t.Errorf("%v: want one line on stderr and nothing else, got %q and %q", args, msg, stdout.String())
+		}
+	}
+}
+
 // TestTopInTmux runs `tpsmon top` in a real terminal (tmux) against
 // `tpsmon demo --listen`: the screen shows the server, its state and its
 // tokens per second, changes as windows close, says so when the demo
@@ -293,10 +328,7 @@ func TestTopInTmux(t *testing.T) {
 		t.Skip("tmux not installed and not installable here (`make tmux` installs it as root)")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "tpsmon")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := tpsmonBinary(t)
 	addr := freeAddr(t)
 	c, _ := top.NewClient(addr, &http.Client{Timeout: time.Second})
 	startDemo := func() *exec.Cmd {
