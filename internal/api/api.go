@@ -30,7 +30,9 @@ type Windows struct {
 	Closed []Point `json:"closed"`
 	// Open holds the window still open: per server and GPU, its start
 	// (Time) and what the readings so far say, in the fields of the
-	// closed windows (tokens per second so far, the latest gauges).
+	// closed windows (tokens per second so far, the latest gauges; for a
+	// GPU, its latest reading, which may precede the window by less than
+	// a window).
 	Open []Point `json:"open"`
 }
 

@@ -180,8 +180,11 @@ func (v *View) Snapshot(history int) api.Windows {
 		}
 		return x.Instance < y.Instance
 	})
+	// A GPU is read about once a second, so the open window may hold no
+	// reading yet: the latest one stands for it unless it is older than a
+	// window (a GPU gone).
 	for _, k := range gk {
-		if s := v.gpus[k]; !s.Time.Before(v.openAt) {
+		if s := v.gpus[k]; !s.Time.Before(v.openAt.Add(-v.window)) {
 			w.Open = append(w.Open, gpuPoint(s, v.host, v.openAt))
 		}
 	}

@@ -96,8 +96,13 @@ func TestViewHistoryAndOpenWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	w = v.Snapshot(api.MaxHistory)
-	if len(w.Open) != 0 {
-		t.Errorf("no reading in the new open window yet, got %+v", w.Open)
+	if len(w.Open) != 1 || w.Open[0].Measurement != api.GPU {
+		t.Errorf("the server has no scrape in the new open window yet, the GPU's latest reading stands: got %+v", w.Open)
+	}
+	// A window later, the GPU's reading is stale and goes too.
+	v.WritePoints([]*write.Point{closedServer("a", t0.Add(40*time.Second), 100)})
+	if w := v.Snapshot(1); len(w.Open) != 0 {
+		t.Errorf("a reading older than a window is no longer shown: %+v", w.Open)
 	}
 	if len(w.Closed) != 7 {
 		t.Errorf("all history: %d points, want 7", len(w.Closed))
