@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector/vllmsim"
+	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
 )
 
 // page adds to a simulated server's metrics what a real one shows beside

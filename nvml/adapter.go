@@ -13,6 +13,8 @@ import (
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/tpsmon/tpsmon/collector/gpu"
 )
 
 // Sampler reads GPUs through NVML. It is created by Open after a successful
@@ -35,7 +37,7 @@ type device struct {
 	uuid  string
 	name  string
 	// unsupported caches NOT_SUPPORTED answers so they are asked once.
-	unsupported Field
+	unsupported gpu.Field
 
 	// lastSeen is the raw timestamp of the newest utilization sample
 	// taken, fed back to GetSamples; offset converts the driver's clock to
@@ -136,7 +138,7 @@ func (s *Sampler) enumerate(want []string) error {
 		}
 		if cur, _, ret := h.GetMigMode(); ret == gonvml.SUCCESS && cur == gonvml.DEVICE_MIG_ENABLE {
 			d.migs = migDevices(h)
-			d.unsupported |= FieldUtil | FieldMemUtil | fieldSamples
+			d.unsupported |= gpu.FieldUtil | gpu.FieldMemUtil | fieldSamples
 		}
 		s.devs = append(s.devs, d)
 	}
@@ -190,15 +192,15 @@ var ErrTimeout = errors.New("NVML call did not return in time")
 // call hangs carries ErrTimeout (and is not asked again until that call
 // returns) while the others are read. Missing readings are absent from
 // Has.
-func (s *Sampler) Sample(now time.Time) []Sample {
-	out := make([]Sample, len(s.devs))
-	extra := make([][]Sample, len(s.devs)) // MIG instances, after their GPU
+func (s *Sampler) Sample(now time.Time) []gpu.Sample {
+	out := make([]gpu.Sample, len(s.devs))
+	extra := make([][]gpu.Sample, len(s.devs)) // MIG instances, after their GPU
 	done := make(chan int, len(s.devs))
 	pending := 0
 	s.mu.Lock()
 	for i, d := range s.devs {
 		if d.busy {
-			out[i] = Sample{Time: now, Index: d.index, UUID: d.uuid, Name: d.name,
+			out[i] = gpu.Sample{Time: now, Index: d.index, UUID: d.uuid, Name: d.name,
 				Err: fmt.Errorf("gpu %d %s: %w (stuck since %s)", d.index, d.uuid, ErrTimeout, d.stuckAt.Format(time.RFC3339))}
 			continue
 		}
@@ -226,14 +228,14 @@ func (s *Sampler) Sample(now time.Time) []Sample {
 			pending--
 		case <-deadline.C:
 			// The late goroutines write into a slice nobody reads any more.
-			res := make([]Sample, len(out))
+			res := make([]gpu.Sample, len(out))
 			s.mu.Lock()
 			for i, d := range s.devs {
 				if got[i] || !d.busy {
 					continue
 				}
 				d.stuckAt = now
-				res[i] = Sample{Time: now, Index: d.index, UUID: d.uuid, Name: d.name,
+				res[i] = gpu.Sample{Time: now, Index: d.index, UUID: d.uuid, Name: d.name,
 					Err: fmt.Errorf("gpu %d %s: %w after %v", d.index, d.uuid, ErrTimeout, CallTimeout)}
 			}
 			s.mu.Unlock()
@@ -241,7 +243,7 @@ func (s *Sampler) Sample(now time.Time) []Sample {
 				if got[i] {
 					res[i] = out[i]
 				} else if res[i].UUID == "" {
-					res[i] = Sample{Time: now, Index: s.devs[i].index, UUID: s.devs[i].uuid, Name: s.devs[i].name,
+					res[i] = gpu.Sample{Time: now, Index: s.devs[i].index, UUID: s.devs[i].uuid, Name: s.devs[i].name,
 						Err: fmt.Errorf("gpu %d: %w", s.devs[i].index, ErrTimeout)}
 				}
 			}
@@ -252,7 +254,7 @@ func (s *Sampler) Sample(now time.Time) []Sample {
 }
 
 // withMIG appends the MIG instances read in time after the GPUs.
-func withMIG(gpus []Sample, got []bool, extra [][]Sample, mu *sync.Mutex) []Sample {
+func withMIG(gpus []gpu.Sample, got []bool, extra [][]gpu.Sample, mu *sync.Mutex) []gpu.Sample {
 	mu.Lock()
 	defer mu.Unlock()
 	for i, e := range extra {
@@ -263,12 +265,12 @@ func withMIG(gpus []Sample, got []bool, extra [][]Sample, mu *sync.Mutex) []Samp
 	return gpus
 }
 
-func (s *Sampler) read(d *device, now time.Time) Sample {
-	smp := Sample{Time: now, Index: d.index, UUID: d.uuid, Name: d.name}
+func (s *Sampler) read(d *device, now time.Time) gpu.Sample {
+	smp := gpu.Sample{Time: now, Index: d.index, UUID: d.uuid, Name: d.name}
 	var fatal error
 	// get records one reading: its value on success, NOT_SUPPORTED cached,
 	// a lost GPU remembered as the device's error.
-	get := func(f Field, ret gonvml.Return, set func()) {
+	get := func(f gpu.Field, ret gonvml.Return, set func()) {
 		switch {
 		case ret == gonvml.SUCCESS:
 			smp.Has |= f
@@ -281,40 +283,40 @@ func (s *Sampler) read(d *device, now time.Time) Sample {
 			}
 		}
 	}
-	want := func(f Field) bool { return d.unsupported&f == 0 && fatal == nil }
+	want := func(f gpu.Field) bool { return d.unsupported&f == 0 && fatal == nil }
 
-	if want(FieldUtil) {
+	if want(gpu.FieldUtil) {
 		u, ret := d.h.GetUtilizationRates()
-		get(FieldUtil|FieldMemUtil, ret, func() {
+		get(gpu.FieldUtil|gpu.FieldMemUtil, ret, func() {
 			smp.UtilPct, smp.MemUtilPct = float64(u.Gpu), float64(u.Memory)
 		})
 	}
 	if want(fieldSamples) {
 		s.readSamples(d, &smp, now)
 	}
-	if want(FieldMemory) {
+	if want(gpu.FieldMemory) {
 		m, ret := d.h.GetMemoryInfo()
-		get(FieldMemory, ret, func() {
+		get(gpu.FieldMemory, ret, func() {
 			smp.MemUsedBytes, smp.MemTotalBytes = clampInt64(m.Used), clampInt64(m.Total)
 		})
 	}
-	if want(FieldPower) {
+	if want(gpu.FieldPower) {
 		mw, ret := d.h.GetPowerUsage()
-		get(FieldPower, ret, func() { smp.PowerW = float64(mw) / 1000 })
+		get(gpu.FieldPower, ret, func() { smp.PowerW = float64(mw) / 1000 })
 	}
-	if want(FieldEnergy) {
+	if want(gpu.FieldEnergy) {
 		mj, ret := d.h.GetTotalEnergyConsumption()
-		get(FieldEnergy, ret, func() { smp.EnergyMJ = clampInt64(mj) })
+		get(gpu.FieldEnergy, ret, func() { smp.EnergyMJ = clampInt64(mj) })
 	}
-	if want(FieldTemp) {
+	if want(gpu.FieldTemp) {
 		c, ret := d.h.GetTemperature(gonvml.TEMPERATURE_GPU)
-		get(FieldTemp, ret, func() { smp.TempC = float64(c) })
+		get(gpu.FieldTemp, ret, func() { smp.TempC = float64(c) })
 	}
-	if want(FieldSMClock) {
+	if want(gpu.FieldSMClock) {
 		mhz, ret := d.h.GetClockInfo(gonvml.CLOCK_SM)
-		get(FieldSMClock, ret, func() { smp.SMClockMHz = float64(mhz) })
+		get(gpu.FieldSMClock, ret, func() { smp.SMClockMHz = float64(mhz) })
 	}
-	if want(FieldThrottle) {
+	if want(gpu.FieldThrottle) {
 		var bits uint64
 		var ret gonvml.Return
 		if s.eventReasons {
@@ -322,10 +324,10 @@ func (s *Sampler) read(d *device, now time.Time) Sample {
 		} else {
 			bits, ret = d.h.GetCurrentClocksThrottleReasons()
 		}
-		get(FieldThrottle, ret, func() { smp.Throttle = bits })
+		get(gpu.FieldThrottle, ret, func() { smp.Throttle = bits })
 	}
 	if fatal != nil {
-		return Sample{Time: now, Index: d.index, UUID: d.uuid, Name: d.name, Err: fatal}
+		return gpu.Sample{Time: now, Index: d.index, UUID: d.uuid, Name: d.name, Err: fatal}
 	}
 	if d.gpmOK {
 		s.readGPM(d, &smp, now)
@@ -337,7 +339,7 @@ func (s *Sampler) read(d *device, now time.Time) Sample {
 // one seen. Their timestamps are CPU microseconds, since the epoch on most
 // platforms but since boot on some: far from now, they are shifted so the
 // newest is now, while the raw value is what goes back as lastSeen.
-func (s *Sampler) readSamples(d *device, smp *Sample, now time.Time) {
+func (s *Sampler) readSamples(d *device, smp *gpu.Sample, now time.Time) {
 	vt, ss, ret := d.h.GetSamples(gonvml.GPU_UTILIZATION_SAMPLES, d.lastSeen)
 	switch {
 	case ret == gonvml.ERROR_NOT_FOUND:
@@ -374,7 +376,7 @@ func (s *Sampler) readSamples(d *device, smp *Sample, now time.Time) {
 		default:
 			continue
 		}
-		smp.UtilSamples = append(smp.UtilSamples, UtilSample{Time: time.UnixMicro(int64(x.TimeStamp)).Add(d.offset), Pct: v})
+		smp.UtilSamples = append(smp.UtilSamples, gpu.UtilSample{Time: time.UnixMicro(int64(x.TimeStamp)).Add(d.offset), Pct: v})
 	}
 	d.lastSeen = max(d.lastSeen, newest)
 	sort.Slice(smp.UtilSamples, func(a, b int) bool { return smp.UtilSamples[a].Time.Before(smp.UtilSamples[b].Time) })
@@ -382,13 +384,13 @@ func (s *Sampler) readSamples(d *device, smp *Sample, now time.Time) {
 
 // readMIG reads each MIG instance of d: its memory, and GPM where the
 // GPU has it. Never a utilization: MIG has none.
-func (s *Sampler) readMIG(d *device, now time.Time) []Sample {
-	var out []Sample
+func (s *Sampler) readMIG(d *device, now time.Time) []gpu.Sample {
+	var out []gpu.Sample
 	for _, m := range d.migs {
-		smp := Sample{Time: now, Index: d.index, UUID: m.uuid, Name: d.name + " MIG", Instance: fmt.Sprintf("gi%d", m.gi)}
+		smp := gpu.Sample{Time: now, Index: d.index, UUID: m.uuid, Name: d.name + " MIG", Instance: fmt.Sprintf("gi%d", m.gi)}
 		if mem, ret := m.h.GetMemoryInfo(); ret == gonvml.SUCCESS {
 			smp.MemUsedBytes, smp.MemTotalBytes = clampInt64(mem.Used), clampInt64(mem.Total)
-			smp.Has |= FieldMemory
+			smp.Has |= gpu.FieldMemory
 		}
 		if d.gpmOK && (m.gpm == nil || now.Sub(m.gpmAt) >= gpmInterval) {
 			s.gpmMetrics(&m.gpm, &m.gpmAt, now, func(sample gonvml.GpmSample) gonvml.Return {
@@ -405,7 +407,7 @@ const gpmInterval = time.Second
 
 // readGPM takes a GPM sample and, from the previous one, the activity
 // metrics of the time between.
-func (s *Sampler) readGPM(d *device, smp *Sample, now time.Time) {
+func (s *Sampler) readGPM(d *device, smp *gpu.Sample, now time.Time) {
 	if d.gpm != nil && now.Sub(d.gpmAt) < gpmInterval {
 		return
 	}
@@ -417,7 +419,7 @@ func (s *Sampler) readGPM(d *device, smp *Sample, now time.Time) {
 // gpmMetrics takes a new GPM sample with get and computes the metrics
 // since *prev, which it then replaces. All GPM calls are serialized.
 func (s *Sampler) gpmMetrics(prev *gonvml.GpmSample, prevAt *time.Time, now time.Time,
-	get func(gonvml.GpmSample) gonvml.Return, smp *Sample) gonvml.Return {
+	get func(gonvml.GpmSample) gonvml.Return, smp *gpu.Sample) gonvml.Return {
 	gpmMu.Lock()
 	defer gpmMu.Unlock()
 	cur, ret := s.lib.GpmSampleAlloc()
@@ -450,7 +452,7 @@ func (s *Sampler) gpmMetrics(prev *gonvml.GpmSample, prevAt *time.Time, now time
 		}
 		*dst[i] = mg.Metrics[i].Value
 	}
-	smp.Has |= FieldGPM
+	smp.Has |= gpu.FieldGPM
 	return gonvml.SUCCESS
 }
 

@@ -5,6 +5,8 @@ package nvml
 import (
 	"fmt"
 	"time"
+
+	"github.com/tpsmon/tpsmon/collector/gpu"
 )
 
 // Sampler is unavailable in a build without cgo: go-nvml needs it.
@@ -19,7 +21,7 @@ func OpenSystem([]string) (*Sampler, error) {
 func (*Sampler) Devices() int { return 0 }
 
 // Sample returns nothing.
-func (*Sampler) Sample(time.Time) []Sample { return nil }
+func (*Sampler) Sample(time.Time) []gpu.Sample { return nil }
 
 // Close does nothing.
 func (*Sampler) Close() error { return nil }

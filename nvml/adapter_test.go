@@ -11,6 +11,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"github.com/tpsmon/tpsmon/collector/gpu"
 )
 
 // h100 returns the dgxh100 fake with every call tpsmon samples filled in;
@@ -73,7 +75,7 @@ func TestSampleAllDevices(t *testing.T) {
 		if g.TempC != 40 || g.SMClockMHz != 1980 || g.Throttle != 0x4 {
 			t.Errorf("gpu %d temp/clock/throttle = %v %v %#x", i, g.TempC, g.SMClockMHz, g.Throttle)
 		}
-		all := FieldUtil | FieldMemUtil | FieldMemory | FieldPower | FieldEnergy | FieldTemp | FieldSMClock | FieldThrottle
+		all := gpu.FieldUtil | gpu.FieldMemUtil | gpu.FieldMemory | gpu.FieldPower | gpu.FieldEnergy | gpu.FieldTemp | gpu.FieldSMClock | gpu.FieldThrottle
 		if g.Has != all {
 			t.Errorf("gpu %d has %b, want %b", i, g.Has, all)
 		}
@@ -111,10 +113,10 @@ func TestNotSupportedIsAbsentAndAskedOnce(t *testing.T) {
 	}
 	for range 3 {
 		g := s.Sample(time.Now())[0]
-		if g.Have(FieldEnergy) || g.EnergyMJ != 0 {
+		if g.Have(gpu.FieldEnergy) || g.EnergyMJ != 0 {
 			t.Fatalf("unsupported energy reported: %+v", g)
 		}
-		if !g.Have(FieldPower) {
+		if !g.Have(gpu.FieldPower) {
 			t.Fatal("power missing")
 		}
 	}
@@ -138,7 +140,7 @@ func TestLostGPUMarkedOthersGoOn(t *testing.T) {
 			}
 			continue
 		}
-		if g.Err != nil || !g.Have(FieldPower) {
+		if g.Err != nil || !g.Have(gpu.FieldPower) {
 			t.Errorf("gpu %d affected by gpu 3: %+v", i, g)
 		}
 	}

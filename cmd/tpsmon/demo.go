@@ -12,10 +12,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tpsmon/tpsmon/collector/vllmsim"
 	"github.com/tpsmon/tpsmon/internal/api"
 	"github.com/tpsmon/tpsmon/internal/live"
-	"github.com/tpsmon/tpsmon/nvml"
+	"github.com/tpsmon/tpsmon/internal/sim/gpusim"
+	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
 )
 
 func newDemoCmd() *cobra.Command {
@@ -105,7 +105,7 @@ func runDemo(ctx context.Context, cfg *Config, out pointWriter, o demoOpts) erro
 		GPUs: []string{"auto"}, ScrapeInterval: 500 * time.Millisecond}}
 	log, _ := newLogger(cfg.Log.Level)
 	p := &pipeline{cfg: cfg, log: log, client: &http.Client{Timeout: 2 * time.Second}, outputs: []pointWriter{out},
-		openGPU: func() (gpuSampler, error) { return nvml.NewSim(gpus, load), nil }}
+		openGPU: func() (gpuSampler, error) { return gpusim.New(gpus, load), nil }}
 	if cfg.Sink.Influx.URL != "" {
 		dir, err := os.MkdirTemp("", "tpsmon-demo-spool-")
 		if err != nil {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/nvml"
+	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
 )
 
@@ -60,14 +60,14 @@ vllm:kv_cache_usage_perc{engine="0",model_name="test/model"} 0.5
 // counter advancing with wall time.
 type steadyGPUs struct{ start time.Time }
 
-func (g steadyGPUs) Sample(now time.Time) []nvml.Sample {
-	out := make([]nvml.Sample, 2)
+func (g steadyGPUs) Sample(now time.Time) []gpu.Sample {
+	out := make([]gpu.Sample, 2)
 	for i := range out {
-		out[i] = nvml.Sample{Time: now, Index: i, UUID: fmt.Sprintf("GPU-test-%d", i), Name: "Test H100",
+		out[i] = gpu.Sample{Time: now, Index: i, UUID: fmt.Sprintf("GPU-test-%d", i), Name: "Test H100",
 			UtilPct: 80, MemUtilPct: 40, MemUsedBytes: 60 << 30, MemTotalBytes: 80 << 30, PowerW: 300,
 			EnergyMJ: int64(300 * now.Sub(g.start).Seconds() * 1000), TempC: 60, SMClockMHz: 1800, Throttle: 0x4,
-			Has: nvml.FieldUtil | nvml.FieldMemUtil | nvml.FieldMemory | nvml.FieldPower | nvml.FieldEnergy |
-				nvml.FieldTemp | nvml.FieldSMClock | nvml.FieldThrottle}
+			Has: gpu.FieldUtil | gpu.FieldMemUtil | gpu.FieldMemory | gpu.FieldPower | gpu.FieldEnergy |
+				gpu.FieldTemp | gpu.FieldSMClock | gpu.FieldThrottle}
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
+	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/spool"
 )
@@ -87,7 +88,7 @@ func (o *tableOutput) WritePoints(pts []*write.Point) error {
 		o.header = true
 	}
 	for _, p := range pts {
-		if p.Name() != "tpsmon_server" {
+		if p.Name() != schema.Server {
 			continue
 		}
 		f := map[string]any{}
@@ -96,16 +97,16 @@ func (o *tableOutput) WritePoints(pts []*write.Point) error {
 		}
 		var server string
 		for _, t := range p.TagList() {
-			if t.Key == "server" {
+			if t.Key == schema.TagServer {
 				server = t.Value
 			}
 		}
 		fmt.Fprintf(o.w, "%-8s  %-10s %-13s %7s %9s %9s %7s %7s %5s %6s %7s %7s %5s\n",
-			p.Time().Local().Format("15:04:05"), server, f["state"],
-			cell(f, "tokens", 1, 0), cell(f, "system_tps", 1, 1), cell(f, "per_user_tps", 1, 1),
-			cell(f, "running", 1, 1), cell(f, "waiting", 1, 1), cell(f, "kv_cache_usage", 100, 0),
-			cell(f, "gpu_util", 1, 0), cell(f, "power_w", 1, 0), cell(f, "tokens_per_joule", 1, 2),
-			cell(f, "coverage", 1, 2))
+			p.Time().Local().Format("15:04:05"), server, f[schema.FieldState],
+			cell(f, schema.FieldTokens, 1, 0), cell(f, schema.FieldSystemTPS, 1, 1), cell(f, schema.FieldPerUserTPS, 1, 1),
+			cell(f, schema.FieldRunning, 1, 1), cell(f, schema.FieldWaiting, 1, 1), cell(f, schema.FieldKVCacheUsage, 100, 0),
+			cell(f, schema.FieldGPUUtil, 1, 0), cell(f, schema.FieldPowerW, 1, 0), cell(f, schema.FieldTokensPerJoule, 1, 2),
+			cell(f, schema.FieldCoverage, 1, 2))
 	}
 	return nil
 }

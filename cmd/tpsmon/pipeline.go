@@ -19,16 +19,16 @@ import (
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/collector/gpumap"
 	"github.com/tpsmon/tpsmon/collector/logline"
 	"github.com/tpsmon/tpsmon/collector/tail"
-	"github.com/tpsmon/tpsmon/collector/window"
-	"github.com/tpsmon/tpsmon/nvml"
+	"github.com/tpsmon/tpsmon/window"
 )
 
 // gpuSampler reads all GPUs of the node at once.
 type gpuSampler interface {
-	Sample(now time.Time) []nvml.Sample
+	Sample(now time.Time) []gpu.Sample
 	Close() error
 }
 
@@ -97,13 +97,13 @@ type pipeline struct {
 // liveFeed shows the window still open.
 type liveFeed interface {
 	Server(name string, s collector.Sample)
-	GPUs(s []nvml.Sample)
+	GPUs(s []gpu.Sample)
 }
 
 // event is what sources hand the main loop.
 type event struct {
 	scrape *collector.Result
-	gpus   []nvml.Sample
+	gpus   []gpu.Sample
 	log    *logEvent
 	// placed maps servers (gpus: auto) to the UUIDs of their GPUs.
 	placed map[string][]string
@@ -487,7 +487,7 @@ func (p *pipeline) sampleGPUs(ctx context.Context, interval time.Duration, auto 
 const procRoot = "/proc"
 
 // place maps servers to GPUs from NVML's processes and /proc.
-func (p *pipeline) place(l processLister, smp []nvml.Sample, auto []gpumap.Server) map[string][]string {
+func (p *pipeline) place(l processLister, smp []gpu.Sample, auto []gpumap.Server) map[string][]string {
 	procs := l.Processes()
 	var gpus []gpumap.GPU
 	for _, s := range smp {

@@ -17,9 +17,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/collector/logline"
-	"github.com/tpsmon/tpsmon/collector/window"
-	"github.com/tpsmon/tpsmon/nvml"
+	"github.com/tpsmon/tpsmon/window"
 )
 
 type replayOpts struct {
@@ -86,7 +86,7 @@ func newReplayCmd() *cobra.Command {
 type timed struct {
 	t      time.Time
 	server *collector.Sample
-	gpu    *nvml.Sample
+	gpu    *gpu.Sample
 	log    *collector.Interval
 	watch  bool // the log was readable at t
 }
@@ -277,7 +277,7 @@ func readMetricsDir(dir string, d *collector.Dialect) (out []collector.Sample, s
 
 // readGPUCSV parses nvidia-smi's --query-gpu CSV. Columns are found by
 // their header name; "[N/A]" and "[Not Supported]" values are absent.
-func readGPUCSV(path string, loc *time.Location) ([]nvml.Sample, error) {
+func readGPUCSV(path string, loc *time.Location) ([]gpu.Sample, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("--gpu-csv: %w", err)
@@ -300,7 +300,7 @@ func readGPUCSV(path string, loc *time.Location) ([]nvml.Sample, error) {
 			return nil, fmt.Errorf("--gpu-csv %s: no %q column in the header", path, need)
 		}
 	}
-	var out []nvml.Sample
+	var out []gpu.Sample
 	for line := 2; ; line++ {
 		rec, err := r.Read()
 		if errors.Is(err, io.EOF) {
@@ -336,20 +336,20 @@ func readGPUCSV(path string, loc *time.Location) ([]nvml.Sample, error) {
 		idx, _ := num("index", "")
 		uuid, _ := get("uuid")
 		name, _ := get("name")
-		s := nvml.Sample{Time: t, Index: int(idx), UUID: uuid, Name: name}
+		s := gpu.Sample{Time: t, Index: int(idx), UUID: uuid, Name: name}
 		if v, ok := num("utilization.gpu", "%"); ok {
-			s.UtilPct, s.Has = v, s.Has|nvml.FieldUtil
+			s.UtilPct, s.Has = v, s.Has|gpu.FieldUtil
 		}
 		if v, ok := num("utilization.memory", "%"); ok {
-			s.MemUtilPct, s.Has = v, s.Has|nvml.FieldMemUtil
+			s.MemUtilPct, s.Has = v, s.Has|gpu.FieldMemUtil
 		}
 		used, okU := num("memory.used", "MiB")
 		total, okT := num("memory.total", "MiB")
 		if okU && okT {
-			s.MemUsedBytes, s.MemTotalBytes, s.Has = int64(used*(1<<20)), int64(total*(1<<20)), s.Has|nvml.FieldMemory
+			s.MemUsedBytes, s.MemTotalBytes, s.Has = int64(used*(1<<20)), int64(total*(1<<20)), s.Has|gpu.FieldMemory
 		}
 		if v, ok := num("power.draw", "W"); ok {
-			s.PowerW, s.Has = v, s.Has|nvml.FieldPower
+			s.PowerW, s.Has = v, s.Has|gpu.FieldPower
 		}
 		out = append(out, s)
 	}

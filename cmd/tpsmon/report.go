@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tpsmon/tpsmon/sink/report"
+	"github.com/tpsmon/tpsmon/report"
 )
 
 func newReportCmd() *cobra.Command {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/internal/live"
+	"github.com/tpsmon/tpsmon/internal/sim/gpusim"
 	"github.com/tpsmon/tpsmon/nvml"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/spool"
@@ -71,7 +72,7 @@ func openBackend(cfg *Config, load func(time.Time) float64) func() (gpuSampler, 
 		if load == nil {
 			load = func(time.Time) float64 { return 0 }
 		}
-		return func() (gpuSampler, error) { return nvml.NewSim(cfg.GPU.SimGPUs, load), nil }
+		return func() (gpuSampler, error) { return gpusim.New(cfg.GPU.SimGPUs, load), nil }
 	}
 	return nil
 }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/journal"
 
-	"github.com/tpsmon/tpsmon/nvml"
+	"github.com/tpsmon/tpsmon/collector/gpu"
 )
 
 // notifySocket listens like systemd for sd_notify datagrams.
@@ -152,7 +152,7 @@ type stallingGPUs struct {
 	release chan struct{}
 }
 
-func (g *stallingGPUs) Sample(now time.Time) []nvml.Sample {
+func (g *stallingGPUs) Sample(now time.Time) []gpu.Sample {
 	g.mu.Lock()
 	g.n--
 	stall := g.n < 0
@@ -160,7 +160,7 @@ func (g *stallingGPUs) Sample(now time.Time) []nvml.Sample {
 	if stall {
 		<-g.release
 	}
-	return []nvml.Sample{{Time: now, UUID: "GPU-s", Has: nvml.FieldUtil}}
+	return []gpu.Sample{{Time: now, UUID: "GPU-s", Has: gpu.FieldUtil}}
 }
 
 func (*stallingGPUs) Close() error { return nil }

@@ -15,8 +15,8 @@ import (
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/internal/api"
-	"github.com/tpsmon/tpsmon/nvml"
 )
 
 // maxOpenSamples bounds the scrapes kept per server for the open window.
@@ -34,7 +34,7 @@ type View struct {
 	newest time.Time              // start of the newest closed window
 	openAt time.Time              // start of the open window
 	scrape map[string]*openServer
-	gpus   map[string]nvml.Sample // latest reading, by UUID and instance
+	gpus   map[string]gpu.Sample // latest reading, by UUID and instance
 }
 
 type openServer struct {
@@ -51,7 +51,7 @@ func New(host string, window time.Duration, now func() time.Time) *View {
 		now = time.Now
 	}
 	return &View{host: host, window: window, now: now, series: map[string][]api.Point{},
-		scrape: map[string]*openServer{}, gpus: map[string]nvml.Sample{}}
+		scrape: map[string]*openServer{}, gpus: map[string]gpu.Sample{}}
 }
 
 // WritePoints takes the points of closed windows (the pipeline's outputs).
@@ -133,7 +133,7 @@ func (o *openServer) prune(at time.Time) {
 }
 
 // GPUs takes one reading of the node's GPUs.
-func (v *View) GPUs(smp []nvml.Sample) {
+func (v *View) GPUs(smp []gpu.Sample) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for _, s := range smp {
@@ -235,7 +235,7 @@ func (o *openServer) point(name, host string, at time.Time) (api.Point, bool) {
 		Fields: f}, true
 }
 
-func gpuPoint(s nvml.Sample, host string, at time.Time) api.Point {
+func gpuPoint(s gpu.Sample, host string, at time.Time) api.Point {
 	label := strconv.Itoa(s.Index)
 	if s.Instance != "" {
 		label += "/" + s.Instance
@@ -244,20 +244,20 @@ func gpuPoint(s nvml.Sample, host string, at time.Time) api.Point {
 	if s.Err != nil {
 		f["error"] = s.Err.Error()
 	} else {
-		set := func(field nvml.Field, name string, v any) {
+		set := func(field gpu.Field, name string, v any) {
 			if s.Have(field) {
 				f[name] = v
 			}
 		}
-		set(nvml.FieldUtil, "util", s.UtilPct)
-		set(nvml.FieldMemUtil, "mem_util", s.MemUtilPct)
-		set(nvml.FieldMemory, "mem_used_bytes", s.MemUsedBytes)
-		set(nvml.FieldMemory, "mem_total_bytes", s.MemTotalBytes)
-		set(nvml.FieldPower, "power_w", s.PowerW)
-		set(nvml.FieldTemp, "temp_c", s.TempC)
-		set(nvml.FieldSMClock, "sm_clock_mhz", s.SMClockMHz)
-		set(nvml.FieldThrottle, "throttle", int64(s.Throttle))
-		set(nvml.FieldGPM, "sm_active", s.SMActive)
+		set(gpu.FieldUtil, "util", s.UtilPct)
+		set(gpu.FieldMemUtil, "mem_util", s.MemUtilPct)
+		set(gpu.FieldMemory, "mem_used_bytes", s.MemUsedBytes)
+		set(gpu.FieldMemory, "mem_total_bytes", s.MemTotalBytes)
+		set(gpu.FieldPower, "power_w", s.PowerW)
+		set(gpu.FieldTemp, "temp_c", s.TempC)
+		set(gpu.FieldSMClock, "sm_clock_mhz", s.SMClockMHz)
+		set(gpu.FieldThrottle, "throttle", int64(s.Throttle))
+		set(gpu.FieldGPM, "sm_active", s.SMActive)
 	}
 	return api.Point{Measurement: api.GPU, Time: at,
 		Tags:   map[string]string{"host": host, "gpu": label, "uuid": s.UUID, "name": s.Name},

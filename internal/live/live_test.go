@@ -12,8 +12,8 @@ import (
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/internal/api"
-	"github.com/tpsmon/tpsmon/nvml"
 )
 
 var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
@@ -52,8 +52,8 @@ func TestViewHistoryAndOpenWindow(t *testing.T) {
 	v.Server("a", scrape(t0.Add(29*time.Second), 1000, 50, 10, 100, 4))
 	v.Server("a", scrape(t0.Add(31*time.Second), 1400, 90, 12, 160, 6))
 	v.Server("a", scrape(t0.Add(34*time.Second), 1500, 100, 14, 200, 8))
-	v.GPUs([]nvml.Sample{{Time: t0.Add(34 * time.Second), Index: 0, UUID: "GPU-0", Name: "H100", UtilPct: 77,
-		Throttle: 4, Has: nvml.FieldUtil | nvml.FieldThrottle}})
+	v.GPUs([]gpu.Sample{{Time: t0.Add(34 * time.Second), Index: 0, UUID: "GPU-0", Name: "H100", UtilPct: 77,
+		Throttle: 4, Has: gpu.FieldUtil | gpu.FieldThrottle}})
 
 	w := v.Snapshot(2)
 	if w.Host != "h" || w.WindowSeconds != 10 || !w.Now.Equal(now) {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/collector"
-	"github.com/tpsmon/tpsmon/nvml"
+	"github.com/tpsmon/tpsmon/collector/gpu"
 )
 
 // BenchmarkWindow feeds one 10 s window of a node (8 GPUs and 2 servers
@@ -24,9 +24,9 @@ func BenchmarkWindow(b *testing.B) {
 		for s := range 10 {
 			now := t.Add(time.Duration(s) * time.Second)
 			for g := range 8 {
-				j.AddGPU(nvml.Sample{Time: now, Index: g, UUID: uuids[g], UtilPct: 70, PowerW: 500, EnergyMJ: int64(i*10+s) * 500_000,
+				j.AddGPU(gpu.Sample{Time: now, Index: g, UUID: uuids[g], UtilPct: 70, PowerW: 500, EnergyMJ: int64(i*10+s) * 500_000,
 					MemUsedBytes: 70 << 30, MemTotalBytes: 80 << 30, TempC: 60, SMClockMHz: 1900,
-					Has: nvml.FieldUtil | nvml.FieldPower | nvml.FieldEnergy | nvml.FieldMemory | nvml.FieldTemp | nvml.FieldSMClock})
+					Has: gpu.FieldUtil | gpu.FieldPower | gpu.FieldEnergy | gpu.FieldMemory | gpu.FieldTemp | gpu.FieldSMClock})
 			}
 			for _, name := range []string{"a", "b"} {
 				var smp collector.Sample

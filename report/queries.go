@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/tpsmon/tpsmon/schema"
 )
 
 // Query is one InfluxQL query of the dashboard, written with Grafana's
@@ -35,7 +37,7 @@ var (
 var Queries = []Query{ServerSeries, TokensPerJoule, StateTimeline, StateWindows, UnusedGPUs, GPUIdle, GPUWindows, Ranking}
 
 // States are the verdicts of design §5.
-var States = []string{"down", "idle", "kv_bound", "queue_bound", "underutilized", "saturated", "ok"}
+var States = schema.States
 
 // Filter fills the dashboard's variables.
 type Filter struct {

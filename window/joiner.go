@@ -14,7 +14,8 @@ import (
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
 	"github.com/tpsmon/tpsmon/collector"
-	"github.com/tpsmon/tpsmon/nvml"
+	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/schema"
 )
 
 // Config sets the window arithmetic.
@@ -39,7 +40,7 @@ type Server struct {
 	// GPUs lists the indexes or UUIDs of the GPUs the server runs on;
 	// "*" stands for every GPU.
 	GPUs   []string
-	Source string // metrics | log
+	Source string // schema.SourceMetrics or schema.SourceLog
 }
 
 // maxCatchUp bounds how many windows one Flush closes: after a suspend or
@@ -289,7 +290,7 @@ func (j *Joiner) addInterval(st *serverState, iv collector.Interval) bool {
 func (j *Joiner) LateTokens() float64 { return j.lateTokens }
 
 // AddGPU records one reading of one GPU; false when it was late.
-func (j *Joiner) AddGPU(s nvml.Sample) bool {
+func (j *Joiner) AddGPU(s gpu.Sample) bool {
 	if s.Time.Before(j.next) {
 		j.late++
 		return false
@@ -312,35 +313,35 @@ func (j *Joiner) AddGPU(s nvml.Sample) bool {
 				g.util.add(u.Time, u.Pct)
 			}
 		}
-	case s.Have(nvml.FieldUtil):
+	case s.Have(gpu.FieldUtil):
 		g.util.add(s.Time, s.UtilPct)
 	}
-	if s.Have(nvml.FieldGPM) {
+	if s.Have(gpu.FieldGPM) {
 		g.smActive.add(s.Time, s.SMActive)
 		g.smOcc.add(s.Time, s.SMOccupancy)
 		g.tensor.add(s.Time, s.TensorActive)
 		g.dram.add(s.Time, s.DRAMActive)
 	}
-	if s.Have(nvml.FieldMemUtil) {
+	if s.Have(gpu.FieldMemUtil) {
 		g.memUtil.add(s.Time, s.MemUtilPct)
 	}
-	if s.Have(nvml.FieldMemory) {
+	if s.Have(gpu.FieldMemory) {
 		g.memUsed.add(s.Time, float64(s.MemUsedBytes))
 		g.memTotal.add(s.Time, float64(s.MemTotalBytes))
 	}
-	if s.Have(nvml.FieldPower) {
+	if s.Have(gpu.FieldPower) {
 		g.power.add(s.Time, s.PowerW)
 	}
-	if s.Have(nvml.FieldEnergy) {
+	if s.Have(gpu.FieldEnergy) {
 		g.energy.add(s.Time, float64(s.EnergyMJ))
 	}
-	if s.Have(nvml.FieldTemp) {
+	if s.Have(gpu.FieldTemp) {
 		g.temp.add(s.Time, s.TempC)
 	}
-	if s.Have(nvml.FieldSMClock) {
+	if s.Have(gpu.FieldSMClock) {
 		g.smClock.add(s.Time, s.SMClockMHz)
 	}
-	if s.Have(nvml.FieldThrottle) {
+	if s.Have(gpu.FieldThrottle) {
 		g.throttle = append(g.throttle, gpoint{s.Time, float64(s.Throttle)})
 	}
 	g.seen.add(s.Time)
@@ -452,44 +453,44 @@ func (j *Joiner) gpuPoint(g *gpuState, s, e time.Time, server string) (*gpuWindo
 	fields := make(map[string]any, 20)
 	gw.util = g.util.stats(s, e)
 	if gw.util.n > 0 {
-		fields["util"] = gw.util.mean()
-		fields["util_max"] = gw.util.max
+		fields[schema.FieldUtil] = gw.util.mean()
+		fields[schema.FieldUtilMax] = gw.util.max
 	}
 	if st := g.memUtil.stats(s, e); st.n > 0 {
-		fields["mem_util"] = st.mean()
+		fields[schema.FieldMemUtil] = st.mean()
 	}
 	gw.memUsed, gw.memTotal = g.memUsed.stats(s, e), g.memTotal.stats(s, e)
 	if gw.memUsed.n > 0 {
-		fields["mem_used_bytes"] = int64(gw.memUsed.max)
-		fields["mem_total_bytes"] = int64(gw.memTotal.max)
+		fields[schema.FieldMemUsedBytes] = int64(gw.memUsed.max)
+		fields[schema.FieldMemTotalBytes] = int64(gw.memTotal.max)
 	}
 	gw.power = g.power.stats(s, e)
 	if gw.power.n > 0 {
-		fields["power_w"] = gw.power.mean()
+		fields[schema.FieldPowerW] = gw.power.mean()
 	}
 	// Energy from the counter's delta over exactly this window; a GPU
 	// without the counter (pre-Volta, replayed CSV) integrates power.
 	if sp, ok := g.energy.close(e, j.cfg.MaxGap); ok && gw.covered > 0 {
 		gw.energyJ, gw.hasJ = sp.delta()/1000, true
-		fields["energy_source"] = "counter"
+		fields[schema.FieldEnergySource] = schema.EnergyCounter
 	} else if gw.power.n > 0 && gw.covered > 0 {
 		gw.energyJ, gw.hasJ = gw.power.mean()*gw.covered.Seconds(), true
-		fields["energy_source"] = "power"
+		fields[schema.FieldEnergySource] = schema.EnergyPower
 	}
 	if gw.hasJ {
-		fields["energy_j"] = gw.energyJ
+		fields[schema.FieldEnergyJ] = gw.energyJ
 	}
 	gw.smActive = g.smActive.stats(s, e)
-	for name, gg := range map[string]*gauge{"sm_active": &g.smActive, "sm_occupancy": &g.smOcc, "tensor_active": &g.tensor, "dram_active": &g.dram} {
+	for name, gg := range map[string]*gauge{schema.FieldSMActive: &g.smActive, schema.FieldSMOccupancy: &g.smOcc, schema.FieldTensorActive: &g.tensor, schema.FieldDRAMActive: &g.dram} {
 		if st := gg.stats(s, e); st.n > 0 {
 			fields[name] = st.mean()
 		}
 	}
 	if st := g.temp.stats(s, e); st.n > 0 {
-		fields["temp_c"] = st.max
+		fields[schema.FieldTempC] = st.max
 	}
 	if st := g.smClock.stats(s, e); st.n > 0 {
-		fields["sm_clock_mhz"] = st.mean()
+		fields[schema.FieldSMClockMHz] = st.mean()
 	}
 	var bits uint64
 	n := 0
@@ -500,13 +501,13 @@ func (j *Joiner) gpuPoint(g *gpuState, s, e time.Time, server string) (*gpuWindo
 		}
 	}
 	if n > 0 {
-		fields["throttle"] = int64(bits)
+		fields[schema.FieldThrottle] = int64(bits)
 	}
-	fields["samples"] = int64(g.seen.count(s, e))
-	fields["coverage"] = ratio(gw.covered, j.cfg.Window)
+	fields[schema.FieldSamples] = int64(g.seen.count(s, e))
+	fields[schema.FieldCoverage] = ratio(gw.covered, j.cfg.Window)
 	for _, ge := range g.errs {
 		if !ge.t.Before(s) && ge.t.Before(e) {
-			fields["error"] = ge.err.Error()
+			fields[schema.FieldError] = ge.err.Error()
 		}
 	}
 
@@ -519,9 +520,9 @@ func (j *Joiner) gpuPoint(g *gpuState, s, e time.Time, server string) (*gpuWindo
 	g.seen.prune(e)
 
 	tags := map[string]string{
-		"host": j.cfg.Host, "gpu": g.label(), "uuid": g.uuid, "name": g.name, "server": server,
+		schema.TagHost: j.cfg.Host, schema.TagGPU: g.label(), schema.TagUUID: g.uuid, schema.TagName: g.name, schema.TagServer: server,
 	}
-	return gw, write.NewPoint("tpsmon_gpu", tags, fields, s)
+	return gw, write.NewPoint(schema.GPU, tags, fields, s)
 }
 
 func (j *Joiner) serverPoint(st *serverState, s, e time.Time, gws map[string]*gpuWindow) *write.Point {
@@ -531,25 +532,25 @@ func (j *Joiner) serverPoint(st *serverState, s, e time.Time, gws map[string]*gp
 		preempted: m.preempted}
 	secs := m.covered.Seconds()
 	if m.hasTokens {
-		fields["tokens"] = m.tokensInt
+		fields[schema.FieldTokens] = m.tokensInt
 		in.tokens = m.tokens
 		if secs > 0 {
-			fields["system_tps"] = m.tokens / secs
+			fields[schema.FieldSystemTPS] = m.tokens / secs
 		}
 	}
 	if m.hasUser {
-		fields["per_user_tps"] = m.userTPS
+		fields[schema.FieldPerUserTPS] = m.userTPS
 	}
 	if m.hasPrompt {
-		fields["prompt_tokens"] = m.promptInt
+		fields[schema.FieldPromptTokens] = m.promptInt
 		if secs > 0 {
-			fields["prompt_tps"] = m.prompt / secs
+			fields[schema.FieldPromptTPS] = m.prompt / secs
 		}
 	}
 	if m.hasPreempt {
-		fields["preemptions"] = m.preempt
+		fields[schema.FieldPreemptions] = m.preempt
 	}
-	for name, v := range map[string]float64{"running": m.running, "waiting": m.waiting, "kv_cache_usage": m.kv} {
+	for name, v := range map[string]float64{schema.FieldRunning: m.running, schema.FieldWaiting: m.waiting, schema.FieldKVCacheUsage: m.kv} {
 		if v >= 0 {
 			fields[name] = v
 		}
@@ -599,41 +600,41 @@ func (j *Joiner) serverPoint(st *serverState, s, e time.Time, gws map[string]*gp
 		}
 	}
 	if nUtil > 0 {
-		fields["gpu_util"] = util / float64(nUtil)
-		fields["gpu_util_max"] = utilMax
+		fields[schema.FieldGPUUtil] = util / float64(nUtil)
+		fields[schema.FieldGPUUtilMax] = utilMax
 		in.util = util / float64(nUtil)
 	}
 	if nSM > 0 {
 		// SM activity says how much of the GPU works, utilization only
 		// that something ran: the verdict takes it where it is known.
-		fields["sm_active"] = sm / float64(nSM)
+		fields[schema.FieldSMActive] = sm / float64(nSM)
 		in.util = sm / float64(nSM)
 	}
 	if nMem > 0 {
-		fields["mem_used_bytes"] = memUsed
-		fields["mem_total_bytes"] = memTotal
+		fields[schema.FieldMemUsedBytes] = memUsed
+		fields[schema.FieldMemTotalBytes] = memTotal
 	}
 	if nPower > 0 {
-		fields["power_w"] = power
+		fields[schema.FieldPowerW] = power
 	}
 	if nEnergy > 0 {
-		fields["energy_j"] = energy
-		if tps, ok := fields["system_tps"].(float64); ok && watts > 0 {
-			fields["tokens_per_joule"] = tps / watts
+		fields[schema.FieldEnergyJ] = energy
+		if tps, ok := fields[schema.FieldSystemTPS].(float64); ok && watts > 0 {
+			fields[schema.FieldTokensPerJoule] = tps / watts
 		}
 	}
-	if tps, ok := fields["system_tps"].(float64); ok && len(gpus) > 0 {
-		fields["tps_per_gpu"] = tps / float64(len(gpus))
+	if tps, ok := fields[schema.FieldSystemTPS].(float64); ok && len(gpus) > 0 {
+		fields[schema.FieldTPSPerGPU] = tps / float64(len(gpus))
 	}
-	fields["state"] = verdict(in, j.cfg.Thresholds)
-	fields["coverage"] = ratio(m.covered, j.cfg.Window)
-	fields["source"] = m.source
+	fields[schema.FieldState] = verdict(in, j.cfg.Thresholds)
+	fields[schema.FieldCoverage] = ratio(m.covered, j.cfg.Window)
+	fields[schema.FieldSource] = m.source
 
 	tags := map[string]string{
-		"host": j.cfg.Host, "server": st.Name, "engine": st.Engine, "model": st.Model,
-		"gpus": strings.Join(idx, ","),
+		schema.TagHost: j.cfg.Host, schema.TagServer: st.Name, schema.TagEngine: st.Engine, schema.TagModel: st.Model,
+		schema.TagGPUs: strings.Join(idx, ","),
 	}
-	return write.NewPoint("tpsmon_server", tags, fields, s)
+	return write.NewPoint(schema.Server, tags, fields, s)
 }
 
 func ratio(d, w time.Duration) float64 {
@@ -681,7 +682,7 @@ type measured struct {
 func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 	m := measured{running: -1, waiting: -1, kv: -1, source: st.Source}
 	if m.source == "" {
-		m.source = "metrics"
+		m.source = schema.SourceMetrics
 	}
 	var spans [collector.NumCounters]span
 	var have [collector.NumCounters]bool
@@ -738,7 +739,7 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 		}
 		m.running, m.waiting, m.kv = gauge(collector.Running), gauge(collector.Waiting), gauge(collector.KVUsage)
 	default:
-		m.source, m.covered = "log", logCover
+		m.source, m.covered = schema.SourceLog, logCover
 		iv := logIv
 		m.hasTokens = iv.hasTok || logCover > 0
 		m.tokens = j.bound(iv.tokens)

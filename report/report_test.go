@@ -105,7 +105,7 @@ func TestDashboardFileIsGenerated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join("..", "..", "packaging", "grafana", "tpsmon.json")
+	path := filepath.Join("..", "packaging", "grafana", "tpsmon.json")
 	if *update {
 		os.WriteFile(path, append(want, '\n'), 0o644)
 	}
@@ -114,7 +114,7 @@ func TestDashboardFileIsGenerated(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(bytes.TrimSpace(got), bytes.TrimSpace(want)) {
-		t.Fatal("packaging/grafana/tpsmon.json differs from Dashboard(): run go test ./sink/report -update")
+		t.Fatal("packaging/grafana/tpsmon.json differs from Dashboard(): run go test ./report -update")
 	}
 	// Every panel runs one of the report's queries, word for word.
 	var d struct {
@@ -267,7 +267,7 @@ func TestReportOnAWeek(t *testing.T) {
 	checkNotBlank(t, shot)
 	if *update {
 		data, _ := os.ReadFile(shot)
-		os.WriteFile(filepath.Join("..", "..", "docs", "report.png"), data, 0o644)
+		os.WriteFile(filepath.Join("..", "docs", "report.png"), data, 0o644)
 	}
 }
 

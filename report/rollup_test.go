@@ -54,7 +54,7 @@ func TestContinuousQueriesRollUp(t *testing.T) {
 	if err := in.Write(context.Background(), buf); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(filepath.Join("..", "..", "packaging", "influxdb", "continuous_queries.influxql"))
+	f, err := os.Open(filepath.Join("..", "packaging", "influxdb", "continuous_queries.influxql"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
 	"github.com/tpsmon/tpsmon/collector"
-	"github.com/tpsmon/tpsmon/nvml"
+	"github.com/tpsmon/tpsmon/collector/gpu"
 )
 
 var t0 = time.Unix(1_700_000_000, 0) // a multiple of 10 s
@@ -225,7 +225,7 @@ func TestJoinerLateSamples(t *testing.T) {
 	if ok := j.AddServer("llm", sample(scrape{t: 9.9, tokens: 99})); ok {
 		t.Error("a sample for a closed window was accepted")
 	}
-	if ok := j.AddGPU(nvml.Sample{Time: at(5), UUID: "GPU-x"}); ok {
+	if ok := j.AddGPU(gpu.Sample{Time: at(5), UUID: "GPU-x"}); ok {
 		t.Error("a GPU sample for a closed window was accepted")
 	}
 	if j.Late() != 2 {
@@ -271,10 +271,10 @@ func TestJoinerClosePartial(t *testing.T) {
 	}
 }
 
-func gpuSample(sec float64, util, power float64, energyMJ int64) nvml.Sample {
-	return nvml.Sample{Time: at(sec), Index: 0, UUID: "GPU-0", Name: "H100",
+func gpuSample(sec float64, util, power float64, energyMJ int64) gpu.Sample {
+	return gpu.Sample{Time: at(sec), Index: 0, UUID: "GPU-0", Name: "H100",
 		UtilPct: util, PowerW: power, EnergyMJ: energyMJ, MemUsedBytes: 70 << 30, MemTotalBytes: 80 << 30,
-		Has: nvml.FieldUtil | nvml.FieldPower | nvml.FieldEnergy | nvml.FieldMemory}
+		Has: gpu.FieldUtil | gpu.FieldPower | gpu.FieldEnergy | gpu.FieldMemory}
 }
 
 func TestJoinerGPUAndServerJoin(t *testing.T) {
@@ -288,7 +288,7 @@ func TestJoinerGPUAndServerJoin(t *testing.T) {
 		j.AddGPU(gpuSample(float64(i), util, 480, int64(i)*500_000))
 		j.AddServer("llm", sample(scrape{t: float64(i), tokens: float64(i) * 1000, running: 8}))
 	}
-	j.AddGPU(nvml.Sample{Time: at(3), Index: 1, UUID: "GPU-1", Name: "H100", Err: errors.New("gpu 1: GPU is lost")})
+	j.AddGPU(gpu.Sample{Time: at(3), Index: 1, UUID: "GPU-1", Name: "H100", Err: errors.New("gpu 1: GPU is lost")})
 	pts := j.Flush(at(15))
 	if len(pts) != 3 {
 		t.Fatalf("got %d points, want 2 GPUs + 1 server", len(pts))
@@ -321,7 +321,7 @@ func TestJoinerEnergyFallsBackToPower(t *testing.T) {
 	j := newJoiner(0)
 	for i := 0; i <= 11; i++ {
 		s := gpuSample(float64(i), 10, 300, 0)
-		s.Has &^= nvml.FieldEnergy
+		s.Has &^= gpu.FieldEnergy
 		j.AddGPU(s)
 	}
 	f := fields(j.Flush(at(15))[0])
@@ -398,10 +398,10 @@ func TestJoinerGPUDriverSamplesAndGPM(t *testing.T) {
 			if k == 5 {
 				pct = 80
 			}
-			s.UtilSamples = append(s.UtilSamples, nvml.UtilSample{Time: at(float64(i) - 1 + float64(k+1)/6), Pct: pct})
+			s.UtilSamples = append(s.UtilSamples, gpu.UtilSample{Time: at(float64(i) - 1 + float64(k+1)/6), Pct: pct})
 		}
 		s.SMActive, s.SMOccupancy, s.TensorActive, s.DRAMActive = 35, 20, 15, 50
-		s.Has |= nvml.FieldGPM
+		s.Has |= gpu.FieldGPM
 		j.AddGPU(s)
 		j.AddServer("llm", sample(scrape{t: float64(i), tokens: float64(i) * 100, running: 4}))
 	}

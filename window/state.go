@@ -1,5 +1,7 @@
 package window
 
+import "github.com/tpsmon/tpsmon/schema"
+
 // Thresholds tune the state verdict (design §5).
 type Thresholds struct {
 	KVBound       float64 // KV cache usage (0..1) at which waiting means memory-bound
@@ -29,20 +31,20 @@ type verdictInput struct {
 // verdict evaluates the states of design §5 in order.
 func verdict(in verdictInput, th Thresholds) string {
 	if in.down {
-		return "down"
+		return schema.StateDown
 	}
 	waits := in.waiting >= th.Waiting
 	switch {
 	case in.tokens == 0 && in.running <= 0:
-		return "idle"
+		return schema.StateIdle
 	case (waits || in.preempted) && in.kv >= th.KVBound:
-		return "kv_bound"
+		return schema.StateKVBound
 	case waits && in.util >= 0 && in.util < th.QueueUtil:
-		return "queue_bound"
+		return schema.StateQueueBound
 	case in.tokens > 0 && !waits && in.util >= 0 && in.util < th.UnderUtil:
-		return "underutilized"
+		return schema.StateUnderutilized
 	case waits && in.util >= th.SaturatedUtil:
-		return "saturated"
+		return schema.StateSaturated
 	}
-	return "ok"
+	return schema.StateOK
 }

@@ -1,18 +1,10 @@
-// Package nvml holds tpsmon's view of the GPUs: the Sample it takes of each
-// device, the go-nvml adapter that fills it on real hardware, and the
-// simulated backend used by demo and tests.
-//
-// Only this package imports go-nvml, so consumers never see its types.
-package nvml
+// Package gpu is tpsmon's view of a GPU reading: the Sample a backend takes
+// of each device. It imports neither go-nvml nor cgo, so the joiner and the
+// tools that replay recorded GPUs build anywhere; package nvml fills it on
+// real hardware.
+package gpu
 
-import (
-	"errors"
-	"time"
-)
-
-// ErrNoDriver means the NVIDIA driver library could not be loaded or
-// initialised: the node has no usable GPU for tpsmon.
-var ErrNoDriver = errors.New("no NVIDIA driver found")
+import "time"
 
 // Field names one optional reading of a Sample. A reading the device does
 // not offer is absent from Has, never zero.
@@ -31,8 +23,6 @@ const (
 	// FieldGPM marks the GPM readings (Hopper and newer): SM activity,
 	// SM occupancy, tensor activity and DRAM bandwidth use.
 	FieldGPM
-	// fieldSamples is the driver's utilization sample buffer.
-	fieldSamples
 )
 
 // UtilSample is one entry of the driver's utilization sample buffer.

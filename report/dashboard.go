@@ -2,6 +2,9 @@ package report
 
 import (
 	"encoding/json"
+	"strings"
+
+	"github.com/tpsmon/tpsmon/schema"
 )
 
 // Dashboard returns the Grafana dashboard (packaging/grafana/tpsmon.json):
@@ -31,7 +34,7 @@ func Dashboard() ([]byte, error) {
 	}
 	states := []map[string]any{}
 	for _, s := range States {
-		states = append(states, map[string]any{"text": s, "value": s, "selected": s == "queue_bound"})
+		states = append(states, map[string]any{"text": s, "value": s, "selected": s == schema.StateQueueBound})
 	}
 	d := map[string]any{
 		"title": "tpsmon: is this hardware turning into tokens?", "uid": "tpsmon-fleet", "schemaVersion": 39,
@@ -42,8 +45,8 @@ func Dashboard() ([]byte, error) {
 			variable("host", "host", `SHOW TAG VALUES FROM "tpsmon_server" WITH KEY = "host"`),
 			variable("server", "server", `SHOW TAG VALUES FROM "tpsmon_server" WITH KEY = "server" WHERE "host" =~ /^$host$/`),
 			variable("gpu", "GPU", `SHOW TAG VALUES FROM "tpsmon_gpu" WITH KEY = "gpu" WHERE "host" =~ /^$host$/`),
-			map[string]any{"name": "state", "label": "state", "type": "custom", "query": "down,idle,kv_bound,queue_bound,underutilized,saturated,ok", "options": states,
-				"current": map[string]any{"text": "queue_bound", "value": "queue_bound"}},
+			map[string]any{"name": "state", "label": "state", "type": "custom", "query": strings.Join(States, ","), "options": states,
+				"current": map[string]any{"text": schema.StateQueueBound, "value": schema.StateQueueBound}},
 		}},
 		"panels": []any{
 			panel("System TPS, per-user TPS and concurrency, per server", "timeseries", 0, 0, 24, 9, ServerSeries, "time_series",

@@ -1,4 +1,4 @@
-package nvml
+package gpusim
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 
 func TestSimFollowsLoad(t *testing.T) {
 	load := 0.0
-	s := NewSim(2, func(time.Time) float64 { return load })
+	s := New(2, func(time.Time) float64 { return load })
 	t0 := time.Unix(1000, 0)
 	idle := s.Sample(t0)
 	load = 1

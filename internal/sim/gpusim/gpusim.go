@@ -1,9 +1,12 @@
-package nvml
+// Package gpusim simulates GPUs for demo, tests and the sim backend.
+package gpusim
 
 import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/tpsmon/tpsmon/collector/gpu"
 )
 
 // Sim is a set of simulated H100-class GPUs whose activity follows a load
@@ -18,8 +21,8 @@ type Sim struct {
 	energyMJ []float64
 }
 
-// NewSim returns n simulated GPUs following load.
-func NewSim(n int, load func(time.Time) float64) *Sim {
+// New returns n simulated GPUs following load.
+func New(n int, load func(time.Time) float64) *Sim {
 	return &Sim{load: load, n: n, energyMJ: make([]float64, n)}
 }
 
@@ -29,12 +32,12 @@ const (
 	simMaxW     = 690.0
 )
 
-// Sample reads every simulated GPU at now.
-func (s *Sim) Sample(now time.Time) []Sample {
+// gpu.Sample reads every simulated GPU at now.
+func (s *Sim) Sample(now time.Time) []gpu.Sample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := clamp01(s.load(now))
-	out := make([]Sample, s.n)
+	out := make([]gpu.Sample, s.n)
 	for i := range out {
 		// GPUs of one server are not perfectly balanced.
 		skew := 1 - 0.04*float64(i%4)
@@ -47,7 +50,7 @@ func (s *Sim) Sample(now time.Time) []Sample {
 		if li > 0 {
 			util = 30 + 68*li
 		}
-		out[i] = Sample{
+		out[i] = gpu.Sample{
 			Time:          now,
 			Index:         i,
 			UUID:          fmt.Sprintf("GPU-5a1e0000-0000-4000-8000-%012d", i),
@@ -60,7 +63,7 @@ func (s *Sim) Sample(now time.Time) []Sample {
 			EnergyMJ:      int64(s.energyMJ[i]),
 			TempC:         34 + 40*li,
 			SMClockMHz:    1980 - 200*li,
-			Has:           FieldUtil | FieldMemUtil | FieldMemory | FieldPower | FieldEnergy | FieldTemp | FieldSMClock | FieldThrottle,
+			Has:           gpu.FieldUtil | gpu.FieldMemUtil | gpu.FieldMemory | gpu.FieldPower | gpu.FieldEnergy | gpu.FieldTemp | gpu.FieldSMClock | gpu.FieldThrottle,
 		}
 		if li == 0 {
 			out[i].Throttle = 0x1 // GpuIdle

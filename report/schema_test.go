@@ -1,0 +1,35 @@
+package report
+
+import (
+	"regexp"
+	"slices"
+	"testing"
+
+	"github.com/tpsmon/tpsmon/schema"
+)
+
+// The queries are InfluxQL text, written as Grafana shows them; this ties
+// every name they read to the schema the joiner writes.
+func TestQueriesReadSchemaNames(t *testing.T) {
+	known := map[string]bool{schema.Server: true, schema.GPU: true}
+	for _, n := range slices.Concat(schema.ServerTags, schema.ServerFields, schema.GPUTags, schema.GPUFields) {
+		known[n] = true
+	}
+	quoted := regexp.MustCompile(`FROM "([^"]+)"|(?:mean|max|min|sum|count|last)\("([^"]+)"\)|(?:AND|BY|,) "([^"]+)"`)
+	for _, q := range Queries {
+		m := quoted.FindAllStringSubmatch(q.Text, -1)
+		if len(m) == 0 {
+			t.Fatalf("%s: no names found in %q", q.Name, q.Text)
+		}
+		for _, g := range m {
+			for _, name := range g[1:] {
+				if name != "" && !known[name] {
+					t.Errorf("%s reads %q, which tpsmon does not write", q.Name, name)
+				}
+			}
+		}
+	}
+	if !slices.Equal(States, schema.States) {
+		t.Errorf("report states %v, schema %v", States, schema.States)
+	}
+}

@@ -1,0 +1,104 @@
+// Package schema names what tpsmon writes to InfluxDB: the measurements,
+// their tags and fields, and the states of a server window (design §4 and
+// §5). The joiner, the outputs, the report and the dashboard generator all
+// take the names from here, so a rename is one edit and a typo a compile
+// error.
+package schema
+
+// Measurements.
+const (
+	// Server is one point per server per window: the joined series.
+	Server = "tpsmon_server"
+	// GPU is one point per GPU (or MIG instance) per window.
+	GPU = "tpsmon_gpu"
+)
+
+// Tags.
+const (
+	TagHost   = "host"
+	TagServer = "server" // on GPU points: the server using the GPU, empty when none
+	TagEngine = "engine"
+	TagModel  = "model"
+	TagGPUs   = "gpus" // comma-joined GPU labels of a server
+	TagGPU    = "gpu"  // GPU index, or index/instance for MIG ("0/gi1")
+	TagUUID   = "uuid"
+	TagName   = "name" // GPU product name
+)
+
+// Fields. Units are in the names: percentages are 0..100, ratios 0..1.
+const (
+	// tpsmon_server only.
+	FieldTokens         = "tokens" // int
+	FieldSystemTPS      = "system_tps"
+	FieldPerUserTPS     = "per_user_tps"
+	FieldPromptTokens   = "prompt_tokens" // int
+	FieldPromptTPS      = "prompt_tps"
+	FieldRunning        = "running"
+	FieldWaiting        = "waiting"
+	FieldKVCacheUsage   = "kv_cache_usage"
+	FieldPreemptions    = "preemptions" // int
+	FieldGPUUtil        = "gpu_util"
+	FieldGPUUtilMax     = "gpu_util_max"
+	FieldTokensPerJoule = "tokens_per_joule"
+	FieldTPSPerGPU      = "tps_per_gpu"
+	FieldState          = "state"  // string, one of States
+	FieldSource         = "source" // string: SourceMetrics or SourceLog
+
+	// Both measurements.
+	FieldSMActive      = "sm_active"
+	FieldMemUsedBytes  = "mem_used_bytes"  // int
+	FieldMemTotalBytes = "mem_total_bytes" // int
+	FieldPowerW        = "power_w"
+	FieldEnergyJ       = "energy_j"
+	FieldCoverage      = "coverage"
+
+	// tpsmon_gpu only.
+	FieldUtil         = "util"
+	FieldUtilMax      = "util_max"
+	FieldMemUtil      = "mem_util"
+	FieldEnergySource = "energy_source" // string: EnergyCounter or EnergyPower
+	FieldSMOccupancy  = "sm_occupancy"
+	FieldTensorActive = "tensor_active"
+	FieldDRAMActive   = "dram_active"
+	FieldTempC        = "temp_c"
+	FieldSMClockMHz   = "sm_clock_mhz"
+	FieldThrottle     = "throttle" // int bitmask, OR over the window
+	FieldSamples      = "samples"  // int
+	FieldError        = "error"    // string, when the GPU could not be read
+)
+
+// Values of the string fields source and energy_source.
+const (
+	SourceMetrics = "metrics"
+	SourceLog     = "log"
+	EnergyCounter = "counter"
+	EnergyPower   = "power"
+)
+
+// States of a server window, in the order they are evaluated.
+const (
+	StateDown          = "down"
+	StateIdle          = "idle"
+	StateKVBound       = "kv_bound"
+	StateQueueBound    = "queue_bound"
+	StateUnderutilized = "underutilized"
+	StateSaturated     = "saturated"
+	StateOK            = "ok"
+)
+
+// States lists every state in evaluation order.
+var States = []string{StateDown, StateIdle, StateKVBound, StateQueueBound, StateUnderutilized, StateSaturated, StateOK}
+
+// ServerTags, ServerFields, GPUTags and GPUFields list what each
+// measurement may carry; a field that could not be measured is absent.
+var (
+	ServerTags   = []string{TagHost, TagServer, TagEngine, TagModel, TagGPUs}
+	ServerFields = []string{FieldTokens, FieldSystemTPS, FieldPerUserTPS, FieldPromptTokens, FieldPromptTPS,
+		FieldRunning, FieldWaiting, FieldKVCacheUsage, FieldPreemptions, FieldGPUUtil, FieldGPUUtilMax,
+		FieldSMActive, FieldMemUsedBytes, FieldMemTotalBytes, FieldPowerW, FieldEnergyJ, FieldTokensPerJoule,
+		FieldTPSPerGPU, FieldState, FieldCoverage, FieldSource}
+	GPUTags   = []string{TagHost, TagGPU, TagUUID, TagName, TagServer}
+	GPUFields = []string{FieldUtil, FieldUtilMax, FieldMemUtil, FieldMemUsedBytes, FieldMemTotalBytes, FieldPowerW,
+		FieldEnergyJ, FieldEnergySource, FieldTempC, FieldSMClockMHz, FieldThrottle, FieldSMActive, FieldSMOccupancy,
+		FieldTensorActive, FieldDRAMActive, FieldSamples, FieldCoverage, FieldError}
+)
