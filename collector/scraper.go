@@ -11,6 +11,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/tpsmon/tpsmon/internal/redact"
 )
 
 // Result is the outcome of one scrape: a sample, or the error that kept the
@@ -79,7 +81,7 @@ func (s *Scraper) Scrape(ctx context.Context) Result {
 	smp, err := s.fetch(ctx, client)
 	end := now()
 	if err != nil {
-		res.Err = fmt.Errorf("scrape %s (%s): %w", s.Server, s.URL, err)
+		res.Err = fmt.Errorf("scrape %s (%s): %w", s.Server, redact.URL(s.URL), err)
 		return res
 	}
 	smp.Time = start.Add(end.Sub(start) / 2)

@@ -14,6 +14,8 @@ import (
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
 	"github.com/influxdata/influxdb-client-go/v2/api"
 	ihttp "github.com/influxdata/influxdb-client-go/v2/api/http"
+
+	"github.com/tpsmon/tpsmon/internal/redact"
 )
 
 // InfluxConfig locates an InfluxDB and its bucket. For InfluxDB 1.8 the
@@ -66,7 +68,7 @@ func NewInflux(cfg InfluxConfig) (*Influx, error) {
 		opts.SetTLSConfig(tc)
 	}
 	c := influxdb2.NewClientWithOptions(cfg.URL, cfg.Token, opts)
-	return &Influx{client: c, w: c.WriteAPIBlocking(cfg.Org, cfg.Bucket), url: cfg.URL}, nil
+	return &Influx{client: c, w: c.WriteAPIBlocking(cfg.Org, cfg.Bucket), url: redact.URL(cfg.URL)}, nil
 }
 
 // WriteError is a failed write, classified.
@@ -83,9 +85,9 @@ type WriteError struct {
 
 func (e *WriteError) Error() string {
 	if e.Status == 0 {
-		return fmt.Sprintf("influx write: %v", e.Err)
+		return redact.Text(fmt.Sprintf("influx write: %v", e.Err))
 	}
-	return fmt.Sprintf("influx write: HTTP %d: %v", e.Status, e.Err)
+	return redact.Text(fmt.Sprintf("influx write: HTTP %d: %v", e.Status, e.Err))
 }
 
 func (e *WriteError) Unwrap() error { return e.Err }

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/internal/redact"
 	"github.com/tpsmon/tpsmon/sink"
 )
 
@@ -48,10 +49,10 @@ func check(ctx context.Context, cfg *Config, w io.Writer) int {
 	report := func(err error, okMsg string, args ...any) {
 		if err != nil {
 			problems++
-			fmt.Fprintf(w, "FAIL  %v\n", err)
+			fmt.Fprintf(w, "FAIL  %s\n", redact.Text(err.Error()))
 			return
 		}
-		fmt.Fprintf(w, "ok    "+okMsg+"\n", args...)
+		fmt.Fprintf(w, "%s", redact.Text(fmt.Sprintf("ok    "+okMsg+"\n", args...)))
 	}
 	if open := openBackend(cfg, nil); open != nil {
 		g, err := open()

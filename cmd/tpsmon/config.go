@@ -18,6 +18,7 @@ import (
 
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/logline"
+	"github.com/tpsmon/tpsmon/internal/redact"
 	"github.com/tpsmon/tpsmon/sink"
 )
 
@@ -330,7 +331,7 @@ func (c *Config) validate() error {
 		}
 		if s.MetricsURL != "" {
 			if u, err := url.Parse(s.MetricsURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return fmt.Errorf("%s.metrics_url: %q is not an http(s) URL", at, s.MetricsURL)
+				return fmt.Errorf("%s.metrics_url: %q is not an http(s) URL", at, redact.URL(s.MetricsURL))
 			}
 			if s.Engine == "ollama" {
 				return fmt.Errorf("%s.metrics_url: ollama serves no Prometheus metrics; read its log (log.journal_unit: ollama.service)", at)
@@ -348,7 +349,7 @@ func (c *Config) validate() error {
 	}
 	if u := c.Sink.Influx.URL; u != "" {
 		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-			return fmt.Errorf("sink.influx.url: %q is not an http(s) URL", u)
+			return fmt.Errorf("sink.influx.url: %q is not an http(s) URL", redact.URL(u))
 		}
 		if c.Sink.Influx.Bucket == "" {
 			return errors.New("sink.influx.bucket: missing")

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/coreos/go-systemd/v22/journal"
+
+	"github.com/tpsmon/tpsmon/internal/redact"
 )
 
 // newLogger logs to the journal, with structured fields, when stderr is
@@ -20,7 +22,21 @@ func newLogger(level string) (*slog.Logger, *slog.LevelVar) {
 	if ok, _ := journal.StderrIsJournalStream(); ok && journal.Enabled() {
 		return slog.New(&journalHandler{level: lv, send: journal.Send, fallback: os.Stderr}), lv
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv})), lv
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv, ReplaceAttr: maskAttr})), lv
+}
+
+// maskAttr masks credentials in URLs whatever attribute carries them: a
+// URL, an error that quotes one.
+func maskAttr(_ []string, a slog.Attr) slog.Attr {
+	switch a.Value.Kind() {
+	case slog.KindString:
+		a.Value = slog.StringValue(redact.Text(a.Value.String()))
+	case slog.KindAny:
+		if err, ok := a.Value.Any().(error); ok {
+			a.Value = slog.StringValue(redact.Text(err.Error()))
+		}
+	}
+	return a
 }
 
 func parseLevel(s string) slog.Level {
@@ -52,7 +68,7 @@ func (h *journalHandler) Handle(_ context.Context, r slog.Record) error {
 		if h.group != "" {
 			key = h.group + "." + key
 		}
-		v := a.Value.Resolve().String()
+		v := redact.Text(a.Value.Resolve().String())
 		fmt.Fprintf(&msg, " %s=%s", key, quoteIfNeeded(v))
 		vars[fieldName(key)] = v
 	}
@@ -60,7 +76,7 @@ func (h *journalHandler) Handle(_ context.Context, r slog.Record) error {
 		add(a)
 	}
 	r.Attrs(func(a slog.Attr) bool { add(a); return true })
-	if err := h.send(msg.String(), priority(r.Level), vars); err != nil {
+	if err := h.send(redact.Text(msg.String()), priority(r.Level), vars); err != nil {
 		fmt.Fprintf(h.fallback, "<%d>%s\n", priority(r.Level), msg.String())
 	}
 	return nil

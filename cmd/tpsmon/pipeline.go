@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"github.com/tpsmon/tpsmon/collector/gpumap"
 	"github.com/tpsmon/tpsmon/collector/logline"
 	"github.com/tpsmon/tpsmon/collector/tail"
+	"github.com/tpsmon/tpsmon/internal/statefile"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -66,7 +66,8 @@ type pipeline struct {
 	logGrace time.Duration
 	// stateDir keeps the end of the last closed window, so that a restart
 	// can say which windows no process observed; empty: not kept.
-	stateDir string
+	stateDir     string
+	markerFailed bool // the last marker write failed (said once)
 	// posDir keeps the log positions the joiner has accepted; empty: a
 	// log is read from its end at each start.
 	posDir   string
@@ -561,10 +562,11 @@ func (p *pipeline) markClosed(end time.Time) {
 		return
 	}
 	path := filepath.Join(p.stateDir, markerName)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(end.UnixMilli(), 10)+"\n"), 0o600); err == nil {
-		os.Rename(tmp, path)
+	err := statefile.WriteAtomic(path, []byte(strconv.FormatInt(end.UnixMilli(), 10)+"\n"))
+	if err != nil && !p.markerFailed {
+		p.log.Warn("window marker not saved", "err", err)
 	}
+	p.markerFailed = err != nil
 }
 
 // reportGap says which windows went unobserved between the last window
@@ -574,7 +576,7 @@ func (p *pipeline) reportGap() {
 	if p.stateDir == "" {
 		return
 	}
-	b, err := os.ReadFile(filepath.Join(p.stateDir, markerName))
+	b, err := statefile.Read(filepath.Join(p.stateDir, markerName))
 	if err != nil {
 		return
 	}

@@ -18,7 +18,9 @@ import (
 
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/internal/live"
+	"github.com/tpsmon/tpsmon/internal/redact"
 	"github.com/tpsmon/tpsmon/internal/sim/gpusim"
+	"github.com/tpsmon/tpsmon/internal/statefile"
 	"github.com/tpsmon/tpsmon/nvml"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/spool"
@@ -105,11 +107,14 @@ func runDaemon(ctx context.Context, cfg *Config, log *slog.Logger, o daemonOpts)
 		p.outputs = append(p.outputs, out)
 		p.stateDir = cfg.Sink.Spool.Dir
 		tel.spool, tel.sender = out.spool, out.sender
-		// Log positions beside the spool: both must survive a restart.
-		p.posDir = filepath.Join(filepath.Dir(cfg.Sink.Spool.Dir), "positions")
-		if err := os.MkdirAll(p.posDir, 0o700); err != nil {
+		// Log positions in the state directory with the spool: both must
+		// survive a restart. Earlier versions kept them beside it.
+		pos, err := statefile.Dir(cfg.Sink.Spool.Dir, "positions")
+		if err != nil {
 			return fmt.Errorf("log positions: %w", err)
 		}
+		movePositions(filepath.Join(filepath.Dir(cfg.Sink.Spool.Dir), "positions"), pos, log)
+		p.posDir = pos
 	} else {
 		f, err := sink.OpenFile(cfg.Sink.File.Path)
 		if err != nil {
@@ -151,7 +156,7 @@ func runDaemon(ctx context.Context, cfg *Config, log *slog.Logger, o daemonOpts)
 		return err
 	}
 	log.Info("tpsmon running", "version", version, "host", cfg.Host, "window", cfg.Window,
-		"servers", len(cfg.Servers), "gpu_backend", cfg.GPU.Backend, "influx", cfg.Sink.Influx.URL)
+		"servers", len(cfg.Servers), "gpu_backend", cfg.GPU.Backend, "influx", redact.URL(cfg.Sink.Influx.URL))
 	status := statusLine(p, tel)
 	notify(log, daemon.SdNotifyReady+"\nSTATUS="+status)
 
@@ -323,4 +328,25 @@ func discover(ctx context.Context, client *http.Client, ports []int, log *slog.L
 		}
 	}
 	return found
+}
+
+// movePositions moves the log positions an earlier version kept beside
+// the state directory into it, once; a failure only means logs are read
+// from their end once.
+func movePositions(old, cur string, log *slog.Logger) {
+	names, err := filepath.Glob(filepath.Join(old, "*.json"))
+	if err != nil || len(names) == 0 {
+		return
+	}
+	for _, n := range names {
+		dst := filepath.Join(cur, filepath.Base(n))
+		if _, err := os.Lstat(dst); err == nil {
+			continue
+		}
+		if b, err := statefile.Read(n); err == nil && statefile.WriteAtomic(dst, b) == nil {
+			os.Remove(n)
+		}
+	}
+	os.Remove(old) // only when empty
+	log.Info("log positions moved into the state directory", "from", old, "to", cur)
 }

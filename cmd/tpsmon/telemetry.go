@@ -16,6 +16,7 @@ import (
 
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/internal/api"
+	"github.com/tpsmon/tpsmon/internal/redact"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/spool"
 )
@@ -70,7 +71,7 @@ func (t *telemetry) registry() *prometheus.Registry {
 		})
 	counter("tpsmon_spool_dropped_points_total", "Points lost to a full spool or a failed spool write.",
 		func() float64 { return float64(st().Dropped) })
-	counter("tpsmon_quarantined_points_total", "Points InfluxDB rejected, kept in the quarantine directory.",
+	counter("tpsmon_quarantined_points_total", "Points InfluxDB rejected or found corrupt in the spool, kept in the quarantine directory.",
 		func() float64 { return float64(st().Quarantined) })
 	counter("tpsmon_spool_corrupt_bytes_total", "Corrupt spool bytes moved to quarantine at recovery.",
 		func() float64 { return float64(st().QuarantinedBytes) })
@@ -114,6 +115,7 @@ func (t *telemetry) health() (healthReport, int) {
 		h := t.sender.Health()
 		st := t.spool.Stats()
 		r.Spool = &st
+		h.LastError, h.ConfigError = redact.Text(h.LastError), redact.Text(h.ConfigError)
 		r.Influx = &influxHealth{Sent: h.Sent, Retries: h.Retries, LastError: h.LastError}
 		if !h.LastSuccess.IsZero() {
 			r.Influx.LastSuccess = &h.LastSuccess

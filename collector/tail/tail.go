@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/tpsmon/tpsmon/internal/statefile"
 )
 
 // Position says where reading stopped: which file (device, inode, and a
@@ -84,7 +86,7 @@ type Tailer struct {
 
 // LoadPosition reads a saved position; a missing file is no position.
 func LoadPosition(file string) (Position, bool, error) {
-	b, err := os.ReadFile(file)
+	b, err := statefile.Read(file)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Position{}, false, nil
 	}
@@ -102,18 +104,7 @@ func LoadPosition(file string) (Position, bool, error) {
 // consumer calls it once the lines up to p are accepted.
 func SavePosition(file string, p Position) error {
 	b, _ := json.Marshal(p)
-	tmp := file + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("tail: save position: %w", err)
-	}
-	_, werr := f.Write(append(b, '\n'))
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		return fmt.Errorf("tail: save position: %w", err)
-	}
-	if err := os.Rename(tmp, file); err != nil {
+	if err := statefile.WriteAtomic(file, append(b, '\n')); err != nil {
 		return fmt.Errorf("tail: save position: %w", err)
 	}
 	return nil

@@ -1,12 +1,12 @@
 package spool
 
 import (
-	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"syscall"
+
+	"github.com/tpsmon/tpsmon/internal/statefile"
 )
 
 // FS is the part of the file system the spool writes through, so that
@@ -29,9 +29,15 @@ type File interface {
 // OS is the real file system.
 type OS struct{}
 
-// OpenFile opens a file of the real file system.
+// OpenFile opens a file of the real file system, never through a
+// symbolic link: one planted in the spool directory is refused with an
+// error naming it.
 func (OS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
-	return os.OpenFile(name, flag, perm)
+	f, err := os.OpenFile(name, flag|syscall.O_NOFOLLOW, perm)
+	if err != nil {
+		return nil, statefile.Refused(name, err)
+	}
+	return f, nil
 }
 
 // Rename renames a file.
@@ -45,25 +51,10 @@ func (OS) Remove(name string) error { return os.Remove(name) }
 func openNoFollow(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return nil, refusedLink(path, err)
+		return nil, statefile.Refused(path, err)
 	}
 	return f, nil
 }
 
 // readFileNoFollow reads a whole spool file, refusing a symbolic link.
-func readFileNoFollow(path string) ([]byte, error) {
-	f, err := openNoFollow(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(f)
-}
-
-// refusedLink names the path when an O_NOFOLLOW open met a symbolic link.
-func refusedLink(path string, err error) error {
-	if errors.Is(err, syscall.ELOOP) {
-		return fmt.Errorf("%s is a symbolic link; tpsmon does not follow links in its state directory", path)
-	}
-	return err
-}
+func readFileNoFollow(path string) ([]byte, error) { return statefile.Read(path) }

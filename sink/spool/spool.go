@@ -19,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tpsmon/tpsmon/internal/statefile"
 )
 
 // Options configure a spool.
@@ -87,8 +89,10 @@ func Open(opts Options) (*Spool, error) {
 	if opts.SegmentBytes <= 0 {
 		opts.SegmentBytes = min(max(opts.MaxBytes/16, 64<<10), 16<<20)
 	}
-	if err := os.MkdirAll(filepath.Join(opts.Dir, quarDir), 0o700); err != nil {
-		return nil, fmt.Errorf("spool: %w", err)
+	for _, d := range []string{opts.Dir, filepath.Join(opts.Dir, quarDir)} {
+		if err := statefile.EnsureDir(d); err != nil {
+			return nil, fmt.Errorf("spool: %w", err)
+		}
 	}
 	s := &Spool{opts: opts}
 	if err := s.recover(); err != nil {
@@ -315,7 +319,7 @@ func (s *Spool) Quarantine(reason string, lines []byte) error {
 }
 
 func (s *Spool) readCursor() (uint64, int64) {
-	b, err := os.ReadFile(filepath.Join(s.opts.Dir, cursorName))
+	b, err := statefile.Read(filepath.Join(s.opts.Dir, cursorName))
 	if err != nil {
 		return 0, 0
 	}
@@ -553,13 +557,13 @@ func (s *Spool) Ack(b Batch) error {
 
 // Stats is the spool's state for self-telemetry.
 type Stats struct {
-	Bytes            int64  // unsent bytes
-	Points           int    // unsent points
-	Dropped          uint64 // points lost to a full spool or a failed append
-	Quarantined      uint64 // points the server rejected, kept aside
-	QuarantinedBytes int64  // corrupt bytes moved aside at recovery
-	AppendErrors     uint64
-	OldestUnsent     time.Time // timestamp of the oldest unsent point; zero when none
+	Bytes            int64     `json:"bytes"`                  // unsent bytes
+	Points           int       `json:"points"`                 // unsent points
+	Dropped          uint64    `json:"dropped_points"`         // points lost to a full spool or a failed append
+	Quarantined      uint64    `json:"quarantined_points"`     // points rejected or corrupt, kept aside
+	QuarantinedBytes int64     `json:"quarantined_bytes"`      // corrupt bytes moved aside
+	AppendErrors     uint64    `json:"append_errors"`          // appends that failed
+	OldestUnsent     time.Time `json:"oldest_unsent,omitzero"` // timestamp of the oldest unsent point; zero when none
 }
 
 // Stats returns the spool's counters.

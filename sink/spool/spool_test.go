@@ -379,3 +379,43 @@ func TestCorruptRecordLosesOnlyItself(t *testing.T) {
 		})
 	}
 }
+
+// TestStateLinksRefused plants links where the spool writes (the cursor's
+// temporary file, the quarantine file): the write fails naming the link,
+// the target stays as it was, and a loose pre-existing directory is made
+// 0700.
+func TestStateLinksRefused(t *testing.T) {
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	s, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, d := range []string{dir, filepath.Join(dir, quarDir)} {
+		if fi, _ := os.Stat(d); fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s has mode %v, want 0700", d, fi.Mode().Perm())
+		}
+	}
+	victim := filepath.Join(t.TempDir(), "victim")
+	os.WriteFile(victim, []byte("precious\n"), 0o644)
+	for _, name := range []string{cursorName + ".tmp", filepath.Join(quarDir, "rejected.lp")} {
+		if err := os.Symlink(victim, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Append(batch(2, 0))
+	b, _, err := s.Peek(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ack(b); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, cursorName+".tmp")) {
+		t.Errorf("cursor through a link: %v", err)
+	}
+	if err := s.Quarantine("test", []byte("m v=1 1\n")); err == nil || !strings.Contains(err.Error(), "rejected.lp") {
+		t.Errorf("quarantine through a link: %v", err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "precious\n" {
+		t.Errorf("the link's target was written: %q", b)
+	}
+}
