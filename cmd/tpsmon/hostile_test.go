@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tpsmon/tpsmon/collector"
+)
+
+// glitchingVLLM counts 100 tokens/s but prints bad instead of its counter
+// for 200 ms, a second after start.
+// With bad "flap", every other page from 1 s to 2 s prints the count of a
+// second earlier, as a stale replica behind the same address would.
+type glitchingVLLM struct {
+	start time.Time
+	bad   string
+	pages atomic.Int64
+}
+
+func (g *glitchingVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	since := time.Since(g.start)
+	v := strconv.FormatFloat(100*since.Seconds(), 'f', 3, 64)
+	switch {
+	case g.bad == "flap" && since >= time.Second && since < 2*time.Second && g.pages.Add(1)%2 == 0:
+		v = strconv.FormatFloat(100*(since.Seconds()-1), 'f', 3, 64)
+	case g.bad != "flap" && since >= time.Second && since < 1200*time.Millisecond:
+		v = g.bad
+	}
+	fmt.Fprintf(w, "vllm:generation_tokens_total{model_name=\"m\"} %s\nvllm:num_requests_running{model_name=\"m\"} 4\n", v)
+}
+
+// TestOneBadSampleDoesNotCorrupt runs the daemon's pipeline against a
+// server that prints one absurd counter value for 200 ms: every window
+// reads what the valid samples say (50 tokens per 500 ms window, within
+// the timing jitter of live scrapes), and the refused values are counted
+// with their reason.
+func TestOneBadSampleDoesNotCorrupt(t *testing.T) {
+	tests := []struct {
+		bad    string
+		reason collector.Reason
+	}{
+		{"99999999999999999999.0", collector.Huge},
+		{"1e308", collector.Huge},
+		{"NaN", collector.NotANumber},
+		{"+Inf", collector.Infinite},
+		{"-5", collector.Negative},
+		{"flap", collector.Flap},
+	}
+	tokensRe := regexp.MustCompile(`tokens=(-?\d+)i`)
+	for _, tc := range tests {
+		t.Run(tc.bad, func(t *testing.T) {
+			srv := httptest.NewServer(&glitchingVLLM{start: time.Now(), bad: tc.bad})
+			defer srv.Close()
+			cfg := testConfig(t)
+			cfg.Window, cfg.Grace = 500*time.Millisecond, 100*time.Millisecond
+			cfg.Servers = []ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: srv.URL, GPUs: []string{"auto"}, ScrapeInterval: 50 * time.Millisecond}}
+			var out bytes.Buffer
+			p := &pipeline{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), outputs: []pointWriter{newLPOutput(&out)},
+				client: &http.Client{Timeout: time.Second}}
+			ctx, cancel := context.WithTimeout(context.Background(), 2600*time.Millisecond)
+			defer cancel()
+			if err := p.run(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ms := tokensRe.FindAllStringSubmatch(out.String(), -1)
+			if len(ms) < 4 {
+				t.Fatalf("%d windows with tokens:\n%s", len(ms), out.String())
+			}
+			// The first window and the last (cut by shutdown) are partial.
+			for i, m := range ms[1 : len(ms)-1] {
+				n, _ := strconv.Atoi(m[1])
+				if n < 35 || n > 65 {
+					t.Errorf("window %d: tokens=%d, the server made 50:\n%s", i+1, n, out.String())
+				}
+			}
+			got := map[collector.Reason]uint64{}
+			p.discards.Each(func(server string, r collector.Reason, n uint64) { got[r] += n })
+			if got[tc.reason] == 0 {
+				t.Errorf("discards %v, want some %v", got, tc.reason)
+			}
+		})
+	}
+}
