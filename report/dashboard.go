@@ -55,10 +55,10 @@ func Dashboard() ([]byte, error) {
 			panel("Tokens per joule", "bargauge", 0, 15, 8, 8, TokensPerJoule, "table", nil),
 			panel("Lowest tokens per GPU-hour", "table", 8, 15, 8, 8, Ranking, "table",
 				map[string]any{"transformations": []any{map[string]any{"id": "sortBy", "options": map[string]any{"sort": []any{map[string]any{"field": "tokens_per_gpu_hour"}}}}}}),
-			panel("Windows in state $state, by server", "table", 16, 15, 8, 8, StateWindows, "table", nil),
+			panel("Time in state $state, by server", "table", 16, 15, 8, 8, StateTime, "table", nil),
 			panel("GPUs no server uses", "table", 0, 23, 12, 8, UnusedGPUs, "table", nil),
 			panel("GPU utilization windows (idle: util < 5%)", "table", 12, 23, 12, 8, GPUIdle, "table", nil),
-			panel("GPU windows and mean utilization", "table", 0, 31, 24, 8, GPUWindows, "table", nil),
+			panel("GPU time and mean utilization", "table", 0, 31, 24, 8, GPUTime, "table", nil),
 		},
 	}
 	return json.MarshalIndent(d, "", "  ")

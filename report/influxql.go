@@ -90,8 +90,8 @@ func (c *Client) Query(ctx context.Context, q string) ([]Series, error) {
 	return out.Results[0].Series, nil
 }
 
-// num reads a numeric cell.
-func num(v any) (float64, bool) {
+// Num reads a numeric cell of a result.
+func Num(v any) (float64, bool) {
 	switch x := v.(type) {
 	case float64:
 		return x, true

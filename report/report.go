@@ -11,31 +11,71 @@ import (
 
 // Report is what a time range of the fleet says.
 type Report struct {
-	From     time.Time      `json:"from"`
-	To       time.Time      `json:"to"`
-	Host     string         `json:"host,omitempty"`
-	Server   string         `json:"server,omitempty"`
-	Window   string         `json:"window"`
-	Findings []string       `json:"findings"`
-	Waste    []StateHours   `json:"gpu_hours_by_state"`
-	Servers  []ServerReport `json:"servers"`
-	GPUs     []GPUReport    `json:"gpus"`
+	From   time.Time `json:"from"`
+	To     time.Time `json:"to"`
+	Host   string    `json:"host,omitempty"`
+	Server string    `json:"server,omitempty"`
+	// Level is the series read: raw windows, or the 1h or 1d rollups.
+	Level string `json:"level"`
+	// Interval is the charts' bucket.
+	Interval string `json:"interval"`
+	// Window is the windows' length as the data says (raw level only):
+	// one length, or the lengths seen.
+	Window string `json:"window,omitempty"`
+	// GPUHours is every GPU's observed time; the states below add up to it.
+	GPUHours float64 `json:"gpu_hours"`
+	Tokens   float64 `json:"tokens"`
+	// TokensPerGPUHour and TokensPerJoule are the fleet's, over all GPUs.
+	TokensPerGPUHour *float64 `json:"tokens_per_gpu_hour,omitempty"`
+	TokensPerJoule   *float64 `json:"tokens_per_joule,omitempty"`
+	// Cost is GPU-hours at the configured prices; absent without prices.
+	Cost                *float64       `json:"cost,omitempty"`
+	CostPerMillionToken *float64       `json:"cost_per_million_tokens,omitempty"`
+	Findings            []string       `json:"findings"`
+	Waste               []StateHours   `json:"gpu_hours_by_state"`
+	Fleet               []FleetPoint   `json:"fleet"`
+	Servers             []ServerReport `json:"servers"`
+	GPUs                []GPUReport    `json:"gpus"`
+	// Unpriced lists GPU models without a price, when prices were given.
+	Unpriced []string `json:"unpriced,omitempty"`
 }
 
 // StateHours is the GPU time spent in one state, and who spent it.
 type StateHours struct {
-	State    string   `json:"state"`
-	GPUHours float64  `json:"gpu_hours"`
-	By       []string `json:"by"` // "host/server: hours", most first
+	State    string  `json:"state"`
+	GPUHours float64 `json:"gpu_hours"`
+	Share    float64 `json:"share"` // of all GPU-hours
+	By       []Who   `json:"by"`    // most first
+}
+
+// Who spent GPU-hours: a server on a host, or one unused GPU.
+type Who struct {
+	Host     string  `json:"host"`
+	Server   string  `json:"server,omitempty"`
+	GPU      string  `json:"gpu,omitempty"`
+	UUID     string  `json:"uuid,omitempty"`
+	GPUHours float64 `json:"gpu_hours"`
+}
+
+// FleetPoint is the fleet over one interval. Absent ratios are nil.
+type FleetPoint struct {
+	Time             time.Time          `json:"time"`
+	TPS              float64            `json:"tps"`
+	GPUHours         float64            `json:"gpu_hours"`
+	TokensPerGPUHour *float64           `json:"tokens_per_gpu_hour,omitempty"`
+	TokensPerJoule   *float64           `json:"tokens_per_joule,omitempty"`
+	StateGPUHours    map[string]float64 `json:"state_gpu_hours"`
 }
 
 // ServerReport is one server over the range.
 type ServerReport struct {
 	Host             string             `json:"host"`
 	Server           string             `json:"server"`
+	GPUs             string             `json:"gpus"`
 	TokensPerJoule   *float64           `json:"tokens_per_joule,omitempty"`
 	TokensPerGPUHour *float64           `json:"tokens_per_gpu_hour,omitempty"`
 	Tokens           float64            `json:"tokens"`
+	GPUHours         float64            `json:"gpu_hours"`
 	StateShare       map[string]float64 `json:"state_share"`
 	Series           []Point            `json:"series"`
 }
@@ -53,10 +93,14 @@ type Point struct {
 type GPUReport struct {
 	Host      string  `json:"host"`
 	GPU       string  `json:"gpu"`
+	UUID      string  `json:"uuid"`
+	Model     string  `json:"model,omitempty"`
 	Server    string  `json:"server"`
+	Hours     float64 `json:"hours"`
 	IdleShare float64 `json:"idle_share"` // of windows with util < 5 %
 	MeanUtil  float64 `json:"mean_util"`
 	Windows   int     `json:"windows"`
+	EnergyJ   float64 `json:"energy_j"`
 }
 
 // querier runs InfluxQL.
@@ -64,21 +108,83 @@ type querier interface {
 	Query(ctx context.Context, q string) ([]Series, error)
 }
 
-// Build reads the range of f and draws the findings. window is the
-// windows' length, which turns window counts into GPU-hours.
-func Build(ctx context.Context, c querier, f Filter, window time.Duration) (*Report, error) {
-	r := &Report{From: f.From, To: f.To, Host: f.Host, Server: f.Server, Window: window.String()}
-	run := func(q Query, state string) ([]Series, error) {
-		text, err := f.Render(q, state)
-		if err != nil {
-			return nil, err
-		}
-		s, err := c.Query(ctx, text)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", q.Name, err)
-		}
+// Options are the report's settings beyond the filter.
+type Options struct {
+	// Prices is the price of a GPU-hour per GPU model (the gpu points'
+	// name tag); "*" prices any other model.
+	Prices map[string]float64
+}
+
+// builder holds one Build's state.
+type builder struct {
+	ctx  context.Context
+	c    querier
+	f    Filter
+	r    *Report
+	lens map[string]map[string]time.Duration // measurement -> host -> window
+}
+
+func (b *builder) run(q Query, state string) ([]Series, error) {
+	text, err := b.f.Render(q, state)
+	if err != nil {
+		return nil, err
+	}
+	s, err := b.c.Query(b.ctx, text)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", q.Name, err)
+	}
+	return s, nil
+}
+
+// seconds turns a row of windows, seconds and timed (windows with a known
+// length) into observed seconds: untimed windows count at the host's
+// window length read from the data of measurement m.
+func (b *builder) seconds(m, host string, row map[string]any) (float64, error) {
+	n, _ := Num(row["windows"])
+	s, _ := Num(row["seconds"])
+	timed, _ := Num(row["timed"])
+	if timed >= n {
 		return s, nil
 	}
+	if b.lens[m] == nil {
+		tf := fmt.Sprintf("time >= %dms AND time < %dms", b.f.From.UnixMilli(), b.f.To.UnixMilli())
+		l, err := WindowLengths(b.ctx, b.c, m, tf)
+		if err != nil {
+			return 0, err
+		}
+		b.lens[m] = l
+	}
+	w, ok := b.lens[m][host]
+	if !ok {
+		return 0, fmt.Errorf("report: %s on %s: %v windows without window_s and too few to read their length from their spacing", m, host, n-timed)
+	}
+	return s + (n-timed)*w.Seconds(), nil
+}
+
+func gpuCount(tag string) int {
+	if tag == "" {
+		return 0
+	}
+	return len(strings.Split(tag, ","))
+}
+
+// Build reads the range of f and draws the findings. Every duration comes
+// from the points: their window_s field, or for older points the spacing
+// of their timestamps.
+func Build(ctx context.Context, c querier, f Filter, o Options) (*Report, error) {
+	if f.Level == "" {
+		f.Level = Raw
+	}
+	r := &Report{From: f.From, To: f.To, Host: f.Host, Server: f.Server, Level: f.Level, Interval: f.Interval.String()}
+	b := &builder{ctx: ctx, c: c, f: f, r: r, lens: map[string]map[string]time.Duration{}}
+	if err := b.build(o); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (b *builder) build(o Options) error {
+	r := b.r
 	servers := map[string]*ServerReport{}
 	server := func(tags map[string]string) *ServerReport {
 		k := tags["host"] + "/" + tags["server"]
@@ -87,135 +193,181 @@ func Build(ctx context.Context, c querier, f Filter, window time.Duration) (*Rep
 			s = &ServerReport{Host: tags["host"], Server: tags["server"], StateShare: map[string]float64{}}
 			servers[k] = s
 		}
+		if tags["gpus"] != "" {
+			s.GPUs = tags["gpus"]
+		}
 		return s
 	}
-	// Windows per state and server, and the GPU-hours they held.
-	total := map[string]float64{}
+	// Each server's time per state; its GPUs' time takes its state.
+	stateSecs := map[string]float64{}
 	byState := map[string]map[string]float64{}
+	serverSecs := map[string]float64{}
 	for _, st := range States {
-		series, err := run(StateWindows, st)
+		series, err := b.run(StateTime, st)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, s := range series {
 			for _, row := range s.Rows() {
-				n, _ := num(row["windows"])
-				sr := server(s.Tags)
-				sr.StateShare[st] += n
-				total[sr.Host+"/"+sr.Server] += n
-				gpus := 0
-				if g := s.Tags["gpus"]; g != "" {
-					gpus = len(strings.Split(g, ","))
+				secs, err := b.seconds("tpsmon_server", s.Tags["host"], row)
+				if err != nil {
+					return err
 				}
-				h := n * window.Hours() * float64(gpus)
+				sr := server(s.Tags)
+				sr.StateShare[st] += secs
+				serverSecs[sr.Host+"/"+sr.Server] += secs
+				g := secs * float64(gpuCount(s.Tags["gpus"]))
+				sr.GPUHours += g / 3600
+				stateSecs[st] += g
 				if byState[st] == nil {
 					byState[st] = map[string]float64{}
 				}
-				byState[st][sr.Host+"/"+sr.Server] += h
+				byState[st][sr.Host+"\x00"+sr.Server] += g / 3600
 			}
 		}
 	}
 	for k, s := range servers {
 		for st := range s.StateShare {
-			if total[k] > 0 {
-				s.StateShare[st] /= total[k]
+			if serverSecs[k] > 0 {
+				s.StateShare[st] /= serverSecs[k]
 			}
 		}
-	}
-	for _, st := range States {
-		sh := StateHours{State: st}
-		type kv struct {
-			k string
-			v float64
-		}
-		var by []kv
-		for k, v := range byState[st] {
-			sh.GPUHours += v
-			by = append(by, kv{k, v})
-		}
-		sort.Slice(by, func(a, b int) bool { return by[a].v > by[b].v || by[a].v == by[b].v && by[a].k < by[b].k })
-		for _, x := range by {
-			sh.By = append(sh.By, fmt.Sprintf("%s: %.1f h", x.k, x.v))
-		}
-		r.Waste = append(r.Waste, sh)
 	}
 
-	if series, err := run(TokensPerJoule, ""); err != nil {
-		return nil, err
-	} else {
-		for _, s := range series {
-			for _, row := range s.Rows() {
-				if v, ok := num(row["tokens_per_joule"]); ok {
-					server(s.Tags).TokensPerJoule = &v
-				}
-			}
-		}
-	}
-	if series, err := run(Ranking, ""); err != nil {
-		return nil, err
-	} else {
-		for _, s := range series {
-			for _, row := range s.Rows() {
-				sr := server(s.Tags)
-				if v, ok := num(row["tokens_per_gpu_hour"]); ok {
-					sr.TokensPerGPUHour = &v
-				}
-				sr.Tokens, _ = num(row["tokens"])
-			}
-		}
-	}
-	if series, err := run(ServerSeries, ""); err != nil {
-		return nil, err
-	} else {
-		for _, s := range series {
-			sr := server(s.Tags)
-			for _, row := range s.Rows() {
-				t, _ := num(row["time"])
-				p := Point{Time: time.Unix(int64(t), 0).UTC(), SystemTPS: -1, PerUserTPS: -1, Running: -1, GPUUtil: -1}
-				for col, dst := range map[string]*float64{"system_tps": &p.SystemTPS, "per_user_tps": &p.PerUserTPS, "running": &p.Running, "gpu_util": &p.GPUUtil} {
-					if v, ok := num(row[col]); ok {
-						*dst = v
-					}
-				}
-				sr.Series = append(sr.Series, p)
-			}
-		}
-	}
-	// GPUs: how often each was idle, and whom it served.
+	// GPUs: observed time, idleness, whom they served.
 	gpus := map[string]*GPUReport{}
 	gpu := func(tags map[string]string) *GPUReport {
-		k := tags["host"] + "/" + tags["gpu"] + "/" + tags["server"]
+		k := tags["host"] + "/" + tags["uuid"] + "/" + tags["gpu"] + "/" + tags["server"]
 		g, ok := gpus[k]
 		if !ok {
-			g = &GPUReport{Host: tags["host"], GPU: tags["gpu"], Server: tags["server"]}
+			g = &GPUReport{Host: tags["host"], GPU: tags["gpu"], UUID: tags["uuid"], Server: tags["server"]}
 			gpus[k] = g
+		}
+		if tags["name"] != "" {
+			g.Model = tags["name"]
 		}
 		return g
 	}
-	if series, err := run(GPUWindows, ""); err != nil {
-		return nil, err
-	} else {
-		for _, s := range series {
-			for _, row := range s.Rows() {
-				g := gpu(s.Tags)
-				n, _ := num(row["windows"])
-				g.Windows = int(n)
-				g.MeanUtil, _ = num(row["util"])
+	series, err := b.run(GPUTime, "")
+	if err != nil {
+		return err
+	}
+	var gpuSecs, gpuEnergy float64
+	unused := map[string]float64{}
+	for _, s := range series {
+		for _, row := range s.Rows() {
+			g := gpu(s.Tags)
+			n, _ := Num(row["windows"])
+			secs, err := b.seconds("tpsmon_gpu", g.Host, row)
+			if err != nil {
+				return err
+			}
+			g.Windows += int(n)
+			g.Hours += secs / 3600
+			g.MeanUtil, _ = Num(row["util"])
+			g.EnergyJ, _ = Num(row["energy_j"])
+			gpuSecs += secs
+			gpuEnergy += g.EnergyJ
+			if g.Server == "" {
+				unused[g.Host+"\x00\x00"+g.GPU+"\x00"+g.UUID] += secs / 3600
+				stateSecs[Unused] += secs
 			}
 		}
 	}
-	if series, err := run(GPUIdle, ""); err != nil {
-		return nil, err
-	} else {
-		for _, s := range series {
-			for _, row := range s.Rows() {
-				g := gpu(s.Tags)
-				n, _ := num(row["idle_windows"])
-				if g.Windows > 0 {
-					g.IdleShare = n / float64(g.Windows)
-				}
+	if series, err = b.run(GPUIdle, ""); err != nil {
+		return err
+	}
+	for _, s := range series {
+		for _, row := range s.Rows() {
+			g := gpu(s.Tags)
+			n, _ := Num(row["idle_windows"])
+			if g.Windows > 0 {
+				g.IdleShare = n / float64(g.Windows)
 			}
 		}
+	}
+	byState[Unused] = unused
+	r.GPUHours = gpuSecs / 3600
+	for _, st := range append(append([]string{}, States...), Unused) {
+		h := stateSecs[st] / 3600
+		if h == 0 {
+			continue // a state that did not occur is no row
+		}
+		sh := StateHours{State: st, GPUHours: h}
+		if r.GPUHours > 0 {
+			sh.Share = h / r.GPUHours
+		}
+		for k, v := range byState[st] {
+			p := strings.Split(k, "\x00")
+			w := Who{Host: p[0], Server: p[1], GPUHours: v}
+			if len(p) == 4 {
+				w.GPU, w.UUID = p[2], p[3]
+			}
+			sh.By = append(sh.By, w)
+		}
+		sort.Slice(sh.By, func(i, j int) bool {
+			x, y := sh.By[i], sh.By[j]
+			if x.GPUHours != y.GPUHours {
+				return x.GPUHours > y.GPUHours
+			}
+			return x.Host+x.Server+x.GPU < y.Host+y.Server+y.GPU
+		})
+		r.Waste = append(r.Waste, sh)
+	}
+
+	if series, err = b.run(TokensPerJoule, ""); err != nil {
+		return err
+	}
+	for _, s := range series {
+		for _, row := range s.Rows() {
+			if v, ok := Num(row["tokens_per_joule"]); ok {
+				server(s.Tags).TokensPerJoule = &v
+			}
+		}
+	}
+	if series, err = b.run(Ranking, ""); err != nil {
+		return err
+	}
+	for _, s := range series {
+		for _, row := range s.Rows() {
+			sr := server(s.Tags)
+			sr.Tokens, _ = Num(row["tokens"])
+			r.Tokens += sr.Tokens
+			if sr.GPUHours > 0 {
+				v := sr.Tokens / sr.GPUHours
+				sr.TokensPerGPUHour = &v
+			}
+		}
+	}
+	if r.GPUHours > 0 {
+		v := r.Tokens / r.GPUHours
+		r.TokensPerGPUHour = &v
+	}
+	if gpuEnergy > 0 {
+		v := r.Tokens / gpuEnergy
+		r.TokensPerJoule = &v
+	}
+	if series, err = b.run(ServerSeries, ""); err != nil {
+		return err
+	}
+	for _, s := range series {
+		sr := server(s.Tags)
+		for _, row := range s.Rows() {
+			t, _ := Num(row["time"])
+			p := Point{Time: time.Unix(int64(t), 0).UTC(), SystemTPS: -1, PerUserTPS: -1, Running: -1, GPUUtil: -1}
+			for col, dst := range map[string]*float64{"system_tps": &p.SystemTPS, "per_user_tps": &p.PerUserTPS, "running": &p.Running, "gpu_util": &p.GPUUtil} {
+				if v, ok := Num(row[col]); ok {
+					*dst = v
+				}
+			}
+			sr.Series = append(sr.Series, p)
+		}
+	}
+	if err := b.fleet(); err != nil {
+		return err
+	}
+	if m := b.lens["tpsmon_server"]; len(m) > 0 {
+		r.Window = describeLengths(m)
 	}
 
 	for _, s := range servers {
@@ -228,13 +380,151 @@ func Build(ctx context.Context, c querier, f Filter, window time.Duration) (*Rep
 		r.GPUs = append(r.GPUs, *g)
 	}
 	sort.Slice(r.GPUs, func(a, b int) bool {
-		if r.GPUs[a].Host != r.GPUs[b].Host {
-			return r.GPUs[a].Host < r.GPUs[b].Host
+		x, y := r.GPUs[a], r.GPUs[b]
+		if x.Host != y.Host {
+			return x.Host < y.Host
 		}
-		return r.GPUs[a].GPU < r.GPUs[b].GPU
+		if x.GPU != y.GPU {
+			return x.GPU < y.GPU
+		}
+		return x.Server < y.Server
 	})
+	b.price(o.Prices)
 	r.Findings = findings(r)
-	return r, nil
+	return nil
+}
+
+func describeLengths(m map[string]time.Duration) string {
+	seen := map[time.Duration]bool{}
+	var ls []time.Duration
+	for _, l := range m {
+		if !seen[l] {
+			seen[l] = true
+			ls = append(ls, l)
+		}
+	}
+	sort.Slice(ls, func(i, j int) bool { return ls[i] < ls[j] })
+	var s []string
+	for _, l := range ls {
+		s = append(s, l.String())
+	}
+	return strings.Join(s, ", ")
+}
+
+// fleet fills the fleet's series per interval.
+func (b *builder) fleet() error {
+	pts := map[int64]*FleetPoint{}
+	at := func(row map[string]any) *FleetPoint {
+		t, _ := Num(row["time"])
+		p, ok := pts[int64(t)]
+		if !ok {
+			p = &FleetPoint{Time: time.Unix(int64(t), 0).UTC(), StateGPUHours: map[string]float64{}}
+			pts[int64(t)] = p
+		}
+		return p
+	}
+	tokens := map[int64]float64{}
+	energy := map[int64]float64{}
+	series, err := b.run(FleetTokens, "")
+	if err != nil {
+		return err
+	}
+	for _, s := range series {
+		for _, row := range s.Rows() {
+			v, _ := Num(row["tokens"])
+			p := at(row)
+			tokens[p.Time.Unix()] += v
+		}
+	}
+	if series, err = b.run(FleetGPU, ""); err != nil {
+		return err
+	}
+	for _, s := range series {
+		for _, row := range s.Rows() {
+			secs, err := b.seconds("tpsmon_gpu", s.Tags["host"], row)
+			if err != nil {
+				return err
+			}
+			p := at(row)
+			p.GPUHours += secs / 3600
+			e, _ := Num(row["energy_j"])
+			energy[p.Time.Unix()] += e
+		}
+	}
+	for _, st := range States {
+		if series, err = b.run(StateTrend, st); err != nil {
+			return err
+		}
+		for _, s := range series {
+			for _, row := range s.Rows() {
+				secs, err := b.seconds("tpsmon_server", s.Tags["host"], row)
+				if err != nil {
+					return err
+				}
+				at(row).StateGPUHours[st] += secs * float64(gpuCount(s.Tags["gpus"])) / 3600
+			}
+		}
+	}
+	if series, err = b.run(UnusedTrend, ""); err != nil {
+		return err
+	}
+	for _, s := range series {
+		for _, row := range s.Rows() {
+			secs, err := b.seconds("tpsmon_gpu", s.Tags["host"], row)
+			if err != nil {
+				return err
+			}
+			at(row).StateGPUHours[Unused] += secs / 3600
+		}
+	}
+	iv := b.f.Interval.Seconds()
+	for k, p := range pts {
+		tok := tokens[k]
+		if iv > 0 {
+			p.TPS = tok / iv
+		}
+		if p.GPUHours > 0 {
+			v := tok / p.GPUHours
+			p.TokensPerGPUHour = &v
+		}
+		if energy[k] > 0 {
+			v := tok / energy[k]
+			p.TokensPerJoule = &v
+		}
+		b.r.Fleet = append(b.r.Fleet, *p)
+	}
+	sort.Slice(b.r.Fleet, func(i, j int) bool { return b.r.Fleet[i].Time.Before(b.r.Fleet[j].Time) })
+	return nil
+}
+
+// price turns GPU-hours into cost by each GPU's model.
+func (b *builder) price(prices map[string]float64) {
+	if len(prices) == 0 {
+		return
+	}
+	r := b.r
+	var cost float64
+	missing := map[string]bool{}
+	for _, g := range r.GPUs {
+		p, ok := prices[g.Model]
+		if !ok {
+			p, ok = prices["*"]
+		}
+		if !ok {
+			missing[g.Model] = true
+			continue
+		}
+		cost += p * g.Hours
+	}
+	for m := range missing {
+		r.Unpriced = append(r.Unpriced, m)
+	}
+	sort.Strings(r.Unpriced)
+	r.Cost = &cost
+	if r.Tokens > 0 {
+		v := cost / r.Tokens * 1e6
+		r.CostPerMillionToken = &v
+	}
 }
 
 var stateWhy = map[string]string{
@@ -258,7 +548,7 @@ func findings(r *Report) []string {
 		if g.Server != "" {
 			who = "it serves " + g.Server
 		}
-		out = append(out, fmt.Sprintf("gpu %s on %s was idle %d%% of the time; %s", g.GPU, g.Host, pct(g.IdleShare), who))
+		out = append(out, fmt.Sprintf("gpu %s (%s) on %s was idle %d%% of %.1f h; %s", g.GPU, g.UUID, g.Host, pct(g.IdleShare), g.Hours, who))
 	}
 	for _, s := range r.Servers {
 		worst, share := "", 0.0
@@ -287,4 +577,24 @@ func findings(r *Report) []string {
 		out = append(out, "no waste found in this range")
 	}
 	return out
+}
+
+// WindowLengths reads each host's window length from the data of
+// measurement m in the time filter tf: the smallest spacing of consecutive
+// windows of one series (windows are aligned, so every spacing is a
+// multiple of it). Hosts with no two windows in one series are absent.
+func WindowLengths(ctx context.Context, q querier, m, tf string) (map[string]time.Duration, error) {
+	s, err := q.Query(ctx, fmt.Sprintf(`SELECT min("d") AS "d" FROM (SELECT elapsed("coverage", 1ms) AS "d" FROM "%s" WHERE %s GROUP BY *) GROUP BY "host"`, m, tf))
+	if err != nil {
+		return nil, fmt.Errorf("window length of %s: %w", m, err)
+	}
+	out := map[string]time.Duration{}
+	for _, x := range s {
+		for _, row := range x.Rows() {
+			if v, ok := Num(row["d"]); ok && v > 0 {
+				out[x.Tags["host"]] = time.Duration(v) * time.Millisecond
+			}
+		}
+	}
+	return out, nil
 }

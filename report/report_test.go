@@ -160,7 +160,7 @@ func TestDashboardQueriesOnAWeek(t *testing.T) {
 		return s
 	}
 	val := func(s Series, col string) float64 {
-		v, ok := num(s.Rows()[0][col])
+		v, ok := Num(s.Rows()[0][col])
 		if !ok {
 			t.Fatalf("%s has no %s: %v", s.Tags, col, s.Rows()[0])
 		}
@@ -173,12 +173,12 @@ func TestDashboardQueriesOnAWeek(t *testing.T) {
 		}
 	}
 	perDay := 24 * 6
-	for _, s := range run(StateWindows, "idle") {
+	for _, s := range run(StateTime, "idle") {
 		if s.Tags["server"] != "llama" || val(s, "windows") != float64(7*8*6) {
 			t.Errorf("idle windows %v %v", s.Tags, s.Rows())
 		}
 	}
-	for _, s := range run(StateWindows, "saturated") {
+	for _, s := range run(StateTime, "saturated") {
 		if s.Tags["server"] != "qwen" || val(s, "windows") != float64(7*perDay/2) {
 			t.Errorf("saturated windows %v %v", s.Tags, s.Rows())
 		}
@@ -217,12 +217,13 @@ func TestReportOnAWeek(t *testing.T) {
 	base := influxtest.URL(t)
 	db := influxtest.CreateDB(t, base, "reportweek")
 	writeWeek(t, base, db)
-	r, err := Build(context.Background(), NewClient(base, db, "", 30*time.Second), weekFilter(), weekWindow)
+	r, err := Build(context.Background(), NewClient(base, db, "", 30*time.Second), weekFilter(),
+		Options{Prices: map[string]float64{"*": 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
-		"gpu 2 on node-a was idle 100% of the time; no server uses it",
+		"gpu 2 (node-a-2) on node-a was idle 100% of 168.0 h; no server uses it",
 		"server llama on node-a was idle 33% of the time: no tokens and nothing running",
 		"server mistral on node-b was queue_bound 100% of the time",
 		"server qwen on node-b was saturated 50% of the time",
@@ -238,13 +239,45 @@ func TestReportOnAWeek(t *testing.T) {
 	for _, s := range r.Waste {
 		hours[s.State] = s.GPUHours
 	}
-	// llama idles 8 h a day on 2 GPUs; mistral is queue-bound 24 h on 1.
-	if hours["idle"] != 7*8*2 || hours["queue_bound"] != 7*24 || hours["saturated"] != 7*12 {
-		t.Errorf("GPU-hours by state %v", hours)
+	// These points carry no window_s: their 10 minutes come from their
+	// spacing. llama idles 8 h a day on 2 GPUs; mistral is queue-bound 24 h
+	// on 1; gpu 2 of node-a serves nobody all week.
+	wantHours := map[string]float64{"idle": 7 * 8 * 2, "ok": 7*16*2 + 7*12, "queue_bound": 7 * 24, "saturated": 7 * 12, "unused": 7 * 24}
+	for st, h := range wantHours {
+		if abs(hours[st]-h) > 1e-9 {
+			t.Errorf("GPU-hours %s = %v, want %v", st, hours[st], h)
+		}
+	}
+	if len(hours) != len(wantHours) {
+		t.Errorf("states %v, want only %v (no rows for states that did not occur)", hours, wantHours)
+	}
+	// Five GPUs, a week each; at 2 per GPU-hour.
+	if r.GPUHours != 5*168 || r.Cost == nil || *r.Cost != 2*5*168 {
+		t.Errorf("GPU-hours %v, cost %v, want 840 and 1680", r.GPUHours, fmtp(r.Cost))
+	}
+	if r.Window != "10m0s" {
+		t.Errorf("window %q, want the data's 10m0s", r.Window)
 	}
 	var js bytes.Buffer
-	if err := json.NewEncoder(&js).Encode(r); err != nil || !strings.Contains(js.String(), `"gpu_hours_by_state"`) {
-		t.Errorf("json: %v", err)
+	if err := json.NewEncoder(&js).Encode(r); err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		States []struct {
+			State string
+			By    []struct {
+				Host, UUID string
+				GPUHours   float64 `json:"gpu_hours"`
+			}
+		} `json:"gpu_hours_by_state"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatalf("gpu_hours_by_state is not a list of numbers: %v", err)
+	}
+	for _, st := range back.States {
+		if st.State == "unused" && (len(st.By) != 1 || st.By[0].UUID != "node-a-2" || st.By[0].GPUHours != 168) {
+			t.Errorf("unused by %+v", st.By)
+		}
 	}
 
 	// The HTML renders, and a browser shows something.
@@ -322,4 +355,11 @@ func checkNotBlank(t *testing.T, path string) {
 		t.Errorf("screenshot looks blank: %d colours, %d dark pixels", len(colors), dark)
 	}
 	fmt.Fprintf(os.Stderr, "screenshot: %dx%d, %d colours, %d dark pixels sampled\n", bnd.Dx(), bnd.Dy(), len(colors), dark)
+}
+
+func fmtp(v *float64) string {
+	if v == nil {
+		return "none"
+	}
+	return fmt.Sprint(*v)
 }

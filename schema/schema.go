@@ -51,6 +51,9 @@ const (
 	FieldPowerW        = "power_w"
 	FieldEnergyJ       = "energy_j"
 	FieldCoverage      = "coverage"
+	// FieldWindowS is the window's length in seconds: readers turn windows
+	// into time with it (points written before it existed lack it).
+	FieldWindowS = "window_s"
 
 	// tpsmon_gpu only.
 	FieldUtil         = "util"
@@ -96,9 +99,9 @@ var (
 	ServerFields = []string{FieldTokens, FieldSystemTPS, FieldPerUserTPS, FieldPromptTokens, FieldPromptTPS,
 		FieldRunning, FieldWaiting, FieldKVCacheUsage, FieldPreemptions, FieldGPUUtil, FieldGPUUtilMax,
 		FieldSMActive, FieldMemUsedBytes, FieldMemTotalBytes, FieldPowerW, FieldEnergyJ, FieldTokensPerJoule,
-		FieldTPSPerGPU, FieldState, FieldCoverage, FieldSource}
+		FieldTPSPerGPU, FieldState, FieldCoverage, FieldWindowS, FieldSource}
 	GPUTags   = []string{TagHost, TagGPU, TagUUID, TagName, TagServer}
 	GPUFields = []string{FieldUtil, FieldUtilMax, FieldMemUtil, FieldMemUsedBytes, FieldMemTotalBytes, FieldPowerW,
 		FieldEnergyJ, FieldEnergySource, FieldTempC, FieldSMClockMHz, FieldThrottle, FieldSMActive, FieldSMOccupancy,
-		FieldTensorActive, FieldDRAMActive, FieldSamples, FieldCoverage, FieldError}
+		FieldTensorActive, FieldDRAMActive, FieldSamples, FieldCoverage, FieldWindowS, FieldError}
 )

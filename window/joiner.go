@@ -505,6 +505,9 @@ func (j *Joiner) gpuPoint(g *gpuState, s, e time.Time, server string) (*gpuWindo
 	}
 	fields[schema.FieldSamples] = int64(g.seen.count(s, e))
 	fields[schema.FieldCoverage] = ratio(gw.covered, j.cfg.Window)
+	// The window's length travels with it: readers turn windows into time
+	// from the data, not from their own configuration.
+	fields[schema.FieldWindowS] = j.cfg.Window.Seconds()
 	for _, ge := range g.errs {
 		if !ge.t.Before(s) && ge.t.Before(e) {
 			fields[schema.FieldError] = ge.err.Error()
@@ -628,6 +631,7 @@ func (j *Joiner) serverPoint(st *serverState, s, e time.Time, gws map[string]*gp
 	}
 	fields[schema.FieldState] = verdict(in, j.cfg.Thresholds)
 	fields[schema.FieldCoverage] = ratio(m.covered, j.cfg.Window)
+	fields[schema.FieldWindowS] = j.cfg.Window.Seconds()
 	fields[schema.FieldSource] = m.source
 
 	tags := map[string]string{

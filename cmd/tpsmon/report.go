@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,6 +20,8 @@ func newReportCmd() *cobra.Command {
 		since          time.Duration
 		host, server   string
 		output, format string
+		level          string
+		prices         map[string]string
 	)
 	cmd := &cobra.Command{
 		Use:   "report",
@@ -46,10 +50,20 @@ The InfluxDB settings come from the configuration; the flags override them.`,
 			if err != nil {
 				return err
 			}
+			if level == "auto" {
+				level = ""
+			}
+			opts, err := parsePrices(prices)
+			if err != nil {
+				return err
+			}
 			to := time.Now().UTC()
-			f := report.Filter{From: to.Add(-since), To: to, Host: host, Server: server, Interval: reportInterval(since)}
+			f := report.Filter{From: to.Add(-since), To: to, Host: host, Server: server, Level: level}
 			c := report.NewClient(cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket, token, cfg.Sink.Influx.Timeout)
-			r, err := report.Build(cmd.Context(), c, f, cfg.Window)
+			if f, err = report.Plan(cmd.Context(), c, f); err != nil {
+				return err
+			}
+			r, err := report.Build(cmd.Context(), c, f, opts)
 			if err != nil {
 				return err
 			}
@@ -80,12 +94,25 @@ The InfluxDB settings come from the configuration; the flags override them.`,
 	f.StringVar(&server, "server", "", "only this server")
 	f.StringVar(&output, "output", "tpsmon-report.html", "file to write")
 	f.StringVar(&format, "format", "html", "html or json")
+	f.StringVar(&level, "level", "auto", "series to read: raw, 1h or 1d rollups, or auto (raw up to 48h, hourly up to 35d, daily beyond)")
+	f.StringToStringVar(&prices, "price", nil, "price of a GPU-hour per GPU model (the name NVML reports), e.g. --price 'NVIDIA H100 80GB HBM3=2.49' --price '*=1.10'; * prices any other model")
 	f.StringP("config", "c", defaultConfigPath, "configuration file (YAML)")
 	addInfluxFlags(cmd)
 	return cmd
 }
 
-// reportInterval picks a chart resolution of about 200 points.
-func reportInterval(since time.Duration) time.Duration {
-	return max(time.Minute, (since / 200).Round(time.Minute))
+// parsePrices reads --price MODEL=PRICE pairs.
+func parsePrices(in map[string]string) (report.Options, error) {
+	o := report.Options{}
+	for model, v := range in {
+		p, err := strconv.ParseFloat(v, 64)
+		if err != nil || p < 0 || math.IsInf(p, 0) || math.IsNaN(p) {
+			return o, fmt.Errorf("--price %s=%s: want a non-negative number per GPU-hour", model, v)
+		}
+		if o.Prices == nil {
+			o.Prices = map[string]float64{}
+		}
+		o.Prices[model] = p
+	}
+	return o, nil
 }

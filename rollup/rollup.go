@@ -1,0 +1,322 @@
+// Package rollup summarises tpsmon's raw windows into hourly and daily
+// series, on any InfluxDB that serves InfluxQL on the v1 /query API (1.x;
+// 2.x with DBRP mappings; 3.x): it reads with InfluxQL and writes line
+// protocol through the same client as the daemon. Each rollup point is
+// stamped with the start of the hour or day it summarises. A run is
+// idempotent (a point for the same period and tags overwrites the last
+// one) and catches up: it starts from the newest rollup already written,
+// re-rolls a few periods before it for late deliveries, and walks forward
+// to the last complete period.
+package rollup
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/influxdata/influxdb-client-go/v2/api/write"
+
+	"github.com/tpsmon/tpsmon/sink"
+	"github.com/tpsmon/tpsmon/sink/report"
+)
+
+// Querier runs InfluxQL on the v1 /query API.
+type Querier interface {
+	Query(ctx context.Context, q string) ([]report.Series, error)
+}
+
+// Writer stores line protocol in one bucket.
+type Writer interface {
+	Write(ctx context.Context, lines []byte) error
+}
+
+// Level is one resolution of rollups: where its points go and how long
+// each period is.
+type Level struct {
+	Every time.Duration
+	// Suffix names its measurements: tpsmon_server + "_1h".
+	Suffix string
+	// RP is the retention policy its measurements are read from in
+	// InfluxQL ("" for the raw windows' own); Out is where they are
+	// written.
+	RP  string
+	Out Writer
+	// Recheck is how many periods before the newest rollup are rolled up
+	// again on each run, for windows delivered late (a spool draining
+	// after an outage).
+	Recheck int
+}
+
+// Job rolls raw windows up into every level.
+type Job struct {
+	Q      Querier
+	Levels []Level
+	// Delay is how long after a period ends before it counts as complete:
+	// windows are written when they close, and a daemon's spool may lag.
+	Delay time.Duration
+	// First bounds the first run's catch-up: nothing older is read.
+	First time.Time
+	// Chunk is the most periods one query reads.
+	Chunk int
+	Log   func(format string, args ...any)
+}
+
+// Result says what one level did.
+type Result struct {
+	Suffix   string
+	From, To time.Time
+	Points   int
+}
+
+// Run rolls every level up to the last complete period before now.
+func (j *Job) Run(ctx context.Context, now time.Time) ([]Result, error) {
+	var out []Result
+	for _, l := range j.Levels {
+		r, err := j.level(ctx, l, now)
+		if err != nil {
+			return out, fmt.Errorf("rollup %s: %w", l.Suffix, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (j *Job) level(ctx context.Context, l Level, now time.Time) (Result, error) {
+	res := Result{Suffix: l.Suffix}
+	end := now.Add(-j.Delay).Truncate(l.Every)
+	start, err := j.resume(ctx, l)
+	if err != nil {
+		return res, err
+	}
+	if start.IsZero() {
+		if start, err = j.firstRaw(ctx); err != nil {
+			return res, err
+		}
+		if start.IsZero() {
+			return res, nil // no raw window yet
+		}
+	}
+	if start.Before(j.First) {
+		start = j.First
+	}
+	start = start.Truncate(l.Every)
+	res.From, res.To = start, end
+	chunk := max(1, j.Chunk)
+	for a := start; a.Before(end); {
+		b := a.Add(time.Duration(chunk) * l.Every)
+		if b.After(end) {
+			b = end
+		}
+		n, err := j.rollRange(ctx, l, a, b)
+		if err != nil {
+			return res, err
+		}
+		res.Points += n
+		a = b
+	}
+	return res, nil
+}
+
+// resume returns where this level picks up: Recheck periods before its
+// newest point, or zero when it has none.
+func (j *Job) resume(ctx context.Context, l Level) (time.Time, error) {
+	var newest time.Time
+	for _, m := range Measurements {
+		s, err := j.Q.Query(ctx, fmt.Sprintf(`SELECT last("windows") FROM %s`, from(l.RP, m+l.Suffix)))
+		if err != nil {
+			return time.Time{}, err
+		}
+		if t, ok := firstTime(s); ok && t.After(newest) {
+			newest = t
+		}
+	}
+	if newest.IsZero() {
+		return newest, nil
+	}
+	return newest.Add(-time.Duration(l.Recheck) * l.Every), nil
+}
+
+func (j *Job) firstRaw(ctx context.Context) (time.Time, error) {
+	var first time.Time
+	for _, m := range Measurements {
+		s, err := j.Q.Query(ctx, fmt.Sprintf(`SELECT first("coverage") FROM %s`, from("", m)))
+		if err != nil {
+			return time.Time{}, err
+		}
+		if t, ok := firstTime(s); ok && (first.IsZero() || t.Before(first)) {
+			first = t
+		}
+	}
+	return first, nil
+}
+
+func firstTime(s []report.Series) (time.Time, bool) {
+	if len(s) == 0 || len(s[0].Values) == 0 {
+		return time.Time{}, false
+	}
+	v, ok := report.Num(s[0].Values[0][0])
+	if !ok {
+		return time.Time{}, false
+	}
+	return time.Unix(int64(v), 0).UTC(), true
+}
+
+func from(rp, m string) string {
+	if rp == "" {
+		return `"` + m + `"`
+	}
+	return `"` + rp + `"."` + m + `"`
+}
+
+// rollRange rolls [a, b) up into l and writes the points.
+func (j *Job) rollRange(ctx context.Context, l Level, a, b time.Time) (int, error) {
+	tf := fmt.Sprintf("time >= %dms AND time < %dms", a.UnixMilli(), b.UnixMilli())
+	enc := sink.NewEncoder()
+	var buf []byte
+	n := 0
+	for _, m := range Measurements {
+		var lens map[string]time.Duration // read when a row needs it
+		for _, spec := range rollups[m] {
+			q := fmt.Sprintf(`SELECT %s FROM %s WHERE %s%s GROUP BY time(%ds), * fill(none)`,
+				spec.selectList(), from("", m), tf, spec.where, int(l.Every.Seconds()))
+			series, err := j.Q.Query(ctx, q)
+			if err != nil {
+				return 0, err
+			}
+			for _, s := range series {
+				for _, row := range s.Rows() {
+					if lens == nil && needsLength(row) {
+						if lens, err = report.WindowLengths(ctx, j.Q, m, tf); err != nil {
+							return 0, err
+						}
+					}
+					fields := spec.fields(row, lens[s.Tags["host"]], gpuCount(m, s.Tags))
+					if len(fields) == 0 {
+						continue
+					}
+					t, _ := report.Num(row["time"])
+					p := write.NewPoint(m+l.Suffix, s.Tags, fields, time.Unix(int64(t), 0))
+					if buf, err = enc.Append(buf, p); err != nil {
+						return 0, err
+					}
+					n++
+				}
+			}
+		}
+	}
+	if len(buf) == 0 {
+		return 0, nil
+	}
+	if err := l.Out.Write(ctx, buf); err != nil {
+		return 0, err
+	}
+	if j.Log != nil {
+		j.Log("rollup %s: %s – %s: %d points", l.Suffix, a.Format(time.RFC3339), b.Format(time.RFC3339), n)
+	}
+	return n, nil
+}
+
+// agg is one aggregate of a raw field.
+type agg struct{ fn, field, as string }
+
+// spec is one query of a rollup: aggregates of a measurement's windows,
+// optionally of one state, and the names its fields take.
+type spec struct {
+	aggs  []agg
+	where string
+	// prefix goes before the time fields: "idle_" gives idle_windows,
+	// idle_seconds and idle_gpu_seconds.
+	prefix string
+}
+
+func (s spec) selectList() string {
+	var b strings.Builder
+	for _, a := range s.aggs {
+		fmt.Fprintf(&b, `%s("%s") AS "%s", `, a.fn, a.field, a.as)
+	}
+	// Time observed: window_s where the point carries it, and the count of
+	// those that do not, which the window length derived from the data
+	// turns into seconds.
+	b.WriteString(`count("coverage") AS "n", sum("window_s") AS "ws", count("window_s") AS "wn"`)
+	return b.String()
+}
+
+func needsLength(row map[string]any) bool {
+	n, _ := report.Num(row["n"])
+	wn, _ := report.Num(row["wn"])
+	return wn < n
+}
+
+// gpuCount is how many GPUs a server point stands for (its gpus tag); a
+// GPU point stands for one.
+func gpuCount(m string, tags map[string]string) int {
+	if m == "tpsmon_gpu" {
+		return 1
+	}
+	if tags["gpus"] == "" {
+		return 0
+	}
+	return len(strings.Split(tags["gpus"], ","))
+}
+
+// fields turns a result row into the rollup's fields: the aggregates, and
+// the windows, their seconds and GPU-seconds (seconds times the GPUs the
+// point stands for). derived is the host's window length read from the
+// data, for points without window_s.
+func (s spec) fields(row map[string]any, derived time.Duration, gpus int) map[string]any {
+	out := map[string]any{}
+	for _, a := range s.aggs {
+		if v, ok := report.Num(row[a.as]); ok {
+			out[a.as] = v
+		}
+	}
+	n, _ := report.Num(row["n"])
+	if n == 0 {
+		return out
+	}
+	out[s.prefix+"windows"] = int64(n)
+	ws, _ := report.Num(row["ws"])
+	wn, _ := report.Num(row["wn"])
+	if wn < n && derived <= 0 {
+		// No length is known for these windows: leave the seconds out
+		// rather than guess.
+		return out
+	}
+	secs := ws + (n-wn)*derived.Seconds()
+	out[s.prefix+"seconds"] = secs
+	out[s.prefix+"gpu_seconds"] = secs * float64(gpus)
+	return out
+}
+
+// Measurements are the raw measurements rolled up.
+var Measurements = []string{"tpsmon_server", "tpsmon_gpu"}
+
+// States are the server verdicts the state rollup counts.
+var States = report.States
+
+var rollups = map[string][]spec{
+	"tpsmon_server": append([]spec{{aggs: []agg{
+		{"sum", "tokens", "tokens"}, {"sum", "prompt_tokens", "prompt_tokens"}, {"sum", "energy_j", "energy_j"},
+		{"mean", "system_tps", "system_tps"}, {"mean", "per_user_tps", "per_user_tps"},
+		{"mean", "running", "running"}, {"max", "running", "running_max"}, {"mean", "waiting", "waiting"},
+		{"mean", "kv_cache_usage", "kv_cache_usage"}, {"mean", "gpu_util", "gpu_util"}, {"mean", "sm_active", "sm_active"},
+		{"mean", "power_w", "power_w"}, {"mean", "tps_per_gpu", "tps_per_gpu"},
+	}}}, stateSpecs()...),
+	"tpsmon_gpu": {{aggs: []agg{
+		{"mean", "util", "util"}, {"max", "util_max", "util_max"}, {"mean", "sm_active", "sm_active"},
+		{"mean", "mem_util", "mem_util"}, {"max", "mem_used_bytes", "mem_used_bytes"}, {"max", "mem_total_bytes", "mem_total_bytes"},
+		{"mean", "power_w", "power_w"}, {"sum", "energy_j", "energy_j"}, {"max", "temp_c", "temp_c"},
+		{"mean", "sm_clock_mhz", "sm_clock_mhz"},
+	}}, {where: ` AND "util" < 5`, prefix: "idle_"}},
+}
+
+// stateSpecs count each state's windows and seconds into the server
+// rollup: idle_windows, idle_seconds, idle_gpu_seconds, ...
+func stateSpecs() []spec {
+	var out []spec
+	for _, st := range States {
+		out = append(out, spec{where: fmt.Sprintf(` AND "state" = '%s'`, st), prefix: st + "_"})
+	}
+	return out
+}
