@@ -141,11 +141,11 @@ td,th{padding:3px 10px;border-bottom:1px solid #eef;text-align:left}th{backgroun
 .srv{margin:18px 0}
 </style></head><body>
 <h1>Is this hardware turning into tokens?</h1>
-<div class="sub">{{.From.Format "2006-01-02 15:04 MST"}} – {{.To.Format "2006-01-02 15:04 MST"}}{{if .Host}} · host {{.Host}}{{end}}{{if .Server}} · server {{.Server}}{{end}} · windows of {{.Window}}</div>
+<div class="sub">{{.From.Format "2006-01-02 15:04 MST"}} – {{.To.Format "2006-01-02 15:04 MST"}}{{if .Host}} · host {{.Host}}{{end}}{{if .Server}} · server {{.Server}}{{end}}{{if .Window}} · windows of {{.Window}}{{end}} · {{.Level}} series, {{.Interval}} buckets</div>
 <h2>Findings</h2><ul class="f">{{range .Findings}}<li>{{.}}</li>{{end}}</ul>
 <h2>GPU-hours by state</h2>
 <table><tr><th>state</th><th>GPU-hours</th><th>servers responsible</th></tr>
-{{range .Waste}}<tr><td>{{.State}}</td><td>{{f1 .GPUHours}}</td><td>{{range $i, $b := .By}}{{if $i}}, {{end}}{{$b}}{{end}}</td></tr>{{end}}
+{{range .Waste}}<tr><td>{{.State}}</td><td>{{f1 .GPUHours}}</td><td>{{range $i, $b := .By}}{{if $i}}, {{end}}{{if $b.Server}}{{$b.Server}} on {{$b.Host}}{{else}}gpu {{$b.GPU}} ({{$b.UUID}}) on {{$b.Host}}{{end}}: {{f1 $b.GPUHours}} h{{end}}</td></tr>{{end}}
 </table>
 <h2>Servers</h2>
 <table><tr><th>host</th><th>server</th><th>tokens</th><th>tokens / GPU-hour</th><th>tokens / joule</th>{{range states}}<th>{{.}}</th>{{end}}</tr>

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -277,16 +278,32 @@ func TestReportCommand(t *testing.T) {
 		t.Errorf("missing explicit config: %v", err)
 	}
 	cfgPath := filepath.Join(dir, "c.yaml")
-	os.WriteFile(cfgPath, []byte("window: 1m\n"), 0o600)
+	// The configuration's window is not the data's: the report reads the
+	// data's (one minute, from the points' spacing).
+	os.WriteFile(cfgPath, []byte("window: 10s\n"), 0o600)
 	if msg, err := runCLI(t, "report", "-c", cfgPath, "--influx-url", base, "--bucket", db, "--since", "2h", "--output", html); err != nil {
 		t.Fatalf("report: %v\n%s", err, msg)
 	}
 	b, _ := os.ReadFile(html)
-	if !strings.Contains(string(b), "gpu 1 on n1 was idle 100% of the time; it serves s1") || !strings.Contains(string(b), "<svg") {
+	if !strings.Contains(string(b), "gpu 1 (U1) on n1 was idle 100% of 1.0 h; it serves s1") || !strings.Contains(string(b), "<svg") {
 		t.Errorf("report lacks the finding or charts")
 	}
-	js, err := runCLI(t, "report", "-c", cfgPath, "--influx-url", base, "--bucket", db, "--since", "2h", "--format", "json")
+	js, err := runCLI(t, "report", "-c", cfgPath, "--influx-url", base, "--bucket", db, "--since", "2h", "--format", "json", "--price", "*=2")
 	if err != nil || !strings.Contains(js, `"server s1 on n1 was underutilized 100% of the time`) {
 		t.Errorf("json report: %v\n%.500s", err, js)
+	}
+	var r struct {
+		States []struct {
+			State    string
+			GPUHours float64 `json:"gpu_hours"`
+		} `json:"gpu_hours_by_state"`
+		Cost float64
+	}
+	if err := json.Unmarshal([]byte(js[strings.Index(js, "{"):]), &r); err != nil {
+		t.Fatalf("json report: %v", err)
+	}
+	// 60 one-minute windows of a server on 2 GPUs; GPU 1 is priced at 2 for its hour.
+	if len(r.States) != 1 || r.States[0].State != "underutilized" || r.States[0].GPUHours != 2 || r.Cost != 2 {
+		t.Errorf("GPU-hours by state %+v, cost %v: want underutilized 2 GPU-hours, cost 2", r.States, r.Cost)
 	}
 }

@@ -1,0 +1,124 @@
+package report
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/influxdata/influxdb-client-go/v2/api/write"
+
+	"github.com/tpsmon/tpsmon/schema"
+	"github.com/tpsmon/tpsmon/sink"
+	"github.com/tpsmon/tpsmon/sink/influxtest"
+)
+
+// writeFiveSecond writes six hours of 5-second windows: on node-a (with
+// window_s, as tpsmon writes now) server llama on GPUs 0 and 1, ok for the
+// first two hours and idle after, and GPU 2 that no server uses; on
+// node-old (points from before window_s) server qwen on GPU 0, ok.
+func writeFiveSecond(t *testing.T, base, db string, start time.Time) {
+	t.Helper()
+	in, err := sink.NewInflux(sink.InfluxConfig{URL: base, Bucket: db, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	enc := sink.NewEncoder()
+	var buf []byte
+	add := func(p *write.Point) {
+		if buf, err = enc.Append(buf, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const w = 5 * time.Second
+	for ts := start; ts.Before(start.Add(6 * time.Hour)); ts = ts.Add(w) {
+		state, tokens, util := "ok", int64(5000), 80.0
+		if ts.Sub(start) >= 2*time.Hour {
+			state, tokens, util = "idle", 0, 1.0
+		}
+		add(write.NewPoint(schema.Server, map[string]string{"host": "node-a", "server": "llama", "gpus": "0,1"},
+			map[string]any{"tokens": tokens, "system_tps": float64(tokens) / 5, "state": state, "coverage": 1.0,
+				"energy_j": 2 * 300 * 5.0, "tps_per_gpu": float64(tokens) / 10, "window_s": 5.0}, ts))
+		for _, g := range []string{"0", "1"} {
+			add(write.NewPoint(schema.GPU, map[string]string{"host": "node-a", "gpu": g, "uuid": "GPU-a" + g, "server": "llama", "name": "H100"},
+				map[string]any{"util": util, "util_max": util, "energy_j": 1500.0, "coverage": 1.0, "window_s": 5.0}, ts))
+		}
+		add(write.NewPoint(schema.GPU, map[string]string{"host": "node-a", "gpu": "2", "uuid": "GPU-a2", "name": "H100"},
+			map[string]any{"util": 0.0, "util_max": 0.0, "energy_j": 300.0, "coverage": 1.0, "window_s": 5.0}, ts))
+		add(write.NewPoint(schema.Server, map[string]string{"host": "node-old", "server": "qwen", "gpus": "0"},
+			map[string]any{"tokens": int64(1000), "system_tps": 200.0, "state": "ok", "coverage": 1.0, "energy_j": 1000.0, "tps_per_gpu": 200.0}, ts))
+		add(write.NewPoint(schema.GPU, map[string]string{"host": "node-old", "gpu": "0", "uuid": "GPU-o0", "server": "qwen", "name": "L40S"},
+			map[string]any{"util": 60.0, "util_max": 70.0, "energy_j": 1000.0, "coverage": 1.0}, ts))
+		if len(buf) > 2<<20 {
+			if err := in.Write(context.Background(), buf); err != nil {
+				t.Fatal(err)
+			}
+			buf = buf[:0]
+		}
+	}
+	if err := in.Write(context.Background(), buf); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFiveSecondWindowsWithoutConfig: the report knows nothing of the
+// daemon's configuration; six hours of 5-second windows on two GPUs are 12
+// GPU-hours, and the GPU no server uses adds its 6 hours as unused.
+func TestFiveSecondWindowsWithoutConfig(t *testing.T) {
+	base := influxtest.URL(t)
+	db := influxtest.CreateDB(t, base, "five")
+	start := time.Date(2026, 11, 3, 0, 0, 0, 0, time.UTC)
+	writeFiveSecond(t, base, db, start)
+	c := NewClient(base, db, "", 30*time.Second)
+	ctx := context.Background()
+	f, err := Plan(ctx, c, Filter{From: start, To: start.Add(6 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Level != Raw || f.Interval != 5*time.Minute {
+		t.Errorf("plan %s every %v, want raw every 5m (6 h / 150 ≥ 5 s)", f.Level, f.Interval)
+	}
+	r, err := Build(ctx, c, f, Options{Prices: map[string]float64{"H100": 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hours := map[string]float64{}
+	for _, s := range r.Waste {
+		hours[s.State] = s.GPUHours
+	}
+	// node-a: llama ok 2 h and idle 4 h on 2 GPUs, GPU 2 unused 6 h;
+	// node-old (length from spacing): qwen ok 6 h on 1 GPU.
+	want := map[string]float64{"ok": 2*2 + 6, "idle": 4 * 2, "unused": 6}
+	for st, h := range want {
+		if abs(hours[st]-h) > 1e-9 {
+			t.Errorf("%s: %v GPU-hours, want %v", st, hours[st], h)
+		}
+	}
+	if len(hours) != len(want) {
+		t.Errorf("states %v: rows for states that did not occur", hours)
+	}
+	if abs(r.GPUHours-24) > 1e-9 {
+		t.Errorf("GPU-hours observed %v, want 4 GPUs × 6 h = 24", r.GPUHours)
+	}
+	if r.Window != "5s" {
+		t.Errorf("window %q, want 5s (read from node-old's spacing)", r.Window)
+	}
+	// H100 priced at 3 for 18 GPU-hours; the L40S unpriced.
+	if r.Cost == nil || abs(*r.Cost-54) > 1e-9 || strings.Join(r.Unpriced, ",") != "L40S" {
+		t.Errorf("cost %s, unpriced %v", fmtp(r.Cost), r.Unpriced)
+	}
+	found := strings.Join(r.Findings, "\n")
+	if !strings.Contains(found, "gpu 2 (GPU-a2) on node-a was idle 100% of 6.0 h; no server uses it") {
+		t.Errorf("findings do not name the unused GPU by UUID:\n%s", found)
+	}
+	// The fleet series: 72 five-minute buckets; tokens per second of the
+	// fleet is 1200 while llama works and 200 after.
+	if len(r.Fleet) != 72 {
+		t.Fatalf("%d fleet points, want 72", len(r.Fleet))
+	}
+	if first, last := r.Fleet[0], r.Fleet[71]; abs(first.TPS-1200) > 1e-9 || abs(last.TPS-200) > 1e-9 ||
+		abs(first.GPUHours-4*5.0/60) > 1e-9 || abs(last.StateGPUHours["idle"]-2*5.0/60) > 1e-9 {
+		t.Errorf("fleet first %+v last %+v", first, last)
+	}
+}
