@@ -17,8 +17,8 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
+	"github.com/tpsmon/tpsmon/report"
 	"github.com/tpsmon/tpsmon/sink"
-	"github.com/tpsmon/tpsmon/sink/report"
 )
 
 // Querier runs InfluxQL on the v1 /query API.

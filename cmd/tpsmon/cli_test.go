@@ -307,3 +307,35 @@ func TestReportCommand(t *testing.T) {
 		t.Errorf("GPU-hours by state %+v, cost %v: want underutilized 2 GPU-hours, cost 2", r.States, r.Cost)
 	}
 }
+
+func TestRollupCommand(t *testing.T) {
+	base := influxtest.URL(t)
+	db := influxtest.CreateDB(t, base, "rollupcmd")
+	for _, rp := range []string{"tpsmon_1h", "tpsmon_1d"} {
+		influxtest.Query(t, base, db, fmt.Sprintf(`CREATE RETENTION POLICY "%s" ON "%s" DURATION 400d REPLICATION 1`, rp, db))
+	}
+	// Three hours of 10-second windows, ending two hours ago.
+	end := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
+	var lines bytes.Buffer
+	for ts := end.Add(-3 * time.Hour); ts.Before(end); ts = ts.Add(10 * time.Second) {
+		fmt.Fprintf(&lines, "tpsmon_server,gpus=0,host=n1,server=s1 coverage=1,state=\"ok\",tokens=100i,window_s=10 %d\n", ts.UnixMilli())
+	}
+	resp, err := http.Post(base+"/write?precision=ms&db="+db, "text/plain", &lines)
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("write: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	for i := 0; i < 2; i++ {
+		out, err := runCLI(t, "rollup", "-c", "testdata/good.yaml", "--influx-url", base, "--bucket", db+"/autogen")
+		if err != nil {
+			t.Fatalf("rollup: %v\n%s", err, out)
+		}
+		if !strings.Contains(out, "1h: ") || !strings.Contains(out, "1d: ") {
+			t.Errorf("rollup output:\n%s", out)
+		}
+	}
+	s := influxtest.Query(t, base, db, `SELECT sum("tokens"), sum("ok_seconds"), count("windows") FROM "tpsmon_1h"."tpsmon_server_1h"`)
+	if len(s) != 1 || fmt.Sprint(s[0].Values[0][1:]) != "[108000 10800 3]" {
+		t.Errorf("hourly rollups after two runs: %v, want 108000 tokens, 10800 s in 3 hours", s)
+	}
+}

@@ -40,7 +40,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newDemoCmd(), newReplayCmd(), newCheckCmd(), newReportCmd(), newTopCmd(), &cobra.Command{
+	root.AddCommand(newRunCmd(), newDemoCmd(), newReplayCmd(), newCheckCmd(), newReportCmd(), newRollupCmd(), newTopCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tpsmon/tpsmon/report"
+	"github.com/tpsmon/tpsmon/rollup"
+	"github.com/tpsmon/tpsmon/sink"
+)
+
+func newRollupCmd() *cobra.Command {
+	var (
+		hourlyBucket, dailyBucket string
+		hourlyRP, dailyRP         string
+		delay, maxCatchUp         time.Duration
+		recheck                   int
+	)
+	cmd := &cobra.Command{
+		Use:   "rollup",
+		Short: "Roll raw windows up into hourly and daily series (run by tpsmon-rollup.timer on one machine)",
+		Long: `rollup reads the raw windows with InfluxQL (the v1 /query API of InfluxDB 1.x,
+of 2.x with DBRP mappings, and of 3.x) and writes hourly and daily series
+stamped with the start of their period: tpsmon_server_1h/_1d (tokens, energy,
+means, windows, seconds and GPU-seconds per state) and tpsmon_gpu_1h/_1d. It is
+idempotent and catches up: each run starts a few periods before the newest
+rollup (windows delivered late) and walks to the last complete period.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := configFromFlags(cmd)
+			if err != nil {
+				return err
+			}
+			ic := cfg.Sink.Influx
+			if ic.URL == "" {
+				return errors.New("rollup: no InfluxDB: set sink.influx.url or --influx-url")
+			}
+			if recheck < 0 || delay < 0 || maxCatchUp <= 0 {
+				return fmt.Errorf("rollup: --recheck %d, --delay %v, --max-catch-up %v: want non-negative, non-negative, positive", recheck, delay, maxCatchUp)
+			}
+			token, err := cfg.influxToken()
+			if err != nil {
+				return err
+			}
+			db, _, hasRP := strings.Cut(ic.Bucket, "/")
+			def := func(rp string) string {
+				if hasRP {
+					return db + "/" + rp // 1.x: database/retention policy
+				}
+				return rp // 2.x: a bucket of that name, DBRP-mapped to db/rp
+			}
+			if hourlyBucket == "" {
+				hourlyBucket = def(hourlyRP)
+			}
+			if dailyBucket == "" {
+				dailyBucket = def(dailyRP)
+			}
+			level := func(every time.Duration, lv, bucket, rp string) (rollup.Level, error) {
+				out, err := sink.NewInflux(sink.InfluxConfig{URL: ic.URL, Org: ic.Org, Bucket: bucket, Token: token,
+					Timeout: ic.Timeout, GZip: ic.GZip, CAFile: ic.TLS.CAFile, InsecureSkipVerify: ic.TLS.InsecureSkipVerify,
+					UserAgent: "tpsmon/" + version})
+				if err != nil {
+					return rollup.Level{}, err
+				}
+				return rollup.Level{Every: every, Suffix: "_" + lv, RP: rp, Out: out, Recheck: recheck}, nil
+			}
+			h, err := level(time.Hour, report.Hourly, hourlyBucket, hourlyRP)
+			if err != nil {
+				return err
+			}
+			d, err := level(24*time.Hour, report.Daily, dailyBucket, dailyRP)
+			if err != nil {
+				return err
+			}
+			now := time.Now().UTC()
+			j := &rollup.Job{Q: report.NewClient(ic.URL, ic.Bucket, token, ic.Timeout), Levels: []rollup.Level{h, d},
+				Delay: delay, First: now.Add(-maxCatchUp), Chunk: 24,
+				Log: func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "tpsmon: "+format+"\n", args...) }}
+			res, err := j.Run(cmd.Context(), now)
+			for _, r := range res {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s – %s, %d points\n", strings.TrimPrefix(r.Suffix, "_"),
+					r.From.Format(time.RFC3339), r.To.Format(time.RFC3339), r.Points)
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&hourlyRP, "hourly-rp", "tpsmon_1h", "retention policy the hourly series are read from (InfluxQL)")
+	f.StringVar(&dailyRP, "daily-rp", "tpsmon_1d", "retention policy the daily series are read from (InfluxQL)")
+	f.StringVar(&hourlyBucket, "hourly-bucket", "", `bucket the hourly series are written to (default: "<db>/<hourly-rp>" for a 1.x "db/rp" bucket, else <hourly-rp>)`)
+	f.StringVar(&dailyBucket, "daily-bucket", "", "bucket the daily series are written to (default as for --hourly-bucket)")
+	f.DurationVar(&delay, "delay", 5*time.Minute, "how long after its end a period counts as complete")
+	f.IntVar(&recheck, "recheck", 3, "periods before the newest rollup rolled up again, for windows delivered late")
+	f.DurationVar(&maxCatchUp, "max-catch-up", 400*24*time.Hour, "how far back the first run reads")
+	f.StringP("config", "c", defaultConfigPath, "configuration file (YAML)")
+	addInfluxFlags(cmd)
+	return cmd
+}
