@@ -43,6 +43,20 @@ type Server struct {
 	Source string // schema.SourceMetrics or schema.SourceLog
 }
 
+// Start returns the start of the window of length w that holds t.
+// Windows are aligned to the Unix epoch for any length: t - t mod w on
+// Unix time (time.Truncate counts from year 1, which agrees with the
+// epoch only for lengths that divide a day). UTC, so that window starts
+// compare and key maps alike whatever zone t is in.
+func Start(t time.Time, w time.Duration) time.Time {
+	ns := t.UnixNano()
+	r := ns % int64(w)
+	if r < 0 {
+		r += int64(w)
+	}
+	return time.Unix(0, ns-r).UTC()
+}
+
 // maxCatchUp bounds how many windows one Flush closes: after a suspend or
 // a clock jump the joiner skips ahead instead of writing hours of empty
 // windows.
@@ -110,7 +124,7 @@ func New(cfg Config, servers []Server) *Joiner {
 	}
 	j := &Joiner{
 		cfg:    cfg,
-		next:   cfg.Start.Truncate(cfg.Window),
+		next:   Start(cfg.Start, cfg.Window),
 		byName: make(map[string]*serverState, len(servers)),
 		gpus:   make(map[string]*gpuState),
 	}
@@ -256,7 +270,7 @@ func (j *Joiner) addInterval(st *serverState, iv collector.Interval) bool {
 	if iv.Observed {
 		k = 1
 	}
-	first := iv.Start.Truncate(j.cfg.Window)
+	first := Start(iv.Start, j.cfg.Window)
 	if first.Before(j.next) {
 		first = j.next
 	}

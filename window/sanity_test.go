@@ -383,3 +383,25 @@ func TestFlapDoesNotInflate(t *testing.T) {
 		t.Errorf("%d flaps counted, want 9", flaps)
 	}
 }
+
+// TestWindowsAlignedToTheEpoch: windows start at multiples of their length
+// on Unix time, for lengths that divide a day and those that do not.
+func TestWindowsAlignedToTheEpoch(t *testing.T) {
+	now := time.Unix(1_700_000_003, 500_000_000)
+	for _, w := range []time.Duration{time.Second, 7 * time.Second, 10 * time.Second, 90 * time.Second, 7 * time.Minute, time.Hour} {
+		s := Start(now, w)
+		if s.UnixNano()%int64(w) != 0 || s.After(now) || !now.Before(s.Add(w)) {
+			t.Errorf("window %v: starts at %v for %v", w, s, now)
+		}
+		j := New(Config{Window: w, Grace: 0, MaxGap: w, Host: "h", Start: now}, nil)
+		if pts := j.Close(now.Add(2 * w)); len(pts) != 0 {
+			t.Fatalf("%d points without servers", len(pts))
+		}
+		if j.next.UnixNano()%int64(w) != 0 {
+			t.Errorf("window %v: the joiner's windows start at %v", w, j.next)
+		}
+	}
+	if s := Start(time.Unix(-5, 0), 7*time.Second); s.Unix() != -7 {
+		t.Errorf("before the epoch: %v", s.Unix())
+	}
+}

@@ -255,7 +255,7 @@ func (p *pipeline) run(ctx context.Context) error {
 		Thresholds: window.Thresholds{KVBound: th.KVBound, QueueUtil: th.QueueUtil, UnderUtil: th.UnderUtil,
 			SaturatedUtil: th.SaturatedUtil, Waiting: th.Waiting},
 	}, serversOf(cfg))
-	p.log.Info("first window", "start", start.Truncate(cfg.Window).UTC().Format(time.RFC3339Nano))
+	p.log.Info("first window", "start", window.Start(start, cfg.Window).Format(time.RFC3339Nano))
 
 	events := make(chan event, 64)
 	p.servers.Store(int64(len(cfg.Servers)))
@@ -585,7 +585,7 @@ func (p *pipeline) reportGap() {
 		return
 	}
 	last := time.UnixMilli(ms)
-	start := p.now().Truncate(p.cfg.Window)
+	start := window.Start(p.now(), p.cfg.Window)
 	if n := int(start.Sub(last) / p.cfg.Window); n > 0 {
 		p.log.Warn("windows not observed: tpsmon was not running", "from", last.UTC().Format(time.RFC3339),
 			"to", start.UTC().Format(time.RFC3339), "windows", n)
