@@ -336,11 +336,17 @@ func render(f frame, o Options) string {
 	}
 	gpuLines := table(fit(gcols, width), gpus, st)
 
-	if len(f.servers) == 0 {
+	switch {
+	case len(f.servers) == 0:
 		serverLines = append(serverLines, st.dim.Render("(no server monitored)"))
+	case len(servers) == 0:
+		serverLines = append(serverLines, st.dim.Render(fmt.Sprintf("(none of %d servers needs a look: f shows all)", len(f.servers))))
 	}
-	if len(f.gpus) == 0 {
+	switch {
+	case len(f.gpus) == 0:
 		gpuLines = append(gpuLines, st.dim.Render("(no GPU sampled)"))
+	case len(gpus) == 0:
+		gpuLines = append(gpuLines, st.dim.Render(fmt.Sprintf("(none of %d GPUs needs a look: f shows all)", len(f.gpus))))
 	}
 	if o.Height > 0 {
 		// Rows that do not fit are counted, GPUs first, then servers.

@@ -65,13 +65,23 @@ func (m Model) Init() tea.Cmd { return m.fetch(m.cfg.Every) }
 func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	switch msg := msg.(type) {
 	case tea.KeyMsg:
-		switch msg.String() {
-		case "q", "ctrl+c", "esc":
-			return m, tea.Quit
-		case "s":
-			m.sortKey = (m.sortKey + 1) % numSortKeys
-		case "f":
-			m.filter = !m.filter
+		keys := []string{msg.String()}
+		if msg.Type == tea.KeyRunes {
+			// Keys typed faster than they are read come as one message.
+			keys = keys[:0]
+			for _, r := range msg.Runes {
+				keys = append(keys, string(r))
+			}
+		}
+		for _, k := range keys {
+			switch k {
+			case "q", "ctrl+c", "esc":
+				return m, tea.Quit
+			case "s":
+				m.sortKey = (m.sortKey + 1) % numSortKeys
+			case "f":
+				m.filter = !m.filter
+			}
 		}
 	case tea.WindowSizeMsg:
 		m.width, m.height = msg.Width, msg.Height

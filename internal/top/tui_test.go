@@ -49,6 +49,11 @@ func TestModelKeysAndResize(t *testing.T) {
 		}
 		step(key("s"))
 	}
+	before := m.sortKey
+	step(key("ss")) // two keys read at once
+	if want := (before + 2) % numSortKeys; m.sortKey != want {
+		t.Errorf("two s at once: sort %s, want %s", m.sortKey, want)
+	}
 	step(key("f"))
 	if v := m.View(); strings.Contains(v, "sglang-8b") || !strings.Contains(v, "UNUSED") {
 		t.Errorf("f: want the idle server hidden and the unused GPU kept:\n%s", v)
