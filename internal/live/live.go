@@ -32,7 +32,9 @@ type View struct {
 	mu     sync.Mutex
 	series map[string][]api.Point // by seriesKey, oldest first
 	newest time.Time              // start of the newest closed window
-	openAt time.Time              // start of the open window
+	// openAt is the start of the open window: the end of the newest
+	// closed one, or before any closed, the window of the first reading.
+	openAt time.Time
 	scrape map[string]*openServer
 	gpus   map[string]gpu.Sample // latest reading, by UUID and instance
 }
@@ -116,6 +118,7 @@ func (v *View) Server(name string, s collector.Sample) {
 	if s.Model != "" {
 		o.model = s.Model
 	}
+	v.first(s.Time)
 	o.samples = append(o.samples, s)
 	if len(o.samples) > maxOpenSamples {
 		o.samples = o.samples[1:]
@@ -132,11 +135,19 @@ func (o *openServer) prune(at time.Time) {
 	o.samples = o.samples[i:]
 }
 
+// first starts the open window at the first reading's window.
+func (v *View) first(t time.Time) {
+	if v.openAt.IsZero() {
+		v.openAt = t.Truncate(v.window)
+	}
+}
+
 // GPUs takes one reading of the node's GPUs.
 func (v *View) GPUs(smp []gpu.Sample) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for _, s := range smp {
+		v.first(s.Time)
 		v.gpus[s.UUID+"\x00"+s.Instance] = s
 	}
 }

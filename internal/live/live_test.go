@@ -114,6 +114,9 @@ func TestViewCounterReset(t *testing.T) {
 	v.Server("a", scrape(t0.Add(1*time.Second), 1000, 0, 0, 0, 1))
 	v.Server("a", scrape(t0.Add(2*time.Second), 10, 0, 0, 0, 1))
 	p := v.Snapshot(1).Open[0]
+	if !p.Time.Equal(t0) {
+		t.Errorf("before any window closed, the open window is the first reading's: %v, want %v", p.Time, t0)
+	}
 	if _, ok := p.Fields["system_tps"]; ok {
 		t.Errorf("a counter that went down (server restart) gives no rate, got %v", p.Fields)
 	}
