@@ -22,6 +22,7 @@ import (
 
 	"github.com/tpsmon/tpsmon/internal/api"
 	"github.com/tpsmon/tpsmon/internal/top"
+	"github.com/tpsmon/tpsmon/schema"
 )
 
 // recorder keeps the points of closed windows as the outputs get them.
@@ -127,7 +128,7 @@ func TestWindowsAPIOnDemo(t *testing.T) {
 	// Three closed windows, and a scrape already in the open one (right
 	// after a window closes, the next scrape may not have come yet).
 	w := waitWindows(t, c, 20*time.Second, func(w api.Windows) bool {
-		return count(w.Closed, api.Server) >= 3 && count(w.Open, api.Server) == 1 && count(w.Open, api.GPU) == 3
+		return count(w.Closed, schema.Server) >= 3 && count(w.Open, schema.Server) == 1 && count(w.Open, schema.GPU) == 3
 	})
 	if w.Host != "demo-node" || w.WindowSeconds != 1 {
 		t.Errorf("host %q, window %vs", w.Host, w.WindowSeconds)
@@ -158,24 +159,24 @@ func TestWindowsAPIOnDemo(t *testing.T) {
 				}
 			}
 		}
-		if p.Measurement == api.GPU && p.Tags["server"] != "demo-vllm" {
+		if p.Measurement == schema.GPU && p.Tags["server"] != "demo-vllm" {
 			t.Errorf("GPU %s serves %q, want demo-vllm", p.Tags["gpu"], p.Tags["server"])
 		}
-		if p.Measurement == api.Server {
+		if p.Measurement == schema.Server {
 			if p.String("state") == "" {
 				t.Errorf("server window %v without a state", p.Time)
 			}
 			newest = p.Time
 		}
 	}
-	if n := count(w.Closed, api.GPU); n < 9 {
+	if n := count(w.Closed, schema.GPU); n < 9 {
 		t.Errorf("%d GPU windows for 3 servers' windows of 3 GPUs", n)
 	}
 	// The window still open: its start follows the newest closed one (or
 	// one more has closed since), with the server's and the GPUs' readings.
 	var srvOpen *api.Point
 	for i, p := range w.Open {
-		if p.Measurement == api.Server {
+		if p.Measurement == schema.Server {
 			srvOpen = &w.Open[i]
 		}
 	}
@@ -185,7 +186,7 @@ func TestWindowsAPIOnDemo(t *testing.T) {
 	if _, ok := srvOpen.Float("running"); !ok {
 		t.Errorf("open window without running requests: %v", srvOpen.Fields)
 	}
-	if n := count(w.Open, api.GPU); n != 3 {
+	if n := count(w.Open, schema.GPU); n != 3 {
 		t.Errorf("%d GPUs in the open window, want 3", n)
 	}
 	later := waitWindows(t, c, 5*time.Second, func(l api.Windows) bool {
@@ -250,7 +251,7 @@ func TestWindowsAPIOnDaemon(t *testing.T) {
 	// A window wholly covered by scrapes.
 	full := func(w api.Windows) *api.Point {
 		for i, p := range w.Closed {
-			if cov, _ := p.Float("coverage"); p.Measurement == api.Server && cov == 1 {
+			if cov, _ := p.Float("coverage"); p.Measurement == schema.Server && cov == 1 {
 				return &w.Closed[i]
 			}
 		}
@@ -265,7 +266,7 @@ func TestWindowsAPIOnDaemon(t *testing.T) {
 		t.Errorf("server window %+v", p)
 	}
 	for _, g := range w.Closed {
-		if g.Measurement == api.GPU && g.Tags["server"] != "llm" {
+		if g.Measurement == schema.GPU && g.Tags["server"] != "llm" {
 			t.Errorf("GPU %s: server %q, want llm", g.Tags["gpu"], g.Tags["server"])
 		}
 	}
@@ -342,7 +343,7 @@ func TestTopInTmux(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { demo.Process.Kill(); demo.Wait() })
-		waitWindows(t, c, 15*time.Second, func(w api.Windows) bool { return count(w.Closed, api.Server) > 0 })
+		waitWindows(t, c, 15*time.Second, func(w api.Windows) bool { return count(w.Closed, schema.Server) > 0 })
 		return demo
 	}
 	demo := startDemo()

@@ -12,12 +12,6 @@ const WindowsPath = "/api/v1/windows"
 // request may ask for (?history=N).
 const MaxHistory = 60
 
-// Measurements of the points.
-const (
-	Server = "tpsmon_server"
-	GPU    = "tpsmon_gpu"
-)
-
 // Windows is the answer to GET WindowsPath.
 type Windows struct {
 	Host string `json:"host"`
@@ -36,7 +30,8 @@ type Windows struct {
 	Open []Point `json:"open"`
 }
 
-// Point is one window of one series, in the shape of `replay --format json`.
+// Point is one window of one series, in the shape of `replay --format json`;
+// package schema names its measurements, tags and fields.
 type Point struct {
 	Measurement string            `json:"measurement"`
 	Time        time.Time         `json:"time"`

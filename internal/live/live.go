@@ -17,6 +17,7 @@ import (
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/internal/api"
+	"github.com/tpsmon/tpsmon/schema"
 )
 
 // maxOpenSamples bounds the scrapes kept per server for the open window.
@@ -97,10 +98,10 @@ func (v *View) WritePoints(pts []*write.Point) error {
 // seriesKey names a series: a server by name, a GPU by index and UUID
 // (its server tag changes when the GPU is placed).
 func seriesKey(p api.Point) string {
-	if p.Measurement == api.GPU {
-		return p.Measurement + "\x00" + p.Tags["gpu"] + "\x00" + p.Tags["uuid"]
+	if p.Measurement == schema.GPU {
+		return p.Measurement + "\x00" + p.Tags[schema.TagGPU] + "\x00" + p.Tags[schema.TagUUID]
 	}
-	return p.Measurement + "\x00" + p.Tags["server"]
+	return p.Measurement + "\x00" + p.Tags[schema.TagServer]
 }
 
 // Server takes one successful scrape of a server.
@@ -216,9 +217,9 @@ func (o *openServer) point(name, host string, at time.Time) (api.Point, bool) {
 			f[name] = last.Gauge[gg]
 		}
 	}
-	g("running", collector.Running)
-	g("waiting", collector.Waiting)
-	g("kv_cache_usage", collector.KVUsage)
+	g(schema.FieldRunning, collector.Running)
+	g(schema.FieldWaiting, collector.Waiting)
+	g(schema.FieldKVCacheUsage, collector.KVUsage)
 	// A counter that went down is a restarted server: no rate this time.
 	delta := func(c collector.Counter) (float64, bool) {
 		if !first.HasCounter[c] || !last.HasCounter[c] || last.Counter[c] < first.Counter[c] {
@@ -228,21 +229,21 @@ func (o *openServer) point(name, host string, at time.Time) (api.Point, bool) {
 	}
 	if secs := last.Time.Sub(first.Time).Seconds(); secs > 0 {
 		if d, ok := delta(collector.GenerationTokens); ok {
-			f["tokens"] = int64(d)
-			f["system_tps"] = d / secs
+			f[schema.FieldTokens] = int64(d)
+			f[schema.FieldSystemTPS] = d / secs
 		}
 		if d, ok := delta(collector.PromptTokens); ok {
-			f["prompt_tokens"] = int64(d)
-			f["prompt_tps"] = d / secs
+			f[schema.FieldPromptTokens] = int64(d)
+			f[schema.FieldPromptTPS] = d / secs
 		}
 		n, ok1 := delta(collector.ITLCount)
 		sum, ok2 := delta(collector.ITLSum)
 		if ok1 && ok2 && n > 0 && sum > 0 {
-			f["per_user_tps"] = n / sum
+			f[schema.FieldPerUserTPS] = n / sum
 		}
 	}
-	return api.Point{Measurement: api.Server, Time: at,
-		Tags:   map[string]string{"host": host, "server": name, "engine": o.engine, "model": o.model},
+	return api.Point{Measurement: schema.Server, Time: at,
+		Tags:   map[string]string{schema.TagHost: host, schema.TagServer: name, schema.TagEngine: o.engine, schema.TagModel: o.model},
 		Fields: f}, true
 }
 
@@ -253,25 +254,25 @@ func gpuPoint(s gpu.Sample, host string, at time.Time) api.Point {
 	}
 	f := map[string]any{}
 	if s.Err != nil {
-		f["error"] = s.Err.Error()
+		f[schema.FieldError] = s.Err.Error()
 	} else {
 		set := func(field gpu.Field, name string, v any) {
 			if s.Have(field) {
 				f[name] = v
 			}
 		}
-		set(gpu.FieldUtil, "util", s.UtilPct)
-		set(gpu.FieldMemUtil, "mem_util", s.MemUtilPct)
-		set(gpu.FieldMemory, "mem_used_bytes", s.MemUsedBytes)
-		set(gpu.FieldMemory, "mem_total_bytes", s.MemTotalBytes)
-		set(gpu.FieldPower, "power_w", s.PowerW)
-		set(gpu.FieldTemp, "temp_c", s.TempC)
-		set(gpu.FieldSMClock, "sm_clock_mhz", s.SMClockMHz)
-		set(gpu.FieldThrottle, "throttle", int64(s.Throttle))
-		set(gpu.FieldGPM, "sm_active", s.SMActive)
+		set(gpu.FieldUtil, schema.FieldUtil, s.UtilPct)
+		set(gpu.FieldMemUtil, schema.FieldMemUtil, s.MemUtilPct)
+		set(gpu.FieldMemory, schema.FieldMemUsedBytes, s.MemUsedBytes)
+		set(gpu.FieldMemory, schema.FieldMemTotalBytes, s.MemTotalBytes)
+		set(gpu.FieldPower, schema.FieldPowerW, s.PowerW)
+		set(gpu.FieldTemp, schema.FieldTempC, s.TempC)
+		set(gpu.FieldSMClock, schema.FieldSMClockMHz, s.SMClockMHz)
+		set(gpu.FieldThrottle, schema.FieldThrottle, int64(s.Throttle))
+		set(gpu.FieldGPM, schema.FieldSMActive, s.SMActive)
 	}
-	return api.Point{Measurement: api.GPU, Time: at,
-		Tags:   map[string]string{"host": host, "gpu": label, "uuid": s.UUID, "name": s.Name},
+	return api.Point{Measurement: schema.GPU, Time: at,
+		Tags:   map[string]string{schema.TagHost: host, schema.TagGPU: label, schema.TagUUID: s.UUID, schema.TagName: s.Name},
 		Fields: f}
 }
 

@@ -14,17 +14,18 @@ import (
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/internal/api"
+	"github.com/tpsmon/tpsmon/schema"
 )
 
 var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 
 func closedServer(name string, start time.Time, tps float64) *write.Point {
-	return write.NewPoint(api.Server, map[string]string{"host": "h", "server": name},
+	return write.NewPoint(schema.Server, map[string]string{"host": "h", "server": name},
 		map[string]any{"system_tps": tps, "state": "ok", "tokens": int64(tps * 10)}, start)
 }
 
 func closedGPU(label string, start time.Time, server string) *write.Point {
-	return write.NewPoint(api.GPU, map[string]string{"host": "h", "gpu": label, "uuid": "GPU-" + label, "server": server},
+	return write.NewPoint(schema.GPU, map[string]string{"host": "h", "gpu": label, "uuid": "GPU-" + label, "server": server},
 		map[string]any{"util": 50.0}, start)
 }
 
@@ -67,7 +68,7 @@ func TestViewHistoryAndOpenWindow(t *testing.T) {
 			t.Errorf("closed points not oldest first: %v after %v", w.Closed[i].Time, w.Closed[i-1].Time)
 		}
 	}
-	if v, _ := w.Closed[3].Float("system_tps"); w.Closed[3].Measurement != api.Server || v != 300 {
+	if v, _ := w.Closed[3].Float("system_tps"); w.Closed[3].Measurement != schema.Server || v != 300 {
 		t.Errorf("newest server window: %+v", w.Closed[3])
 	}
 	if len(w.Open) != 2 {
@@ -96,7 +97,7 @@ func TestViewHistoryAndOpenWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	w = v.Snapshot(api.MaxHistory)
-	if len(w.Open) != 1 || w.Open[0].Measurement != api.GPU {
+	if len(w.Open) != 1 || w.Open[0].Measurement != schema.GPU {
 		t.Errorf("the server has no scrape in the new open window yet, the GPU's latest reading stands: got %+v", w.Open)
 	}
 	// A window later, the GPU's reading is stale and goes too.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tpsmon/tpsmon/internal/api"
 	"github.com/tpsmon/tpsmon/internal/live"
+	"github.com/tpsmon/tpsmon/schema"
 )
 
 // freeAddr returns a loopback address nothing listens on.
@@ -33,7 +34,7 @@ func TestClientAgainstLiveView(t *testing.T) {
 	t0 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 	v := live.New("node", 5*time.Second, nil)
 	for i := range 4 {
-		v.WritePoints([]*write.Point{write.NewPoint(api.Server, map[string]string{"server": "demo-vllm", "gpus": "0"},
+		v.WritePoints([]*write.Point{write.NewPoint(schema.Server, map[string]string{"server": "demo-vllm", "gpus": "0"},
 			map[string]any{"state": "saturated", "system_tps": 100.0 * float64(i+1), "tokens": int64(500 * (i + 1))},
 			t0.Add(time.Duration(i)*5*time.Second))})
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/internal/api"
+	"github.com/tpsmon/tpsmon/schema"
 )
 
 // unknown marks a value a window does not have.
@@ -77,10 +78,10 @@ func build(w api.Windows) frame {
 	}
 	var gorder []string
 	gpuOf := func(p api.Point) *gpuRow {
-		k := p.Tags["gpu"] + "\x00" + p.Tags["uuid"]
+		k := p.Tags[schema.TagGPU] + "\x00" + p.Tags[schema.TagUUID]
 		r := gpu[k]
 		if r == nil {
-			r = &gpuRow{label: p.Tags["gpu"], name: p.Tags["name"], util: unknown, sm: unknown, memUsed: unknown,
+			r = &gpuRow{label: p.Tags[schema.TagGPU], name: p.Tags[schema.TagName], util: unknown, sm: unknown, memUsed: unknown,
 				memTotal: unknown, power: unknown, temp: unknown, throttle: -1, now: unknown}
 			gpu[k] = r
 			gorder = append(gorder, k)
@@ -93,33 +94,33 @@ func build(w api.Windows) frame {
 			f.lastClosed = p.Time
 		}
 		switch p.Measurement {
-		case api.Server:
-			r := server(p.Tags["server"])
-			r.state = p.String("state")
-			r.engine, r.model, r.gpus = p.Tags["engine"], p.Tags["model"], p.Tags["gpus"]
-			r.tps, r.user, r.prompt, r.tpj = num(p, "system_tps"), num(p, "per_user_tps"), num(p, "prompt_tps"), num(p, "tokens_per_joule")
-			r.running, r.waiting, r.kv = num(p, "running"), num(p, "waiting"), num(p, "kv_cache_usage")
+		case schema.Server:
+			r := server(p.Tags[schema.TagServer])
+			r.state = p.String(schema.FieldState)
+			r.engine, r.model, r.gpus = p.Tags[schema.TagEngine], p.Tags[schema.TagModel], p.Tags[schema.TagGPUs]
+			r.tps, r.user, r.prompt, r.tpj = num(p, schema.FieldSystemTPS), num(p, schema.FieldPerUserTPS), num(p, schema.FieldPromptTPS), num(p, schema.FieldTokensPerJoule)
+			r.running, r.waiting, r.kv = num(p, schema.FieldRunning), num(p, schema.FieldWaiting), num(p, schema.FieldKVCacheUsage)
 			r.history = append(r.history, r.tps)
-		case api.GPU:
+		case schema.GPU:
 			r := gpuOf(p)
-			r.name, r.server, r.err, r.closed = p.Tags["name"], p.Tags["server"], p.String("error"), true
-			r.util, r.sm, r.memUsed, r.memTotal = num(p, "util"), num(p, "sm_active"), num(p, "mem_used_bytes"), num(p, "mem_total_bytes")
-			r.power, r.temp = num(p, "power_w"), num(p, "temp_c")
+			r.name, r.server, r.err, r.closed = p.Tags[schema.TagName], p.Tags[schema.TagServer], p.String(schema.FieldError), true
+			r.util, r.sm, r.memUsed, r.memTotal = num(p, schema.FieldUtil), num(p, schema.FieldSMActive), num(p, schema.FieldMemUsedBytes), num(p, schema.FieldMemTotalBytes)
+			r.power, r.temp = num(p, schema.FieldPowerW), num(p, schema.FieldTempC)
 			r.throttle = -1
-			if v, ok := p.Float("throttle"); ok {
+			if v, ok := p.Float(schema.FieldThrottle); ok {
 				r.throttle = int64(v)
 			}
 		}
 	}
 	for _, p := range w.Open {
 		switch p.Measurement {
-		case api.Server:
-			server(p.Tags["server"]).now = num(p, "system_tps")
-		case api.GPU:
+		case schema.Server:
+			server(p.Tags[schema.TagServer]).now = num(p, schema.FieldSystemTPS)
+		case schema.GPU:
 			r := gpuOf(p)
-			r.now = num(p, "util")
+			r.now = num(p, schema.FieldUtil)
 			if r.err == "" {
-				r.err = p.String("error")
+				r.err = p.String(schema.FieldError)
 			}
 		}
 	}
@@ -160,8 +161,8 @@ const (
 func (k SortKey) String() string { return [...]string{"name", "tok/s", "state"}[k] }
 
 // stateRank puts the states that need a look first.
-var stateRank = map[string]int{"down": 0, "kv_bound": 1, "queue_bound": 2, "saturated": 3, "underutilized": 4,
-	"ok": 5, "idle": 6}
+var stateRank = map[string]int{schema.StateDown: 0, schema.StateKVBound: 1, schema.StateQueueBound: 2,
+	schema.StateSaturated: 3, schema.StateUnderutilized: 4, schema.StateOK: 5, schema.StateIdle: 6}
 
 func rank(state string) int {
 	if r, ok := stateRank[state]; ok {

@@ -10,6 +10,7 @@ import (
 	"github.com/charmbracelet/x/ansi"
 
 	"github.com/tpsmon/tpsmon/internal/api"
+	"github.com/tpsmon/tpsmon/schema"
 )
 
 // NVML's clock event reasons (nvmlClocksEventReason*), short, the limits
@@ -65,11 +66,11 @@ func NewStyles(r *lipgloss.Renderer) Styles {
 
 func (s Styles) state(state string) lipgloss.Style {
 	switch state {
-	case "ok":
+	case schema.StateOK:
 		return s.good
-	case "idle", "-":
+	case schema.StateIdle, "-":
 		return s.dim
-	case "down":
+	case schema.StateDown:
 		return s.bad
 	}
 	return s.warn
