@@ -18,6 +18,7 @@ import (
 	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/internal/api"
 	"github.com/tpsmon/tpsmon/schema"
+	"github.com/tpsmon/tpsmon/window"
 )
 
 // maxOpenSamples bounds the scrapes kept per server for the open window.
@@ -139,7 +140,7 @@ func (o *openServer) prune(at time.Time) {
 // first starts the open window at the first reading's window.
 func (v *View) first(t time.Time) {
 	if v.openAt.IsZero() {
-		v.openAt = t.Truncate(v.window)
+		v.openAt = window.Start(t, v.window)
 	}
 }
 
