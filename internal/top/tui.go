@@ -31,22 +31,26 @@ type fetched struct {
 
 // Model is the bubbletea model of the live view.
 type Model struct {
-	cfg     Config
-	ctx     context.Context
-	styles  Styles
-	w       api.Windows
-	have    bool
-	err     error
-	errAt   time.Time // when the daemon stopped answering
-	width   int
-	height  int
-	sortKey SortKey
-	filter  bool
+	cfg    Config
+	ctx    context.Context
+	styles Styles
+	w      api.Windows
+	have   bool
+	err    error
+	errAt  time.Time // when the daemon stopped answering
+	// okAt and lastAt are when the last good answer and the last try
+	// came: while the daemon is gone, its clock is moved on by the gap.
+	okAt, lastAt time.Time
+	width        int
+	height       int
+	sortKey      SortKey
+	filter       bool
 }
 
 // NewModel returns the live view's model, first showing w.
 func NewModel(ctx context.Context, cfg Config, w api.Windows, styles Styles) Model {
-	return Model{cfg: cfg, ctx: ctx, styles: styles, w: w, have: true, width: 120, height: 40}
+	now := time.Now()
+	return Model{cfg: cfg, ctx: ctx, styles: styles, w: w, have: true, width: 120, height: 40, okAt: now, lastAt: now}
 }
 
 func (m Model) fetch(after time.Duration) tea.Cmd {
@@ -86,13 +90,14 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tea.WindowSizeMsg:
 		m.width, m.height = msg.Width, msg.Height
 	case fetched:
+		m.lastAt = msg.at
 		if msg.err != nil {
 			if m.err == nil {
 				m.errAt = msg.at
 			}
 			m.err = msg.err
 		} else {
-			m.w, m.have, m.err = msg.w, true, nil
+			m.w, m.have, m.err, m.okAt = msg.w, true, nil, msg.at
 		}
 		return m, m.fetch(m.cfg.Every)
 	}
@@ -106,7 +111,11 @@ func (m Model) View() string {
 		status = fmt.Sprintf("daemon not answering since %s, retrying every %s; showing its last data: %v",
 			m.errAt.Format("15:04:05"), m.cfg.Every, m.err)
 	}
-	return Render(m.w, Options{Width: m.width, Height: m.height, Sort: m.sortKey, Filter: m.filter,
+	w := m.w
+	if m.err != nil {
+		w.Now = w.Now.Add(m.lastAt.Sub(m.okAt))
+	}
+	return Render(w, Options{Width: m.width, Height: m.height, Sort: m.sortKey, Filter: m.filter,
 		ASCII: m.cfg.ASCII, Status: status, Styles: m.styles, Keys: true})
 }
 

@@ -74,6 +74,8 @@ func TestModelKeysAndResize(t *testing.T) {
 func TestModelDaemonGone(t *testing.T) {
 	w := loadWindows(t)
 	m := NewModel(context.Background(), Config{Every: time.Second}, w, plainStyles())
+	nm, _ := m.Update(fetched{w: w, at: time.Date(2026, 11, 30, 9, 1, 50, 0, time.Local)})
+	m = nm.(Model)
 	nm, cmd := m.Update(fetched{err: errors.New("connection refused"), at: time.Date(2026, 11, 30, 9, 2, 0, 0, time.Local)})
 	m = nm.(Model)
 	if cmd == nil {
@@ -87,6 +89,11 @@ func TestModelDaemonGone(t *testing.T) {
 	m = nm.(Model)
 	if !strings.Contains(m.View(), "since 09:02:00") {
 		t.Error("the failure line should keep the time the daemon first stopped answering")
+	}
+	// The last window closed 4.5 s before the last good answer, which
+	// came 15 s before this try.
+	if v := m.View(); !strings.Contains(v, "(19.5s ago)") {
+		t.Errorf("the age of the last window should go on while the daemon is gone:\n%s", v)
 	}
 	nm, _ = m.Update(fetched{w: w})
 	m = nm.(Model)
