@@ -125,8 +125,10 @@ func (t *telemetry) health() (healthReport, int) {
 		} else if h.LastError != "" {
 			r.Issues = append(r.Issues, "InfluxDB writes failing, points kept in the spool: "+h.LastError)
 		}
-		if st.Dropped > 0 {
-			r.Issues = append(r.Issues, fmt.Sprintf("%d points dropped by the spool (full or unwritable)", st.Dropped))
+		// The present, not the past: a finished episode stays in the
+		// counters (dropped_points), not in the status.
+		if st.Dropping {
+			r.Issues = append(r.Issues, fmt.Sprintf("the spool is dropping points now (full or unwritable; %d dropped so far)", st.Dropped))
 		}
 	}
 	if len(r.Issues) > 0 {

@@ -67,7 +67,8 @@ type Spool struct {
 	ackedLines int
 
 	dropped      uint64 // points lost to a full spool or failed appends
-	dropping     bool   // inside a drop episode (logged once)
+	dropping     bool   // inside a drop episode (logged once, at its start and end)
+	episodeStart uint64 // dropped when the episode began
 	quarantined  uint64 // points moved aside
 	quarBytes    int64  // corrupt bytes moved aside at recovery
 	appendErrors uint64
@@ -425,6 +426,8 @@ func (s *Spool) Append(lines []byte) error {
 	last.lines += n
 	if s.dropping && s.pendingBytesLocked() < s.opts.MaxBytes*9/10 {
 		s.dropping = false
+		s.opts.Log.Info("spool: storing points again", "dropped_in_episode", s.dropped-s.episodeStart,
+			"dropped_total", s.dropped)
 	}
 	return nil
 }
@@ -435,6 +438,9 @@ func (s *Spool) appendFailedLocked(n int) {
 }
 
 func (s *Spool) dropLocked(n uint64, why string) {
+	if !s.dropping {
+		s.episodeStart = s.dropped
+	}
 	s.dropped += n
 	if !s.dropping {
 		s.dropping = true
@@ -563,6 +569,7 @@ type Stats struct {
 	Quarantined      uint64    `json:"quarantined_points"`     // points rejected or corrupt, kept aside
 	QuarantinedBytes int64     `json:"quarantined_bytes"`      // corrupt bytes moved aside
 	AppendErrors     uint64    `json:"append_errors"`          // appends that failed
+	Dropping         bool      `json:"dropping"`               // points are being dropped now (full or unwritable)
 	OldestUnsent     time.Time `json:"oldest_unsent,omitzero"` // timestamp of the oldest unsent point; zero when none
 }
 
@@ -571,7 +578,7 @@ func (s *Spool) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := Stats{Bytes: s.pendingBytesLocked(), Points: s.pendingLinesLocked(), Dropped: s.dropped,
-		Quarantined: s.quarantined, QuarantinedBytes: s.quarBytes, AppendErrors: s.appendErrors}
+		Quarantined: s.quarantined, QuarantinedBytes: s.quarBytes, AppendErrors: s.appendErrors, Dropping: s.dropping}
 	if st.Points > 0 {
 		st.OldestUnsent = s.oldestLocked()
 	}

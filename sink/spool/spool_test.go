@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -227,7 +228,8 @@ func (f *faultyFile) Write(b []byte) (int, error) {
 func TestDiskFullCountsAndRecovers(t *testing.T) {
 	ffs := &faultyFS{}
 	dir := t.TempDir()
-	s, err := Open(Options{Dir: dir, FS: ffs})
+	var logs bytes.Buffer
+	s, err := Open(Options{Dir: dir, FS: ffs, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,11 +241,21 @@ func TestDiskFullCountsAndRecovers(t *testing.T) {
 			t.Fatalf("append on a full disk: %v", err)
 		}
 	}
+	if !s.Stats().Dropping {
+		t.Error("a full disk is not reported as dropping now")
+	}
 	ffs.full = false
 	s.Append(batch(2, 900_000))
 	st := s.Stats()
-	if st.Dropped != 12 || st.AppendErrors != 3 || st.Points != 7 {
-		t.Errorf("stats %+v, want 12 dropped, 3 append errors, 7 unsent", st)
+	if st.Dropped != 12 || st.AppendErrors != 3 || st.Points != 7 || st.Dropping {
+		t.Errorf("stats %+v, want 12 dropped, 3 append errors, 7 unsent, not dropping now", st)
+	}
+	// One line when the episode begins, one with its count when it ends.
+	if n := strings.Count(logs.String(), "dropping points"); n != 1 {
+		t.Errorf("%d lines for one episode:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), `storing points again" dropped_in_episode=12`) {
+		t.Errorf("the end of the episode is not logged with its count:\n%s", logs.String())
 	}
 	// The partial records were cut: the segment reads back cleanly, also
 	// after a restart.
