@@ -43,9 +43,12 @@ type Sender struct {
 	lastSuccess time.Time
 	lastErr     string
 	configErr   string // set while InfluxDB refuses the credentials or bucket
-	swapped     Writer // replaces W (a reload with new credentials)
-	wake        chan struct{}
-	once        sync.Once
+	// episodeFails counts the failed attempts since the last success: the
+	// failure is logged once, and its end with this count.
+	episodeFails int
+	swapped      Writer // replaces W (a reload with new credentials)
+	wake         chan struct{}
+	once         sync.Once
 }
 
 const (
@@ -191,9 +194,9 @@ func (s *Sender) sendOne(ctx context.Context) error {
 	s.sent += uint64(written)
 	s.lastSuccess = time.Now()
 	if s.lastErr != "" {
-		s.Log.Info("influx writes succeed again")
+		s.Log.Info("influx writes succeed again", "failed_attempts", s.episodeFails)
 	}
-	s.lastErr, s.configErr = "", ""
+	s.lastErr, s.configErr, s.episodeFails = "", "", 0
 	s.mu.Unlock()
 	return nil
 }
@@ -202,6 +205,7 @@ func (s *Sender) failed(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	msg := err.Error()
+	s.episodeFails++
 	var we *WriteError
 	if errors.As(err, &we) && isConfigError(we) {
 		if s.configErr == "" {

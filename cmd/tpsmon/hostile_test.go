@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,9 +11,12 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
 	"github.com/tpsmon/tpsmon/collector"
 )
@@ -89,5 +93,35 @@ func TestOneBadSampleDoesNotCorrupt(t *testing.T) {
 				t.Errorf("discards %v, want some %v", got, tc.reason)
 			}
 		})
+	}
+}
+
+// failingOutput fails while failing is set.
+type failingOutput struct{ failing bool }
+
+func (f *failingOutput) WritePoints([]*write.Point) error {
+	if f.failing {
+		return errors.New("disk full")
+	}
+	return nil
+}
+
+// TestOutputErrorsLoggedOncePerEpisode: 33 failed writes in a row are one
+// line, and the recovery one more with the count.
+func TestOutputErrorsLoggedOncePerEpisode(t *testing.T) {
+	var logs bytes.Buffer
+	out := &failingOutput{failing: true}
+	p := &pipeline{cfg: testConfig(t), log: slog.New(slog.NewTextHandler(&logs, nil)), outputs: []pointWriter{out}}
+	pt := []*write.Point{write.NewPoint("m", nil, map[string]any{"v": 1.0}, time.Unix(1000, 0))}
+	for range 33 {
+		p.emit(pt)
+	}
+	out.failing = false
+	p.emit(pt)
+	if n := strings.Count(logs.String(), "output failed"); n != 1 {
+		t.Errorf("%d lines for one episode:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "failed_writes=33") {
+		t.Errorf("recovery not logged with its count:\n%s", logs.String())
 	}
 }

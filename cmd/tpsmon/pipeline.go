@@ -67,7 +67,8 @@ type pipeline struct {
 	// stateDir keeps the end of the last closed window, so that a restart
 	// can say which windows no process observed; empty: not kept.
 	stateDir     string
-	markerFailed bool // the last marker write failed (said once)
+	markerFailed bool  // the last marker write failed (said once)
+	outFails     []int // per output: failed writes in the current episode
 	// posDir keeps the log positions the joiner has accepted; empty: a
 	// log is read from its end at each start.
 	posDir   string
@@ -415,9 +416,23 @@ func (p *pipeline) emit(pts []*write.Point) {
 	if len(pts) == 0 {
 		return
 	}
-	for _, o := range p.outputs {
-		if err := o.WritePoints(pts); err != nil {
-			p.log.Error("output failed", "err", err)
+	if len(p.outFails) != len(p.outputs) {
+		p.outFails = make([]int, len(p.outputs))
+	}
+	for i, o := range p.outputs {
+		// A failing output is logged once per episode, and its end with
+		// how many writes failed meanwhile.
+		err := o.WritePoints(pts)
+		switch {
+		case err != nil && p.outFails[i] == 0:
+			p.log.Error("output failed; said once until it works again", "err", err)
+		case err == nil && p.outFails[i] > 0:
+			p.log.Info("output works again", "failed_writes", p.outFails[i])
+		}
+		if err != nil {
+			p.outFails[i]++
+		} else {
+			p.outFails[i] = 0
 		}
 	}
 	// Only after the points are spooled: the marker never claims more.
