@@ -13,6 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/internal/agent"
+	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/internal/redact"
 	"github.com/tpsmon/tpsmon/sink"
 )
@@ -27,7 +29,7 @@ func newCheckCmd() *cobra.Command {
 			path, _ := cmd.Flags().GetString("config")
 			cfg, err := configFromFlags(cmd)
 			if err != nil {
-				fmt.Fprintf(w, "FAIL  %v\n", err)
+				fmt.Fprintf(w, "FAIL  %s\n", redact.Text(err.Error()))
 				return errors.New("check failed: the configuration is invalid")
 			}
 			fmt.Fprintf(w, "ok    config %s\n", path)
@@ -44,7 +46,7 @@ func newCheckCmd() *cobra.Command {
 }
 
 // check probes everything the daemon needs and returns the problems found.
-func check(ctx context.Context, cfg *Config, w io.Writer) int {
+func check(ctx context.Context, cfg *config.Config, w io.Writer) int {
 	problems := 0
 	report := func(err error, okMsg string, args ...any) {
 		if err != nil {
@@ -54,7 +56,7 @@ func check(ctx context.Context, cfg *Config, w io.Writer) int {
 		}
 		fmt.Fprintf(w, "%s", redact.Text(fmt.Sprintf("ok    "+okMsg+"\n", args...)))
 	}
-	if open := openBackend(cfg, nil); open != nil {
+	if open := agent.OpenBackend(cfg, nil); open != nil {
 		g, err := open()
 		if err == nil {
 			n := len(g.Sample(time.Now()))
@@ -69,7 +71,7 @@ func check(ctx context.Context, cfg *Config, w io.Writer) int {
 	client := &http.Client{Timeout: 5 * time.Second}
 	servers := cfg.Servers
 	if len(servers) == 0 && cfg.Discovery.Enabled {
-		servers = discover(ctx, client, cfg.Discovery.Ports, quietLogger())
+		servers = agent.Discover(ctx, client, cfg.Discovery.Ports, quietLogger())
 		if len(servers) == 0 {
 			report(fmt.Errorf("servers: none configured and none found on ports %v", cfg.Discovery.Ports), "")
 		}
@@ -109,7 +111,7 @@ func check(ctx context.Context, cfg *Config, w io.Writer) int {
 	// The probe writes nothing, so there is nothing to compress.
 	probe := *cfg
 	probe.Sink.Influx.GZip = false
-	in, err := probe.influxClient()
+	in, err := probe.InfluxClient("tpsmon/" + version)
 	if err != nil {
 		report(err, "")
 		return problems
@@ -125,7 +127,7 @@ func check(ctx context.Context, cfg *Config, w io.Writer) int {
 }
 
 // probeError explains a refused write of nothing.
-func probeError(err error, cfg *Config) error {
+func probeError(err error, cfg *config.Config) error {
 	var we *sink.WriteError
 	if !errors.As(err, &we) {
 		return err
@@ -140,7 +142,7 @@ func probeError(err error, cfg *Config) error {
 }
 
 // tokenFileMode refuses a token file that other users can read or write.
-func tokenFileMode(cfg *Config) error {
+func tokenFileMode(cfg *config.Config) error {
 	path := cfg.Sink.Influx.TokenFile
 	if path == "" {
 		return nil

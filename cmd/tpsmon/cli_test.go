@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -17,7 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
+	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
+	"github.com/tpsmon/tpsmon/sink/spool"
 )
 
 // runCLI runs tpsmon in-process with args and returns its output and error.
@@ -77,7 +79,7 @@ func TestConfigLayers(t *testing.T) {
 	if err := root.Flags().Parse([]string{"--window", "20s"}); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := loadConfig("testdata/good.yaml", true, root.Flags())
+	cfg, err := config.Load("testdata/good.yaml", true, root.Flags())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +122,7 @@ servers:
 }
 
 func TestCheckAllWell(t *testing.T) {
-	srv := httptest.NewServer(&drivenVLLM{rate: 10, start: time.Now(), resetAt: time.Now().Add(time.Hour)})
+	srv := httptest.NewServer(&vllmsim.Driven{Rate: 10, Start: time.Now(), ResetAt: time.Now().Add(time.Hour)})
 	defer srv.Close()
 	cfgPath := filepath.Join(t.TempDir(), "tpsmon.yaml")
 	os.WriteFile(cfgPath, []byte(fmt.Sprintf("gpu: {backend: sim}\nservers:\n  - name: ok\n    metrics_url: %s/metrics\n", srv.URL)), 0o600)
@@ -133,33 +135,6 @@ func TestCheckAllWell(t *testing.T) {
 	}
 }
 
-func TestMalformedScrapesSkippedAndCounted(t *testing.T) {
-	src := &drivenVLLM{rate: 100, start: time.Now(), resetAt: time.Now().Add(time.Hour), malformed: 2}
-	srv := httptest.NewServer(src)
-	defer srv.Close()
-	cfg := testConfig(t)
-	cfg.Window, cfg.Grace = 500*time.Millisecond, 100*time.Millisecond
-	cfg.Servers = []ServerConfig{{Name: "flaky", Engine: "vllm", MetricsURL: srv.URL, GPUs: []string{"auto"}, ScrapeInterval: 50 * time.Millisecond}}
-	var out bytes.Buffer
-	p := &pipeline{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), outputs: []pointWriter{newLPOutput(&out)},
-		client: &http.Client{Timeout: time.Second}}
-	ctx, cancel := context.WithTimeout(context.Background(), 1600*time.Millisecond)
-	defer cancel()
-	if err := p.run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n := p.malformed.Load(); n < 5 {
-		t.Errorf("malformed scrapes counted %d, want about 15", n)
-	}
-	if n := strings.Count(out.String(), "tpsmon_server,"); n < 3 {
-		t.Errorf("only %d windows written despite good scrapes:\n%s", n, out.String())
-	}
-	if !strings.Contains(out.String(), "system_tps=") {
-		t.Errorf("no throughput measured between malformed pages:\n%s", out.String())
-	}
-}
-
-// TestBinaryExitStatus builds tpsmon and checks what an operator sees.
 func TestBinaryExitStatus(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "tpsmon")
 	build := exec.Command("go", "build", "-ldflags", "-X main.version=9.9.9-test", "-o", bin, ".")
@@ -184,17 +159,6 @@ func TestBinaryExitStatus(t *testing.T) {
 	}
 }
 
-// The sample configuration that packaging ships must load as it is.
-func TestShippedSampleConfigLoads(t *testing.T) {
-	cfg, err := loadConfig("../../packaging/tpsmon.yaml", true, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Window != 10*time.Second || cfg.GPU.Backend != "nvml" || cfg.Sink.Spool.MaxBytes != 1<<30 {
-		t.Errorf("sample config: %+v", cfg)
-	}
-}
-
 func TestCheckInflux(t *testing.T) {
 	srv := influxtest.Start(t, "INFLUXDB_HTTP_AUTH_ENABLED=true")
 	// The first user may be created without credentials.
@@ -206,7 +170,7 @@ func TestCheckInflux(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
-	vllm := httptest.NewServer(&drivenVLLM{rate: 10, start: time.Now(), resetAt: time.Now().Add(time.Hour)})
+	vllm := httptest.NewServer(&vllmsim.Driven{Rate: 10, Start: time.Now(), ResetAt: time.Now().Add(time.Hour)})
 	defer vllm.Close()
 	dir := t.TempDir()
 	token := func(name, tok string, mode os.FileMode) string {
@@ -259,10 +223,6 @@ func TestReportCommand(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Window = time.Minute
 	cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket = base, db
-	out, stop, err := startInflux(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now().UTC().Truncate(time.Minute)
 	var lines bytes.Buffer
 	for i := 1; i <= 60; i++ {
@@ -270,8 +230,7 @@ func TestReportCommand(t *testing.T) {
 		fmt.Fprintf(&lines, "tpsmon_server,gpus=0\\,1,host=n1,server=s1 coverage=1,state=\"underutilized\",system_tps=50,tokens=3000i,tps_per_gpu=25,energy_j=6000,gpu_util=20 %d\n", ts)
 		fmt.Fprintf(&lines, "tpsmon_gpu,gpu=1,host=n1,server=s1,uuid=U1 util=0.5,coverage=1 %d\n", ts)
 	}
-	out.spool.Append(lines.Bytes())
-	stop()
+	deliver(t, cfg, lines.Bytes())
 	dir := t.TempDir()
 	html := filepath.Join(dir, "r.html")
 	if _, err := runCLI(t, "report", "-c", "testdata/nope-default.yaml", "--influx-url", base, "--bucket", db, "--since", "2h", "--output", html); err == nil || !strings.Contains(err.Error(), "nope-default") {
@@ -338,4 +297,53 @@ func TestRollupCommand(t *testing.T) {
 	if len(s) != 1 || fmt.Sprint(s[0].Values[0][1:]) != "[108000 10800 3]" {
 		t.Errorf("hourly rollups after two runs: %v, want 108000 tokens, 10800 s in 3 hours", s)
 	}
+}
+
+// deliver writes line protocol through a spool and its sender into the
+// configured InfluxDB, as the daemon does.
+func deliver(t *testing.T, cfg *config.Config, lp []byte) {
+	t.Helper()
+	in, err := cfg.InfluxClient("tpsmon/test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	sp, err := spool.Open(spool.Options{Dir: cfg.Sink.Spool.Dir, MaxBytes: int64(cfg.Sink.Spool.MaxBytes)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	if err := sp.Append(lp); err != nil {
+		t.Fatal(err)
+	}
+	if err := (&sink.Sender{Spool: sp, W: in}).Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testConfig is the default configuration with everything a test must
+// not share with others (ports, directories) made private.
+func testConfig(t *testing.T) *config.Config {
+	t.Helper()
+	cfg, err := config.Load("", false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	cfg.Sink.Spool.Dir = t.TempDir()
+	cfg.Discovery.Enabled = false
+	return cfg
+}
+
+func num(t *testing.T, v any) float64 {
+	t.Helper()
+	n, ok := v.(json.Number)
+	if !ok {
+		t.Fatalf("%v (%T) is not a number", v, v)
+	}
+	f, err := n.Float64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -8,12 +8,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tpsmon/tpsmon/internal/agent"
 	"github.com/tpsmon/tpsmon/internal/api"
-	"github.com/tpsmon/tpsmon/internal/live"
+	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/internal/sim/gpusim"
 	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
 )
@@ -39,7 +41,7 @@ queue), ramps down and idles. Each closed window is printed; with
 			if err != nil {
 				return err
 			}
-			cfg, err := loadConfig("", false, cmd.Flags())
+			cfg, err := config.Load("", false, cmd.Flags())
 			if err != nil {
 				return err
 			}
@@ -81,7 +83,7 @@ type demoOpts struct {
 	note   io.Writer
 }
 
-func runDemo(ctx context.Context, cfg *Config, out pointWriter, o demoOpts) error {
+func runDemo(ctx context.Context, cfg *config.Config, out agent.PointWriter, o demoOpts) error {
 	gpus, period := o.gpus, o.period
 	if gpus < 1 {
 		return fmt.Errorf("--gpus %d: at least one GPU", gpus)
@@ -101,36 +103,30 @@ func runDemo(ctx context.Context, cfg *Config, out pointWriter, o demoOpts) erro
 
 	cfg.GPU.Backend = "sim"
 	cfg.Discovery.Enabled = false
-	cfg.Servers = []ServerConfig{{Name: "demo-vllm", Engine: "vllm", MetricsURL: "http://" + ln.Addr().String() + "/metrics",
+	cfg.Servers = []config.ServerConfig{{Name: "demo-vllm", Engine: "vllm", MetricsURL: "http://" + ln.Addr().String() + "/metrics",
 		GPUs: []string{"auto"}, ScrapeInterval: 500 * time.Millisecond}}
-	log, _ := newLogger(cfg.Log.Level)
-	p := &pipeline{cfg: cfg, log: log, client: &http.Client{Timeout: 2 * time.Second}, outputs: []pointWriter{out},
-		openGPU: func() (gpuSampler, error) { return gpusim.New(gpus, load), nil }}
+	// The demo serves HTTP only when asked, and keeps no state.
+	cfg.HTTP.Listen = o.listen
 	if cfg.Sink.Influx.URL != "" {
 		dir, err := os.MkdirTemp("", "tpsmon-demo-spool-")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		cfg.Sink.Spool.Dir = dir
-		io, stop, err := startInflux(cfg, log)
-		if err != nil {
-			return err
-		}
-		defer stop()
-		p.outputs = append(p.outputs, io)
+		cfg.Sink.Spool.Dir = filepath.Join(dir, "spool")
 	}
-	if o.listen != "" {
-		view := live.New(cfg.Host, cfg.Window, nil)
-		p.live = view
-		p.outputs = append(p.outputs, view)
-		addr, err := (&telemetry{p: p, windows: view}).serve(ctx, o.listen, log)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(o.note, "tpsmon demo: serving http://%s%s; watch it with: tpsmon top --addr %s\n", addr, api.WindowsPath, addr)
-	}
-	if err := p.run(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	log, _ := newLogger(cfg.Log.Level)
+	a := agent.New(cfg, agent.Options{
+		Log:     log,
+		Version: version,
+		OpenGPU: func() (agent.GPUSampler, error) { return gpusim.New(gpus, load), nil },
+		Outputs: []agent.PointWriter{out},
+		Client:  &http.Client{Timeout: 2 * time.Second},
+		Listening: func(addr net.Addr) {
+			fmt.Fprintf(o.note, "tpsmon demo: serving http://%s%s; watch it with: tpsmon top --addr %s\n", addr, api.WindowsPath, addr)
+		},
+	})
+	if err := a.Run(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	return nil

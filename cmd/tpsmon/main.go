@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tpsmon/tpsmon/internal/config"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=…".
@@ -54,7 +56,7 @@ func newRoot() *cobra.Command {
 // addConfigFlags adds --config and the flags that override config keys.
 func addConfigFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringP("config", "c", defaultConfigPath, "configuration file (YAML)")
+	f.StringP("config", "c", config.DefaultPath, "configuration file (YAML)")
 	f.String("host", "", "host tag (default: the hostname)")
 	f.Duration("window", 0, "window length, e.g. 10s")
 	f.Duration("grace", 0, "how long a window waits for late samples")
@@ -72,7 +74,7 @@ func addInfluxFlags(cmd *cobra.Command) {
 }
 
 // configFromFlags loads the configuration named by --config.
-func configFromFlags(cmd *cobra.Command) (*Config, error) {
+func configFromFlags(cmd *cobra.Command) (*config.Config, error) {
 	path, _ := cmd.Flags().GetString("config")
-	return loadConfig(path, cmd.Flags().Changed("config"), cmd.Flags())
+	return config.Load(path, cmd.Flags().Changed("config"), cmd.Flags())
 }

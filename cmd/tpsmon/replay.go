@@ -19,6 +19,7 @@ import (
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/collector/logline"
+	"github.com/tpsmon/tpsmon/internal/agent"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -91,7 +92,7 @@ type timed struct {
 	watch  bool // the log was readable at t
 }
 
-func replay(o replayOpts, out pointWriter, warn io.Writer) error {
+func replay(o replayOpts, out agent.PointWriter, warn io.Writer) error {
 	if o.metricsDir == "" && o.gpuCSV == "" && o.logFile == "" {
 		return errors.New("replay: nothing to replay: give --log, --metrics-dir and/or --gpu-csv")
 	}

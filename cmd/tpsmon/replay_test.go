@@ -8,11 +8,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tpsmon/tpsmon/sink"
 )
 
 func TestReplayMetricsDirAndGPUCSV(t *testing.T) {
 	var out, warn bytes.Buffer
-	jo := newJSONOutput(&out)
+	jo := sink.NewJSONWriter(&out)
 	err := replay(replayOpts{metricsDir: "testdata/replay/metrics", gpuCSV: "testdata/replay/gpu.csv",
 		window: 10 * time.Second, server: "r", engine: "auto", gpus: []string{"0"}, host: "h", tz: "UTC"}, jo, &warn)
 	if err != nil {
@@ -21,10 +23,10 @@ func TestReplayMetricsDirAndGPUCSV(t *testing.T) {
 	if !strings.Contains(warn.String(), "1700000020500.prom") || !strings.Contains(warn.String(), "malformed") {
 		t.Errorf("the malformed scrape was not reported: %q", warn.String())
 	}
-	var servers, gpus []jsonPoint
+	var servers, gpus []sink.JSONPoint
 	dec := json.NewDecoder(&out)
 	for dec.More() {
-		var p jsonPoint
+		var p sink.JSONPoint
 		if err := dec.Decode(&p); err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +90,7 @@ func TestReplayInputErrors(t *testing.T) {
 		{replayOpts{metricsDir: "testdata/replay/metrics", window: time.Second, engine: "vllm2"}, "--engine"},
 	}
 	for _, tt := range tests {
-		err := replay(tt.o, newJSONOutput(&bytes.Buffer{}), &bytes.Buffer{})
+		err := replay(tt.o, sink.NewJSONWriter(&bytes.Buffer{}), &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%+v: err %v, want %q", tt.o, err, tt.want)
 		}
@@ -98,14 +100,14 @@ func TestReplayInputErrors(t *testing.T) {
 func TestReplayLogLinesOnWindowEdges(t *testing.T) {
 	var out, warn bytes.Buffer
 	err := replay(replayOpts{logFile: "testdata/replay/vllm_edges.log", engine: "auto", year: 2026,
-		window: 10 * time.Second, server: "v", host: "h", tz: "UTC"}, newJSONOutput(&out), &warn)
+		window: 10 * time.Second, server: "v", host: "h", tz: "UTC"}, sink.NewJSONWriter(&out), &warn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []jsonPoint
+	var got []sink.JSONPoint
 	dec := json.NewDecoder(&out)
 	for dec.More() {
-		var p jsonPoint
+		var p sink.JSONPoint
 		if err := dec.Decode(&p); err != nil {
 			t.Fatal(err)
 		}
@@ -147,7 +149,7 @@ func TestReplayLogLinesOnWindowEdges(t *testing.T) {
 
 func TestReplayLogWithoutTimestamps(t *testing.T) {
 	err := replay(replayOpts{logFile: "../../collector/logline/testdata/llamacpp_print_timing_multiline_no_prefix.log",
-		engine: "auto", window: 10 * time.Second, tz: "UTC"}, newJSONOutput(&bytes.Buffer{}), &bytes.Buffer{})
+		engine: "auto", window: 10 * time.Second, tz: "UTC"}, sink.NewJSONWriter(&bytes.Buffer{}), &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "no timestamps") {
 		t.Errorf("err %v", err)
 	}
@@ -159,14 +161,14 @@ func TestReplayVerdicts(t *testing.T) {
 			dir := filepath.Join("testdata", "scenarios", want)
 			var out bytes.Buffer
 			err := replay(replayOpts{logFile: filepath.Join(dir, "server.log"), gpuCSV: filepath.Join(dir, "gpu.csv"),
-				engine: "auto", window: 10 * time.Second, server: "s", host: "h", tz: "UTC"}, newJSONOutput(&out), &bytes.Buffer{})
+				engine: "auto", window: 10 * time.Second, server: "s", host: "h", tz: "UTC"}, sink.NewJSONWriter(&out), &bytes.Buffer{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			dec := json.NewDecoder(&out)
 			n := 0
 			for dec.More() {
-				var p jsonPoint
+				var p sink.JSONPoint
 				if err := dec.Decode(&p); err != nil {
 					t.Fatal(err)
 				}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/report"
 )
 
@@ -46,7 +47,7 @@ The InfluxDB settings come from the configuration; the flags override them.`,
 			if format != "html" && format != "json" {
 				return fmt.Errorf("--format %q: want html or json", format)
 			}
-			token, err := cfg.influxToken()
+			token, err := cfg.InfluxToken()
 			if err != nil {
 				return err
 			}
@@ -96,7 +97,7 @@ The InfluxDB settings come from the configuration; the flags override them.`,
 	f.StringVar(&format, "format", "html", "html or json")
 	f.StringVar(&level, "level", "auto", "series to read: raw, 1h or 1d rollups, or auto (raw up to 48h, hourly up to 35d, daily beyond)")
 	f.StringToStringVar(&prices, "price", nil, "price of a GPU-hour per GPU model (the name NVML reports), e.g. --price 'NVIDIA H100 80GB HBM3=2.49' --price '*=1.10'; * prices any other model")
-	f.StringP("config", "c", defaultConfigPath, "configuration file (YAML)")
+	f.StringP("config", "c", config.DefaultPath, "configuration file (YAML)")
 	addInfluxFlags(cmd)
 	return cmd
 }

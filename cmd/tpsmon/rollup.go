@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/report"
 	"github.com/tpsmon/tpsmon/rollup"
 	"github.com/tpsmon/tpsmon/sink"
@@ -42,7 +43,7 @@ rollup (windows delivered late) and walks to the last complete period.`,
 			if recheck < 0 || delay < 0 || maxCatchUp <= 0 {
 				return fmt.Errorf("rollup: --recheck %d, --delay %v, --max-catch-up %v: want non-negative, non-negative, positive", recheck, delay, maxCatchUp)
 			}
-			token, err := cfg.influxToken()
+			token, err := cfg.InfluxToken()
 			if err != nil {
 				return err
 			}
@@ -96,7 +97,7 @@ rollup (windows delivered late) and walks to the last complete period.`,
 	f.DurationVar(&delay, "delay", 5*time.Minute, "how long after its end a period counts as complete")
 	f.IntVar(&recheck, "recheck", 3, "periods before the newest rollup rolled up again, for windows delivered late")
 	f.DurationVar(&maxCatchUp, "max-catch-up", 400*24*time.Hour, "how far back the first run reads")
-	f.StringP("config", "c", defaultConfigPath, "configuration file (YAML)")
+	f.StringP("config", "c", config.DefaultPath, "configuration file (YAML)")
 	addInfluxFlags(cmd)
 	return cmd
 }

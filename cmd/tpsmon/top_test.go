@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,7 +19,11 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
+	"github.com/tpsmon/tpsmon/internal/agent"
 	"github.com/tpsmon/tpsmon/internal/api"
+	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/sim/gpusim"
+	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/internal/top"
 	"github.com/tpsmon/tpsmon/schema"
 )
@@ -99,7 +102,7 @@ func count(pts []api.Point, measurement string) int {
 // and reads it over HTTP: the closed windows are the points the other
 // outputs got, field for field, and the open window moves on.
 func TestWindowsAPIOnDemo(t *testing.T) {
-	cfg, err := loadConfig("", false, nil)
+	cfg, err := config.Load("", false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +233,7 @@ func freeAddr(t *testing.T) string {
 func TestWindowsAPIOnDaemon(t *testing.T) {
 	const rate = 400.0
 	start := time.Now()
-	srv := httptest.NewServer(&drivenVLLM{rate: rate, start: start.Add(-time.Hour), resetAt: start.Add(time.Hour)})
+	srv := httptest.NewServer(&vllmsim.Driven{Rate: rate, Start: start.Add(-time.Hour), ResetAt: start.Add(time.Hour)})
 	defer srv.Close()
 	cfg := testConfig(t)
 	cfg.HTTP.Listen = freeAddr(t)
@@ -238,14 +241,13 @@ func TestWindowsAPIOnDaemon(t *testing.T) {
 	cfg.Window, cfg.Grace = time.Second, 300*time.Millisecond
 	cfg.GPU.Interval = 100 * time.Millisecond
 	cfg.Sink.File.Path = filepath.Join(t.TempDir(), "points.lp")
-	cfg.Servers = []ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: srv.URL + "/metrics",
+	cfg.Servers = []config.ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: srv.URL + "/metrics",
 		GPUs: []string{"auto"}, ScrapeInterval: 100 * time.Millisecond}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- runDaemon(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)),
-			daemonOpts{openGPU: func() (gpuSampler, error) { return steadyGPUs{start: start}, nil }})
+		done <- agent.New(cfg, agent.Options{OpenGPU: func() (agent.GPUSampler, error) { return gpusim.Steady{Start: start}, nil }}).Run(ctx)
 	}()
 	c, _ := top.NewClient(cfg.HTTP.Listen, &http.Client{Timeout: 2 * time.Second})
 	// A window wholly covered by scrapes.

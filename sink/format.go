@@ -1,4 +1,4 @@
-package main
+package sink
 
 import (
 	"encoding/json"
@@ -10,20 +10,22 @@ import (
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
 	"github.com/tpsmon/tpsmon/schema"
-	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/spool"
 )
 
-// lpOutput writes line protocol.
-type lpOutput struct {
+// LPWriter writes line protocol.
+type LPWriter struct {
 	w   io.Writer
-	enc *sink.Encoder
+	enc *Encoder
 	buf []byte
 }
 
-func newLPOutput(w io.Writer) *lpOutput { return &lpOutput{w: w, enc: sink.NewEncoder()} }
+// NewLPWriter writes line protocol to w.
+func NewLPWriter(w io.Writer) *LPWriter { return &LPWriter{w: w, enc: NewEncoder()} }
 
-func (o *lpOutput) WritePoints(pts []*write.Point) error {
+// WritePoints writes pts; a point that cannot be encoded is reported, the
+// others still go out.
+func (o *LPWriter) WritePoints(pts []*write.Point) error {
 	b, err := encodeAll(o.enc, o.buf[:0], pts)
 	o.buf = b
 	if _, werr := o.w.Write(b); werr != nil {
@@ -34,7 +36,7 @@ func (o *lpOutput) WritePoints(pts []*write.Point) error {
 
 // encodeAll encodes every point it can; a point that cannot be encoded is
 // reported, the others still go out.
-func encodeAll(enc *sink.Encoder, dst []byte, pts []*write.Point) ([]byte, error) {
+func encodeAll(enc *Encoder, dst []byte, pts []*write.Point) ([]byte, error) {
 	var first error
 	for _, p := range pts {
 		var err error
@@ -45,21 +47,24 @@ func encodeAll(enc *sink.Encoder, dst []byte, pts []*write.Point) ([]byte, error
 	return dst, first
 }
 
-// jsonOutput writes one JSON object per point (design §7).
-type jsonOutput struct{ enc *json.Encoder }
+// JSONWriter writes one JSON object per point (design §7).
+type JSONWriter struct{ enc *json.Encoder }
 
-func newJSONOutput(w io.Writer) *jsonOutput { return &jsonOutput{enc: json.NewEncoder(w)} }
+// NewJSONWriter writes JSON points to w.
+func NewJSONWriter(w io.Writer) *JSONWriter { return &JSONWriter{enc: json.NewEncoder(w)} }
 
-type jsonPoint struct {
+// JSONPoint is one point as JSONWriter writes it.
+type JSONPoint struct {
 	Measurement string            `json:"measurement"`
 	Time        string            `json:"time"`
 	Tags        map[string]string `json:"tags"`
 	Fields      map[string]any    `json:"fields"`
 }
 
-func (o *jsonOutput) WritePoints(pts []*write.Point) error {
+// WritePoints writes one line per point.
+func (o *JSONWriter) WritePoints(pts []*write.Point) error {
 	for _, p := range pts {
-		jp := jsonPoint{Measurement: p.Name(), Time: p.Time().UTC().Format(time.RFC3339Nano),
+		jp := JSONPoint{Measurement: p.Name(), Time: p.Time().UTC().Format(time.RFC3339Nano),
 			Tags: map[string]string{}, Fields: map[string]any{}}
 		for _, t := range p.TagList() {
 			jp.Tags[t.Key] = t.Value
@@ -74,14 +79,18 @@ func (o *jsonOutput) WritePoints(pts []*write.Point) error {
 	return nil
 }
 
-// tableOutput prints one row per server window, with its GPUs summed up,
+// TableWriter prints one row per server window, with its GPUs summed up,
 // for a person at a terminal.
-type tableOutput struct {
+type TableWriter struct {
 	w      io.Writer
 	header bool
 }
 
-func (o *tableOutput) WritePoints(pts []*write.Point) error {
+// NewTableWriter prints a table on w.
+func NewTableWriter(w io.Writer) *TableWriter { return &TableWriter{w: w} }
+
+// WritePoints prints the server points of pts, a header first.
+func (o *TableWriter) WritePoints(pts []*write.Point) error {
 	if !o.header {
 		fmt.Fprintf(o.w, "%-8s  %-10s %-13s %7s %9s %9s %7s %7s %5s %6s %7s %7s %5s\n",
 			"window", "server", "state", "tokens", "sys tok/s", "user tok/s", "running", "waiting", "kv%", "gpu%", "power W", "tok/J", "cov")
@@ -122,32 +131,26 @@ func cell(f map[string]any, k string, scale float64, prec int) string {
 	return "-"
 }
 
-// influxOutput encodes points into the spool and wakes the sender.
-type influxOutput struct {
-	enc    *sink.Encoder
-	spool  *spool.Spool
-	sender *sink.Sender
+// SpoolWriter encodes points into the spool and wakes the sender that
+// drains it into InfluxDB.
+type SpoolWriter struct {
+	Spool  *spool.Spool
+	Sender *Sender
+	enc    *Encoder
 	buf    []byte
 }
 
-func (o *influxOutput) WritePoints(pts []*write.Point) error {
+// NewSpoolWriter writes into sp and wakes s.
+func NewSpoolWriter(sp *spool.Spool, s *Sender) *SpoolWriter {
+	return &SpoolWriter{Spool: sp, Sender: s, enc: NewEncoder()}
+}
+
+// WritePoints spools pts.
+func (o *SpoolWriter) WritePoints(pts []*write.Point) error {
 	b, encErr := encodeAll(o.enc, o.buf[:0], pts)
 	o.buf = b
 	// A failed append is counted as dropped by the spool; the daemon goes on.
-	err := o.spool.Append(b)
-	o.sender.Notify()
+	err := o.Spool.Append(b)
+	o.Sender.Notify()
 	return errors.Join(encErr, err)
-}
-
-// newOutput returns the writer for a --format value.
-func newOutput(format string, w io.Writer) (pointWriter, error) {
-	switch format {
-	case "table":
-		return &tableOutput{w: w}, nil
-	case "lp":
-		return newLPOutput(w), nil
-	case "json":
-		return newJSONOutput(w), nil
-	}
-	return nil, fmt.Errorf("--format %q: want table, lp or json", format)
 }

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"bytes"
@@ -22,30 +22,31 @@ import (
 	"github.com/tpsmon/tpsmon/collector/gpumap"
 	"github.com/tpsmon/tpsmon/collector/logline"
 	"github.com/tpsmon/tpsmon/collector/tail"
+	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/internal/statefile"
 	"github.com/tpsmon/tpsmon/window"
 )
 
-// gpuSampler reads all GPUs of the node at once.
-type gpuSampler interface {
+// GPUSampler reads all GPUs of the node at once.
+type GPUSampler interface {
 	Sample(now time.Time) []gpu.Sample
 	Close() error
 }
 
-// pointWriter receives the points of closed windows.
-type pointWriter interface {
+// PointWriter receives the points of closed windows.
+type PointWriter interface {
 	WritePoints(pts []*write.Point) error
 }
 
 // pipeline wires sources, the joiner and the outputs: the daemon's main
 // loop, shared by run and demo. Only the main loop touches the joiner.
 type pipeline struct {
-	cfg *Config
+	cfg *config.Config
 	log *slog.Logger
 	// openGPU opens the GPU backend; nil for backend none. It is retried
 	// while it fails, so a node whose driver comes up late is picked up.
-	openGPU func() (gpuSampler, error)
-	outputs []pointWriter
+	openGPU func() (GPUSampler, error)
+	outputs []PointWriter
 	// live sees every scrape and GPU reading, for the API's open window;
 	// nil: no API.
 	live   liveFeed
@@ -56,7 +57,7 @@ type pipeline struct {
 	ready, stopping func()
 	// reconf hands the main loop a new configuration (SIGHUP); applied
 	// tells the reloader it is in force.
-	reconf  chan *Config
+	reconf  chan *config.Config
 	applied chan struct{}
 
 	// logPoll is how often log files are read; 0 is the tailer's default.
@@ -77,15 +78,8 @@ type pipeline struct {
 	gpuErr   map[string]bool     // GPUs whose last reading failed, logged once
 	placed   map[string][]string // GPU UUIDs found for servers with gpus: auto
 
-	malformed atomic.Uint64 // scrapes skipped for unparsable metrics text
-	failed    atomic.Uint64 // scrapes that did not reach the server
-	late      atomic.Uint64 // samples that came after their window closed
-	lateTok   atomic.Uint64 // output tokens in parts of intervals that came too late
-	logSkip   atomic.Uint64 // log lines that looked like throughput lines but did not parse
-	// logUnseen counts requests a log reader cannot count: cancelled by
-	// the server, they print no timing line.
-	logUnseen atomic.Uint64
-	discards  collector.DiscardCounts
+	// metrics are the counters of /metrics, updated where things happen.
+	metrics *metrics
 
 	// Liveness for the watchdog: when the main loop last ran, when the
 	// last GPU reading arrived, and whether a GPU backend is open.
@@ -102,14 +96,20 @@ type liveFeed interface {
 	GPUs(s []gpu.Sample)
 }
 
-// event is what sources hand the main loop.
-type event struct {
-	scrape *collector.Result
-	gpus   []gpu.Sample
-	log    *logEvent
-	// placed maps servers (gpus: auto) to the UUIDs of their GPUs.
-	placed map[string][]string
+// message is what a source hands the main loop; each kind applies itself
+// to the joiner, on the loop's goroutine.
+type message interface {
+	apply(p *pipeline, j *window.Joiner, down map[string]bool)
 }
+
+// scrapeMsg is one scrape of a server's metrics.
+type scrapeMsg collector.Result
+
+// gpuMsg is one reading of every GPU.
+type gpuMsg []gpu.Sample
+
+// placedMsg maps servers (gpus: auto) to the UUIDs of their GPUs.
+type placedMsg map[string][]string
 
 // processLister is a GPU backend that knows the processes on each GPU.
 type processLister interface {
@@ -120,9 +120,10 @@ type processLister interface {
 // come and go slowly, and NVML's process query is expensive.
 const attribEvery = 30 * time.Second
 
-// logEvent is what a server's log said: an interval from a throughput
-// line, or that the log was readable (watch), with the position reached.
-type logEvent struct {
+// logMsg is what a server's log said: an interval from a throughput
+// line, the engine or model it named, or that the log was readable
+// (watch), with the position reached.
+type logMsg struct {
 	server string
 	engine string
 	model  string // the log named the model (with or without iv)
@@ -134,7 +135,7 @@ type logEvent struct {
 // gpuRetry is how long a failed GPU backend waits before the next try.
 const gpuRetry = 30 * time.Second
 
-func serversOf(cfg *Config) []window.Server {
+func serversOf(cfg *config.Config) []window.Server {
 	out := make([]window.Server, len(cfg.Servers))
 	for i, s := range cfg.Servers {
 		gpus := s.GPUs
@@ -159,7 +160,7 @@ func serversOf(cfg *Config) []window.Server {
 	return out
 }
 
-func maxGapOfConfig(cfg *Config) time.Duration {
+func maxGapOfConfig(cfg *config.Config) time.Duration {
 	gap := 5 * cfg.GPU.Interval / 2
 	for _, s := range cfg.Servers {
 		gap = max(gap, 5*s.ScrapeInterval/2)
@@ -175,13 +176,13 @@ type sources struct {
 
 // startSources starts a scraper per server and the GPU sampler of cfg.
 // opened is closed once the GPU backend was tried (or there is none).
-func (p *pipeline) startSources(ctx context.Context, cfg *Config, events chan<- event) (src *sources, opened chan struct{}, err error) {
+func (p *pipeline) startSources(ctx context.Context, cfg *config.Config, msgs chan<- message) (src *sources, opened chan struct{}, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	src = &sources{cancel: cancel}
 	opened = make(chan struct{})
-	send := func(ev event) {
+	send := func(m message) {
 		select {
-		case events <- ev:
+		case msgs <- m:
 		case <-ctx.Done():
 		}
 	}
@@ -199,7 +200,7 @@ func (p *pipeline) startSources(ctx context.Context, cfg *Config, events chan<- 
 			Dialect: d, Client: p.client, Now: p.now,
 			Detected: func(engine string) { p.log.Info("engine detected", "server", name, "engine", engine) }}
 		src.wg.Go(func() {
-			sc.Run(ctx, func(r collector.Result) { send(event{scrape: &r}) })
+			sc.Run(ctx, func(r collector.Result) { send(scrapeMsg(r)) })
 		})
 	}
 	for _, s := range cfg.Servers {
@@ -258,9 +259,9 @@ func (p *pipeline) run(ctx context.Context) error {
 	}, serversOf(cfg))
 	p.log.Info("first window", "start", window.Start(start, cfg.Window).Format(time.RFC3339Nano))
 
-	events := make(chan event, 64)
+	msgs := make(chan message, 64)
 	p.servers.Store(int64(len(cfg.Servers)))
-	src, opened, err := p.startSources(ctx, cfg, events)
+	src, opened, err := p.startSources(ctx, cfg, msgs)
 	if err != nil {
 		return err
 	}
@@ -269,8 +270,8 @@ func (p *pipeline) run(ctx context.Context) error {
 	drain := func() {
 		for {
 			select {
-			case ev := <-events:
-				p.accept(j, ev, down)
+			case m := <-msgs:
+				m.apply(p, j, down)
 			default:
 				return
 			}
@@ -295,13 +296,12 @@ func (p *pipeline) run(ctx context.Context) error {
 			// says how many GPUs are sampled.
 			tellReady()
 			opened = nil
-		case ev := <-events:
-			p.accept(j, ev, down)
+		case m := <-msgs:
+			m.apply(p, j, down)
 		case <-tick.C:
 			pts := j.Flush(p.now())
 			p.emit(pts)
-			p.late.Store(j.Late())
-			p.lateTok.Store(uint64(j.LateTokens()))
+			p.metrics.joined(j)
 			if len(pts) > 0 {
 				// Positions move when windows are written, not every
 				// second: lines after them belong to the open window,
@@ -321,7 +321,7 @@ func (p *pipeline) run(ctx context.Context) error {
 				delete(down, name)
 			}
 			p.unreadable.Store(0)
-			if src, _, err = p.startSources(ctx, nc, events); err != nil {
+			if src, _, err = p.startSources(ctx, nc, msgs); err != nil {
 				return err
 			}
 			p.applied <- struct{}{}
@@ -333,63 +333,62 @@ func (p *pipeline) run(ctx context.Context) error {
 			drain()
 			p.emit(j.Close(p.now()))
 			p.savePositions()
-			p.late.Store(j.Late())
-			p.log.Info("sources stopped", "late_samples", j.Late(), "scrapes_malformed", p.malformed.Load(),
-				"scrapes_failed", p.failed.Load())
+			p.metrics.joined(j)
+			p.log.Info("sources stopped", "late_samples", j.Late(), "scrapes_malformed", counted(p.metrics.malformed),
+				"scrapes_failed", counted(p.metrics.failed))
 			return nil
 		}
 	}
 }
 
-func (p *pipeline) accept(j *window.Joiner, ev event, down map[string]bool) {
-	if ev.placed != nil {
-		p.applyPlacement(j, ev.placed)
-		return
+func (m placedMsg) apply(p *pipeline, j *window.Joiner, _ map[string]bool) {
+	p.applyPlacement(j, m)
+}
+
+func (l *logMsg) apply(p *pipeline, j *window.Joiner, _ map[string]bool) {
+	switch {
+	case l.iv != nil:
+		j.NameEngine(l.server, l.engine)
+		j.AddLog(l.server, *l.iv)
+	case l.engine != "" || l.model != "":
+		j.NameEngine(l.server, l.engine)
+		j.NameModel(l.server, l.model)
+	case !l.watch.IsZero():
+		j.Watch(l.server, l.watch)
 	}
-	if l := ev.log; l != nil {
-		switch {
-		case l.iv != nil:
-			j.NameEngine(l.server, l.engine)
-			j.AddLog(l.server, *l.iv)
-		case l.engine != "" || l.model != "":
-			j.NameEngine(l.server, l.engine)
-			j.NameModel(l.server, l.model)
-		case !l.watch.IsZero():
-			j.Watch(l.server, l.watch)
-		}
-		if l.pos != (tail.Position{}) {
-			p.logPos[l.server], p.logDirty[l.server] = l.pos, true
-		}
-		return
+	if l.pos != (tail.Position{}) {
+		p.logPos[l.server], p.logDirty[l.server] = l.pos, true
 	}
-	if ev.gpus != nil {
-		healthy := false
-		for _, s := range ev.gpus {
-			j.AddGPU(s)
-			if s.Err == nil {
-				healthy = true
-			} else if !p.gpuErr[s.UUID] {
-				p.log.Error("GPU unreadable", "gpu", s.Index, "uuid", s.UUID, "err", s.Err)
-			}
-			p.gpuErr[s.UUID] = s.Err != nil
+}
+
+func (m gpuMsg) apply(p *pipeline, j *window.Joiner, _ map[string]bool) {
+	healthy := false
+	for _, s := range m {
+		j.AddGPU(s)
+		if s.Err == nil {
+			healthy = true
+		} else if !p.gpuErr[s.UUID] {
+			p.log.Error("GPU unreadable", "gpu", s.Index, "uuid", s.UUID, "err", s.Err)
 		}
-		// Progress for the watchdog only while some GPU answers: with all
-		// of them stuck, a restart is the remedy.
-		if healthy {
-			p.gpuAt.Store(p.now().UnixNano())
-		}
-		p.gpus.Store(int64(len(ev.gpus)))
-		if p.live != nil {
-			p.live.GPUs(ev.gpus)
-		}
-		return
+		p.gpuErr[s.UUID] = s.Err != nil
 	}
-	r := ev.scrape
+	// Progress for the watchdog only while some GPU answers: with all
+	// of them stuck, a restart is the remedy.
+	if healthy {
+		p.gpuAt.Store(p.now().UnixNano())
+	}
+	p.gpus.Store(int64(len(m)))
+	if p.live != nil {
+		p.live.GPUs(m)
+	}
+}
+
+func (r scrapeMsg) apply(p *pipeline, j *window.Joiner, down map[string]bool) {
 	if r.Err != nil {
 		if errors.Is(r.Err, collector.ErrMalformed) {
-			p.malformed.Add(1)
+			p.metrics.malformed.Inc()
 		} else {
-			p.failed.Add(1)
+			p.metrics.failed.Inc()
 		}
 		if !down[r.Server] {
 			p.log.Warn("server unreadable", "server", r.Server, "err", r.Err)
@@ -404,7 +403,7 @@ func (p *pipeline) accept(j *window.Joiner, ev event, down map[string]bool) {
 		p.unreadable.Add(-1)
 	}
 	for _, d := range r.Sample.Discards {
-		p.discards.Add(r.Server, d)
+		p.metrics.discards.Add(r.Server, d)
 	}
 	j.AddServer(r.Server, r.Sample)
 	if p.live != nil {
@@ -442,8 +441,8 @@ func (p *pipeline) emit(pts []*write.Point) {
 // sampleGPUs opens the GPU backend, retrying while it fails, and samples
 // it every interval until ctx ends. tried is closed after the first try.
 // Servers with gpus: auto are mapped to their GPUs every attribEvery.
-func (p *pipeline) sampleGPUs(ctx context.Context, interval time.Duration, auto []gpumap.Server, send func(event), tried chan struct{}) {
-	var g gpuSampler
+func (p *pipeline) sampleGPUs(ctx context.Context, interval time.Duration, auto []gpumap.Server, send func(message), tried chan struct{}) {
+	var g GPUSampler
 	lastErr := ""
 	for g == nil {
 		var err error
@@ -453,7 +452,7 @@ func (p *pipeline) sampleGPUs(ctx context.Context, interval time.Duration, auto 
 			p.gpuAt.Store(p.now().UnixNano())
 			if s := g.Sample(p.now()); len(s) > 0 {
 				p.gpus.Store(int64(len(s)))
-				send(event{gpus: s})
+				send(gpuMsg(s))
 			}
 		}
 		if tried != nil {
@@ -489,11 +488,11 @@ func (p *pipeline) sampleGPUs(ctx context.Context, interval time.Duration, auto 
 		}
 		now := p.now()
 		smp := g.Sample(now)
-		send(event{gpus: smp})
+		send(gpuMsg(smp))
 		if canPlace && len(auto) > 0 && now.Sub(placedAt) >= attribEvery {
 			placedAt = now
 			if placed := p.place(lister, smp, auto); placed != nil {
-				send(event{placed: placed})
+				send(placedMsg(placed))
 			}
 		}
 	}
@@ -520,7 +519,7 @@ func (p *pipeline) place(l processLister, smp []gpu.Sample, auto []gpumap.Server
 }
 
 // autoServers are the servers whose GPUs are found, by their port.
-func autoServers(cfg *Config) []gpumap.Server {
+func autoServers(cfg *config.Config) []gpumap.Server {
 	var out []gpumap.Server
 	for _, s := range cfg.Servers {
 		if len(s.GPUs) != 1 || s.GPUs[0] != "auto" || s.MetricsURL == "" {
@@ -613,13 +612,13 @@ const defaultLogGrace = 11 * time.Second
 
 // startLog follows a server's log file or journal unit. Its lines are
 // parsed here, in the source's goroutine; the main loop gets intervals.
-func (p *pipeline) startLog(ctx context.Context, src *sources, s ServerConfig, send func(event)) error {
+func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerConfig, send func(message)) error {
 	parser, err := logline.NewParser(s.Engine)
 	if err != nil {
 		return err
 	}
 	name := s.Name
-	stream := &logline.Stream{Discarded: func(d collector.Discard) { p.discards.Add(name, d) }}
+	stream := &logline.Stream{Discarded: func(d collector.Discard) { p.metrics.discards.Add(name, d) }}
 	var mu sync.Mutex // the journal's Alive ticks on a goroutine of its own
 	var last tail.Position
 	var skipped, cancelled uint64
@@ -634,7 +633,7 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s ServerConfig, s
 				p.log.Info("model detected", "server", name, "model", now.Model, "from", "log")
 			}
 			id = now
-			send(event{log: &logEvent{server: name, engine: id.Engine, model: id.Model}})
+			send(&logMsg{server: name, engine: id.Engine, model: id.Model})
 		}
 	}
 	// Reading starts at the end of a log: its start-up lines still name
@@ -654,7 +653,7 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s ServerConfig, s
 		t := parser.LiveTime(l.Text, l.Time)
 		rec, ok := parser.Parse(l.Text)
 		if d := parser.Skipped - skipped; d > 0 {
-			p.logSkip.Add(d)
+			p.metrics.logSkipped.Add(float64(d))
 			skipped = parser.Skipped
 		}
 		named()
@@ -663,14 +662,14 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s ServerConfig, s
 				p.log.Warn("the server cancels requests, which print no timing line: their tokens are missing from this log's "+
 					"counts (tpsmon_log_requests_unseen_total); add metrics_url to count them", "server", name)
 			}
-			p.logUnseen.Add(d)
+			p.metrics.logUnseen.Add(float64(d))
 		}
 		cancelled = parser.Cancelled
 		if !ok {
 			return
 		}
 		if iv, ok := stream.Interval(rec, t); ok {
-			send(event{log: &logEvent{server: name, engine: rec.Engine, iv: &iv, pos: l.Pos}})
+			send(&logMsg{server: name, engine: rec.Engine, iv: &iv, pos: l.Pos})
 		}
 	}
 	// Readable now, and every line so far taken: the position moves past
@@ -679,7 +678,7 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s ServerConfig, s
 		mu.Lock()
 		pos := last
 		mu.Unlock()
-		send(event{log: &logEvent{server: name, watch: t, pos: pos}})
+		send(&logMsg{server: name, watch: t, pos: pos})
 	}
 	state := p.positionFile(name)
 	if s.Log.File != "" {

@@ -1,4 +1,7 @@
-package main
+// Package config loads tpsmon's configuration (design §6): the YAML file,
+// then TPSMON_* environment variables, then flags; and refuses a bad value
+// with the name of its key.
+package config
 
 import (
 	"errors"
@@ -22,8 +25,8 @@ import (
 	"github.com/tpsmon/tpsmon/sink"
 )
 
-// defaultConfigPath is where the package installs the configuration.
-const defaultConfigPath = "/etc/tpsmon/tpsmon.yaml"
+// DefaultPath is where the package installs the configuration.
+const DefaultPath = "/etc/tpsmon/tpsmon.yaml"
 
 const defaultSpoolDir = "/var/lib/tpsmon/spool"
 
@@ -162,7 +165,8 @@ var defaults = map[string]any{
 	"thresholds.waiting":                   0.5,
 }
 
-// flagKeys maps command-line flags to configuration keys.
+// flagKeys maps command-line flags to configuration keys: a flag of these
+// names, when the command has it, overrides its key.
 var flagKeys = map[string]string{
 	"host":        "host",
 	"window":      "window",
@@ -175,9 +179,10 @@ var flagKeys = map[string]string{
 	"log-level":   "log.level",
 }
 
-// loadConfig reads the file at path (the default path may be missing),
-// then TPSMON_* environment variables, then the flags that were set.
-func loadConfig(path string, explicit bool, flags *pflag.FlagSet) (*Config, error) {
+// Load reads the file at path (the default path may be missing unless
+// explicit), then TPSMON_* environment variables, then the flags that were
+// set.
+func Load(path string, explicit bool, flags *pflag.FlagSet) (*Config, error) {
 	v := viper.NewWithOptions(
 		viper.EnvKeyReplacer(strings.NewReplacer(".", "_")),
 		viper.ExperimentalBindStruct(),
@@ -275,7 +280,18 @@ func parseByteSize(s string) (ByteSize, error) {
 	return ByteSize(n * float64(mult)), nil
 }
 
+// validate checks every key and fills the defaults that depend on others.
 func (c *Config) validate() error {
+	for _, check := range []func() error{c.validateNode, c.validateGPU, c.validateServers, c.validateSink,
+		c.validateThresholds, c.validateLog} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Config) validateNode() error {
 	if c.Host == "" {
 		h, err := os.Hostname()
 		if err != nil {
@@ -289,6 +305,10 @@ func (c *Config) validate() error {
 	if c.Grace < 0 {
 		return fmt.Errorf("grace: %v is negative", c.Grace)
 	}
+	return nil
+}
+
+func (c *Config) validateGPU() error {
 	switch c.GPU.Backend {
 	case "nvml", "sim", "none":
 	default:
@@ -300,6 +320,10 @@ func (c *Config) validate() error {
 	if c.GPU.Interval <= 0 {
 		return fmt.Errorf("gpu.interval: %v must be positive", c.GPU.Interval)
 	}
+	return nil
+}
+
+func (c *Config) validateServers() error {
 	names := map[string]bool{}
 	for i := range c.Servers {
 		s := &c.Servers[i]
@@ -311,44 +335,61 @@ func (c *Config) validate() error {
 			return fmt.Errorf("%s.name: %q is used twice", at, s.Name)
 		}
 		names[s.Name] = true
-		if s.Engine == "" {
-			s.Engine = "auto"
-		}
-		if _, err := collector.DialectFor(s.Engine); err != nil && s.Engine != "ollama" {
-			return fmt.Errorf("%s.engine: %w", at, err)
-		}
-		hasLog := s.Log.File != "" || s.Log.JournalUnit != ""
-		if s.Log.File != "" && s.Log.JournalUnit != "" {
-			return fmt.Errorf("%s.log: give file or journal_unit, not both", at)
-		}
-		if hasLog {
-			if _, err := logline.NewParser(s.Engine); err != nil {
-				return fmt.Errorf("%s.engine: %w", at, err)
-			}
-		}
-		if s.MetricsURL == "" && !hasLog {
-			return fmt.Errorf("%s: give metrics_url, log.file or log.journal_unit", at)
-		}
-		if s.MetricsURL != "" {
-			if u, err := url.Parse(s.MetricsURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return fmt.Errorf("%s.metrics_url: %q is not an http(s) URL", at, redact.URL(s.MetricsURL))
-			}
-			if s.Engine == "ollama" {
-				return fmt.Errorf("%s.metrics_url: ollama serves no Prometheus metrics; read its log (log.journal_unit: ollama.service)", at)
-			}
-		}
-		if s.ScrapeInterval == 0 {
-			s.ScrapeInterval = time.Second
-		}
-		if s.ScrapeInterval < 0 {
-			return fmt.Errorf("%s.scrape_interval: %v is negative", at, s.ScrapeInterval)
-		}
-		if len(s.GPUs) == 0 {
-			s.GPUs = []string{"auto"}
+		if err := s.validate(at); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// validate checks one server; at names it in errors.
+func (s *ServerConfig) validate(at string) error {
+	if s.Engine == "" {
+		s.Engine = "auto"
+	}
+	if _, err := collector.DialectFor(s.Engine); err != nil && s.Engine != "ollama" {
+		return fmt.Errorf("%s.engine: %w", at, err)
+	}
+	hasLog := s.Log.File != "" || s.Log.JournalUnit != ""
+	if s.Log.File != "" && s.Log.JournalUnit != "" {
+		return fmt.Errorf("%s.log: give file or journal_unit, not both", at)
+	}
+	if hasLog {
+		if _, err := logline.NewParser(s.Engine); err != nil {
+			return fmt.Errorf("%s.engine: %w", at, err)
+		}
+	}
+	if s.MetricsURL == "" && !hasLog {
+		return fmt.Errorf("%s: give metrics_url, log.file or log.journal_unit", at)
+	}
+	if s.MetricsURL != "" {
+		if !isHTTPURL(s.MetricsURL) {
+			return fmt.Errorf("%s.metrics_url: %q is not an http(s) URL", at, redact.URL(s.MetricsURL))
+		}
+		if s.Engine == "ollama" {
+			return fmt.Errorf("%s.metrics_url: ollama serves no Prometheus metrics; read its log (log.journal_unit: ollama.service)", at)
+		}
+	}
+	if s.ScrapeInterval == 0 {
+		s.ScrapeInterval = time.Second
+	}
+	if s.ScrapeInterval < 0 {
+		return fmt.Errorf("%s.scrape_interval: %v is negative", at, s.ScrapeInterval)
+	}
+	if len(s.GPUs) == 0 {
+		s.GPUs = []string{"auto"}
+	}
+	return nil
+}
+
+func isHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+func (c *Config) validateSink() error {
 	if u := c.Sink.Influx.URL; u != "" {
-		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+		if !isHTTPURL(u) {
 			return fmt.Errorf("sink.influx.url: %q is not an http(s) URL", redact.URL(u))
 		}
 		if c.Sink.Influx.Bucket == "" {
@@ -366,6 +407,10 @@ func (c *Config) validate() error {
 	if c.Sink.Spool.MaxBytes < 1<<20 {
 		return fmt.Errorf("sink.spool.max_bytes: %d bytes is too small (at least 1MiB)", c.Sink.Spool.MaxBytes)
 	}
+	return nil
+}
+
+func (c *Config) validateThresholds() error {
 	th := c.Thresholds
 	if th.KVBound <= 0 || th.KVBound > 1 {
 		return fmt.Errorf("thresholds.kv_bound: %v is not a ratio in (0, 1]", th.KVBound)
@@ -378,17 +423,20 @@ func (c *Config) validate() error {
 	if th.Waiting < 0 {
 		return fmt.Errorf("thresholds.waiting: %v is negative", th.Waiting)
 	}
-	switch strings.ToLower(c.Log.Level) {
-	case "debug", "info", "warn", "error":
-	default:
-		return fmt.Errorf("log.level: %q is not one of debug, info, warn, error", c.Log.Level)
-	}
 	return nil
 }
 
-// influxToken reads the token from sink.influx.token_file, or from the
+func (c *Config) validateLog() error {
+	switch strings.ToLower(c.Log.Level) {
+	case "debug", "info", "warn", "error":
+		return nil
+	}
+	return fmt.Errorf("log.level: %q is not one of debug, info, warn, error", c.Log.Level)
+}
+
+// InfluxToken reads the token from sink.influx.token_file, or from the
 // systemd credential influx-token when no file is configured.
-func (c *Config) influxToken() (string, error) {
+func (c *Config) InfluxToken() (string, error) {
 	path := c.Sink.Influx.TokenFile
 	if path == "" {
 		dir := os.Getenv("CREDENTIALS_DIRECTORY")
@@ -407,14 +455,15 @@ func (c *Config) influxToken() (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// influxClient connects to the configured InfluxDB.
-func (c *Config) influxClient() (*sink.Influx, error) {
-	token, err := c.influxToken()
+// InfluxClient connects to the configured InfluxDB; userAgent names this
+// tpsmon in its requests.
+func (c *Config) InfluxClient(userAgent string) (*sink.Influx, error) {
+	token, err := c.InfluxToken()
 	if err != nil {
 		return nil, err
 	}
 	ic := c.Sink.Influx
 	return sink.NewInflux(sink.InfluxConfig{URL: ic.URL, Org: ic.Org, Bucket: ic.Bucket, Token: token,
 		Timeout: ic.Timeout, GZip: ic.GZip, CAFile: ic.TLS.CAFile, InsecureSkipVerify: ic.TLS.InsecureSkipVerify,
-		UserAgent: "tpsmon/" + version})
+		UserAgent: userAgent})
 }

@@ -1,7 +1,6 @@
-package main
+package agent
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,20 +39,7 @@ func (t *telemetry) registry() *prometheus.Registry {
 	gauge := func(name, help string, f func() float64) {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
 	}
-	counter("tpsmon_late_samples_total", "Samples that arrived after their window closed; dropped.",
-		func() float64 { return float64(t.p.late.Load()) })
-	counter("tpsmon_scrapes_malformed_total", "Scrapes skipped because the metrics text did not parse.",
-		func() float64 { return float64(t.p.malformed.Load()) })
-	counter("tpsmon_scrapes_failed_total", "Scrapes that did not reach the server.",
-		func() float64 { return float64(t.p.failed.Load()) })
-	counter("tpsmon_log_lines_skipped_total", "Log lines that looked like throughput lines but did not parse.",
-		func() float64 { return float64(t.p.logSkip.Load()) })
-	counter("tpsmon_log_requests_unseen_total", "Requests the server cancelled, which print no timing line: "+
-		"their tokens are missing from servers read from their log alone.",
-		func() float64 { return float64(t.p.logUnseen.Load()) })
-	counter("tpsmon_late_tokens_total", "Output tokens that fell in windows already closed (requests reported at their end).",
-		func() float64 { return float64(t.p.lateTok.Load()) })
-	reg.MustRegister(discardCollector{&t.p.discards})
+	t.p.metrics.register(reg)
 	if t.spool == nil {
 		return reg
 	}
@@ -109,8 +95,8 @@ type influxHealth struct {
 }
 
 func (t *telemetry) health() (healthReport, int) {
-	r := healthReport{Status: "ok", LateSamples: t.p.late.Load()}
-	r.Scrape.Malformed, r.Scrape.Failed = t.p.malformed.Load(), t.p.failed.Load()
+	r := healthReport{Status: "ok", LateSamples: counted(t.p.metrics.late)}
+	r.Scrape.Malformed, r.Scrape.Failed = counted(t.p.metrics.malformed), counted(t.p.metrics.failed)
 	if t.spool != nil {
 		h := t.sender.Health()
 		st := t.spool.Stats()
@@ -155,23 +141,22 @@ func (t *telemetry) handler() http.Handler {
 	return mux
 }
 
-// serve listens on addr and serves until ctx ends.
-func (t *telemetry) serve(ctx context.Context, addr string, log *slog.Logger) (net.Addr, error) {
+// serve listens on addr and serves until stop, which returns once the
+// listener is closed and the server's goroutine has ended.
+func (t *telemetry) serve(addr string, log *slog.Logger) (_ net.Addr, stop func(), _ error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("http.listen: %w", err)
+		return nil, nil, fmt.Errorf("http.listen: %w", err)
 	}
 	srv := &http.Server{Handler: t.handler(), ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("telemetry endpoint stopped", "err", err)
 		}
 	}()
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	return ln.Addr(), nil
+	return ln.Addr(), func() { srv.Close(); <-done }, nil
 }
 
 // discardCollector puts the values tpsmon refused on /metrics.

@@ -1,18 +1,19 @@
-package main
+package agent
 
 import (
 	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/sink"
 )
 
 // sglangLine is a decode line: 100 tokens/s since the line before it.
@@ -28,10 +29,10 @@ func runOnLog(t *testing.T, logPath, state string, d time.Duration) (tokens int6
 	cfg := testConfig(t)
 	cfg.Window, cfg.Grace = time.Second, 100*time.Millisecond
 	cfg.GPU.Backend = "none"
-	cfg.Servers = []ServerConfig{{Name: "sgl", Engine: "sglang", Log: LogSourceConfig{File: logPath}, GPUs: []string{"auto"}}}
+	cfg.Servers = []config.ServerConfig{{Name: "sgl", Engine: "sglang", Log: config.LogSourceConfig{File: logPath}, GPUs: []string{"auto"}}}
 	var out bytes.Buffer
-	p := &pipeline{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), outputs: []pointWriter{newLPOutput(&out)},
-		posDir: state, logGrace: 1500 * time.Millisecond, logPoll: 250 * time.Millisecond}
+	a := New(cfg, Options{Outputs: []PointWriter{sink.NewLPWriter(&out)}, PositionDir: state,
+		LogGrace: 1500 * time.Millisecond, LogPoll: 250 * time.Millisecond})
 	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +52,7 @@ func runOnLog(t *testing.T, logPath, state string, d time.Duration) (tokens int6
 			}
 		}
 	}()
-	if err := p.run(ctx); err != nil {
+	if err := a.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
 	sc := bufio.NewScanner(&out)

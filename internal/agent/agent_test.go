@@ -1,84 +1,26 @@
-package main
+package agent
 
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"math"
-	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/sim/gpusim"
+	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
 )
 
-// drivenVLLM serves a vLLM V1 metrics page whose generation counter grows
-// at exactly rate tokens/s of wall time, restarting from 0 at resetAt.
-type drivenVLLM struct {
-	rate    float64
-	start   time.Time
-	resetAt time.Time
-	// malformed makes every n-th page unparsable (0: never).
-	malformed int
-
-	mu    sync.Mutex
-	pages int
-}
-
-func (d *drivenVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	now := time.Now()
-	base := d.start
-	if now.After(d.resetAt) {
-		base = d.resetAt
-	}
-	tokens := d.rate * now.Sub(base).Seconds()
-	d.mu.Lock()
-	d.pages++
-	bad := d.malformed > 0 && d.pages%d.malformed == 0
-	d.mu.Unlock()
-	if bad {
-		fmt.Fprint(w, "vllm:generation_tokens_total{model_name=\"m\" 12\n")
-		return
-	}
-	fmt.Fprintf(w, `# TYPE vllm:generation_tokens_total counter
-vllm:generation_tokens_total{engine="0",model_name="test/model"} %f
-# TYPE vllm:num_requests_running gauge
-vllm:num_requests_running{engine="0",model_name="test/model"} 10
-# TYPE vllm:num_requests_waiting gauge
-vllm:num_requests_waiting{engine="0",model_name="test/model"} 0
-# TYPE vllm:kv_cache_usage_perc gauge
-vllm:kv_cache_usage_perc{engine="0",model_name="test/model"} 0.5
-`, tokens)
-}
-
-// steadyGPUs is a GPU backend: two GPUs at 80% and 300 W, the energy
-// counter advancing with wall time.
-type steadyGPUs struct{ start time.Time }
-
-func (g steadyGPUs) Sample(now time.Time) []gpu.Sample {
-	out := make([]gpu.Sample, 2)
-	for i := range out {
-		out[i] = gpu.Sample{Time: now, Index: i, UUID: fmt.Sprintf("GPU-test-%d", i), Name: "Test H100",
-			UtilPct: 80, MemUtilPct: 40, MemUsedBytes: 60 << 30, MemTotalBytes: 80 << 30, PowerW: 300,
-			EnergyMJ: int64(300 * now.Sub(g.start).Seconds() * 1000), TempC: 60, SMClockMHz: 1800, Throttle: 0x4,
-			Has: gpu.FieldUtil | gpu.FieldMemUtil | gpu.FieldMemory | gpu.FieldPower | gpu.FieldEnergy |
-				gpu.FieldTemp | gpu.FieldSMClock | gpu.FieldThrottle}
-	}
-	return out
-}
-
-func (steadyGPUs) Close() error { return nil }
-
 // testConfig is the default configuration with everything a test must
 // not share with others (ports, directories) made private.
-func testConfig(t *testing.T) *Config {
+func testConfig(t *testing.T) *config.Config {
 	t.Helper()
-	cfg, err := loadConfig("", false, nil)
+	cfg, err := config.Load("", false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +51,7 @@ func TestRunAgainstRealInfluxDB(t *testing.T) {
 	start := time.Now()
 	// The reset falls in the middle of the third window.
 	resetAt := start.Truncate(time.Second).Add(2500 * time.Millisecond)
-	src := &drivenVLLM{rate: rate, start: start.Add(-time.Hour), resetAt: resetAt, malformed: 7}
+	src := &vllmsim.Driven{Rate: rate, Start: start.Add(-time.Hour), ResetAt: resetAt, Malformed: 7}
 	srv := httptest.NewServer(src)
 	defer srv.Close()
 
@@ -117,7 +59,7 @@ func TestRunAgainstRealInfluxDB(t *testing.T) {
 	cfg.Host = "it-node"
 	cfg.Window, cfg.Grace = time.Second, 300*time.Millisecond
 	cfg.GPU.Interval = 100 * time.Millisecond
-	cfg.Servers = []ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: srv.URL + "/metrics",
+	cfg.Servers = []config.ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: srv.URL + "/metrics",
 		GPUs: []string{"auto"}, ScrapeInterval: 100 * time.Millisecond}}
 	cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket = base, db+"/autogen"
 	cfg.Sink.Spool.Dir = t.TempDir()
@@ -125,8 +67,8 @@ func TestRunAgainstRealInfluxDB(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5500*time.Millisecond)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	gpus := steadyGPUs{start: start}
-	if err := runDaemon(ctx, cfg, log, daemonOpts{openGPU: func() (gpuSampler, error) { return gpus, nil }}); err != nil {
+	gpus := gpusim.Steady{Start: start}
+	if err := New(cfg, Options{Log: log, OpenGPU: func() (GPUSampler, error) { return gpus, nil }}).Run(ctx); err != nil {
 		t.Fatal(err)
 	}
 
@@ -205,7 +147,7 @@ func TestRunAgainstRealInfluxDB(t *testing.T) {
 			t.Errorf("gpu row %v", r)
 		}
 	}
-	if src.pages < 30 {
-		t.Errorf("server scraped %d times, want about 50", src.pages)
+	if src.Pages() < 30 {
+		t.Errorf("server scraped %d times, want about 50", src.Pages())
 	}
 }

@@ -1,23 +1,24 @@
-package main
+package agent
 
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/sim/gpusim"
+	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
 	"github.com/tpsmon/tpsmon/sink/spool"
@@ -42,14 +43,14 @@ func windowStarts(t *testing.T, base, db string) (map[int64]bool, int) {
 func TestOutageLosesNoWindow(t *testing.T) {
 	srv := influxtest.Start(t)
 	db := influxtest.CreateDB(t, srv.URL, "outage")
-	src := &drivenVLLM{rate: 100, start: time.Now(), resetAt: time.Now().Add(time.Hour)}
+	src := &vllmsim.Driven{Rate: 100, Start: time.Now(), ResetAt: time.Now().Add(time.Hour)}
 	vllm := httptest.NewServer(src)
 	defer vllm.Close()
 
 	cfg := testConfig(t)
 	cfg.Window, cfg.Grace = time.Second, 200*time.Millisecond
 	cfg.GPU.Interval = 200 * time.Millisecond
-	cfg.Servers = []ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: vllm.URL, GPUs: []string{"auto"}, ScrapeInterval: 100 * time.Millisecond}}
+	cfg.Servers = []config.ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: vllm.URL, GPUs: []string{"auto"}, ScrapeInterval: 100 * time.Millisecond}}
 	cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket = srv.URL, db
 
 	start := time.Now()
@@ -57,8 +58,7 @@ func TestOutageLosesNoWindow(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- runDaemon(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)),
-			daemonOpts{openGPU: func() (gpuSampler, error) { return steadyGPUs{start: start}, nil }})
+		done <- New(cfg, Options{OpenGPU: func() (GPUSampler, error) { return gpusim.Steady{Start: start}, nil }}).Run(ctx)
 	}()
 	time.Sleep(2 * time.Second)
 	srv.Stop() // several windows close while InfluxDB is down
@@ -88,130 +88,18 @@ func TestOutageLosesNoWindow(t *testing.T) {
 	}
 }
 
-// proc is a tpsmon process of the test.
-type proc struct {
-	cmd    *exec.Cmd
-	stderr bytes.Buffer
-}
-
-func startDaemon(t *testing.T, bin, cfgPath string) *proc {
-	t.Helper()
-	d := &proc{cmd: exec.Command(bin, "run", "--config", cfgPath)}
-	d.cmd.Stderr = &d.stderr
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
-func buildTpsmon(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "tpsmon")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-func TestKilledAndRestartedLosesNothingSpooled(t *testing.T) {
-	bin := buildTpsmon(t)
-	srv := influxtest.Start(t)
-	db := influxtest.CreateDB(t, srv.URL, "crash")
-	src := &drivenVLLM{rate: 100, start: time.Now(), resetAt: time.Now().Add(time.Hour)}
-	vllm := httptest.NewServer(src)
-	defer vllm.Close()
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "tpsmon.yaml")
-	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`host: crash-node
-window: 1s
-grace: 200ms
-gpu: {backend: sim, interval: 200ms}
-servers:
-  - name: llm
-    engine: vllm
-    metrics_url: %s
-    scrape_interval: 100ms
-sink:
-  influx: {url: %s, bucket: %s}
-  spool: {dir: %s}
-http: {listen: "127.0.0.1:0"}
-`, vllm.URL, srv.URL, db, filepath.Join(dir, "state"))), 0o600)
-
-	// The first process writes while InfluxDB is down, so everything it
-	// closes is in its spool when it is killed.
-	srv.Stop()
-	first := startDaemon(t, bin, cfgPath)
-	time.Sleep(3500 * time.Millisecond)
-	first.cmd.Process.Signal(syscall.SIGKILL)
-	first.cmd.Wait()
-	killed := time.Now()
-	// Restart in a later window, with InfluxDB back.
-	time.Sleep(time.Until(killed.Truncate(time.Second).Add(1300 * time.Millisecond)))
-	srv.Resume()
-	second := startDaemon(t, bin, cfgPath)
-	time.Sleep(2500 * time.Millisecond)
-	second.cmd.Process.Signal(syscall.SIGTERM)
-	if err := second.cmd.Wait(); err != nil {
-		t.Fatalf("second process: %v\n%s", err, second.stderr.String())
-	}
-
-	// The restarted process says which windows nobody observed: from the
-	// end of the last window the killed process closed to the window the
-	// new one started in.
-	log := second.stderr.String()
-	m := regexp.MustCompile(`windows not observed.* from=(\S+) to=(\S+)`).FindStringSubmatch(log)
-	if m == nil {
-		t.Fatalf("restart did not report unobserved windows:\n%s", log)
-	}
-	from, _ := time.Parse(time.RFC3339, m[1])
-	to, _ := time.Parse(time.RFC3339, m[2])
-	if from.After(killed) || !to.Equal(killed.Truncate(time.Second).Add(time.Second)) {
-		t.Errorf("reported gap %s..%s, kill at %s", m[1], m[2], killed.Format(time.RFC3339Nano))
-	}
-	got, rows := windowStarts(t, srv.URL, db)
-	fm := regexp.MustCompile(`first window" start=(\S+)`).FindStringSubmatch(first.stderr.String())
-	if fm == nil {
-		t.Fatalf("first process did not log its first window:\n%s", first.stderr.String())
-	}
-	firstWindow, _ := time.Parse(time.RFC3339Nano, fm[1])
-	spooled := 0
-	for w := firstWindow.Unix(); w < from.Unix(); w++ {
-		spooled++
-		if !got[w] {
-			t.Errorf("window %s, closed and spooled before the kill, is missing", time.Unix(w, 0).Format("15:04:05"))
-		}
-	}
-	if spooled < 2 {
-		t.Fatalf("only %d windows closed before the kill", spooled)
-	}
-	for w := from.Unix(); w < to.Unix(); w++ {
-		if got[w] {
-			t.Errorf("window %d was reported unobserved but written", w)
-		}
-	}
-	if !got[to.Unix()] {
-		t.Errorf("the restarted process wrote no window at %s", m[2])
-	}
-	if rows != len(got) {
-		t.Errorf("%d rows for %d windows", rows, len(got))
-	}
-	if !strings.Contains(log, "spool: resuming") {
-		t.Errorf("restart did not resume the spool:\n%s", log)
-	}
-}
-
 func TestPartialWriteQuarantinesOnlyBadLines(t *testing.T) {
 	base := influxtest.URL(t)
 	db := influxtest.CreateDB(t, base, "partial")
 	cfg := testConfig(t)
 	cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket = base, db
-	out, stop, err := startInflux(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	out, stop, err := startInflux(cfg, slog.New(slog.DiscardHandler), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// v is an integer first; a float v later conflicts with it.
-	out.spool.Append([]byte("conflict,host=a v=1i 1000\n"))
-	out.spool.Append([]byte("conflict,host=a v=2i 2000\nconflict,host=a v=2.5 3000\nconflict,host=a v=4i 4000\n"))
+	out.Spool.Append([]byte("conflict,host=a v=1i 1000\n"))
+	out.Spool.Append([]byte("conflict,host=a v=2i 2000\nconflict,host=a v=2.5 3000\nconflict,host=a v=4i 4000\n"))
 	stop()
 	rows := influxtest.Query(t, base, db, "SELECT v FROM conflict")[0].Rows()
 	if len(rows) != 3 {
@@ -238,22 +126,16 @@ func TestTelemetryEndpoints(t *testing.T) {
 	cfg.Window, cfg.Grace = 500*time.Millisecond, 100*time.Millisecond
 	cfg.GPU.Backend, cfg.GPU.Interval = "sim", 100*time.Millisecond
 	cfg.Sink.Influx.URL = refuse.URL
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	out, stop, err := startInflux(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	p := &pipeline{cfg: cfg, log: log, outputs: []pointWriter{out}, openGPU: openBackend(cfg, nil)}
-	tel := &telemetry{p: p, spool: out.spool, sender: out.sender}
-	h := httptest.NewServer(tel.handler())
-	defer h.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	addr := make(chan net.Addr, 1)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p.run(ctx)
-	out.sender.Flush(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- New(cfg, Options{Listening: func(a net.Addr) { addr <- a }}).Run(ctx) }()
+	base := "http://" + (<-addr).String()
+	// The first windows close and are refused.
+	time.Sleep(2 * time.Second)
 
-	resp, err := http.Get(h.URL + "/healthz")
+	resp, err := http.Get(base + "/healthz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +144,7 @@ func TestTelemetryEndpoints(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "refuses the credentials") {
 		t.Errorf("/healthz %d:\n%s", resp.StatusCode, body)
 	}
-	resp, err = http.Get(h.URL + "/metrics")
+	resp, err = http.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,8 +157,12 @@ func TestTelemetryEndpoints(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-	if st := out.spool.Stats(); st.Points == 0 {
+	if strings.Contains(string(metrics), "tpsmon_spool_points 0\n") {
 		t.Error("points were not kept while the credentials were refused")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -304,12 +190,11 @@ func TestFullDiskDaemonGoesOnCountingDrops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	full := &influxOutput{enc: sink.NewEncoder(), spool: sp, sender: &sink.Sender{Spool: sp}}
+	full := sink.NewSpoolWriter(sp, &sink.Sender{Spool: sp})
 	var lp bytes.Buffer
-	p := &pipeline{cfg: cfg, log: log, outputs: []pointWriter{full, newLPOutput(&lp)}, openGPU: openBackend(cfg, nil)}
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
-	if err := p.run(ctx); err != nil {
+	if err := New(cfg, Options{Log: log, Outputs: []PointWriter{full, sink.NewLPWriter(&lp)}}).Run(ctx); err != nil {
 		t.Fatal(err)
 	}
 	written := bytes.Count(lp.Bytes(), []byte("\n"))

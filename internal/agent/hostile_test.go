@@ -1,11 +1,10 @@
-package main
+package agent
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +18,8 @@ import (
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/sink"
 )
 
 // glitchingVLLM counts 100 tokens/s but prints bad instead of its counter
@@ -67,13 +68,12 @@ func TestOneBadSampleDoesNotCorrupt(t *testing.T) {
 			defer srv.Close()
 			cfg := testConfig(t)
 			cfg.Window, cfg.Grace = 500*time.Millisecond, 100*time.Millisecond
-			cfg.Servers = []ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: srv.URL, GPUs: []string{"auto"}, ScrapeInterval: 50 * time.Millisecond}}
+			cfg.Servers = []config.ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: srv.URL, GPUs: []string{"auto"}, ScrapeInterval: 50 * time.Millisecond}}
 			var out bytes.Buffer
-			p := &pipeline{cfg: cfg, log: slog.New(slog.NewTextHandler(io.Discard, nil)), outputs: []pointWriter{newLPOutput(&out)},
-				client: &http.Client{Timeout: time.Second}}
+			a := New(cfg, Options{Outputs: []PointWriter{sink.NewLPWriter(&out)}, Client: &http.Client{Timeout: time.Second}})
 			ctx, cancel := context.WithTimeout(context.Background(), 2600*time.Millisecond)
 			defer cancel()
-			if err := p.run(ctx); err != nil {
+			if err := a.Run(ctx); err != nil {
 				t.Fatal(err)
 			}
 			ms := tokensRe.FindAllStringSubmatch(out.String(), -1)
@@ -88,7 +88,7 @@ func TestOneBadSampleDoesNotCorrupt(t *testing.T) {
 				}
 			}
 			got := map[collector.Reason]uint64{}
-			p.discards.Each(func(server string, r collector.Reason, n uint64) { got[r] += n })
+			a.metrics.discards.Each(func(server string, r collector.Reason, n uint64) { got[r] += n })
 			if got[tc.reason] == 0 {
 				t.Errorf("discards %v, want some %v", got, tc.reason)
 			}
@@ -111,7 +111,7 @@ func (f *failingOutput) WritePoints([]*write.Point) error {
 func TestOutputErrorsLoggedOncePerEpisode(t *testing.T) {
 	var logs bytes.Buffer
 	out := &failingOutput{failing: true}
-	p := &pipeline{cfg: testConfig(t), log: slog.New(slog.NewTextHandler(&logs, nil)), outputs: []pointWriter{out}}
+	p := &pipeline{cfg: testConfig(t), log: slog.New(slog.NewTextHandler(&logs, nil)), outputs: []PointWriter{out}}
 	pt := []*write.Point{write.NewPoint("m", nil, map[string]any{"v": 1.0}, time.Unix(1000, 0))}
 	for range 33 {
 		p.emit(pt)

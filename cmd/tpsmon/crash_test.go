@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
+	"github.com/tpsmon/tpsmon/sink/influxtest"
+)
+
+// windowStarts returns the distinct window starts (Unix seconds) of the
+// server's points and how many rows there were.
+func windowStarts(t *testing.T, base, db string) (map[int64]bool, int) {
+	t.Helper()
+	series := influxtest.Query(t, base, db, `SELECT tokens, coverage FROM tpsmon_server WHERE "server" = 'llm'`)
+	got := map[int64]bool{}
+	if len(series) == 0 {
+		return got, 0
+	}
+	rows := series[0].Rows()
+	for _, r := range rows {
+		got[int64(num(t, r["time"]))] = true
+	}
+	return got, len(rows)
+}
+
+// proc is a tpsmon process of the test.
+type proc struct {
+	cmd    *exec.Cmd
+	stderr bytes.Buffer
+}
+
+func startDaemon(t *testing.T, bin, cfgPath string) *proc {
+	t.Helper()
+	d := &proc{cmd: exec.Command(bin, "run", "--config", cfgPath)}
+	d.cmd.Stderr = &d.stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func buildTpsmon(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "tpsmon")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func TestKilledAndRestartedLosesNothingSpooled(t *testing.T) {
+	bin := buildTpsmon(t)
+	srv := influxtest.Start(t)
+	db := influxtest.CreateDB(t, srv.URL, "crash")
+	src := &vllmsim.Driven{Rate: 100, Start: time.Now(), ResetAt: time.Now().Add(time.Hour)}
+	vllm := httptest.NewServer(src)
+	defer vllm.Close()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "tpsmon.yaml")
+	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`host: crash-node
+window: 1s
+grace: 200ms
+gpu: {backend: sim, interval: 200ms}
+servers:
+  - name: llm
+    engine: vllm
+    metrics_url: %s
+    scrape_interval: 100ms
+sink:
+  influx: {url: %s, bucket: %s}
+  spool: {dir: %s}
+http: {listen: "127.0.0.1:0"}
+`, vllm.URL, srv.URL, db, filepath.Join(dir, "state"))), 0o600)
+
+	// The first process writes while InfluxDB is down, so everything it
+	// closes is in its spool when it is killed.
+	srv.Stop()
+	first := startDaemon(t, bin, cfgPath)
+	time.Sleep(3500 * time.Millisecond)
+	first.cmd.Process.Signal(syscall.SIGKILL)
+	first.cmd.Wait()
+	killed := time.Now()
+	// Restart in a later window, with InfluxDB back.
+	time.Sleep(time.Until(killed.Truncate(time.Second).Add(1300 * time.Millisecond)))
+	srv.Resume()
+	second := startDaemon(t, bin, cfgPath)
+	time.Sleep(2500 * time.Millisecond)
+	second.cmd.Process.Signal(syscall.SIGTERM)
+	if err := second.cmd.Wait(); err != nil {
+		t.Fatalf("second process: %v\n%s", err, second.stderr.String())
+	}
+
+	// The restarted process says which windows nobody observed: from the
+	// end of the last window the killed process closed to the window the
+	// new one started in.
+	log := second.stderr.String()
+	m := regexp.MustCompile(`windows not observed.* from=(\S+) to=(\S+)`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("restart did not report unobserved windows:\n%s", log)
+	}
+	from, _ := time.Parse(time.RFC3339, m[1])
+	to, _ := time.Parse(time.RFC3339, m[2])
+	if from.After(killed) || !to.Equal(killed.Truncate(time.Second).Add(time.Second)) {
+		t.Errorf("reported gap %s..%s, kill at %s", m[1], m[2], killed.Format(time.RFC3339Nano))
+	}
+	got, rows := windowStarts(t, srv.URL, db)
+	fm := regexp.MustCompile(`first window" start=(\S+)`).FindStringSubmatch(first.stderr.String())
+	if fm == nil {
+		t.Fatalf("first process did not log its first window:\n%s", first.stderr.String())
+	}
+	firstWindow, _ := time.Parse(time.RFC3339Nano, fm[1])
+	spooled := 0
+	for w := firstWindow.Unix(); w < from.Unix(); w++ {
+		spooled++
+		if !got[w] {
+			t.Errorf("window %s, closed and spooled before the kill, is missing", time.Unix(w, 0).Format("15:04:05"))
+		}
+	}
+	if spooled < 2 {
+		t.Fatalf("only %d windows closed before the kill", spooled)
+	}
+	for w := from.Unix(); w < to.Unix(); w++ {
+		if got[w] {
+			t.Errorf("window %d was reported unobserved but written", w)
+		}
+	}
+	if !got[to.Unix()] {
+		t.Errorf("the restarted process wrote no window at %s", m[2])
+	}
+	if rows != len(got) {
+		t.Errorf("%d rows for %d windows", rows, len(got))
+	}
+	if !strings.Contains(log, "spool: resuming") {
+		t.Errorf("restart did not resume the spool:\n%s", log)
+	}
+}
