@@ -29,6 +29,9 @@ leaves the rest in the spool.`,
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
 			log, level := newLogger(cfg.Log.Level)
+			for _, name := range config.UnknownEnv() {
+				log.Warn("environment variable names no configuration key; ignored", "name", name)
+			}
 			return agent.New(cfg, agent.Options{
 				Log:      log,
 				Version:  version,

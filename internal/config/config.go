@@ -7,13 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
@@ -202,6 +205,11 @@ func Load(path string, explicit bool, flags *pflag.FlagSet) (*Config, error) {
 		}
 	}
 	if path != "" {
+		if b, err := os.ReadFile(path); err == nil && noKeys(b) {
+			// Defaults for everything is never what a written file means
+			// (a truncated save, a reload racing an editor).
+			return nil, fmt.Errorf("config %s: the file is empty; refusing to run on defaults", path)
+		}
 		v.SetConfigFile(path)
 		v.SetConfigType("yaml")
 		if err := v.ReadInConfig(); err != nil {
@@ -228,11 +236,46 @@ func Load(path string, explicit bool, flags *pflag.FlagSet) (*Config, error) {
 	return &c, nil
 }
 
-// oneLine folds mapstructure's multi-line error lists.
+// oneLine folds mapstructure's multi-line error lists, and says "top
+// level" where mapstructure names the root ”.
 func oneLine(err error) error {
 	s := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ")), " ")
+	s = strings.ReplaceAll(s, "'' has invalid keys:", "unknown top-level key:")
 	return errors.New(s)
 }
+
+// noKeys tells whether a YAML file holds nothing but blank lines,
+// comments and document markers.
+func noKeys(b []byte) bool {
+	for _, l := range strings.Split(string(b), "\n") {
+		l = strings.TrimSpace(l)
+		if l != "" && !strings.HasPrefix(l, "#") && l != "---" && l != "..." {
+			return false
+		}
+	}
+	return true
+}
+
+// UnknownEnv lists the TPSMON_* variables that name no configuration key
+// (a typo would otherwise be ignored without a word).
+func UnknownEnv() []string {
+	known := map[string]bool{}
+	for k := range defaults {
+		known["TPSMON_"+strings.ToUpper(strings.ReplaceAll(k, ".", "_"))] = true
+	}
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "TPSMON_") && !known[name] && !testEnv[name] {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// testEnv are variables of tpsmon's own tests, not configuration.
+var testEnv = map[string]bool{"TPSMON_TEST_INFLUX_URL": true, "TPSMON_REQUIRE_TMUX": true}
 
 var durationType = reflect.TypeOf(time.Duration(0))
 
@@ -261,6 +304,7 @@ func byteSizeHook(from, to reflect.Type, data any) (any, error) {
 
 func parseByteSize(s string) (ByteSize, error) {
 	s = strings.TrimSpace(s)
+	orig := s
 	units := []struct {
 		suffix string
 		mult   int64
@@ -274,11 +318,34 @@ func parseByteSize(s string) (ByteSize, error) {
 		}
 	}
 	n, err := strconv.ParseFloat(s, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("size %q: want a number with an optional unit such as 512MiB or 1GiB", s)
+	if err != nil || !(n >= 0) {
+		return 0, fmt.Errorf("size %q: want a number with an optional unit such as 512MiB or 1GiB", orig)
+	}
+	if n*float64(mult) > maxSize {
+		return 0, fmt.Errorf("size %q is too large (at most 1PiB)", orig)
 	}
 	return ByteSize(n * float64(mult)), nil
 }
+
+// Bounds of the configuration.
+const (
+	// minInterval is the shortest sampling or scrape interval: NVML
+	// refreshes most readings every 20-100 ms and a metrics page takes
+	// milliseconds to render, so anything faster reads the same values
+	// again and only costs CPU and memory.
+	minInterval = 10 * time.Millisecond
+	// maxWindow keeps a window a measurement, not a report (rollups make
+	// the hours and days).
+	maxWindow = time.Hour
+	// maxGraceWindows bounds grace in windows (or a minute, whichever is
+	// longer): every window within grace stays open in memory.
+	maxGraceWindows = 10
+	// maxHost is the longest host tag: a DNS name has at most 253 bytes.
+	maxHost = 253
+	// maxSize bounds sizes (1 PiB): beyond it a size is a typo, and the
+	// byte count would overflow.
+	maxSize = 1 << 50
+)
 
 // validate checks every key and fills the defaults that depend on others.
 func (c *Config) validate() error {
@@ -299,11 +366,31 @@ func (c *Config) validateNode() error {
 		}
 		c.Host = h
 	}
+	if len(c.Host) > maxHost || strings.IndexFunc(c.Host, unicode.IsControl) >= 0 {
+		return fmt.Errorf("host: %d bytes; want at most %d, without control characters", len(c.Host), maxHost)
+	}
 	if c.Window < 100*time.Millisecond {
 		return fmt.Errorf("window: %v is too short (at least 100ms)", c.Window)
 	}
+	if c.Window > maxWindow {
+		return fmt.Errorf("window: %v is too long (at most %v)", c.Window, maxWindow)
+	}
 	if c.Grace < 0 {
 		return fmt.Errorf("grace: %v is negative", c.Grace)
+	}
+	if limit := max(maxGraceWindows*c.Window, time.Minute); c.Grace > limit {
+		return fmt.Errorf("grace: %v is longer than %d windows or a minute (at most %v for window %v)", c.Grace, maxGraceWindows, limit, c.Window)
+	}
+	for i, port := range c.Discovery.Ports {
+		if port < 1 || port > 65535 {
+			return fmt.Errorf("discovery.ports[%d]: %d is not a port (1-65535)", i, port)
+		}
+	}
+	if c.HTTP.Listen != "" {
+		_, port, err := net.SplitHostPort(c.HTTP.Listen)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
+			return fmt.Errorf("http.listen: %q is not host:port with a port in 0-65535 (0: any free port)", c.HTTP.Listen)
+		}
 	}
 	return nil
 }
@@ -317,8 +404,8 @@ func (c *Config) validateGPU() error {
 	if c.GPU.SimGPUs < 1 || c.GPU.SimGPUs > 1024 {
 		return fmt.Errorf("gpu.sim_gpus: %d is not between 1 and 1024", c.GPU.SimGPUs)
 	}
-	if c.GPU.Interval <= 0 {
-		return fmt.Errorf("gpu.interval: %v must be positive", c.GPU.Interval)
+	if err := checkInterval("gpu.interval", c.GPU.Interval); err != nil {
+		return err
 	}
 	return nil
 }
@@ -363,8 +450,8 @@ func (s *ServerConfig) validate(at string) error {
 		return fmt.Errorf("%s: give metrics_url, log.file or log.journal_unit", at)
 	}
 	if s.MetricsURL != "" {
-		if !isHTTPURL(s.MetricsURL) {
-			return fmt.Errorf("%s.metrics_url: %q is not an http(s) URL", at, redact.URL(s.MetricsURL))
+		if err := checkURL(at+".metrics_url", s.MetricsURL); err != nil {
+			return err
 		}
 		if s.Engine == "ollama" {
 			return fmt.Errorf("%s.metrics_url: ollama serves no Prometheus metrics; read its log (log.journal_unit: ollama.service)", at)
@@ -373,8 +460,8 @@ func (s *ServerConfig) validate(at string) error {
 	if s.ScrapeInterval == 0 {
 		s.ScrapeInterval = time.Second
 	}
-	if s.ScrapeInterval < 0 {
-		return fmt.Errorf("%s.scrape_interval: %v is negative", at, s.ScrapeInterval)
+	if err := checkInterval(at+".scrape_interval", s.ScrapeInterval); err != nil {
+		return err
 	}
 	if len(s.GPUs) == 0 {
 		s.GPUs = []string{"auto"}
@@ -382,15 +469,33 @@ func (s *ServerConfig) validate(at string) error {
 	return nil
 }
 
-func isHTTPURL(s string) bool {
-	u, err := url.Parse(s)
-	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+// checkURL wants an http(s) URL with a host and, if given, a port in
+// 1-65535; credentials are masked in the message.
+func checkURL(key, u string) error {
+	pu, err := url.Parse(u)
+	if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Hostname() == "" {
+		return fmt.Errorf("%s: %q is not an http(s) URL", key, redact.URL(u))
+	}
+	if p := pu.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%s: port %s is not in 1-65535", key, p)
+		}
+	}
+	return nil
+}
+
+// checkInterval refuses a sampling interval below minInterval.
+func checkInterval(key string, d time.Duration) error {
+	if d < minInterval {
+		return fmt.Errorf("%s: %v is too short (at least %v)", key, d, minInterval)
+	}
+	return nil
 }
 
 func (c *Config) validateSink() error {
 	if u := c.Sink.Influx.URL; u != "" {
-		if !isHTTPURL(u) {
-			return fmt.Errorf("sink.influx.url: %q is not an http(s) URL", redact.URL(u))
+		if err := checkURL("sink.influx.url", u); err != nil {
+			return err
 		}
 		if c.Sink.Influx.Bucket == "" {
 			return errors.New("sink.influx.bucket: missing")
@@ -411,17 +516,21 @@ func (c *Config) validateSink() error {
 }
 
 func (c *Config) validateThresholds() error {
+	// Comparisons written so that NaN fails them too.
 	th := c.Thresholds
-	if th.KVBound <= 0 || th.KVBound > 1 {
+	if !(th.KVBound > 0 && th.KVBound <= 1) {
 		return fmt.Errorf("thresholds.kv_bound: %v is not a ratio in (0, 1]", th.KVBound)
 	}
-	for name, v := range map[string]float64{"queue_util": th.QueueUtil, "under_util": th.UnderUtil, "saturated_util": th.SaturatedUtil} {
-		if v < 0 || v > 100 {
-			return fmt.Errorf("thresholds.%s: %v is not a percentage", name, v)
+	for _, t := range []struct {
+		name string
+		v    float64
+	}{{"queue_util", th.QueueUtil}, {"under_util", th.UnderUtil}, {"saturated_util", th.SaturatedUtil}} {
+		if !(t.v >= 0 && t.v <= 100) {
+			return fmt.Errorf("thresholds.%s: %v is not a percentage in [0, 100]", t.name, t.v)
 		}
 	}
-	if th.Waiting < 0 {
-		return fmt.Errorf("thresholds.waiting: %v is negative", th.Waiting)
+	if !(th.Waiting >= 0 && th.Waiting <= collector.MaxRequests) {
+		return fmt.Errorf("thresholds.waiting: %v is not a queue length in [0, %g]", th.Waiting, collector.MaxRequests)
 	}
 	return nil
 }
