@@ -203,3 +203,46 @@ func (r serverRow) needsLook() bool { return rank(r.state) < 5 || r.state == "-"
 func (r gpuRow) needsLook() bool {
 	return (r.closed && r.server == "") || r.err != "" || (r.throttle > 0 && r.throttle&^idleBits != 0)
 }
+
+// seriesKey names a series: a server by name, a GPU by label and UUID.
+func seriesKey(p api.Point) string {
+	if p.Measurement == schema.GPU {
+		return p.Measurement + "\x00" + p.Tags[schema.TagGPU] + "\x00" + p.Tags[schema.TagUUID]
+	}
+	return p.Measurement + "\x00" + p.Tags[schema.TagServer]
+}
+
+// merge takes a newer answer and keeps the closed windows of the older one
+// that it repeats not: each series up to api.MaxHistory windows, oldest
+// first; a series the newer answer lacks is gone.
+func merge(old, newer api.Windows) api.Windows {
+	present := map[string]bool{}
+	have := map[string]bool{}
+	for _, p := range newer.Closed {
+		present[seriesKey(p)] = true
+		have[seriesKey(p)+"\x00"+p.Time.String()] = true
+	}
+	var all []api.Point
+	for _, p := range old.Closed {
+		if k := seriesKey(p); present[k] && !have[k+"\x00"+p.Time.String()] {
+			all = append(all, p)
+		}
+	}
+	all = append(all, newer.Closed...)
+	sort.SliceStable(all, func(a, b int) bool { return all[a].Time.Before(all[b].Time) })
+	count := map[string]int{}
+	for _, p := range all {
+		count[seriesKey(p)]++
+	}
+	out := make([]api.Point, 0, len(all))
+	for _, p := range all {
+		k := seriesKey(p)
+		if count[k] > api.MaxHistory {
+			count[k]--
+			continue
+		}
+		out = append(out, p)
+	}
+	newer.Closed = out
+	return newer
+}

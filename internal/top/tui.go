@@ -57,9 +57,20 @@ func (m Model) fetch(after time.Duration) tea.Cmd {
 	return tea.Tick(after, func(time.Time) tea.Msg {
 		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
 		defer cancel()
-		w, err := m.cfg.Client.Windows(ctx, api.MaxHistory)
+		w, err := m.cfg.Client.Windows(ctx, m.since(time.Now()))
 		return fetched{w: w, err: err, at: time.Now()}
 	})
+}
+
+// since is how many windows to ask for: those closed since the last good
+// answer and two more. The history is kept here (merge), so a poll does
+// not have the daemon encode all of it each second.
+func (m Model) since(now time.Time) int {
+	win := time.Duration(m.w.WindowSeconds * float64(time.Second))
+	if win <= 0 {
+		return api.MaxHistory
+	}
+	return min(int(now.Sub(m.okAt)/win)+2, api.MaxHistory)
 }
 
 // Init starts the polling.
@@ -97,7 +108,7 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			}
 			m.err = msg.err
 		} else {
-			m.w, m.have, m.err, m.okAt = msg.w, true, nil, msg.at
+			m.w, m.have, m.err, m.okAt = merge(m.w, msg.w), true, nil, msg.at
 		}
 		return m, m.fetch(m.cfg.Every)
 	}

@@ -11,6 +11,9 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
 	"github.com/muesli/termenv"
+
+	"github.com/tpsmon/tpsmon/internal/api"
+	"github.com/tpsmon/tpsmon/schema"
 )
 
 func key(s string) tea.KeyMsg { return tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(s)} }
@@ -154,5 +157,49 @@ func TestSparkline(t *testing.T) {
 		if got := sparkline(tc.vals, tc.width, tc.ascii); got != tc.want {
 			t.Errorf("sparkline(%v, %d) = %q, want %q", tc.vals, tc.width, got, tc.want)
 		}
+	}
+}
+
+func TestMergeKeepsHistory(t *testing.T) {
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	pt := func(server string, i int) api.Point {
+		return api.Point{Measurement: schema.Server, Time: at.Add(time.Duration(i) * 10 * time.Second),
+			Tags: map[string]string{schema.TagServer: server}, Fields: map[string]any{schema.FieldSystemTPS: float64(i)}}
+	}
+	var old, newer api.Windows
+	for i := range api.MaxHistory {
+		old.Closed = append(old.Closed, pt("a", i), pt("gone", i))
+	}
+	// The newer answer repeats the last two windows of a and adds one.
+	for i := api.MaxHistory - 2; i <= api.MaxHistory; i++ {
+		newer.Closed = append(newer.Closed, pt("a", i))
+	}
+	got := merge(old, newer).Closed
+	if len(got) != api.MaxHistory {
+		t.Fatalf("%d windows, want the %d newest of a", len(got), api.MaxHistory)
+	}
+	for i, p := range got {
+		if p.Tags[schema.TagServer] != "a" {
+			t.Fatalf("series gone from the daemon kept: %+v", p)
+		}
+		if v, _ := p.Float(schema.FieldSystemTPS); v != float64(i+1) {
+			t.Fatalf("window %d has %v, want %d (oldest first, no repeats)", i, v, i+1)
+		}
+	}
+}
+
+func TestSinceAsksForWhatIsNew(t *testing.T) {
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	m := Model{w: api.Windows{WindowSeconds: 10}, okAt: at}
+	for _, tc := range []struct {
+		after time.Duration
+		want  int
+	}{{time.Second, 2}, {25 * time.Second, 4}, {time.Hour, api.MaxHistory}} {
+		if got := m.since(at.Add(tc.after)); got != tc.want {
+			t.Errorf("%v after the last answer: ask for %d windows, want %d", tc.after, got, tc.want)
+		}
+	}
+	if got := (Model{}).since(at); got != api.MaxHistory {
+		t.Errorf("window unknown: ask for %d, want all %d", got, api.MaxHistory)
 	}
 }
