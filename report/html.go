@@ -5,165 +5,248 @@ import (
 	"html/template"
 	"io"
 	"math"
-	"strings"
+	"sort"
+	"time"
 )
 
-// chart dimensions, in SVG units.
+// stateColor gives each state one colour across the report.
+var stateColor = map[string]string{
+	"down": "#6b7280", "idle": "#f2b134", "kv_bound": "#d6452f", "queue_bound": "#e07b39",
+	"underutilized": "#8fb3de", "saturated": "#7a4fd6", "ok": "#2f9d6a", Unused: "#c4c4c4",
+}
+
+// Shown at most: the rest is in --format json.
 const (
-	chartW, chartH = 460.0, 150.0
-	padL, padB     = 48.0, 22.0
+	maxServerCharts = 8
+	maxRows         = 25
 )
 
-// series picks one column of a server's points.
-var series = map[string]func(Point) float64{
-	"sys":  func(p Point) float64 { return p.SystemTPS },
-	"user": func(p Point) float64 { return p.PerUserTPS },
-	"run":  func(p Point) float64 { return p.Running },
-	"util": func(p Point) float64 { return p.GPUUtil },
+// view is what the page shows, worked out from a Report.
+type view struct {
+	*Report
+	Fleet          []template.HTML
+	States         []string // those that occurred, for the columns
+	WorstServers   []ServerReport
+	MoreServers    int
+	WorstGPUs      []GPUReport
+	MoreGPUs       int
+	ServerCharts   []serverCharts
+	MoreCharts     int
+	UnpricedModels string
 }
 
-// lineChart draws one series of a server over time as inline SVG.
-func lineChart(title, color string, pts []Point, column string) template.HTML {
-	get := series[column]
-	var xs, ys []float64
-	for _, p := range pts {
-		if v := get(p); v >= 0 {
-			xs = append(xs, float64(p.Time.Unix()))
-			ys = append(ys, v)
+type serverCharts struct {
+	Title  string
+	Charts []template.HTML
+}
+
+func newView(r *Report) (*view, error) {
+	v := &view{Report: r}
+	step, err := time.ParseDuration(r.Interval)
+	if err != nil || step <= 0 {
+		return nil, fmt.Errorf("report: interval %q: %v", r.Interval, err)
+	}
+	var grid []time.Time
+	for t := r.From.Truncate(step); t.Before(r.To); t = t.Add(step) {
+		grid = append(grid, t)
+	}
+	idx := func(t time.Time) int { return int(t.Sub(grid[0]) / step) }
+	nan := func() []float64 {
+		s := make([]float64, len(grid))
+		for i := range s {
+			s[i] = math.NaN()
+		}
+		return s
+	}
+	occurred := map[string]bool{}
+	for _, s := range r.Waste {
+		occurred[s.State] = true
+	}
+	for _, st := range append(append([]string{}, States...), Unused) {
+		if occurred[st] {
+			v.States = append(v.States, st)
 		}
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %.0f %.0f" role="img" aria-label="%s">`, chartW, chartH, template.HTMLEscapeString(title))
-	fmt.Fprintf(&b, `<text x="%.0f" y="14" class="t">%s</text>`, padL, template.HTMLEscapeString(title))
-	if len(xs) == 0 {
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" class="n">no data</text></svg>`, padL, chartH/2)
-		return template.HTML(b.String())
-	}
-	x0, x1 := minmax(xs)
-	_, y1 := minmax(ys)
-	if y1 <= 0 {
-		y1 = 1
-	}
-	if x1 == x0 {
-		x1 = x0 + 1
-	}
-	sx := func(x float64) float64 { return padL + (x-x0)/(x1-x0)*(chartW-padL-8) }
-	sy := func(y float64) float64 { return chartH - padB - y/y1*(chartH-padB-22) }
-	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" class="a"/>`, padL, chartH-padB, chartW-8, chartH-padB)
-	fmt.Fprintf(&b, `<text x="4" y="%.1f" class="l">%s</text><text x="4" y="%.1f" class="l">0</text>`, sy(y1)+4, short(y1), chartH-padB)
-	var path strings.Builder
-	for i := range xs {
-		cmd := "L"
-		if i == 0 {
-			cmd = "M"
-		}
-		fmt.Fprintf(&path, "%s%.1f %.1f ", cmd, sx(xs[i]), sy(ys[i]))
-	}
-	fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="%s" stroke-width="1.5"/>`, strings.TrimSpace(path.String()), color)
-	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" class="l">%s</text><text x="%.0f" y="%.0f" class="l" text-anchor="end">%s</text>`,
-		padL, chartH-6, pts[0].Time.Format("01-02 15:04"), chartW-8, chartH-6, pts[len(pts)-1].Time.Format("01-02 15:04"))
-	b.WriteString(`</svg>`)
-	return template.HTML(b.String())
-}
 
-// scatter draws GPU utilization against system TPS, one dot per interval.
-func scatter(pts []Point) template.HTML {
-	var xs, ys []float64
-	for _, p := range pts {
-		if p.GPUUtil >= 0 && p.SystemTPS >= 0 {
-			xs, ys = append(xs, p.GPUUtil), append(ys, p.SystemTPS)
+	// The fleet.
+	tps, perHour, perJ := nan(), nan(), nan()
+	byState := map[string][]float64{}
+	for _, st := range v.States {
+		byState[st] = nan()
+	}
+	for _, p := range r.Fleet {
+		i := idx(p.Time)
+		if i < 0 || i >= len(grid) {
+			continue
+		}
+		tps[i] = p.TPS
+		if p.TokensPerGPUHour != nil {
+			perHour[i] = *p.TokensPerGPUHour
+		}
+		if p.TokensPerJoule != nil {
+			perJ[i] = *p.TokensPerJoule
+		}
+		for st, h := range p.StateGPUHours {
+			if byState[st] != nil {
+				byState[st][i] = h
+			}
 		}
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %.0f %.0f" role="img" aria-label="GPU utilization vs system TPS">`, chartW, chartH)
-	fmt.Fprintf(&b, `<text x="%.0f" y="14" class="t">GPU utilization (x, 0-100%%) vs system tokens/s (y)</text>`, padL)
-	if len(xs) == 0 {
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" class="n">no data</text></svg>`, padL, chartH/2)
-		return template.HTML(b.String())
+	var stacks []line
+	for _, st := range v.States {
+		stacks = append(stacks, line{name: st, color: stateColor[st], ys: byState[st]})
 	}
-	_, y1 := minmax(ys)
-	if y1 <= 0 {
-		y1 = 1
+	v.Fleet = []template.HTML{
+		timeChart{title: "Fleet tokens per second (all servers)", unit: "tokens/s", ts: grid, step: step, lines: []line{{"tokens/s", "#2f6fd6", tps}}}.svg(),
+		timeChart{title: "Tokens per GPU-hour (all GPUs, used or not)", unit: "tokens/GPU-h", ts: grid, step: step, lines: []line{{"tokens/GPU-hour", "#2f9d6a", perHour}}}.svg(),
+		timeChart{title: "Tokens per joule (all GPUs' energy)", unit: "tokens/J", ts: grid, step: step, lines: []line{{"tokens/J", "#b03a48", perJ}}}.svg(),
+		timeChart{title: "GPU-hours per state, per bucket", unit: "GPU-hours", ts: grid, step: step, lines: stacks, stacked: true}.svg(),
 	}
-	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" class="a"/>`, padL, chartH-padB, chartW-8, chartH-padB)
-	fmt.Fprintf(&b, `<text x="4" y="30" class="l">%s</text>`, short(y1))
-	for i := range xs {
-		fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="2.2" fill="#7a4fd6" fill-opacity="0.6"/>`,
-			padL+xs[i]/100*(chartW-padL-8), chartH-padB-ys[i]/y1*(chartH-padB-22))
+
+	// Worst servers: lowest tokens per GPU-hour first; servers without a
+	// rate (no GPUs or no tokens) last.
+	servers := append([]ServerReport{}, r.Servers...)
+	rate := func(s ServerReport) float64 {
+		if s.TokensPerGPUHour == nil {
+			return math.Inf(1)
+		}
+		return *s.TokensPerGPUHour
 	}
-	b.WriteString(`</svg>`)
-	return template.HTML(b.String())
+	sort.SliceStable(servers, func(i, j int) bool { return rate(servers[i]) < rate(servers[j]) })
+	v.WorstServers, v.MoreServers = headOf(servers, maxRows)
+
+	// Worst GPUs: most GPU-hours idle (under 5 %).
+	gpus := append([]GPUReport{}, r.GPUs...)
+	sort.SliceStable(gpus, func(i, j int) bool { return gpus[i].IdleShare*gpus[i].Hours > gpus[j].IdleShare*gpus[j].Hours })
+	v.WorstGPUs, v.MoreGPUs = headOf(gpus, maxRows)
+
+	for i, s := range servers {
+		if i == maxServerCharts {
+			v.MoreCharts = len(servers) - i
+			break
+		}
+		cols := map[string][]float64{"sys": nan(), "user": nan(), "run": nan(), "util": nan()}
+		for _, p := range s.Series {
+			k := idx(p.Time)
+			if k < 0 || k >= len(grid) {
+				continue
+			}
+			for c, val := range map[string]float64{"sys": p.SystemTPS, "user": p.PerUserTPS, "run": p.Running, "util": p.GPUUtil} {
+				if val >= 0 {
+					cols[c][k] = val
+				}
+			}
+		}
+		v.ServerCharts = append(v.ServerCharts, serverCharts{
+			Title: fmt.Sprintf("%s on %s (GPUs %s)", s.Server, s.Host, s.GPUs),
+			Charts: []template.HTML{
+				timeChart{title: "System tokens/s (all requests)", unit: "tokens/s", ts: grid, step: step, lines: []line{{"system", "#2f6fd6", cols["sys"]}}}.svg(),
+				timeChart{title: "Per-user tokens/s (one stream)", unit: "tokens/s", ts: grid, step: step, lines: []line{{"per user", "#d6762f", cols["user"]}}}.svg(),
+				timeChart{title: "Running requests (concurrency)", unit: "requests", ts: grid, step: step, lines: []line{{"running", "#2f9d6a", cols["run"]}}}.svg(),
+				timeChart{title: "GPU utilization", unit: "%", ts: grid, step: step, lines: []line{{"util", "#b03a48", cols["util"]}}}.svg(),
+				scatter(s.Series),
+			},
+		})
+	}
+	return v, nil
 }
 
-func minmax(v []float64) (float64, float64) {
-	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, x := range v {
-		lo, hi = math.Min(lo, x), math.Max(hi, x)
+// money writes an amount with thousands separators and cents.
+func money(v *float64) string {
+	if v == nil {
+		return "–"
 	}
-	return lo, hi
+	s := fmt.Sprintf("%.2f", math.Abs(*v))
+	whole, cents := s[:len(s)-3], s[len(s)-3:]
+	var b []byte
+	for i := range whole {
+		if i > 0 && (len(whole)-i)%3 == 0 {
+			b = append(b, ',')
+		}
+		b = append(b, whole[i])
+	}
+	if *v < 0 {
+		return "-" + string(b) + cents
+	}
+	return string(b) + cents
 }
 
-func short(v float64) string {
-	switch {
-	case v >= 1e6:
-		return fmt.Sprintf("%.1fM", v/1e6)
-	case v >= 1e3:
-		return fmt.Sprintf("%.1fk", v/1e3)
+func headOf[T any](s []T, n int) ([]T, int) {
+	if len(s) <= n {
+		return s, 0
 	}
-	return fmt.Sprintf("%.0f", v)
+	return s[:n], len(s) - n
 }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"line":    lineChart,
-	"scatter": scatter,
-	"pct":     func(v float64) string { return fmt.Sprintf("%.0f%%", 100*v) },
-	"f1":      func(v float64) string { return fmt.Sprintf("%.1f", v) },
-	"opt": func(v *float64, prec int) string {
+	"pct": func(v float64) string { return fmt.Sprintf("%.0f%%", 100*v) },
+	"f1":  func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	"num": short,
+	"opt": func(v *float64) string {
 		if v == nil {
 			return "–"
 		}
-		return fmt.Sprintf("%.*f", prec, *v)
+		return short(*v)
 	},
-	"sys":    func(p Point) float64 { return p.SystemTPS },
-	"user":   func(p Point) float64 { return p.PerUserTPS },
-	"run":    func(p Point) float64 { return p.Running },
-	"util":   func(p Point) float64 { return p.GPUUtil },
-	"states": func() []string { return States },
+	"money": money,
+	"color": func(s string) string { return stateColor[s] },
+	"share": func(m map[string]float64, st string) string {
+		if m[st] == 0 {
+			return ""
+		}
+		return fmt.Sprintf("%.0f%%", 100*m[st])
+	},
 }).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>tpsmon report {{.From.Format "2006-01-02 15:04"}} – {{.To.Format "2006-01-02 15:04"}}</title>
 <style>
-body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d2330;background:#fff}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dde}
+body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d2330;background:#fff;max-width:1120px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #dde}h3{font-size:15px;margin:16px 0 4px}
 .sub{color:#5a6275}ul.f li{margin:4px 0}table{border-collapse:collapse;margin:6px 0}
-td,th{padding:3px 10px;border-bottom:1px solid #eef;text-align:left}th{background:#f4f5fa}
-.chart{width:460px;height:150px;margin:4px 8px 4px 0;background:#fafbfe;border:1px solid #e4e6ef}
-.t{font-size:11px;fill:#1d2330}.l{font-size:9px;fill:#5a6275}.n{font-size:11px;fill:#99a}.a{stroke:#bbc;stroke-width:1}
-.srv{margin:18px 0}
+td:first-child{white-space:nowrap}td,th{padding:3px 10px;border-bottom:1px solid #eef;text-align:left}th{background:#f4f5fa}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+.chart{width:520px;height:190px;margin:4px 8px 4px 0;background:#fafbfe;border:1px solid #e4e6ef}
+.t{font-size:12px;fill:#1d2330;font-weight:600}.l{font-size:9.5px;fill:#5a6275}.u{font-size:9.5px;fill:#1d2330}.n{font-size:12px;fill:#99a}
+.a{stroke:#99a;stroke-width:1}.g{stroke:#e6e8f0;stroke-width:1}
+.kpi{display:flex;flex-wrap:wrap;gap:10px;margin:12px 0}.kpi div{background:#f4f5fa;border-radius:6px;padding:8px 12px;min-width:120px}
+.kpi b{display:block;font-size:19px}.kpi span{color:#5a6275;font-size:12px}.sw{display:inline-block;width:10px;height:10px;margin-right:5px;border-radius:2px}
+.more{color:#5a6275;font-size:12px}
 </style></head><body>
 <h1>Is this hardware turning into tokens?</h1>
-<div class="sub">{{.From.Format "2006-01-02 15:04 MST"}} – {{.To.Format "2006-01-02 15:04 MST"}}{{if .Host}} · host {{.Host}}{{end}}{{if .Server}} · server {{.Server}}{{end}}{{if .Window}} · windows of {{.Window}}{{end}} · {{.Level}} series, {{.Interval}} buckets</div>
+<div class="sub">{{.From.Format "2006-01-02 15:04 MST"}} – {{.To.Format "2006-01-02 15:04 MST"}}{{if .Host}} · host {{.Host}}{{end}}{{if .Server}} · server {{.Server}}{{end}} · {{if eq .Level "raw"}}raw windows{{if .Window}} of {{.Window}}{{end}}{{else}}{{.Level}} rollups{{end}} · {{.Interval}} buckets</div>
+<div class="kpi">
+<div><b>{{num .GPUHours}}</b><span>GPU-hours observed</span></div>
+<div><b>{{num .Tokens}}</b><span>tokens generated</span></div>
+<div><b>{{opt .TokensPerGPUHour}}</b><span>tokens per GPU-hour</span></div>
+<div><b>{{opt .TokensPerJoule}}</b><span>tokens per joule</span></div>
+{{if .Cost}}<div><b>{{money .Cost}}</b><span>cost of the GPU-hours</span></div>
+<div><b>{{money .CostPerMillionToken}}</b><span>cost per million tokens</span></div>{{end}}
+</div>
+{{if .Unpriced}}<p class="more">No price for GPU model(s): {{range $i, $m := .Unpriced}}{{if $i}}, {{end}}{{if $m}}{{$m}}{{else}}(unnamed){{end}}{{end}} — not in the cost.</p>{{end}}
 <h2>Findings</h2><ul class="f">{{range .Findings}}<li>{{.}}</li>{{end}}</ul>
 <h2>GPU-hours by state</h2>
-<table><tr><th>state</th><th>GPU-hours</th><th>servers responsible</th></tr>
-{{range .Waste}}<tr><td>{{.State}}</td><td>{{f1 .GPUHours}}</td><td>{{range $i, $b := .By}}{{if $i}}, {{end}}{{if $b.Server}}{{$b.Server}} on {{$b.Host}}{{else}}gpu {{$b.GPU}} ({{$b.UUID}}) on {{$b.Host}}{{end}}: {{f1 $b.GPUHours}} h{{end}}</td></tr>{{end}}
+<table><tr><th>state</th><th class="n">GPU-hours</th><th class="n">share</th><th>most of it</th></tr>
+{{range .Waste}}<tr><td><span class="sw" style="background:{{color .State}}"></span>{{.State}}</td><td class="n">{{f1 .GPUHours}}</td><td class="n">{{pct .Share}}</td><td>{{range $i, $b := .By}}{{if lt $i 4}}{{if $i}}, {{end}}{{if $b.Server}}{{$b.Server}} on {{$b.Host}}{{else}}gpu {{$b.GPU}} ({{$b.UUID}}) on {{$b.Host}}{{end}}: {{f1 $b.GPUHours}} h{{end}}{{end}}{{if gt (len .By) 4}} … {{len .By}} in all{{end}}</td></tr>{{end}}
 </table>
-<h2>Servers</h2>
-<table><tr><th>host</th><th>server</th><th>tokens</th><th>tokens / GPU-hour</th><th>tokens / joule</th>{{range states}}<th>{{.}}</th>{{end}}</tr>
-{{range .Servers}}{{$s := .}}<tr><td>{{.Host}}</td><td>{{.Server}}</td><td>{{printf "%.0f" .Tokens}}</td><td>{{opt .TokensPerGPUHour 0}}</td><td>{{opt .TokensPerJoule 3}}</td>{{range states}}<td>{{pct (index $s.StateShare .)}}</td>{{end}}</tr>{{end}}
-</table>
-{{range .Servers}}<div class="srv"><h2>{{.Server}} on {{.Host}}</h2>
-{{line "system tokens/s (all requests)" "#2f6fd6" .Series "sys"}}{{line "per-user tokens/s (one stream)" "#d6762f" .Series "user"}}
-{{line "running requests (concurrency)" "#2f9d6a" .Series "run"}}{{line "GPU utilization %" "#b03a48" .Series "util"}}
-{{scatter .Series}}</div>{{end}}
-<h2>GPUs</h2>
-<table><tr><th>host</th><th>gpu</th><th>server</th><th>idle (util &lt; 5%)</th><th>mean util %</th><th>windows</th></tr>
-{{range .GPUs}}<tr><td>{{.Host}}</td><td>{{.GPU}}</td><td>{{if .Server}}{{.Server}}{{else}}<em>none</em>{{end}}</td><td>{{pct .IdleShare}}</td><td>{{f1 .MeanUtil}}</td><td>{{.Windows}}</td></tr>{{end}}
-</table>
+<h2>Fleet</h2>
+{{range .Fleet}}{{.}}{{end}}
+<h2>Servers, lowest tokens per GPU-hour first</h2>
+<table><tr><th>host</th><th>server</th><th>GPUs</th><th class="n">tokens</th><th class="n">GPU-hours</th><th class="n">tokens / GPU-hour</th><th class="n">tokens / joule</th>{{range .States}}{{if ne . "unused"}}<th class="n">{{.}}</th>{{end}}{{end}}</tr>
+{{range .WorstServers}}{{$s := .}}<tr><td>{{.Host}}</td><td>{{.Server}}</td><td>{{.GPUs}}</td><td class="n">{{num .Tokens}}</td><td class="n">{{f1 .GPUHours}}</td><td class="n">{{opt .TokensPerGPUHour}}</td><td class="n">{{opt .TokensPerJoule}}</td>{{range $.States}}{{if ne . "unused"}}<td class="n">{{share $s.StateShare .}}</td>{{end}}{{end}}</tr>{{end}}
+</table>{{if .MoreServers}}<p class="more">{{.MoreServers}} more servers in --format json.</p>{{end}}
+<h2>GPUs, most idle GPU-hours first</h2>
+<table><tr><th>host</th><th>gpu</th><th>UUID</th><th>model</th><th>server</th><th class="n">hours</th><th class="n">idle (util &lt; 5%)</th><th class="n">mean util</th><th class="n">energy</th></tr>
+{{range .WorstGPUs}}<tr><td>{{.Host}}</td><td>{{.GPU}}</td><td>{{.UUID}}</td><td>{{.Model}}</td><td>{{if .Server}}{{.Server}}{{else}}<em>none</em>{{end}}</td><td class="n">{{f1 .Hours}}</td><td class="n">{{pct .IdleShare}}</td><td class="n">{{f1 .MeanUtil}} %</td><td class="n">{{num .EnergyJ}}J</td></tr>{{end}}
+</table>{{if .MoreGPUs}}<p class="more">{{.MoreGPUs}} more GPUs in --format json.</p>{{end}}
+{{range .ServerCharts}}<h3>{{.Title}}</h3>{{range .Charts}}{{.}}{{end}}{{end}}
+{{if .MoreCharts}}<p class="more">Charts for {{.MoreCharts}} more servers: use --server or --format json.</p>{{end}}
 </body></html>
 `))
 
 // WriteHTML writes the report as one self-contained page: no script, no
 // network resource, charts as inline SVG.
 func WriteHTML(w io.Writer, r *Report) error {
-	return page.Execute(w, r)
+	v, err := newView(r)
+	if err != nil {
+		return err
+	}
+	return page.Execute(w, v)
 }

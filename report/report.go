@@ -538,11 +538,27 @@ var stateWhy = map[string]string{
 
 func pct(v float64) int { return int(math.Round(100 * v)) }
 
+// maxPerKind is how many findings of one kind are spelled out; the rest
+// are counted in one more line.
+const maxPerKind = 5
+
 func findings(r *Report) []string {
 	var out []string
+	var idle []GPUReport
 	for _, g := range r.GPUs {
-		if g.Windows == 0 || g.IdleShare < 0.5 {
-			continue
+		if g.Windows > 0 && g.IdleShare >= 0.5 {
+			idle = append(idle, g)
+		}
+	}
+	sort.SliceStable(idle, func(a, b int) bool { return idle[a].IdleShare*idle[a].Hours > idle[b].IdleShare*idle[b].Hours })
+	for i, g := range idle {
+		if i == maxPerKind {
+			var hours float64
+			for _, g := range idle[i:] {
+				hours += g.IdleShare * g.Hours
+			}
+			out = append(out, fmt.Sprintf("%d more GPUs were idle more than half the time: %.1f GPU-hours idle between them", len(idle)-i, hours))
+			break
 		}
 		who := "no server uses it"
 		if g.Server != "" {
@@ -550,16 +566,30 @@ func findings(r *Report) []string {
 		}
 		out = append(out, fmt.Sprintf("gpu %s (%s) on %s was idle %d%% of %.1f h; %s", g.GPU, g.UUID, g.Host, pct(g.IdleShare), g.Hours, who))
 	}
+	type worst struct {
+		s     ServerReport
+		state string
+		share float64
+	}
+	var bad []worst
 	for _, s := range r.Servers {
-		worst, share := "", 0.0
+		w := worst{s: s}
 		for _, st := range States {
-			if st != "ok" && s.StateShare[st] > share {
-				worst, share = st, s.StateShare[st]
+			if st != "ok" && s.StateShare[st] > w.share {
+				w.state, w.share = st, s.StateShare[st]
 			}
 		}
-		if share >= 0.25 {
-			out = append(out, fmt.Sprintf("server %s on %s was %s %d%% of the time: %s", s.Server, s.Host, worst, pct(share), stateWhy[worst]))
+		if w.share >= 0.25 {
+			bad = append(bad, w)
 		}
+	}
+	sort.SliceStable(bad, func(a, b int) bool { return bad[a].share*bad[a].s.GPUHours > bad[b].share*bad[b].s.GPUHours })
+	for i, w := range bad {
+		if i == maxPerKind {
+			out = append(out, fmt.Sprintf("%d more servers spent a quarter of the time or more in a state other than ok", len(bad)-i))
+			break
+		}
+		out = append(out, fmt.Sprintf("server %s on %s was %s %d%% of the time: %s", w.s.Server, w.s.Host, w.state, pct(w.share), stateWhy[w.state]))
 	}
 	var ranked []ServerReport
 	for _, s := range r.Servers {

@@ -1,0 +1,180 @@
+// Package fleetsim simulates a fleet's tpsmon points, for the report's
+// screenshots and the scale benchmark: raw windows as the daemon writes
+// them, and hourly or daily rollups as `tpsmon rollup` writes them,
+// computed from the same per-minute model so both agree.
+package fleetsim
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/influxdata/influxdb-client-go/v2/api/write"
+
+	"github.com/tpsmon/tpsmon/schema"
+)
+
+// Fleet is Hosts hosts of GPUs GPUs each. Each host runs one server on
+// its GPUs but the last Unused ones of every fifth host.
+type Fleet struct {
+	Hosts, GPUs int
+	Unused      int
+	Model       string // GPU model (name tag)
+}
+
+// Host names host i.
+func Host(i int) string { return fmt.Sprintf("node-%03d", i) }
+
+// minute is what the model says of host h's server over one minute.
+type minute struct {
+	state       string
+	tps, util   float64
+	running     float64
+	waiting     float64
+	powerPerGPU float64
+}
+
+// demand is host h's load at t: a daily wave, hosts offset and scaled,
+// with 2-minute phases so a short range shows its steps.
+func (f Fleet) at(h int, t time.Time) minute {
+	hour := float64(t.Hour()) + float64(t.Minute())/60
+	d := 0.55 + 0.4*math.Sin(2*math.Pi*(hour-9-float64(h%5))/24)
+	d *= []float64{1, 0.25, 0.7}[(t.Minute()/2)%3]
+	d *= 0.6 + 0.4*float64(h%7)/6
+	if h%9 == 4 && t.YearDay()%7 < 2 {
+		d = 0 // some hosts idle two days a week
+	}
+	m := minute{tps: 2500 * d * float64(f.used(h)), util: math.Min(99, 100*d), running: 48 * d}
+	switch {
+	case d == 0:
+		m.state, m.util = "idle", 0.5
+	case h%11 == 3:
+		m.state, m.waiting, m.util = "queue_bound", 6, 35
+	case d < 0.35:
+		m.state = "underutilized"
+	case d > 0.85:
+		m.state, m.waiting = "saturated", 4*d
+	default:
+		m.state = "ok"
+	}
+	m.powerPerGPU = 90 + 6*m.util
+	return m
+}
+
+func (f Fleet) used(h int) int {
+	if h%5 == 0 {
+		return f.GPUs - f.Unused
+	}
+	return f.GPUs
+}
+
+func (f Fleet) gpus(h int) string {
+	var s []string
+	for g := 0; g < f.used(h); g++ {
+		s = append(s, strconv.Itoa(g))
+	}
+	return strings.Join(s, ",")
+}
+
+func uuid(h, g int) string { return fmt.Sprintf("GPU-%08x-%04x", h, g) }
+
+// Raw emits the windows of [from, to) of length w (at most a minute).
+func (f Fleet) Raw(from, to time.Time, w time.Duration, emit func(*write.Point) error) error {
+	for t := from; t.Before(to); t = t.Add(w) {
+		for h := 0; h < f.Hosts; h++ {
+			m := f.at(h, t)
+			n := float64(f.used(h))
+			host := Host(h)
+			tokens := int64(m.tps * w.Seconds())
+			fs := map[string]any{
+				schema.FieldTokens: tokens, schema.FieldSystemTPS: m.tps, schema.FieldRunning: m.running, schema.FieldWaiting: m.waiting,
+				schema.FieldGPUUtil: m.util, schema.FieldEnergyJ: m.powerPerGPU * n * w.Seconds(), schema.FieldPowerW: m.powerPerGPU * n,
+				schema.FieldState: m.state, schema.FieldCoverage: 1.0, schema.FieldWindowS: w.Seconds(), schema.FieldTPSPerGPU: m.tps / n,
+			}
+			if m.running > 0 {
+				fs[schema.FieldPerUserTPS] = m.tps / m.running
+			}
+			if err := emit(write.NewPoint(schema.Server, map[string]string{schema.TagHost: host, schema.TagServer: "llm", schema.TagGPUs: f.gpus(h), schema.TagEngine: "vllm"}, fs, t)); err != nil {
+				return err
+			}
+			for g := 0; g < f.GPUs; g++ {
+				util, power, server := m.util, m.powerPerGPU, "llm"
+				if g >= f.used(h) {
+					util, power, server = 0, 60, ""
+				}
+				gf := map[string]any{
+					schema.FieldUtil: util, schema.FieldUtilMax: util, schema.FieldPowerW: power, schema.FieldEnergyJ: power * w.Seconds(),
+					schema.FieldTempC: 35 + util/3, schema.FieldSMClockMHz: 1980.0, schema.FieldSMActive: util * 0.8, schema.FieldMemUtil: util / 2,
+					schema.FieldCoverage: 1.0, schema.FieldWindowS: w.Seconds(), schema.FieldSamples: int64(w.Seconds()),
+				}
+				if err := emit(write.NewPoint(schema.GPU, map[string]string{schema.TagHost: host, schema.TagGPU: strconv.Itoa(g), schema.TagUUID: uuid(h, g), schema.TagName: f.Model, schema.TagServer: server}, gf, t)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Rollups emits the rollup points of [from, to) for periods of every (an
+// hour or a day), suffix "_1h" or "_1d": what `tpsmon rollup` writes for
+// one-minute windows of the same model.
+func (f Fleet) Rollups(from, to time.Time, every time.Duration, suffix string, emit func(*write.Point) error) error {
+	for p := from; p.Before(to); p = p.Add(every) {
+		for h := 0; h < f.Hosts; h++ {
+			n := float64(f.used(h))
+			var tokens, energy, tps, util, running, waiting, power float64
+			states := map[string]float64{}
+			mins, low := 0.0, 0.0
+			for t := p; t.Before(p.Add(every)); t = t.Add(time.Minute) {
+				m := f.at(h, t)
+				tokens += float64(int64(m.tps * 60))
+				energy += m.powerPerGPU * n * 60
+				tps += m.tps
+				util += m.util
+				running += m.running
+				waiting += m.waiting
+				power += m.powerPerGPU
+				states[m.state]++
+				mins++
+				if m.util < 5 {
+					low++
+				}
+			}
+			fs := map[string]any{
+				"tokens": tokens, "energy_j": energy, "system_tps": tps / mins, "gpu_util": util / mins, "running": running / mins,
+				"waiting": waiting / mins, "power_w": power * n / mins, "tps_per_gpu": tps / mins / n,
+				"windows": int64(mins), "seconds": mins * 60, "gpu_seconds": mins * 60 * n,
+			}
+			for st, c := range states {
+				fs[st+"_windows"] = int64(c)
+				fs[st+"_seconds"] = c * 60
+				fs[st+"_gpu_seconds"] = c * 60 * n
+			}
+			host := Host(h)
+			if err := emit(write.NewPoint(schema.Server+suffix, map[string]string{schema.TagHost: host, schema.TagServer: "llm", schema.TagGPUs: f.gpus(h), schema.TagEngine: "vllm"}, fs, p)); err != nil {
+				return err
+			}
+			for g := 0; g < f.GPUs; g++ {
+				server := "llm"
+				u, pw, idle := util/mins, power/mins, low
+				if g >= f.used(h) {
+					server, u, pw, idle = "", 0, 60, mins
+				}
+				gf := map[string]any{
+					"util": u, "util_max": u, "power_w": pw, "energy_j": pw * mins * 60, "temp_c": 35 + u/3, "sm_clock_mhz": 1980.0,
+					"windows": int64(mins), "seconds": mins * 60, "gpu_seconds": mins * 60,
+				}
+				if idle > 0 {
+					gf["idle_windows"], gf["idle_seconds"], gf["idle_gpu_seconds"] = int64(idle), idle*60, idle*60
+				}
+				if err := emit(write.NewPoint(schema.GPU+suffix, map[string]string{schema.TagHost: host, schema.TagGPU: strconv.Itoa(g), schema.TagUUID: uuid(h, g), schema.TagName: f.Model, schema.TagServer: server}, gf, p)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,245 @@
+package report
+
+import (
+	"fmt"
+	"html/template"
+	"math"
+	"strings"
+	"time"
+)
+
+// chart dimensions, in SVG units.
+const (
+	chartW, chartH = 520.0, 190.0
+	padL, padR     = 58.0, 10.0
+	padT, padB     = 24.0, 34.0
+)
+
+// line is one series of a chart; NaN is a gap.
+type line struct {
+	name, color string
+	ys          []float64
+}
+
+// timeChart draws lines, or stacked bars when stacked, over the shared
+// times ts, with ticks and units on both axes.
+type timeChart struct {
+	title, unit string
+	ts          []time.Time
+	step        time.Duration
+	lines       []line
+	stacked     bool
+}
+
+// niceTicks returns about n round tick values covering [0, hi].
+func niceTicks(hi float64, n int) []float64 {
+	if hi <= 0 || math.IsNaN(hi) || math.IsInf(hi, 0) {
+		hi = 1
+	}
+	raw := hi / float64(n)
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	step := mag
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if m*mag >= raw {
+			step = m * mag
+			break
+		}
+	}
+	var out []float64
+	for v := 0.0; v < hi+step*0.999; v += step {
+		out = append(out, v)
+	}
+	return out
+}
+
+// short writes a number with an SI suffix.
+func short(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case a >= 1e9:
+		return trim(v/1e9) + "G"
+	case a >= 1e6:
+		return trim(v/1e6) + "M"
+	case a >= 1e3:
+		return trim(v/1e3) + "k"
+	case a == 0:
+		return "0"
+	case a < 0.01:
+		return fmt.Sprintf("%.2g", v)
+	}
+	return trim(v)
+}
+
+func trim(v float64) string {
+	s := fmt.Sprintf("%.2f", v)
+	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	return s
+}
+
+// timeLayout labels ticks by what changes over the span.
+func timeLayout(span time.Duration) string {
+	switch {
+	case span <= 2*time.Hour:
+		return "15:04:05"
+	case span <= 48*time.Hour:
+		return "Jan 2 15:04"
+	}
+	return "Jan 2"
+}
+
+var tickSteps = []time.Duration{
+	10 * time.Second, 30 * time.Second, time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute,
+	15 * time.Minute, 30 * time.Minute, time.Hour, 2 * time.Hour, 3 * time.Hour, 6 * time.Hour, 12 * time.Hour,
+	24 * time.Hour, 2 * 24 * time.Hour, 7 * 24 * time.Hour, 14 * 24 * time.Hour, 30 * 24 * time.Hour,
+}
+
+func (c timeChart) svg() template.HTML {
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %.0f %.0f" role="img" aria-label="%s">`, chartW, chartH, template.HTMLEscapeString(c.title))
+	fmt.Fprintf(&b, `<text x="%.0f" y="15" class="t">%s</text>`, padL, template.HTMLEscapeString(c.title))
+	if len(c.ts) == 0 {
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" class="n">no data in this range</text></svg>`, padL, chartH/2)
+		return template.HTML(b.String())
+	}
+	x0 := c.ts[0]
+	x1 := c.ts[len(c.ts)-1].Add(c.step)
+	span := x1.Sub(x0)
+	if span <= 0 {
+		span = time.Second
+	}
+	plotW, plotH := chartW-padL-padR, chartH-padT-padB
+	sx := func(t time.Time) float64 { return padL + float64(t.Sub(x0))/float64(span)*plotW }
+	hi := 0.0
+	for i := range c.ts {
+		sum := 0.0
+		for _, l := range c.lines {
+			v := l.ys[i]
+			if math.IsNaN(v) {
+				continue
+			}
+			if c.stacked {
+				sum += v
+			} else {
+				hi = math.Max(hi, v)
+			}
+		}
+		hi = math.Max(hi, sum)
+	}
+	ticks := niceTicks(hi, 4)
+	top := ticks[len(ticks)-1]
+	sy := func(v float64) float64 { return padT + plotH - v/top*plotH }
+	// Y axis: gridlines, values, unit.
+	for _, v := range ticks {
+		y := sy(v)
+		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" class="g"/>`, padL, y, chartW-padR, y)
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" class="l" text-anchor="end">%s</text>`, padL-4, y+3, short(v))
+	}
+	fmt.Fprintf(&b, `<text x="4" y="%.0f" class="u" transform="rotate(-90 10 %.0f)">%s</text>`, padT+plotH/2+30, padT+plotH/2, template.HTMLEscapeString(c.unit))
+	// X axis: ticks on round times, at most 6.
+	tstep := tickSteps[len(tickSteps)-1]
+	for _, s := range tickSteps {
+		if span/s <= 6 {
+			tstep = s
+			break
+		}
+	}
+	layout := timeLayout(span)
+	for t := x0.Truncate(tstep); !t.After(x1); t = t.Add(tstep) {
+		x := sx(t)
+		if t.Before(x0) || x > chartW-padR-22 {
+			continue // a label past the edge would be cut
+		}
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" class="a"/>`, x, padT+plotH, x, padT+plotH+4)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" class="l" text-anchor="middle">%s</text>`, x, padT+plotH+15, t.UTC().Format(layout))
+	}
+	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" class="a"/>`, padL, padT+plotH, chartW-padR, padT+plotH)
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" class="l" text-anchor="end">UTC, %s buckets</text>`, chartW-padR, chartH-3, c.step)
+	if c.stacked {
+		bw := math.Max(1, float64(c.step)/float64(span)*plotW-0.5)
+		for i, t := range c.ts {
+			base := 0.0
+			for _, l := range c.lines {
+				v := l.ys[i]
+				if math.IsNaN(v) || v <= 0 {
+					continue
+				}
+				fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s %s: %s %s</title></rect>`,
+					sx(t), sy(base+v), bw, sy(base)-sy(base+v), l.color, t.UTC().Format(layout), l.name, short(v), c.unit)
+				base += v
+			}
+		}
+	} else {
+		for _, l := range c.lines {
+			var path strings.Builder
+			pen := "M"
+			for i, t := range c.ts {
+				v := l.ys[i]
+				if math.IsNaN(v) {
+					pen = "M"
+					continue
+				}
+				// Each bucket is drawn at its middle.
+				fmt.Fprintf(&path, "%s%.1f %.1f ", pen, sx(t.Add(c.step/2)), sy(v))
+				pen = "L"
+			}
+			fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="%s" stroke-width="1.6"/>`, strings.TrimSpace(path.String()), l.color)
+		}
+	}
+	// Legend when there is more than one series.
+	if len(c.lines) > 1 {
+		x := padL
+		for _, l := range c.lines {
+			fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="8" height="8" fill="%s"/><text x="%.0f" y="%.0f" class="l">%s</text>`,
+				x, chartH-11, l.color, x+10, chartH-4, template.HTMLEscapeString(l.name))
+			x += 14 + 5.5*float64(len(l.name))
+		}
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
+// scatter draws GPU utilization against system TPS, one dot per interval.
+func scatter(pts []Point) template.HTML {
+	var xs, ys []float64
+	for _, p := range pts {
+		if p.GPUUtil >= 0 && p.SystemTPS >= 0 {
+			xs, ys = append(xs, p.GPUUtil), append(ys, p.SystemTPS)
+		}
+	}
+	var b strings.Builder
+	title := "GPU utilization vs system tokens/s, one dot per bucket"
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %.0f %.0f" role="img" aria-label="%s">`, chartW, chartH, title)
+	fmt.Fprintf(&b, `<text x="%.0f" y="15" class="t">%s</text>`, padL, title)
+	if len(xs) == 0 {
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" class="n">no data in this range</text></svg>`, padL, chartH/2)
+		return template.HTML(b.String())
+	}
+	_, y1 := minmax(ys)
+	ticks := niceTicks(y1, 4)
+	top := ticks[len(ticks)-1]
+	plotW, plotH := chartW-padL-padR, chartH-padT-padB
+	sy := func(v float64) float64 { return padT + plotH - v/top*plotH }
+	sx := func(v float64) float64 { return padL + v/100*plotW }
+	for _, v := range ticks {
+		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" class="g"/><text x="%.0f" y="%.1f" class="l" text-anchor="end">%s</text>`,
+			padL, sy(v), chartW-padR, sy(v), padL-4, sy(v)+3, short(v))
+	}
+	for _, v := range []float64{0, 25, 50, 75, 100} {
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" class="l" text-anchor="middle">%.0f%%</text>`, sx(v), padT+plotH+15, v)
+	}
+	fmt.Fprintf(&b, `<text x="4" y="%.0f" class="u" transform="rotate(-90 10 %.0f)">tokens/s</text>`, padT+plotH/2+24, padT+plotH/2)
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" class="l" text-anchor="end">GPU utilization</text>`, chartW-padR, chartH-3)
+	for i := range xs {
+		fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="2.4" fill="#7a4fd6" fill-opacity="0.6"/>`, sx(xs[i]), sy(ys[i]))
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
+func minmax(v []float64) (float64, float64) {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, x := range v {
+		lo, hi = math.Min(lo, x), math.Max(hi, x)
+	}
+	return lo, hi
+}
