@@ -2,64 +2,203 @@ package report
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 
-	"github.com/tpsmon/tpsmon/schema"
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
+	"github.com/grafana/grafana-foundation-sdk/go/cog/variants"
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/statetimeline"
+	"github.com/grafana/grafana-foundation-sdk/go/table"
+	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
+	"github.com/grafana/grafana-foundation-sdk/go/units"
 )
 
-// Dashboard returns the Grafana dashboard (packaging/grafana/tpsmon.json):
-// its panels run exactly the report's queries, through an InfluxDB data
-// source in InfluxQL mode (1.8+, and 2.x/3.x with a DBRP mapping).
+// influxQuery is a raw InfluxQL target of Grafana's InfluxDB data source,
+// which the SDK has no builder for.
+type influxQuery struct {
+	RefID        string                `json:"refId"`
+	Datasource   *common.DataSourceRef `json:"datasource,omitempty"`
+	Query        string                `json:"query"`
+	RawQuery     bool                  `json:"rawQuery"`
+	ResultFormat string                `json:"resultFormat"`
+}
+
+func (q influxQuery) ImplementsDataqueryVariant() {}
+func (q influxQuery) DataqueryType() string       { return "influxdb" }
+func (q influxQuery) Validate() error {
+	if q.Query == "" {
+		return fmt.Errorf("influxdb target %s: empty query", q.RefID)
+	}
+	return nil
+}
+func (q influxQuery) Equals(o variants.Dataquery) bool {
+	x, ok := o.(influxQuery)
+	return ok && x.RefID == q.RefID && x.Query == q.Query && x.ResultFormat == q.ResultFormat
+}
+
+type influxQueryBuilder struct{ q influxQuery }
+
+func (b *influxQueryBuilder) Build() (variants.Dataquery, error) { return b.q, b.q.Validate() }
+
+// dsInput names the data source an import asks for (__inputs).
+const dsInput = "DS_INFLUXDB"
+
+var ds = common.DataSourceRef{Type: cog.ToPtr("influxdb"), Uid: cog.ToPtr("${" + dsInput + "}")}
+
+// target builds panel target refID from a shared query: its raw text, or
+// its rollup text for the fleet-trend row.
+func target(refID string, q Query, rollup bool, format string) cog.Builder[variants.Dataquery] {
+	text := q.Text
+	if rollup {
+		text = q.Rollup
+	}
+	return &influxQueryBuilder{influxQuery{RefID: refID, Datasource: &ds, Query: text, RawQuery: true, ResultFormat: format}}
+}
+
+// only keeps the fields whose names match re: a shared query may return
+// several quantities, a panel shows one.
+func only(re string) dashboard.DataTransformerConfig {
+	return dashboard.DataTransformerConfig{Id: "filterFieldsByName", Options: map[string]any{"include": map[string]any{"pattern": re}}}
+}
+
+func gridPos(x, y, w, h uint32) dashboard.GridPos { return dashboard.GridPos{X: x, Y: y, W: w, H: h} }
+
+// tokensPerSecond and the like: Grafana has no token unit, so custom
+// suffix units name them.
+const (
+	unitTokS   = "suffix: tok/s"
+	unitTokGPU = "suffix: tok/GPU-h"
+	unitTokJ   = "suffix: tok/J"
+	unitReqs   = "suffix: req"
+	unitMHz    = "suffix: MHz"
+)
+
+func series(title, desc, unit, label string, pos dashboard.GridPos, targets ...cog.Builder[variants.Dataquery]) *timeseries.PanelBuilder {
+	return timeseries.NewPanelBuilder().Title(title).Description(desc).Datasource(ds).Unit(unit).AxisLabel(label).
+		GridPos(pos).Targets(targets).Min(0).LineWidth(1).FillOpacity(10).
+		Legend(common.NewVizLegendOptionsBuilder().DisplayMode(common.LegendDisplayModeTable).Placement(common.LegendPlacementBottom).ShowLegend(true).Calcs([]string{"mean", "max"}))
+}
+
+func sortedTable(title, desc, unit string, pos dashboard.GridPos, sortField string, desc2 bool, t cog.Builder[variants.Dataquery]) *table.PanelBuilder {
+	return table.NewPanelBuilder().Title(title).Description(desc).Datasource(ds).Unit(unit).GridPos(pos).
+		Targets([]cog.Builder[variants.Dataquery]{t}).
+		SortBy([]cog.Builder[common.TableSortByFieldState]{common.NewTableSortByFieldStateBuilder().DisplayName(sortField).Desc(desc2)}).
+		// Each series is one frame; merged, the table has a row per series.
+		WithTransformation(dashboard.DataTransformerConfig{Id: "merge", Options: map[string]any{}})
+}
+
+// Dashboard returns the Grafana dashboard (packaging/grafana/tpsmon.json),
+// built with Grafana's Go builders: every panel runs one of Queries, word
+// for word, through an InfluxDB data source in InfluxQL mode (1.8+, and
+// 2.x/3.x with DBRP mappings).
 func Dashboard() ([]byte, error) {
-	ds := map[string]any{"type": "influxdb", "uid": "${datasource}"}
-	target := func(q Query, format string) map[string]any {
-		return map[string]any{"datasource": ds, "rawQuery": true, "query": q.Text, "resultFormat": format, "refId": "A"}
+	variable := func(name, label, query string) *dashboard.QueryVariableBuilder {
+		return dashboard.NewQueryVariableBuilder(name).Label(label).Datasource(ds).
+			Query(dashboard.StringOrMap{String: cog.ToPtr(query)}).Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
+			IncludeAll(true).AllValue(".*").Sort(dashboard.VariableSortAlphabeticalAsc)
 	}
-	id := 0
-	panel := func(title, typ string, x, y, w, h int, q Query, format string, extra map[string]any) map[string]any {
-		id++
-		p := map[string]any{
-			"id": id, "title": title, "type": typ, "datasource": ds,
-			"gridPos": map[string]int{"x": x, "y": y, "w": w, "h": h},
-			"targets": []any{target(q, format)},
-		}
-		for k, v := range extra {
-			p[k] = v
-		}
-		return p
-	}
-	variable := func(name, label, query string) map[string]any {
-		return map[string]any{"name": name, "label": label, "type": "query", "datasource": ds, "query": query,
-			"refresh": 2, "includeAll": true, "multi": false, "allValue": ".*", "current": map[string]any{"text": "All", "value": "$__all"}}
-	}
-	states := []map[string]any{}
+	var stateOpts []dashboard.VariableOption
 	for _, s := range States {
-		states = append(states, map[string]any{"text": s, "value": s, "selected": s == schema.StateQueueBound})
+		stateOpts = append(stateOpts, dashboard.VariableOption{Text: dashboard.StringOrArrayOfString{String: cog.ToPtr(s)}, Value: dashboard.StringOrArrayOfString{String: cog.ToPtr(s)}, Selected: cog.ToPtr(s == "queue_bound")})
 	}
-	d := map[string]any{
-		"title": "tpsmon: is this hardware turning into tokens?", "uid": "tpsmon-fleet", "schemaVersion": 39,
-		"tags": []string{"tpsmon", "gpu", "llm"}, "time": map[string]string{"from": "now-24h", "to": "now"},
-		"refresh": "1m",
-		"templating": map[string]any{"list": []any{
-			map[string]any{"name": "datasource", "type": "datasource", "query": "influxdb", "label": "InfluxDB"},
-			variable("host", "host", `SHOW TAG VALUES FROM "tpsmon_server" WITH KEY = "host"`),
-			variable("server", "server", `SHOW TAG VALUES FROM "tpsmon_server" WITH KEY = "server" WHERE "host" =~ /^$host$/`),
-			variable("gpu", "GPU", `SHOW TAG VALUES FROM "tpsmon_gpu" WITH KEY = "gpu" WHERE "host" =~ /^$host$/`),
-			map[string]any{"name": "state", "label": "state", "type": "custom", "query": strings.Join(States, ","), "options": states,
-				"current": map[string]any{"text": schema.StateQueueBound, "value": schema.StateQueueBound}},
-		}},
-		"panels": []any{
-			panel("System TPS, per-user TPS and concurrency, per server", "timeseries", 0, 0, 24, 9, ServerSeries, "time_series",
-				map[string]any{"description": "system_tps: all requests of a server; per_user_tps: the speed one stream sees; running/waiting: the concurrency that explains both."}),
-			panel("State over time", "state-timeline", 0, 9, 24, 6, StateTimeline, "time_series", nil),
-			panel("Tokens per joule", "bargauge", 0, 15, 8, 8, TokensPerJoule, "table", nil),
-			panel("Lowest tokens per GPU-hour", "table", 8, 15, 8, 8, Ranking, "table",
-				map[string]any{"transformations": []any{map[string]any{"id": "sortBy", "options": map[string]any{"sort": []any{map[string]any{"field": "tokens_per_gpu_hour"}}}}}}),
-			panel("Time in state $state, by server", "table", 16, 15, 8, 8, StateTime, "table", nil),
-			panel("GPUs no server uses", "table", 0, 23, 12, 8, UnusedGPUs, "table", nil),
-			panel("GPU utilization windows (idle: util < 5%)", "table", 12, 23, 12, 8, GPUIdle, "table", nil),
-			panel("GPU time and mean utilization", "table", 0, 31, 24, 8, GPUTime, "table", nil),
-		},
+	cur := func(v string) dashboard.VariableOption {
+		return dashboard.VariableOption{Text: dashboard.StringOrArrayOfString{String: cog.ToPtr(v)}, Value: dashboard.StringOrArrayOfString{String: cog.ToPtr(v)}}
 	}
-	return json.MarshalIndent(d, "", "  ")
+	levelOpts := []dashboard.VariableOption{cur("1h"), cur("1d")}
+	levelOpts[0].Selected = cog.ToPtr(true)
+
+	stateMap := dashboard.ValueMap{Type: dashboard.MappingTypeValueToText, Options: map[string]dashboard.ValueMappingResult{}}
+	for st, color := range stateColor {
+		stateMap.Options[st] = dashboard.ValueMappingResult{Color: cog.ToPtr(color), Text: cog.ToPtr(st)}
+	}
+
+	raw := func(q Query, format string) cog.Builder[variants.Dataquery] { return target("A", q, false, format) }
+	roll := func(ref string, q Query, format string) cog.Builder[variants.Dataquery] { return target(ref, q, true, format) }
+	ts := func(q Query) []cog.Builder[variants.Dataquery] {
+		return []cog.Builder[variants.Dataquery]{raw(q, "time_series")}
+	}
+
+	b := dashboard.NewDashboardBuilder("tpsmon: is this hardware turning into tokens?").
+		Uid("tpsmon-fleet").Tags([]string{"tpsmon", "gpu", "llm"}).Time("now-24h", "now").Refresh("1m").Timezone("utc").
+		Description("tpsmon's windows in InfluxDB: servers' tokens per second against their GPUs, per GPU readings, and the fleet's trends from the hourly and daily rollups (tpsmon rollup).").
+		Tooltip(dashboard.DashboardCursorSyncCrosshair).
+		WithVariable(variable("host", "host", `SHOW TAG VALUES FROM "tpsmon_server" WITH KEY = "host"`)).
+		WithVariable(variable("server", "server", `SHOW TAG VALUES FROM "tpsmon_server" WITH KEY = "server" WHERE "host" =~ /^$host$/`)).
+		WithVariable(variable("gpu", "GPU", `SHOW TAG VALUES FROM "tpsmon_gpu" WITH KEY = "gpu" WHERE "host" =~ /^$host$/`)).
+		WithVariable(dashboard.NewCustomVariableBuilder("state").Label("state").Values(dashboard.StringOrMap{String: cog.ToPtr(strings.Join(States, ","))}).
+			Options(stateOpts).Current(cur("queue_bound"))).
+		WithVariable(dashboard.NewCustomVariableBuilder("level").Label("trend rollup").Description("1h: hourly rollups (weeks); 1d: daily (months, years)").
+			Values(dashboard.StringOrMap{String: cog.ToPtr("1h,1d")}).Options(levelOpts).Current(cur("1h"))).
+		WithRow(dashboard.NewRowBuilder("Servers: tokens against hardware (raw windows)")).
+		WithPanel(series("System tokens per second", "Tokens per second of all requests of each server, per window; mean over the interval.", unitTokS, "tokens/s", gridPos(0, 1, 12, 8), ts(ServerSeries)...).
+			WithTransformation(only("(time|.*system_tps.*)"))).
+		WithPanel(series("Per-user tokens per second", "The speed one stream sees: decode tokens per second per running request.", unitTokS, "tokens/s per stream", gridPos(12, 1, 12, 8), ts(ServerSeries)...).
+			WithTransformation(only("(time|.*per_user_tps.*)"))).
+		WithPanel(series("Running and waiting requests", "Concurrency that explains both rates: requests being decoded, and requests queued.", unitReqs, "requests", gridPos(0, 9, 12, 8), ts(ServerSeries)...).
+			WithTransformation(only("(time|.*running.*|.*waiting.*)"))).
+		WithPanel(series("GPU utilization and SM activity of each server's GPUs", "Mean over the server's GPUs, 0–100 %. SM activity (where NVML has GPM) says how much of the GPU works; utilization only that a kernel ran.", units.Percent, "%", gridPos(12, 9, 12, 8), ts(ServerSeries)...).
+			Max(100).WithTransformation(only("(time|.*gpu_util.*|.*sm_active.*)"))).
+		WithPanel(statetimeline.NewPanelBuilder().Title("State over time").Description("Each server's verdict per interval (the last window's): down, idle, kv_bound, queue_bound, underutilized, saturated, ok (design §5).").
+			Datasource(ds).GridPos(gridPos(0, 17, 24, 7)).Targets(ts(StateTimeline)).Unit("string").
+			Mappings([]dashboard.ValueMapping{{ValueMap: &stateMap}})).
+		WithPanel(sortedTable("Tokens per joule, lowest first", "Tokens generated per joule of the server's GPUs over the range.", unitTokJ, gridPos(0, 24, 8, 8), "tokens_per_joule", false, raw(TokensPerJoule, "table"))).
+		WithPanel(sortedTable("Tokens per GPU-hour, lowest first", "Mean tokens per second per GPU × 3600, and tokens generated, per server.", unitTokGPU, gridPos(8, 24, 8, 8), "tokens_per_gpu_hour", false, raw(Ranking, "table"))).
+		WithPanel(sortedTable("Time in state $state, most first", "Windows and seconds each server spent in the state picked above; GPUs: the server's gpus tag.", units.Seconds, gridPos(16, 24, 8, 8), "seconds", true, raw(StateTime, "table"))).
+		WithRow(dashboard.NewRowBuilder("GPUs (raw windows; pick host and GPU above)")).
+		WithPanel(series("GPU utilization", "Per GPU, 0–100 %: share of time a kernel ran.", units.Percent, "%", gridPos(0, 33, 8, 8), ts(GPUSeries)...).Max(100).WithTransformation(only("(time|.*util.*)"))).
+		WithPanel(series("SM activity", "Per GPU, 0–100 %: share of SMs busy (NVML GPM; absent on GPUs without it).", units.Percent, "%", gridPos(8, 33, 8, 8), ts(GPUSeries)...).Max(100).WithTransformation(only("(time|.*sm_active.*)"))).
+		WithPanel(series("Memory used", "Per GPU: the window's highest framebuffer memory in use.", units.BytesIEC, "memory", gridPos(16, 33, 8, 8), ts(GPUSeries)...).WithTransformation(only("(time|.*mem_used_bytes.*)"))).
+		WithPanel(series("Power", "Per GPU: mean power draw over the interval.", units.Watt, "power", gridPos(0, 41, 8, 8), ts(GPUSeries)...).WithTransformation(only("(time|.*power_w.*)"))).
+		WithPanel(series("Temperature", "Per GPU: the window's highest core temperature.", units.Celsius, "temperature", gridPos(8, 41, 8, 8), ts(GPUSeries)...).WithTransformation(only("(time|.*temp_c.*)"))).
+		WithPanel(series("SM clock", "Per GPU: mean SM clock; a drop under load with throttling below means power or thermal capping.", unitMHz, "clock", gridPos(16, 41, 8, 8), ts(GPUSeries)...).WithTransformation(only("(time|.*sm_clock_mhz.*)"))).
+		WithPanel(series("Throttled windows", "Per GPU: windows in which NVML reported any clock-throttle reason (power cap, thermal, …).", units.Short, "windows", gridPos(0, 49, 12, 8), ts(GPUThrottle)...).DrawStyle(common.GraphDrawStyleBars)).
+		WithPanel(sortedTable("GPUs no server uses, longest first", "GPUs whose windows carry no server: their time is the report's unused GPU-hours.", units.Seconds, gridPos(12, 49, 12, 8), "seconds", true, raw(UnusedGPUs, "table"))).
+		WithPanel(sortedTable("Idle windows per GPU (util < 5 %), most first", "Windows each GPU spent under 5 % utilization, with the server it serves.", units.Short, gridPos(0, 57, 12, 8), "idle_windows", true, raw(GPUIdle, "table"))).
+		WithPanel(sortedTable("GPU time, energy and mean utilization", "Per GPU and serving server: windows, seconds observed (from window_s), mean utilization, energy.", units.Seconds, gridPos(12, 57, 12, 8), "seconds", true, raw(GPUTime, "table"))).
+		WithRow(dashboard.NewRowBuilder("Fleet (raw windows)")).
+		WithPanel(series("Tokens generated per interval", "All servers' tokens, summed per interval.", units.Short, "tokens", gridPos(0, 66, 12, 8), ts(FleetTokens)...).DrawStyle(common.GraphDrawStyleBars)).
+		WithPanel(series("GPU energy per host", "Energy of all of a host's GPUs per interval, used or not.", units.Joule, "energy", gridPos(12, 66, 12, 8), ts(FleetGPU)...).
+			WithTransformation(only("(time|.*energy_j.*)"))).
+		WithPanel(series("Time in state $state per host", "Seconds per interval each host's servers spent in the state picked above (window_s; older points count as windows).", units.Seconds, "seconds", gridPos(0, 74, 12, 8), ts(StateTrend)...).
+			DrawStyle(common.GraphDrawStyleBars).Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal)).WithTransformation(only("(time|.*seconds.*)"))).
+		WithPanel(series("Unused GPU time per host", "Seconds per interval of GPUs no server uses, per host.", units.Seconds, "seconds", gridPos(12, 74, 12, 8), ts(UnusedTrend)...).
+			DrawStyle(common.GraphDrawStyleBars).Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal)).WithTransformation(only("(time|.*seconds.*)"))).
+		WithRow(dashboard.NewRowBuilder("Fleet trends (rollups: $level)")).
+		WithPanel(series("Fleet tokens per second", "Sum over servers of each one's mean tokens per second in the interval; from the $level rollups.", unitTokS, "tokens/s", gridPos(0, 83, 12, 8), roll("A", FleetTPS, "time_series")).Interval("1h")).
+		WithPanel(series("Tokens per GPU-hour of the GPUs serving", "Tokens over the GPU-hours of the servers' GPUs (unused GPUs are in the next panel); $level rollups.", unitTokGPU, "tokens/GPU-h", gridPos(12, 83, 12, 8), roll("A", FleetEfficiency, "time_series")).
+			Interval("1h").WithTransformation(only("(time|.*tokens_per_gpu_hour.*)"))).
+		WithPanel(series("Tokens per joule", "Tokens over the servers' GPUs' energy; $level rollups.", unitTokJ, "tokens/J", gridPos(0, 91, 12, 8), roll("A", FleetEfficiency, "time_series")).
+			Interval("1h").WithTransformation(only("(time|.*tokens_per_joule.*)"))).
+		WithPanel(series("GPU-hours per state", "GPU-hours per interval: a server's GPUs in its state, and GPUs no server uses (unused); stacked, they are all GPUs × hours. $level rollups.", units.Hours, "GPU-hours", gridPos(12, 91, 12, 8),
+			roll("A", StateHoursTrend, "time_series"), roll("B", UnusedHours, "time_series")).
+			Interval("1h").DrawStyle(common.GraphDrawStyleBars).FillOpacity(80).Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal))).
+		WithPanel(sortedTable("Worst servers: tokens per GPU-hour, lowest first ($level rollups)", "Per server over the range, from the rollups.", unitTokGPU, gridPos(0, 99, 12, 8), "tokens_per_gpu_hour", false, roll("A", Ranking, "table"))).
+		WithPanel(sortedTable("Worst GPUs: idle windows, most first ($level rollups)", "Windows under 5 % utilization per GPU over the range, from the rollups.", units.Short, gridPos(12, 99, 12, 8), "idle_windows", true, roll("A", GPUIdle, "table")))
+	d, err := b.Build()
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
+	body, err := json.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	// Import conventions the SDK leaves to us: the data source is asked
+	// for on import (__inputs), and what the dashboard needs is listed
+	// (__requires).
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	m["__inputs"] = []map[string]string{{"name": dsInput, "label": "InfluxDB (InfluxQL)", "description": "InfluxDB 1.8+, or 2.x/3.x with DBRP mappings",
+		"type": "datasource", "pluginId": "influxdb", "pluginName": "InfluxDB"}}
+	m["__requires"] = []map[string]string{
+		{"type": "grafana", "id": "grafana", "name": "Grafana", "version": "10.0.0"},
+		{"type": "datasource", "id": "influxdb", "name": "InfluxDB", "version": "1.0.0"},
+		{"type": "panel", "id": "timeseries", "name": "Time series", "version": ""},
+		{"type": "panel", "id": "state-timeline", "name": "State timeline", "version": ""},
+		{"type": "panel", "id": "table", "name": "Table", "version": ""},
+	}
+	return json.MarshalIndent(m, "", "  ")
 }

@@ -92,8 +92,45 @@ var (
 		Rollup: `SELECT ` + rollupTime + `, sum("energy_j") AS "energy_j" FROM ` + rollupGPU + ` ` + gpuWhere + ` GROUP BY time($__interval), "host" fill(none)`}
 )
 
+// Per GPU, over time: the readings the daemon writes and the report
+// summarises.
+var (
+	GPUSeries = Query{Name: "gpu_series",
+		Text: `SELECT mean("util") AS "util", mean("sm_active") AS "sm_active", max("mem_used_bytes") AS "mem_used_bytes", mean("power_w") AS "power_w", max("temp_c") AS "temp_c", mean("sm_clock_mhz") AS "sm_clock_mhz" FROM ` + rawGPU + ` ` + gpuWhere + ` GROUP BY time($__interval), "host", "gpu", "uuid" fill(none)`}
+	// GPUThrottle counts windows in which a GPU was throttled for any reason.
+	GPUThrottle = Query{Name: "gpu_throttle",
+		Text: `SELECT count("throttle") AS "throttled_windows" FROM ` + rawGPU + ` ` + gpuWhere + ` AND "throttle" > 0 GROUP BY time($__interval), "host", "gpu", "uuid" fill(none)`}
+)
+
+// The fleet over time, for ranges of weeks and months: read from the
+// rollups, whose seconds and GPU-seconds make the ratios exact.
+var (
+	// FleetTPS is the fleet's tokens per second: each server's mean rate
+	// per interval, summed.
+	FleetTPS = Query{Name: "fleet_tps",
+		Text:   `SELECT sum("system_tps") AS "tokens_per_second" FROM (SELECT mean("system_tps") AS "system_tps" FROM ` + rawServer + ` ` + serverWhere + ` GROUP BY time($__interval), "host", "server") WHERE $timeFilter GROUP BY time($__interval) fill(none)`,
+		Rollup: `SELECT sum("system_tps") AS "tokens_per_second" FROM (SELECT mean("system_tps") AS "system_tps" FROM ` + rollupServer + ` ` + serverWhere + ` GROUP BY time($__interval), "host", "server") WHERE $timeFilter GROUP BY time($__interval) fill(none)`}
+	// FleetEfficiency is tokens per GPU-hour of the GPUs serving, and per joule.
+	FleetEfficiency = Query{Name: "fleet_efficiency",
+		Rollup: `SELECT sum("tokens") / sum("gpu_seconds") * 3600 AS "tokens_per_gpu_hour", sum("tokens") / sum("energy_j") AS "tokens_per_joule" FROM ` + rollupServer + ` ` + serverWhere + ` GROUP BY time($__interval) fill(none)`}
+	// StateHoursTrend is the GPU-hours of the GPUs serving, per state.
+	StateHoursTrend = Query{Name: "state_hours", Rollup: stateHoursText()}
+	// UnusedHours is the GPU-hours of GPUs no server uses.
+	UnusedHours = Query{Name: "unused_hours",
+		Rollup: `SELECT sum("gpu_seconds") / 3600 AS "unused" FROM ` + rollupGPU + ` ` + gpuWhere + ` AND "server" = '' GROUP BY time($__interval) fill(none)`}
+)
+
+func stateHoursText() string {
+	var sel []string
+	for _, st := range States {
+		sel = append(sel, fmt.Sprintf(`sum("%s_gpu_seconds") / 3600 AS "%s"`, st, st))
+	}
+	return `SELECT ` + strings.Join(sel, ", ") + ` FROM ` + rollupServer + ` ` + serverWhere + ` GROUP BY time($__interval) fill(none)`
+}
+
 // Queries lists every query the dashboard and the report share.
-var Queries = []Query{ServerSeries, TokensPerJoule, Ranking, StateTimeline, StateTime, StateTrend, GPUTime, GPUIdle, UnusedGPUs, UnusedTrend, FleetTokens, FleetGPU}
+var Queries = []Query{ServerSeries, TokensPerJoule, Ranking, StateTimeline, StateTime, StateTrend, GPUTime, GPUIdle, UnusedGPUs,
+	UnusedTrend, FleetTokens, FleetGPU, GPUSeries, GPUThrottle, FleetTPS, FleetEfficiency, StateHoursTrend, UnusedHours}
 
 // States are the verdicts of design §5.
 var States = schema.States
@@ -132,6 +169,9 @@ func (f Filter) Render(q Query, state string) (string, error) {
 	text := q.Text
 	switch f.Level {
 	case "", Raw:
+		if text == "" {
+			return "", fmt.Errorf("report: %s reads only rollups", q.Name)
+		}
 	case Hourly, Daily:
 		if q.Rollup == "" {
 			return "", fmt.Errorf("report: %s has no rollup form", q.Name)

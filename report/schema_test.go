@@ -17,6 +17,9 @@ func TestQueriesReadSchemaNames(t *testing.T) {
 	}
 	quoted := regexp.MustCompile(`FROM "([^"]+)"|(?:mean|max|min|sum|count|last)\("([^"]+)"\)|(?:AND|BY|,) "([^"]+)"`)
 	for _, q := range Queries {
+		if q.Text == "" {
+			continue // reads rollups only: their names are the rollup's (package rollup)
+		}
 		m := quoted.FindAllStringSubmatch(q.Text, -1)
 		if len(m) == 0 {
 			t.Fatalf("%s: no names found in %q", q.Name, q.Text)

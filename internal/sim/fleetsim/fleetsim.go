@@ -108,6 +108,10 @@ func (f Fleet) Raw(from, to time.Time, w time.Duration, emit func(*write.Point) 
 					schema.FieldUtil: util, schema.FieldUtilMax: util, schema.FieldPowerW: power, schema.FieldEnergyJ: power * w.Seconds(),
 					schema.FieldTempC: 35 + util/3, schema.FieldSMClockMHz: 1980.0, schema.FieldSMActive: util * 0.8, schema.FieldMemUtil: util / 2,
 					schema.FieldCoverage: 1.0, schema.FieldWindowS: w.Seconds(), schema.FieldSamples: int64(w.Seconds()),
+					schema.FieldMemUsedBytes: int64(20e9 + util*5e8), schema.FieldMemTotalBytes: int64(80e9), schema.FieldThrottle: int64(0),
+				}
+				if util > 75 {
+					gf[schema.FieldThrottle] = int64(4) // power cap
 				}
 				if err := emit(write.NewPoint(schema.GPU, map[string]string{schema.TagHost: host, schema.TagGPU: strconv.Itoa(g), schema.TagUUID: uuid(h, g), schema.TagName: f.Model, schema.TagServer: server}, gf, t)); err != nil {
 					return err

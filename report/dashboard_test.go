@@ -1,0 +1,117 @@
+package report
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/influxdata/influxdb-client-go/v2/api/write"
+
+	"github.com/tpsmon/tpsmon/internal/sim/fleetsim"
+	"github.com/tpsmon/tpsmon/sink/influxtest"
+)
+
+// TestDashboardQueriesReturnWhatWasWritten runs every target of the
+// shipped dashboard file, with Grafana's variables filled as Grafana
+// would, against a real InfluxDB holding a simulated fleet's raw windows
+// and rollups of the same six hours, and checks what comes back against
+// what was written.
+func TestDashboardQueriesReturnWhatWasWritten(t *testing.T) {
+	base := influxtest.URL(t)
+	db := influxtest.CreateDB(t, base, "dash")
+	for _, rp := range []string{"tpsmon_1h", "tpsmon_1d"} {
+		influxtest.Query(t, base, db, fmt.Sprintf(`CREATE RETENTION POLICY "%s" ON "%s" DURATION 0s REPLICATION 1`, rp, db))
+	}
+	// 5 hosts of 4 GPUs; host 0 leaves GPUs 2 and 3 unused.
+	fleet := fleetsim.Fleet{Hosts: 5, GPUs: 4, Unused: 2, Model: "H100"}
+	from := time.Date(2026, 11, 10, 0, 0, 0, 0, time.UTC)
+	to := from.Add(24 * time.Hour)
+	writeSim(t, base, db, func(e func(*write.Point) error) error { return fleet.Raw(from, to, time.Minute, e) })
+	writeSim(t, base, db+"/tpsmon_1h", func(e func(*write.Point) error) error { return fleet.Rollups(from, to, time.Hour, "_1h", e) })
+	writeSim(t, base, db+"/tpsmon_1d", func(e func(*write.Point) error) error { return fleet.Rollups(from, to, 24*time.Hour, "_1d", e) })
+
+	b, err := os.ReadFile(filepath.Join("..", "packaging", "grafana", "tpsmon.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := parseDashboard(t, b)
+	c := NewClient(base, db, "", 30*time.Second)
+	ctx := context.Background()
+	results := map[string][]Series{}
+	for _, level := range []string{"1h", "1d"} {
+		for _, p := range d.Panels {
+			for i, tg := range p.Targets {
+				// Grafana's substitutions: All for host, server and GPU,
+				// the variables' defaults, an interval of an hour.
+				q := strings.NewReplacer(
+					"$timeFilter", fmt.Sprintf("time >= %dms AND time < %dms", from.UnixMilli(), to.UnixMilli()),
+					"$__interval", "1h", "$host", ".*", "$server", ".*", "$gpu", ".*", "$state", "ok", "$level", level,
+				).Replace(tg.Query)
+				s, err := c.Query(ctx, q)
+				if err != nil {
+					t.Fatalf("panel %q: %v\n%s", p.Title, err, q)
+				}
+				if len(s) == 0 {
+					t.Errorf("panel %q (level %s) returned nothing:\n%s", p.Title, level, q)
+				}
+				results[fmt.Sprint(level, "|", p.Title, "|", i)] = append(results[level+"|"+p.Title], s...)
+				results[level+"|"+p.Title] = append(results[level+"|"+p.Title], s...)
+			}
+		}
+	}
+	sum := func(key, col string) float64 {
+		var v float64
+		for _, s := range results[key] {
+			for _, row := range s.Rows() {
+				x, _ := Num(row[col])
+				v += x
+			}
+		}
+		return v
+	}
+	approx := func(what string, got, want float64) {
+		t.Helper()
+		if math.Abs(got-want) > 1e-9*math.Max(1, math.Abs(want)) {
+			t.Errorf("%s: %v, want %v", what, got, want)
+		}
+	}
+	// What was written, from the same model.
+	var tokens, gpuSecs float64
+	var throttled int
+	_ = fleet.Raw(from, to, time.Minute, func(p *write.Point) error {
+		for _, f := range p.FieldList() {
+			switch {
+			case p.Name() == "tpsmon_server" && f.Key == "tokens":
+				tokens += float64(f.Value.(int64))
+			case p.Name() == "tpsmon_gpu" && f.Key == "window_s":
+				gpuSecs += f.Value.(float64)
+			case p.Name() == "tpsmon_gpu" && f.Key == "throttle" && f.Value.(int64) > 0:
+				throttled++
+			}
+		}
+		return nil
+	})
+	approx("tokens per interval, summed", sum("1h|Tokens generated per interval", "tokens"), tokens)
+	approx("throttled windows", sum("1h|Throttled windows", "throttled_windows"), float64(throttled))
+	approx("GPU time in the GPU table", sum("1h|GPU time, energy and mean utilization", "seconds"), gpuSecs)
+	approx("unused GPU seconds (raw)", sum("1h|Unused GPU time per host", "seconds"), 2*24*3600)
+	approx("unused GPUs table", sum("1h|GPUs no server uses, longest first", "seconds"), 2*24*3600)
+	for _, level := range []string{"1h", "1d"} {
+		var stateH float64
+		for _, st := range States {
+			stateH += sum(level+"|GPU-hours per state", st)
+		}
+		stateH += sum(level+"|GPU-hours per state", "unused")
+		approx(level+" GPU-hours per state, stacked", stateH, 20*24)
+	}
+	// Fleet tokens per second from the hourly rollups is the raw windows'
+	// tokens over the same hours, but for the windows' whole-token rounding.
+	if got := sum("1h|Fleet tokens per second", "tokens_per_second") * 3600; math.Abs(got-tokens) > 1e-5*tokens {
+		t.Errorf("fleet tokens/s × 3600 from the rollups: %v, raw tokens %v", got, tokens)
+	}
+}
