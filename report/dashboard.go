@@ -115,7 +115,9 @@ func Dashboard() ([]byte, error) {
 	}
 
 	raw := func(q Query, format string) cog.Builder[variants.Dataquery] { return target("A", q, false, format) }
-	roll := func(ref string, q Query, format string) cog.Builder[variants.Dataquery] { return target(ref, q, true, format) }
+	roll := func(ref string, q Query, format string) cog.Builder[variants.Dataquery] {
+		return target(ref, q, true, format)
+	}
 	ts := func(q Query) []cog.Builder[variants.Dataquery] {
 		return []cog.Builder[variants.Dataquery]{raw(q, "time_series")}
 	}
