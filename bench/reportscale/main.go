@@ -1,0 +1,267 @@
+// Command reportscale measures `tpsmon report` on a simulated fleet in a
+// real InfluxDB 1.8: it loads hourly and daily rollups for -days and raw
+// windows for the last day, then builds the report for 24 h (raw), 30 d
+// (hourly) and 90 d (daily), timing each and sampling the Go heap, and
+// writes the numbers into a section of bench/RESULTS.md.
+//
+//	go run ./bench/reportscale -hosts 500 -gpus 8
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/influxdata/influxdb-client-go/v2/api/write"
+
+	"github.com/tpsmon/tpsmon/internal/sim/fleetsim"
+	"github.com/tpsmon/tpsmon/report"
+	"github.com/tpsmon/tpsmon/sink"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "reportscale:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	hosts := flag.Int("hosts", 500, "simulated hosts")
+	gpus := flag.Int("gpus", 8, "GPUs per host")
+	days := flag.Int("days", 90, "days of hourly and daily rollups")
+	rawWindow := flag.Duration("raw-window", time.Minute, "window length of the last day's raw windows")
+	results := flag.String("results", "bench/RESULTS.md", "file whose report-scale section is rewritten")
+	flag.Parse()
+
+	dir, err := os.MkdirTemp("", "reportscale")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	base, stop, err := startInflux(dir)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	const db = "tpsmon"
+	c := report.NewClient(base, db, "", 10*time.Minute)
+	ctx := context.Background()
+	for _, q := range []string{`CREATE DATABASE "tpsmon"`, `CREATE RETENTION POLICY "tpsmon_1h" ON "tpsmon" DURATION 0s REPLICATION 1`,
+		`CREATE RETENTION POLICY "tpsmon_1d" ON "tpsmon" DURATION 0s REPLICATION 1`} {
+		if _, err := c.Query(ctx, q); err != nil {
+			return err
+		}
+	}
+	fleet := fleetsim.Fleet{Hosts: *hosts, GPUs: *gpus, Unused: 2, Model: "NVIDIA H100 80GB HBM3"}
+	end := time.Now().UTC().Truncate(24 * time.Hour)
+	span := time.Duration(*days) * 24 * time.Hour
+	var loads []string
+	load := func(what, bucket string, gen func(func(*write.Point) error) error) error {
+		t0 := time.Now()
+		n, err := writeAll(base, bucket, gen)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		d := time.Since(t0)
+		loads = append(loads, fmt.Sprintf("| %s | %d | %.0f s | %.0f |", what, n, d.Seconds(), float64(n)/d.Seconds()))
+		fmt.Fprintf(os.Stderr, "loaded %s: %d points in %v\n", what, n, d.Round(time.Second))
+		return nil
+	}
+	if err := load(fmt.Sprintf("daily rollups, %d days", *days), db+"/tpsmon_1d", func(e func(*write.Point) error) error {
+		return fleet.Rollups(end.Add(-span), end, 24*time.Hour, "_1d", e)
+	}); err != nil {
+		return err
+	}
+	if err := load(fmt.Sprintf("hourly rollups, %d days", *days), db+"/tpsmon_1h", func(e func(*write.Point) error) error {
+		return fleet.Rollups(end.Add(-span), end, time.Hour, "_1h", e)
+	}); err != nil {
+		return err
+	}
+	if err := load(fmt.Sprintf("raw %v windows, 1 day", *rawWindow), db, func(e func(*write.Point) error) error {
+		return fleet.Raw(end.Add(-24*time.Hour), end, *rawWindow, e)
+	}); err != nil {
+		return err
+	}
+
+	var rows []string
+	for _, r := range []struct {
+		name string
+		span time.Duration
+	}{{"24 h", 24 * time.Hour}, {"30 d", 30 * 24 * time.Hour}, {"90 d", 90 * 24 * time.Hour}} {
+		if r.span > span && r.span > 24*time.Hour {
+			continue
+		}
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		var peak atomic.Uint64
+		done := make(chan struct{})
+		sampled := make(chan struct{})
+		go func() { // sample the heap while the report is built
+			defer close(sampled)
+			var m runtime.MemStats
+			for {
+				runtime.ReadMemStats(&m)
+				if m.HeapAlloc > peak.Load() {
+					peak.Store(m.HeapAlloc)
+				}
+				select {
+				case <-done:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}()
+		t0 := time.Now()
+		f, err := report.Plan(ctx, c, report.Filter{From: end.Add(-r.span), To: end})
+		var rep *report.Report
+		if err == nil {
+			rep, err = report.Build(ctx, c, f, report.Options{Prices: map[string]float64{"*": 2.5}})
+		}
+		elapsed := time.Since(t0)
+		close(done)
+		<-sampled
+		if err != nil {
+			return fmt.Errorf("report %s: %w", r.name, err)
+		}
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		var html strings.Builder
+		if err := report.WriteHTML(&html, rep); err != nil {
+			return err
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %s, %s buckets | %.1f s | %.0f MiB | %.0f MiB | %d | %d | %.0f | %d KiB |", r.name, f.Level, f.Interval,
+			elapsed.Seconds(), float64(peak.Load())/(1<<20), float64(after.TotalAlloc-before.TotalAlloc)/(1<<20),
+			len(rep.Servers), len(rep.GPUs), rep.GPUHours, html.Len()/1024))
+		fmt.Fprintf(os.Stderr, "report %s: %v\n", r.name, elapsed.Round(10*time.Millisecond))
+	}
+	section := fmt.Sprintf(`<!-- report-scale: written by go run ./bench/reportscale -->
+## Report at fleet scale (%d hosts × %d GPUs)
+
+Taken %s on %d CPU cores, %s; InfluxDB 1.8.10 on loopback, started by the harness. Command:
+`+"`go run ./bench/reportscale -hosts %d -gpus %d -days %d -raw-window %v`"+`. Simulated fleet
+(internal/sim/fleetsim): a daily load wave, 2-minute phases, every fifth host with 2 unused GPUs.
+
+| loaded | points | time | points/s |
+|---|---|---|---|
+%s
+
+| range | series read | time (Plan + Build) | peak Go heap | allocated | servers | GPUs | GPU-hours | HTML |
+|---|---|---|---|---|---|---|---|---|
+%s
+<!-- /report-scale -->
+`, *hosts, *gpus, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), *hosts, *gpus, *days, *rawWindow,
+		strings.Join(loads, "\n"), strings.Join(rows, "\n"))
+	return rewriteSection(*results, section)
+}
+
+// rewriteSection replaces the report-scale section of path, or appends it.
+func rewriteSection(path, section string) error {
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	s := string(b)
+	const open, closing = "<!-- report-scale", "<!-- /report-scale -->\n"
+	if i := strings.Index(s, open); i >= 0 {
+		if j := strings.Index(s[i:], closing); j >= 0 {
+			s = s[:i] + section + s[i+j+len(closing):]
+			return os.WriteFile(path, []byte(s), 0o644)
+		}
+	}
+	if s != "" && !strings.HasSuffix(s, "\n\n") {
+		s += "\n"
+	}
+	return os.WriteFile(path, []byte(s+section), 0o644)
+}
+
+func writeAll(base, bucket string, gen func(func(*write.Point) error) error) (int, error) {
+	in, err := sink.NewInflux(sink.InfluxConfig{URL: base, Bucket: bucket, Timeout: 5 * time.Minute})
+	if err != nil {
+		return 0, err
+	}
+	defer in.Close()
+	enc := sink.NewEncoder()
+	var buf []byte
+	n := 0
+	err = gen(func(p *write.Point) error {
+		if buf, err = enc.Append(buf, p); err != nil {
+			return err
+		}
+		n++
+		if len(buf) > 8<<20 {
+			err := in.Write(context.Background(), buf)
+			buf = buf[:0]
+			return err
+		}
+		return nil
+	})
+	if err == nil {
+		err = in.Write(context.Background(), buf)
+	}
+	return n, err
+}
+
+// startInflux runs influxd 1.8 from PATH or $(go env GOPATH)/bin on a free
+// loopback port with its data under dir.
+func startInflux(dir string) (string, func(), error) {
+	bin, err := exec.LookPath("influxd")
+	if err != nil {
+		gopath, _ := exec.Command("go", "env", "GOPATH").Output()
+		bin = filepath.Join(strings.TrimSpace(string(gopath)), "bin", "influxd")
+		if _, err := os.Stat(bin); err != nil {
+			return "", nil, errors.New("influxd not found: run make influxd")
+		}
+	}
+	addr := func() string {
+		l, _ := net.Listen("tcp", "127.0.0.1:0")
+		defer l.Close()
+		return l.Addr().String()
+	}
+	httpAddr := addr()
+	cmd := exec.Command(bin, "run")
+	cmd.Env = append(os.Environ(), "INFLUXDB_REPORTING_DISABLED=true", "INFLUXDB_BIND_ADDRESS="+addr(), "INFLUXDB_HTTP_BIND_ADDRESS="+httpAddr,
+		"INFLUXDB_HTTP_LOG_ENABLED=false", "INFLUXDB_META_DIR="+filepath.Join(dir, "meta"), "INFLUXDB_DATA_DIR="+filepath.Join(dir, "data"),
+		"INFLUXDB_DATA_WAL_DIR="+filepath.Join(dir, "wal"), "INFLUXDB_DATA_QUERY_LOG_ENABLED=false", "INFLUXDB_LOGGING_LEVEL=warn",
+		"INFLUXDB_HTTP_MAX_BODY_SIZE=0", "INFLUXDB_DATA_MAX_SERIES_PER_DATABASE=0", "INFLUXDB_DATA_MAX_VALUES_PER_TAG=0")
+	logf, err := os.Create(filepath.Join(dir, "influxd.log"))
+	if err != nil {
+		return "", nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop := func() {
+		cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+	}
+	base := "http://" + httpAddr
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if resp, err := http.Get(base + "/ping"); err == nil {
+			resp.Body.Close()
+			return base, stop, nil
+		}
+	}
+	stop()
+	return "", nil, errors.New("influxd did not answer /ping in 30 s")
+}
