@@ -117,7 +117,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	p := &pipeline{cfg: cfg, log: log, openGPU: openGPU, reconf: make(chan *config.Config), applied: make(chan struct{}),
 		logPoll: o.LogPoll, logGrace: o.LogGrace, metrics: a.metrics}
-	tel := &telemetry{p: p}
+	stale := o.StallAfter
+	if stale <= 0 {
+		stale = max(defaultStall, 3*min(cfg.Window/10, time.Second), 3*cfg.GPU.Interval)
+	}
+	tel := &telemetry{p: p, stale: stale}
 	var influx *sink.SpoolWriter
 	if cfg.Sink.Influx.URL != "" {
 		out, stop, err := startInflux(cfg, log, o.Version)
@@ -200,10 +204,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	beat := 5 * time.Second // status changes are not urgent; wakeups cost
 	if wd > 0 {
 		beat = min(time.Second, wd/2)
-	}
-	stale := o.StallAfter
-	if stale <= 0 {
-		stale = max(defaultStall, 3*min(cfg.Window/10, time.Second), 3*cfg.GPU.Interval)
 	}
 	ticker := time.NewTicker(beat)
 	defer ticker.Stop()

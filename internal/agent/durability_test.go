@@ -135,13 +135,25 @@ func TestTelemetryEndpoints(t *testing.T) {
 	// The first windows close and are refused.
 	time.Sleep(2 * time.Second)
 
-	resp, err := http.Get(base + "/healthz")
+	// Not ready: InfluxDB refuses. Alive all the same: an InfluxDB outage
+	// must not get tpsmon restarted by a liveness probe.
+	resp, err := http.Get(base + "/readyz")
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "refuses the credentials") {
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "refuses the credentials") ||
+		!strings.Contains(string(body), `"dropped_points"`) {
+		t.Errorf("/readyz %d:\n%s", resp.StatusCode, body)
+	}
+	resp, err = http.Get(base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"status": "alive"`) {
 		t.Errorf("/healthz %d:\n%s", resp.StatusCode, body)
 	}
 	resp, err = http.Get(base + "/metrics")

@@ -125,3 +125,22 @@ func TestOutputErrorsLoggedOncePerEpisode(t *testing.T) {
 		t.Errorf("recovery not logged with its count:\n%s", logs.String())
 	}
 }
+
+// TestLivenessSaysStuck: /healthz answers 503 only when the main loop has
+// made no progress for the stall time.
+func TestLivenessSaysStuck(t *testing.T) {
+	p := &pipeline{}
+	tel := &telemetry{p: p, stale: 3 * time.Second}
+	now := time.Now()
+	if r, code := tel.live(now); code != 200 || r.Status != "starting" {
+		t.Errorf("before the loop: %d %+v", code, r)
+	}
+	p.loopAt.Store(now.Add(-time.Second).UnixNano())
+	if r, code := tel.live(now); code != 200 || r.Status != "alive" {
+		t.Errorf("loop a second ago: %d %+v", code, r)
+	}
+	p.loopAt.Store(now.Add(-10 * time.Second).UnixNano())
+	if r, code := tel.live(now); code != 503 || r.Status != "stuck" || r.LoopAgeSeconds < 9 {
+		t.Errorf("loop 10 s ago: %d %+v", code, r)
+	}
+}

@@ -20,11 +20,16 @@ import (
 	"github.com/tpsmon/tpsmon/sink/spool"
 )
 
-// telemetry is tpsmon's own health: /metrics in the Prometheus format and
-// /healthz as JSON.
+// telemetry is tpsmon's own health: /metrics in the Prometheus format,
+// and two JSON views. /healthz is liveness: the main loop and the GPU
+// sampler make progress (what the systemd watchdog checks), so a probe
+// that restarts on failure restarts only a stuck process. /readyz is
+// readiness: InfluxDB takes the points, the spool keeps them, the servers
+// are readable; an InfluxDB outage shows there and in no liveness probe.
 type telemetry struct {
 	p      *pipeline
-	spool  *spool.Spool // nil without InfluxDB
+	stale  time.Duration // no progress for this long is stuck
+	spool  *spool.Spool  // nil without InfluxDB
 	sender *sink.Sender
 	// windows serves the recent windows (api.WindowsPath); nil: not served.
 	windows http.Handler
@@ -94,6 +99,29 @@ type influxHealth struct {
 	LastError   string     `json:"last_error,omitempty"`
 }
 
+// liveReport is /healthz.
+type liveReport struct {
+	Status         string  `json:"status"` // alive | starting | stuck
+	LoopAgeSeconds float64 `json:"loop_age_seconds,omitempty"`
+	StaleAfter     float64 `json:"stale_after_seconds"`
+}
+
+func (t *telemetry) live(now time.Time) (liveReport, int) {
+	r := liveReport{Status: "alive", StaleAfter: t.stale.Seconds()}
+	at := t.p.loopAt.Load()
+	if at == 0 {
+		r.Status = "starting"
+		return r, http.StatusOK
+	}
+	r.LoopAgeSeconds = now.Sub(time.Unix(0, at)).Seconds()
+	if !t.p.healthy(now, t.stale) {
+		r.Status = "stuck"
+		return r, http.StatusServiceUnavailable
+	}
+	return r, http.StatusOK
+}
+
+// health is /readyz: what keeps tpsmon from delivering now.
 func (t *telemetry) health() (healthReport, int) {
 	r := healthReport{Status: "ok", LateSamples: counted(t.p.metrics.late)}
 	r.Scrape.Malformed, r.Scrape.Failed = counted(t.p.metrics.malformed), counted(t.p.metrics.failed)
@@ -117,6 +145,9 @@ func (t *telemetry) health() (healthReport, int) {
 			r.Issues = append(r.Issues, fmt.Sprintf("the spool is dropping points now (full or unwritable; %d dropped so far)", st.Dropped))
 		}
 	}
+	if n := t.p.unreadable.Load(); n > 0 {
+		r.Issues = append(r.Issues, fmt.Sprintf("%d of %d servers unreadable now", n, t.p.servers.Load()))
+	}
 	if len(r.Issues) > 0 {
 		r.Status = "degraded"
 		return r, http.StatusServiceUnavailable
@@ -130,13 +161,20 @@ func (t *telemetry) handler() http.Handler {
 	if t.windows != nil {
 		mux.Handle(api.WindowsPath, t.windows)
 	}
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		rep, code := t.health()
+	reply := func(w http.ResponseWriter, rep any, code int) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		enc.Encode(rep)
+	}
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		rep, code := t.live(time.Now())
+		reply(w, rep, code)
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		rep, code := t.health()
+		reply(w, rep, code)
 	})
 	return mux
 }
