@@ -60,12 +60,24 @@ http: {listen: "127.0.0.1:0"}
 	r4 := sock.WaitFor(t, r3+1, "READY=1")
 	w2 := sock.WaitFor(t, r4+1, "WATCHDOG=1")
 
+	// An empty file is rejected like any invalid one, not taken as
+	// "defaults for everything" (which would reset the GPU backend to nvml).
+	os.WriteFile(cfgPath, nil, 0o600)
+	cmd.Process.Signal(syscall.SIGHUP)
+	r5 := sock.WaitFor(t, w2+1, "RELOADING=1")
+	r6 := sock.WaitFor(t, r5+1, "READY=1")
+	w2 = sock.WaitFor(t, r6+1, "WATCHDOG=1")
+	if m := sock.All()[r6]; !strings.Contains(m, "2 GPUs") {
+		t.Errorf("after an empty reload: %q, want the sim GPUs kept", m)
+	}
+
 	cmd.Process.Signal(syscall.SIGTERM)
 	s := sock.WaitFor(t, w2+1, "STOPPING=1")
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit after SIGTERM: %v\n%s", err, stderr.String())
 	}
-	if !strings.Contains(stderr.String(), "reload rejected") || !strings.Contains(stderr.String(), "bogus_key") {
+	if !strings.Contains(stderr.String(), "reload rejected") || !strings.Contains(stderr.String(), "bogus_key") ||
+		!strings.Contains(stderr.String(), "the file is empty") {
 		t.Errorf("the rejected reload was not logged with its reason:\n%s", stderr.String())
 	}
 	if n := sock.Count(ready, s, "WATCHDOG=1"); n < 3 {
