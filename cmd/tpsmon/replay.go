@@ -384,8 +384,9 @@ func readLog(path, engine string, loc *time.Location, year int, startedAt time.T
 	defer f.Close()
 	pl := &logline.Placer{P: p}
 	r := bufio.NewReaderSize(f, 64<<10)
+	var long []byte
 	for {
-		line, err := readLine(r)
+		line, err := readLine(r, &long)
 		if len(line) > 0 {
 			pl.Line(line)
 		}
@@ -432,17 +433,20 @@ func readLog(path, engine string, loc *time.Location, year int, startedAt time.T
 
 // readLine reads one line without its newline; a line longer than the
 // parser looks at is consumed whole but only its head is kept, so a huge
-// line costs bounded memory.
-func readLine(r *bufio.Reader) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := r.ReadSlice('\n')
+// line costs bounded memory. The line is valid until the next call: it
+// lies in r's buffer, or in buf for a line longer than that.
+func readLine(r *bufio.Reader, buf *[]byte) ([]byte, error) {
+	chunk, err := r.ReadSlice('\n')
+	if err != bufio.ErrBufferFull {
+		return bytes.TrimRight(chunk[:min(len(chunk), logline.MaxLine)], "\r\n"), err
+	}
+	line := append((*buf)[:0], chunk[:min(len(chunk), logline.MaxLine)]...)
+	for err == bufio.ErrBufferFull {
+		chunk, err = r.ReadSlice('\n')
 		if len(line) < logline.MaxLine {
 			line = append(line, chunk[:min(len(chunk), logline.MaxLine-len(line))]...)
 		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		return bytes.TrimRight(line, "\r\n"), err
 	}
+	*buf = line
+	return bytes.TrimRight(line, "\r\n"), err
 }

@@ -40,10 +40,14 @@ type Parser struct {
 	lastElapsed time.Duration // live: the last elapsed stamp
 
 	llamaKey  string // slot/task of the last multi-line print_timing header
+	slotText  []byte // the slot and task text of the last key made, and the key
+	slotKeyS  string
 	vllmID    string // the last vLLM engine id seen, and its key
 	vllmKey   string
 	lastDate  time.Time // the last full date seen, for time-of-day-only stamps
+	stamps    stampCache
 	maxLine   int
+	needles   *needleSet
 	Skipped   uint64 // lines that looked like throughput lines but did not parse
 	Truncated uint64 // lines cut at the maximum length
 }
@@ -71,7 +75,56 @@ func NewParser(engine string) (*Parser, error) {
 	default:
 		return nil, fmt.Errorf("no log parser for engine %q (known: auto, %s)", engine, strings.Join(Engines, ", "))
 	}
-	return &Parser{engine: engine, Loc: time.UTC, maxLine: MaxLine}, nil
+	return &Parser{engine: engine, Loc: time.UTC, maxLine: MaxLine, needles: needleSets[engine]}, nil
+}
+
+// needle is a text that every line one parser reads holds (see each
+// parser's first test), found by its anchor: the byte at off, picked
+// rare in log text, so one pass over a line finds every needle.
+type needle struct {
+	text string
+	off  int
+}
+
+var needles = map[string][]needle{
+	"lmdeploy": {{"] Avg ", 0}},
+	"vllm":     {{"Avg generation throughput", 1}},
+	"sglang":   {{"Decode batch", 0}, {"Prefill batch", 0}},
+	"llamacpp": {{"stop: cancel task, id_task = ", 12}, {`"print_timings"`, 6}, {"slot print_timing: id", 8}, {"eval time", 1}},
+	"tgi":      {{"time_per_token=", 14}},
+	"trtllm":   {{`{"Active Request Count":`, 0}, {"iter = ", 5}},
+}
+
+// needleSet holds needles by their anchor byte.
+type needleSet [256][]needle
+
+// needleSets are the needles of each engine's parser, and of all ("").
+var needleSets = func() map[string]*needleSet {
+	sets := map[string]*needleSet{"": {}}
+	for engine, ns := range needles {
+		set := &needleSet{}
+		for _, n := range ns {
+			a := n.text[n.off]
+			set[a] = append(set[a], n)
+			sets[""][a] = append(sets[""][a], n)
+		}
+		sets[engine] = set
+	}
+	return sets
+}()
+
+// mayMatch tells whether one of the parsers may read line: a line with
+// none of their needles is passed over after one scan, with no copy and
+// no regexp.
+func (p *Parser) mayMatch(line []byte) bool {
+	for i, c := range line {
+		for _, n := range p.needles[c] {
+			if j := i - n.off; j >= 0 && j+len(n.text) <= len(line) && string(line[j:j+len(n.text)]) == n.text {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 var ansi = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
@@ -93,7 +146,7 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 		// The hot path of a busy vLLM log, without regexps or copies.
 		if r, ok, matched := p.vllmFast(line); matched {
 			if ok && p.Timestamps {
-				r.Time = p.stamp(string(line))
+				r.Time = p.stamp(line)
 				if !r.Time.IsZero() && r.Time.After(p.lastDate) {
 					p.lastDate = r.Time
 				}
@@ -103,6 +156,9 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 			}
 			return r, ok
 		}
+	}
+	if !p.mayMatch(line) {
+		return Record{}, false
 	}
 	s := string(line)
 	try := func(engine string, f func(string) (Record, bool)) bool {
@@ -114,14 +170,14 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 	}
 	switch {
 	case try("lmdeploy", p.lmdeploy), try("vllm", p.vllm), try("sglang", p.sglang),
-		try("llamacpp", p.llamacpp), try("tgi", p.tgi), try("trtllm", p.trtllm):
+		try("llamacpp", func(s string) (Record, bool) { return p.llamacpp(s, line) }), try("tgi", p.tgi), try("trtllm", p.trtllm):
 		if !r.valid() {
 			// The pattern matched, a number in it did not parse ("1.2.3").
 			p.Skipped++
 			return Record{}, false
 		}
 		if r.Time.IsZero() && p.Timestamps {
-			r.Time = p.stamp(s)
+			r.Time = p.stamp(line)
 		}
 		if !r.Time.IsZero() && r.Time.After(p.lastDate) {
 			p.lastDate = r.Time
@@ -242,11 +298,10 @@ func (p *Parser) sglang(s string) (Record, bool) {
 
 var (
 	llamaHeader   = regexp.MustCompile(`slot print_timing: id +(\d+) \| task (-?\d+) \|\s*$`)
-	llamaSlot     = regexp.MustCompile(`slot print_timing: id +(\d+) \| task (-?\d+) \|`)
 	llamaProgress = regexp.MustCompile(`n_(?:decoded|gen) = +(\d+), tg = +([0-9.]+) t/s(?:, tg_3s = +([0-9.]+) t/s)?`)
 )
 
-func (p *Parser) llamacpp(s string) (Record, bool) {
+func (p *Parser) llamacpp(s string, line []byte) (Record, bool) {
 	if i := strings.Index(s, "stop: cancel task, id_task = "); i >= 0 {
 		r := newRecord(Cancelled, "llamacpp")
 		r.Key = "task " + strings.TrimSpace(s[i+len("stop: cancel task, id_task = "):])
@@ -267,8 +322,8 @@ func (p *Parser) llamacpp(s string) (Record, bool) {
 	}
 	key := p.llamaKey
 	if slot >= 0 {
-		if m := llamaSlot.FindStringSubmatch(s[slot:]); m != nil {
-			key = "slot " + m[1] + " task " + m[2]
+		if k, ok := p.slotKey(line[slot:]); ok {
+			key = k
 		}
 	} else if !strings.Contains(s, "eval time") || key == "" {
 		return Record{}, false
@@ -291,7 +346,7 @@ func (p *Parser) llamacpp(s string) (Record, bool) {
 	if i >= len("prompt ") && s[i-len("prompt "):i] == "prompt " {
 		from = i - len("prompt ")
 	}
-	prompt, ms, tokens, perSec, ok := llamaEvalFast(s[from:])
+	prompt, ms, tokens, perSec, ok := llamaEvalFast(line[from:])
 	if !ok {
 		return Record{}, false
 	}

@@ -1,6 +1,7 @@
 package logline
 
 import (
+	"bytes"
 	"regexp"
 	"time"
 )
@@ -45,6 +46,8 @@ type start struct {
 	used bool
 }
 
+var ginMark = []byte("[GIN] ")
+
 var ginLine = regexp.MustCompile(`\[GIN\] (\d{4}/\d\d/\d\d - \d\d:\d\d:\d\d) \| +\d{3} \| +(\S+) \| +\S* \| +POST +"([^"]+)"`)
 
 // maxStarts bounds the timestamps kept as request-start candidates.
@@ -66,19 +69,22 @@ func (pl *Placer) Line(line []byte) {
 		pl.pending = append(pl.pending, rec)
 		return
 	}
-	if m := ginLine.FindSubmatch(line); m != nil {
-		pl.gin = true
-		sec, err1 := time.ParseInLocation("2006/01/02 - 15:04:05", string(m[1]), pl.P.Loc)
-		dur, err2 := time.ParseDuration(string(m[2]))
-		if err1 == nil && err2 == nil && isInference(string(m[3])) {
-			end := pl.requestEnd(sec, dur)
-			pl.ByGIN += len(pl.pending)
-			for _, r := range pl.pending {
-				pl.out = append(pl.out, Placed{r, end})
+	// Only an access line pays for the regexp.
+	if bytes.Contains(line, ginMark) {
+		if m := ginLine.FindSubmatch(line); m != nil {
+			pl.gin = true
+			sec, err1 := time.ParseInLocation("2006/01/02 - 15:04:05", string(m[1]), pl.P.Loc)
+			dur, err2 := time.ParseDuration(string(m[2]))
+			if err1 == nil && err2 == nil && isInference(string(m[3])) {
+				end := pl.requestEnd(sec, dur)
+				pl.ByGIN += len(pl.pending)
+				for _, r := range pl.pending {
+					pl.out = append(pl.out, Placed{r, end})
+				}
+				pl.pending = pl.pending[:0]
 			}
-			pl.pending = pl.pending[:0]
+			return
 		}
-		return
 	}
 	if t := pl.P.Stamp(line); !t.IsZero() {
 		if !pl.gin {

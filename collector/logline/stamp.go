@@ -1,6 +1,7 @@
 package logline
 
 import (
+	"bytes"
 	"regexp"
 	"time"
 )
@@ -10,7 +11,6 @@ import (
 var (
 	rfc3339     = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?`)
 	isoSpace    = regexp.MustCompile(`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?`)
-	vllmStamp   = regexp.MustCompile(`(?:DEBUG|INFO|WARNING|ERROR) (\d\d-\d\d \d\d:\d\d:\d\d)`)
 	syslogStamp = regexp.MustCompile(`^(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-9]\d \d\d:\d\d:\d\d`)
 	glogStamp   = regexp.MustCompile(`^[IWEF](\d{4} \d\d:\d\d:\d\d\.\d+) `)
 	timeOfDay   = regexp.MustCompile(`^\[(\d\d:\d\d:\d\d)[ \]]`)
@@ -23,59 +23,182 @@ func (p *Parser) Stamp(line []byte) time.Time {
 	if len(line) > p.maxLine {
 		line = line[:p.maxLine]
 	}
-	t := p.stamp(string(line))
+	t := p.stamp(line)
 	if !t.IsZero() && t.After(p.lastDate) {
 		p.lastDate = t
 	}
 	return t
 }
 
-// stamp returns the most precise timestamp on the line, or zero.
-func (p *Parser) stamp(s string) time.Time {
-	year := p.Year
-	if year == 0 {
-		year = time.Now().In(p.Loc).Year()
-	}
-	if m := rfc3339.FindString(s); m != "" {
-		for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02T15:04:05.999999999Z0700"} {
-			if t, err := time.ParseInLocation(layout, m, p.Loc); err == nil {
+// stampKind names the format a cached timestamp was read in.
+type stampKind uint8
+
+const (
+	kindRFC3339 stampKind = iota + 1
+	kindISOSpace
+	kindSyslog
+	kindVLLM
+	kindGlog
+)
+
+// stampCache keeps the last timestamp text read and what it said: a busy
+// log prints hundreds of lines with the same second's stamp, and reading
+// it again is a comparison of a few bytes instead of a parse.
+type stampCache struct {
+	kind stampKind
+	text []byte
+	loc  *time.Location
+	year int
+	t    time.Time
+	ok   bool
+}
+
+// stamp returns the most precise timestamp on the line, or zero. Each
+// format is looked for only where a cheap scan finds its shape, so a line
+// without a timestamp costs a few byte scans.
+func (p *Parser) stamp(b []byte) time.Time {
+	if c := isoDateAt(b); c >= 0 {
+		// Both patterns start with the date: no match starts before it.
+		if m := rfc3339.Find(b[c:]); m != nil {
+			if t, ok := p.cached(kindRFC3339, m, func(s string) (time.Time, bool) {
+				for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02T15:04:05.999999999Z0700"} {
+					if t, err := time.ParseInLocation(layout, s, p.Loc); err == nil {
+						return t, true
+					}
+				}
+				return time.Time{}, false
+			}); ok {
+				return t
+			}
+		}
+		if m := isoSpace.Find(b[c:]); m != nil {
+			if t, ok := p.cached(kindISOSpace, m, func(s string) (time.Time, bool) {
+				s = pyLogComma.ReplaceAllString(s, ".$1")
+				t, err := time.ParseInLocation("2006-01-02 15:04:05.999999999", s, p.Loc)
+				return t, err == nil
+			}); ok {
 				return t
 			}
 		}
 	}
-	if m := isoSpace.FindString(s); m != "" {
-		m = pyLogComma.ReplaceAllString(m, ".$1")
-		if t, err := time.ParseInLocation("2006-01-02 15:04:05.999999999", m, p.Loc); err == nil {
+	if len(b) > 0 && bytes.IndexByte([]byte("JFMASOND"), b[0]) >= 0 {
+		if m := syslogStamp.Find(b); m != nil {
+			if t, ok := p.cached(kindSyslog, m, func(s string) (time.Time, bool) {
+				t, err := time.ParseInLocation("Jan _2 15:04:05", s, p.Loc)
+				return t.AddDate(p.year(), 0, 0), err == nil
+			}); ok {
+				return t
+			}
+		}
+	}
+	if m := vllmStampIn(b); m != nil {
+		if t, ok := p.cached(kindVLLM, m, func(s string) (time.Time, bool) {
+			t, err := time.ParseInLocation("01-02 15:04:05", s, p.Loc)
+			return t.AddDate(p.year(), 0, 0), err == nil
+		}); ok {
 			return t
 		}
 	}
-	if m := syslogStamp.FindString(s); m != "" {
-		if t, err := time.ParseInLocation("Jan _2 15:04:05", m, p.Loc); err == nil {
-			return t.AddDate(year, 0, 0)
+	if len(b) > 1 && (b[0] == 'I' || b[0] == 'W' || b[0] == 'E' || b[0] == 'F') && isDigit(b[1]) {
+		if m := glogStamp.FindSubmatch(b); m != nil {
+			if t, ok := p.cached(kindGlog, m[1], func(s string) (time.Time, bool) {
+				t, err := time.ParseInLocation("0102 15:04:05.999999", s, p.Loc)
+				return t.AddDate(p.year(), 0, 0), err == nil
+			}); ok {
+				return t
+			}
 		}
 	}
-	if m := vllmStamp.FindStringSubmatch(s); m != nil {
-		if t, err := time.ParseInLocation("01-02 15:04:05", m[1], p.Loc); err == nil {
-			return t.AddDate(year, 0, 0)
-		}
-	}
-	if m := glogStamp.FindStringSubmatch(s); m != nil {
-		if t, err := time.ParseInLocation("0102 15:04:05.999999", m[1], p.Loc); err == nil {
-			return t.AddDate(year, 0, 0)
-		}
-	}
-	if d, ok := elapsed([]byte(s)); ok {
+	if d, ok := elapsed(b); ok {
 		if p.StartedAt.IsZero() {
 			p.Relative++
 			return time.Time{}
 		}
 		return p.StartedAt.Add(d)
 	}
-	if m := timeOfDay.FindStringSubmatch(s); m != nil && !p.lastDate.IsZero() {
-		if t, err := time.ParseInLocation("15:04:05", m[1], p.Loc); err == nil {
-			d := p.lastDate.In(p.Loc)
-			return time.Date(d.Year(), d.Month(), d.Day(), t.Hour(), t.Minute(), t.Second(), 0, p.Loc)
+	if len(b) > 0 && b[0] == '[' {
+		if m := timeOfDay.FindSubmatch(b); m != nil && !p.lastDate.IsZero() {
+			if t, err := time.ParseInLocation("15:04:05", string(m[1]), p.Loc); err == nil {
+				d := p.lastDate.In(p.Loc)
+				return time.Date(d.Year(), d.Month(), d.Day(), t.Hour(), t.Minute(), t.Second(), 0, p.Loc)
+			}
 		}
 	}
 	return time.Time{}
+}
+
+// year is the year of timestamps that print none.
+func (p *Parser) year() int {
+	if p.Year != 0 {
+		return p.Year
+	}
+	return time.Now().In(p.Loc).Year()
+}
+
+// cached returns what parse says of text, from the cache when the same
+// text in the same format was read last.
+func (p *Parser) cached(kind stampKind, text []byte, parse func(string) (time.Time, bool)) (time.Time, bool) {
+	c := &p.stamps
+	if c.kind == kind && c.loc == p.Loc && c.year == p.Year && bytes.Equal(c.text, text) {
+		return c.t, c.ok
+	}
+	t, ok := parse(string(text))
+	c.kind, c.text, c.loc, c.year, c.t, c.ok = kind, append(c.text[:0], text...), p.Loc, p.Year, t, ok
+	return t, ok
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+func digits(b []byte) bool {
+	for _, c := range b {
+		if !isDigit(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// isoDateAt returns where the first YYYY-MM-DD (digits only) starts in
+// b, or -1.
+func isoDateAt(b []byte) int {
+	for off := 0; ; {
+		i := bytes.IndexByte(b[off:], '-')
+		if i < 0 {
+			return -1
+		}
+		i += off
+		off = i + 1
+		if i >= 4 && i+6 <= len(b) && digits(b[i-4:i]) && digits(b[i+1:i+3]) && b[i+3] == '-' && digits(b[i+4:i+6]) {
+			return i - 4
+		}
+	}
+}
+
+var logLevels = [][]byte{[]byte("DEBUG"), []byte("INFO"), []byte("WARNING"), []byte("ERROR")}
+
+// vllmStampIn returns the MM-DD hh:mm:ss after the first "LEVEL " of
+// vLLM's logging format in b, or nil.
+func vllmStampIn(b []byte) []byte {
+	for off := 0; ; {
+		i := bytes.IndexByte(b[off:], '-')
+		if i < 0 {
+			return nil
+		}
+		i += off
+		off = i + 1
+		// LEVEL MM-DD hh:mm:ss, the dash at i.
+		if i < 7 || i+12 > len(b) || b[i-3] != ' ' {
+			continue
+		}
+		s := b[i-2 : i+12]
+		if !digits(s[0:2]) || !digits(s[3:5]) || s[5] != ' ' || !digits(s[6:8]) || s[8] != ':' ||
+			!digits(s[9:11]) || s[11] != ':' || !digits(s[12:14]) {
+			continue
+		}
+		for _, l := range logLevels {
+			if bytes.HasSuffix(b[:i-3], l) {
+				return s
+			}
+		}
+	}
 }

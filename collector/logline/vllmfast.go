@@ -121,8 +121,7 @@ func (c *cursor) spaces() {
 // llamaEvalFast reads "[prompt ]eval time = X ms / N tokens (Y ms per
 // token, Z tokens per second)" from where s starts: the figures of a
 // llama.cpp request, without the regexp (about 2 µs a line).
-func llamaEvalFast(s string) (prompt bool, ms, tokens, perSec float64, ok bool) {
-	b := []byte(s)
+func llamaEvalFast(b []byte) (prompt bool, ms, tokens, perSec float64, ok bool) {
 	if bytes.HasPrefix(b, []byte("prompt ")) {
 		prompt, b = true, b[len("prompt "):]
 	}
@@ -145,4 +144,52 @@ func llamaEvalFast(s string) (prompt bool, ms, tokens, perSec float64, ok bool) 
 	perSec = c.num()
 	c.lit(" tokens per second)")
 	return prompt, ms, tokens, perSec, !c.bad
+}
+
+var slotMark = []byte("slot print_timing: id")
+
+// slotKey reads "slot print_timing: id +N | task M |" at the first place
+// in b it is whole (b starts at the first "slot print_timing: id"), as
+// the key "slot N task M". The key of the line before is kept: the
+// lines of one request share it.
+func (p *Parser) slotKey(b []byte) (string, bool) {
+	for {
+		i := bytes.Index(b, slotMark)
+		if i < 0 {
+			return "", false
+		}
+		b = b[i+len(slotMark):]
+		if len(b) == 0 || b[0] != ' ' {
+			continue
+		}
+		c := cursor{b: b}
+		c.spaces()
+		rest := c.b // from the slot's digits on
+		ns := countDigits(rest, 0)
+		if ns == 0 || !bytes.HasPrefix(rest[ns:], []byte(" | task ")) {
+			continue
+		}
+		task := rest[ns+len(" | task "):]
+		neg := 0
+		if len(task) > 0 && task[0] == '-' {
+			neg = 1
+		}
+		nt := countDigits(task, neg)
+		if nt == neg || !bytes.HasPrefix(task[nt:], []byte(" |")) {
+			continue
+		}
+		if text := rest[:ns+len(" | task ")+nt]; !bytes.Equal(text, p.slotText) {
+			p.slotText = append(p.slotText[:0], text...)
+			p.slotKeyS = "slot " + string(rest[:ns]) + " task " + string(task[:nt])
+		}
+		return p.slotKeyS, true
+	}
+}
+
+// countDigits counts the digits of b from i on, plus i.
+func countDigits(b []byte, i int) int {
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i
 }

@@ -41,6 +41,8 @@ type Position struct {
 // Line is one complete line of the file (without its newline), and the
 // position just after it.
 type Line struct {
+	// Text is valid only until emit returns: it points into the reader's
+	// buffer, which the next line reuses.
 	Text []byte
 	Time time.Time
 	Pos  Position
@@ -421,10 +423,14 @@ func (t *Tailer) split(data []byte, pos *Position, emit func(Line)) {
 			t.keep(data)
 			return
 		}
-		t.keep(data[:i])
-		lineLen := int64(len(t.partial)+t.skipLen) + 1
-		line := t.partial
-		t.partial, t.skipLen = nil, 0
+		line := data[:i] // whole in the buffer: handed over without a copy
+		if len(t.partial) > 0 || t.skipLen > 0 || i > MaxLine {
+			t.keep(data[:i])
+			line = t.partial
+		}
+		lineLen := int64(len(line)+t.skipLen) + 1
+		// The partial line's buffer is reused: emit must not keep Text.
+		t.partial, t.skipLen = t.partial[:0], 0
 		pos.Offset += lineLen
 		emit(Line{Text: line, Time: t.Now(), Pos: *pos})
 		data = data[i+1:]
