@@ -2,33 +2,62 @@ package window
 
 import (
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/sink"
 )
 
-// BenchmarkWindow feeds one 10 s window of a node (8 GPUs and 2 servers
-// sampled at 1 Hz) and closes it: the joiner's work per window.
+// BenchmarkWindow is one 10 s window at 1 Hz, fed and closed: a node (8
+// GPUs, 2 servers), and S3's scale (64 GPUs, 16 servers of 4 GPUs each),
+// where the closed window's points are also encoded as line protocol, as
+// the spool writes them.
 func BenchmarkWindow(b *testing.B) {
+	b.Run("node", func(b *testing.B) { benchWindow(b, 8, 2, false) })
+	b.Run("s3-join-and-emit", func(b *testing.B) { benchWindow(b, 64, 16, true) })
+}
+
+func benchWindow(b *testing.B, gpus, servers int, emit bool) {
+	names := make([]string, servers)
+	srv := make([]Server, servers)
+	per := gpus / servers
+	for s := range servers {
+		names[s] = fmt.Sprintf("s%d", s)
+		srv[s] = Server{Name: names[s], Engine: "vllm"}
+		for g := s * per; g < (s+1)*per; g++ {
+			srv[s].GPUs = append(srv[s].GPUs, fmt.Sprint(g))
+		}
+	}
 	j := New(Config{Window: 10 * time.Second, Grace: 5 * time.Second, MaxGap: 2500 * time.Millisecond, Host: "n",
-		Start: time.Unix(0, 0)}, []Server{{Name: "a", Engine: "vllm", GPUs: []string{"0", "1", "2", "3"}}, {Name: "b", Engine: "sglang", GPUs: []string{"4", "5", "6", "7"}}})
-	uuids := make([]string, 8)
+		Start: time.Unix(0, 0)}, srv)
+	uuids := make([]string, gpus)
 	for g := range uuids {
 		uuids[g] = fmt.Sprintf("GPU-%d", g)
 	}
+	enc := sink.NewEncoder()
+	var buf []byte
 	b.ReportAllocs()
 	t := time.Unix(0, 0)
+	var ru0, ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	defer func() {
+		// CPU time, not wall time: the machine may be shared.
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+		cpu := ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
+		b.ReportMetric(float64(cpu)/1e3/float64(b.N), "cpu-µs/window")
+	}()
 	for i := range b.N {
 		for s := range 10 {
 			now := t.Add(time.Duration(s) * time.Second)
-			for g := range 8 {
+			for g := range gpus {
 				j.AddGPU(gpu.Sample{Time: now, Index: g, UUID: uuids[g], UtilPct: 70, PowerW: 500, EnergyMJ: int64(i*10+s) * 500_000,
 					MemUsedBytes: 70 << 30, MemTotalBytes: 80 << 30, TempC: 60, SMClockMHz: 1900,
 					Has: gpu.FieldUtil | gpu.FieldPower | gpu.FieldEnergy | gpu.FieldMemory | gpu.FieldTemp | gpu.FieldSMClock})
 			}
-			for _, name := range []string{"a", "b"} {
+			for _, name := range names {
 				var smp collector.Sample
 				smp.Time = now
 				smp.SetCounter(collector.GenerationTokens, float64(i*10+s)*1000)
@@ -37,8 +66,18 @@ func BenchmarkWindow(b *testing.B) {
 			}
 		}
 		t = t.Add(10 * time.Second)
-		if n := len(j.Flush(t.Add(5 * time.Second))); n != 10 {
-			b.Fatalf("%d points", n)
+		pts := j.Flush(t.Add(5 * time.Second))
+		if len(pts) != gpus+servers {
+			b.Fatalf("%d points", len(pts))
+		}
+		if emit {
+			buf = buf[:0]
+			for _, p := range pts {
+				var err error
+				if buf, err = enc.Append(buf, p); err != nil {
+					b.Fatal(err)
+				}
+			}
 		}
 	}
 }

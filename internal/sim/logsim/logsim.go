@@ -1,0 +1,52 @@
+// Package logsim writes the logs inference servers write, for the
+// benchmarks of the log path: vLLM V1 stat lines, llama.cpp timing lines,
+// and the request and access lines that outnumber them on a busy server.
+package logsim
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"time"
+)
+
+// VLLMStat is a vLLM V1 stat line (with its newline) stamped t, gen
+// tokens/s of output and three times that of prompt.
+func VLLMStat(t time.Time, gen float64) string {
+	return fmt.Sprintf("(APIServer pid=1) INFO %s [loggers.py:271] Engine 000: Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, Running: 24 reqs, Waiting: 1 reqs, GPU KV cache usage: 61.2%%, Prefix cache hit rate: 12.0%%\n",
+		t.Format("01-02 15:04:05"), 3*gen, gen)
+}
+
+// LlamaEval is a llama-server timing line (with its newline) of task.
+func LlamaEval(task int) string {
+	return fmt.Sprintf("slot print_timing: id  %d | task %d |        eval time =    5729.20 ms /    96 tokens (   60.31 ms per token,    16.58 tokens per second)\n", task%4, task)
+}
+
+// NoisyPerStat is how many request and access lines NoisyVLLM writes
+// between two stat lines.
+const NoisyPerStat = 2000
+
+// NoisyVLLM writes n lines of a busy vLLM V1 server's log with request
+// logging on, from start: per request a "Received request" and an "Added
+// request" line (stamped) and uvicorn's access line (not stamped), 200
+// lines a second, and a stat line every NoisyPerStat of them (10 s).
+func NoisyVLLM(w io.Writer, n int, start time.Time) error {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	for i := range n {
+		now := start.Add(time.Duration(i) * 5 * time.Millisecond)
+		if i%(NoisyPerStat+1) == NoisyPerStat {
+			bw.WriteString(VLLMStat(now, 1000+float64(i%13)))
+			continue
+		}
+		stamp, req := now.Format("01-02 15:04:05"), i/3
+		switch i % 3 {
+		case 0:
+			fmt.Fprintf(bw, "(APIServer pid=1) INFO %s [logger.py:43] Received request chatcmpl-%016x: prompt: 'Summarise the following text in three sentences.', params: SamplingParams(n=1, temperature=0.7, top_p=0.95, max_tokens=256), prompt_token_ids: None, lora_request: None.\n", stamp, req)
+		case 1:
+			fmt.Fprintf(bw, "(APIServer pid=1) INFO %s [async_llm.py:270] Added request chatcmpl-%016x.\n", stamp, req)
+		default:
+			fmt.Fprintf(bw, "(APIServer pid=1) INFO:     10.0.%d.%d:%d - \"POST /v1/chat/completions HTTP/1.1\" 200 OK\n", req%256, req%200, 30000+req%30000)
+		}
+	}
+	return bw.Flush()
+}
