@@ -470,9 +470,21 @@ type Batch struct {
 
 // Peek returns the oldest unsent records, up to about maxBytes (at least
 // one record), without removing them; ok is false when nothing is unsent.
-func (s *Spool) Peek(maxBytes int) (b Batch, ok bool, err error) {
+func (s *Spool) Peek(maxBytes int) (Batch, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for {
+		b, skipped, err := s.peekLocked(maxBytes)
+		if !skipped {
+			return b, b.Points > 0, err
+		}
+		// A corrupt record was moved aside: read on from the next one.
+	}
+}
+
+// peekLocked reads the oldest unsent records; skipped says it met a
+// corrupt record first, quarantined it and moved the cursor past it.
+func (s *Spool) peekLocked(maxBytes int) (b Batch, skipped bool, err error) {
 	for {
 		if len(s.segs) == 0 {
 			return Batch{}, false, nil
@@ -518,9 +530,9 @@ func (s *Spool) Peek(maxBytes int) (b Batch, ok bool, err error) {
 		if err := s.skipCorruptLocked(f, head, err); err != nil {
 			return Batch{}, false, err
 		}
-		return s.peekAgainLocked(maxBytes)
+		return Batch{}, true, nil
 	}
-	return b, b.Points > 0, nil
+	return b, false, nil
 }
 
 // skipCorruptLocked quarantines the corrupt stretch at s.off of the head
@@ -540,13 +552,6 @@ func (s *Spool) skipCorruptLocked(f File, head *segment, why error) error {
 	s.off += int64(next)
 	s.ackedLines += min(countPoints(rest[:next]), head.lines-s.ackedLines)
 	return s.saveCursor()
-}
-
-// peekAgainLocked is Peek with s.mu held.
-func (s *Spool) peekAgainLocked(maxBytes int) (Batch, bool, error) {
-	s.mu.Unlock()
-	defer s.mu.Lock()
-	return s.Peek(maxBytes)
 }
 
 // Ack removes a delivered batch from the spool.
