@@ -15,6 +15,7 @@ import (
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/internal/agent"
 	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/logging"
 	"github.com/tpsmon/tpsmon/internal/redact"
 	"github.com/tpsmon/tpsmon/sink"
 )
@@ -71,7 +72,7 @@ func check(ctx context.Context, cfg *config.Config, w io.Writer) int {
 	client := &http.Client{Timeout: 5 * time.Second}
 	servers := cfg.Servers
 	if len(servers) == 0 && cfg.Discovery.Enabled {
-		servers = agent.Discover(ctx, client, cfg.Discovery.Ports, quietLogger())
+		servers = agent.Discover(ctx, client, cfg.Discovery.Ports, logging.Quiet())
 		if len(servers) == 0 {
 			report(fmt.Errorf("servers: none configured and none found on ports %v", cfg.Discovery.Ports), "")
 		}

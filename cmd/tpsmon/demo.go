@@ -16,6 +16,7 @@ import (
 	"github.com/tpsmon/tpsmon/internal/agent"
 	"github.com/tpsmon/tpsmon/internal/api"
 	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/logging"
 	"github.com/tpsmon/tpsmon/internal/sim/gpusim"
 	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
 )
@@ -115,7 +116,7 @@ func runDemo(ctx context.Context, cfg *config.Config, out agent.PointWriter, o d
 		defer os.RemoveAll(dir)
 		cfg.Sink.Spool.Dir = filepath.Join(dir, "spool")
 	}
-	log, _ := newLogger(cfg.Log.Level)
+	log, _ := logging.New(cfg.Log.Level)
 	a := agent.New(cfg, agent.Options{
 		Log:     log,
 		Version: version,

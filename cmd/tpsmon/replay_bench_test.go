@@ -38,7 +38,7 @@ func BenchmarkReplayLog(b *testing.B) {
 	start := cpuTime()
 	for range b.N {
 		out, _ := newOutput("lp", io.Discard)
-		if err := replay(replayOpts{logFile: path, year: 2026, window: 10 * time.Second, server: "r", engine: "auto",
+		if err := runReplay(replayOpts{logFile: path, year: 2026, window: 10 * time.Second, server: "r", engine: "auto",
 			host: "h", tz: "UTC"}, out, io.Discard); err != nil {
 			b.Fatal(err)
 		}

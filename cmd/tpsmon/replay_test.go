@@ -3,19 +3,21 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"math"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/internal/replay"
 	"github.com/tpsmon/tpsmon/sink"
 )
 
 func TestReplayMetricsDirAndGPUCSV(t *testing.T) {
 	var out, warn bytes.Buffer
 	jo := sink.NewJSONWriter(&out)
-	err := replay(replayOpts{metricsDir: "testdata/replay/metrics", gpuCSV: "testdata/replay/gpu.csv",
+	err := runReplay(replayOpts{metricsDir: "testdata/replay/metrics", gpuCSV: "testdata/replay/gpu.csv",
 		window: 10 * time.Second, server: "r", engine: "auto", gpus: []string{"0"}, host: "h", tz: "UTC"}, jo, &warn)
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +92,7 @@ func TestReplayInputErrors(t *testing.T) {
 		{replayOpts{metricsDir: "testdata/replay/metrics", window: time.Second, engine: "vllm2"}, "--engine"},
 	}
 	for _, tt := range tests {
-		err := replay(tt.o, sink.NewJSONWriter(&bytes.Buffer{}), &bytes.Buffer{})
+		err := runReplay(tt.o, sink.NewJSONWriter(&bytes.Buffer{}), &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%+v: err %v, want %q", tt.o, err, tt.want)
 		}
@@ -99,7 +101,7 @@ func TestReplayInputErrors(t *testing.T) {
 
 func TestReplayLogLinesOnWindowEdges(t *testing.T) {
 	var out, warn bytes.Buffer
-	err := replay(replayOpts{logFile: "testdata/replay/vllm_edges.log", engine: "auto", year: 2026,
+	err := runReplay(replayOpts{logFile: "testdata/replay/vllm_edges.log", engine: "auto", year: 2026,
 		window: 10 * time.Second, server: "v", host: "h", tz: "UTC"}, sink.NewJSONWriter(&out), &warn)
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +150,7 @@ func TestReplayLogLinesOnWindowEdges(t *testing.T) {
 }
 
 func TestReplayLogWithoutTimestamps(t *testing.T) {
-	err := replay(replayOpts{logFile: "../../collector/logline/testdata/llamacpp_print_timing_multiline_no_prefix.log",
+	err := runReplay(replayOpts{logFile: "../../collector/logline/testdata/llamacpp_print_timing_multiline_no_prefix.log",
 		engine: "auto", window: 10 * time.Second, tz: "UTC"}, sink.NewJSONWriter(&bytes.Buffer{}), &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "no timestamps") {
 		t.Errorf("err %v", err)
@@ -160,7 +162,7 @@ func TestReplayVerdicts(t *testing.T) {
 		t.Run(want, func(t *testing.T) {
 			dir := filepath.Join("testdata", "scenarios", want)
 			var out bytes.Buffer
-			err := replay(replayOpts{logFile: filepath.Join(dir, "server.log"), gpuCSV: filepath.Join(dir, "gpu.csv"),
+			err := runReplay(replayOpts{logFile: filepath.Join(dir, "server.log"), gpuCSV: filepath.Join(dir, "gpu.csv"),
 				engine: "auto", window: 10 * time.Second, server: "s", host: "h", tz: "UTC"}, sink.NewJSONWriter(&out), &bytes.Buffer{})
 			if err != nil {
 				t.Fatal(err)
@@ -185,4 +187,9 @@ func TestReplayVerdicts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runReplay replays what the flags o say.
+func runReplay(o replayOpts, out replay.Writer, warn io.Writer) error {
+	return replay.Run(o.options(), out, warn)
 }

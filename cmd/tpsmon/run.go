@@ -9,6 +9,7 @@ import (
 
 	"github.com/tpsmon/tpsmon/internal/agent"
 	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/logging"
 )
 
 func newRunCmd() *cobra.Command {
@@ -28,7 +29,7 @@ leaves the rest in the spool.`,
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
-			log, level := newLogger(cfg.Log.Level)
+			log, level := logging.New(cfg.Log.Level)
 			for _, name := range config.UnknownEnv() {
 				log.Warn("environment variable names no configuration key; ignored", "name", name)
 			}
@@ -37,7 +38,7 @@ leaves the rest in the spool.`,
 				Version:  version,
 				Reload:   hup,
 				Load:     func() (*config.Config, error) { return configFromFlags(cmd) },
-				SetLevel: func(l string) { level.Set(parseLevel(l)) },
+				SetLevel: func(l string) { level.Set(logging.ParseLevel(l)) },
 			}).Run(cmd.Context())
 		},
 	}

@@ -2,16 +2,12 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-
-	"github.com/coreos/go-systemd/v22/journal"
 
 	"github.com/tpsmon/tpsmon/internal/sim/sdnotify"
 )
@@ -85,32 +81,5 @@ http: {listen: "127.0.0.1:0"}
 	}
 	if sock.Count(s+1, len(sock.All()), "READY=1") != 0 {
 		t.Error("READY after STOPPING")
-	}
-}
-
-func TestJournalHandlerFields(t *testing.T) {
-	type sent struct {
-		msg  string
-		pri  journal.Priority
-		vars map[string]string
-	}
-	var got []sent
-	h := &journalHandler{level: slog.LevelInfo, fallback: io.Discard,
-		send: func(msg string, pri journal.Priority, vars map[string]string) error {
-			got = append(got, sent{msg, pri, vars})
-			return nil
-		}}
-	log := slog.New(h).With("server", "llama-70b")
-	log.Debug("hidden")
-	log.Warn("server unreadable", "gpu", 3, "err", "connection refused")
-	if len(got) != 1 {
-		t.Fatalf("sent %d records, want 1 (debug is below the level)", len(got))
-	}
-	g := got[0]
-	if g.pri != journal.PriWarning || g.vars["SERVER"] != "llama-70b" || g.vars["GPU"] != "3" || g.vars["ERR"] != "connection refused" {
-		t.Errorf("journal record %+v", g)
-	}
-	if g.msg != `server unreadable server=llama-70b gpu=3 err="connection refused"` {
-		t.Errorf("message %q", g.msg)
 	}
 }

@@ -1,4 +1,7 @@
-package main
+// Package logging builds tpsmon's logger: to the journal with a field per
+// attribute under systemd, as text otherwise, with credentials in URLs
+// masked either way, at a level a reload can change.
+package logging
 
 import (
 	"context"
@@ -13,21 +16,21 @@ import (
 	"github.com/tpsmon/tpsmon/internal/redact"
 )
 
-// newLogger logs to the journal, with structured fields, when stderr is
+// New logs to the journal, with structured fields, when stderr is
 // connected to it (systemd sets JOURNAL_STREAM); as text to stderr
 // otherwise. The level can change at run time (reload).
-func newLogger(level string) (*slog.Logger, *slog.LevelVar) {
+func New(level string) (*slog.Logger, *slog.LevelVar) {
 	lv := new(slog.LevelVar)
-	lv.Set(parseLevel(level))
+	lv.Set(ParseLevel(level))
 	if ok, _ := journal.StderrIsJournalStream(); ok && journal.Enabled() {
 		return slog.New(&journalHandler{level: lv, send: journal.Send, fallback: os.Stderr}), lv
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv, ReplaceAttr: maskAttr})), lv
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv, ReplaceAttr: MaskAttr})), lv
 }
 
-// maskAttr masks credentials in URLs whatever attribute carries them: a
+// MaskAttr masks credentials in URLs whatever attribute carries them: a
 // URL, an error that quotes one.
-func maskAttr(_ []string, a slog.Attr) slog.Attr {
+func MaskAttr(_ []string, a slog.Attr) slog.Attr {
 	switch a.Value.Kind() {
 	case slog.KindString:
 		a.Value = slog.StringValue(redact.Text(a.Value.String()))
@@ -39,7 +42,8 @@ func maskAttr(_ []string, a slog.Attr) slog.Attr {
 	return a
 }
 
-func parseLevel(s string) slog.Level {
+// ParseLevel reads debug, info, warn or error; anything else is info.
+func ParseLevel(s string) slog.Level {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(strings.ToUpper(s)))
 	return l
@@ -132,7 +136,7 @@ func quoteIfNeeded(s string) string {
 	return s
 }
 
-// quietLogger discards everything but errors.
-func quietLogger() *slog.Logger {
+// Quiet discards everything but errors.
+func Quiet() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 }

@@ -1,0 +1,450 @@
+// Package replay joins recorded inputs offline (tpsmon replay, design
+// §7): a server's log, a directory of metrics scrapes, an nvidia-smi CSV.
+package replay
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/influxdata/influxdb-client-go/v2/api/write"
+
+	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/collector/logline"
+	"github.com/tpsmon/tpsmon/window"
+)
+
+// timed is one replayed input.
+type timed struct {
+	t      time.Time
+	server *collector.Sample
+	gpu    *gpu.Sample
+	log    *collector.Interval
+	watch  bool // the log was readable at t
+}
+
+// Writer receives the points of the closed windows.
+type Writer interface {
+	WritePoints(pts []*write.Point) error
+}
+
+// Options say what to replay and how; the error messages name the replay
+// command's flags.
+type Options struct {
+	LogFile    string
+	Year       int       // of log timestamps that carry none; 0: this year
+	StartedAt  time.Time // llama.cpp --log-timestamps count from it
+	MetricsDir string
+	GPUCSV     string
+	Window     time.Duration
+	Server     string
+	Engine     string
+	GPUs       []string // serving the server; empty: all
+	Host       string
+	TZ         string // of the CSV and log timestamps
+}
+
+// recording is what the inputs hold, in time order once sorted.
+type recording struct {
+	inputs  []timed
+	servers []window.Server
+	gaps    []time.Duration
+}
+
+// Run joins the recorded inputs of o and writes the windows to out;
+// warnings about inputs go to warn.
+func Run(o Options, out Writer, warn io.Writer) error {
+	if o.MetricsDir == "" && o.GPUCSV == "" && o.LogFile == "" {
+		return errors.New("replay: nothing to replay: give --log, --metrics-dir and/or --gpu-csv")
+	}
+	if o.Window <= 0 {
+		return fmt.Errorf("--window %v must be positive", o.Window)
+	}
+	loc, err := time.LoadLocation(o.TZ)
+	if err != nil {
+		return fmt.Errorf("--tz: %w", err)
+	}
+	gpus := o.GPUs
+	if len(gpus) == 0 {
+		gpus = []string{"*"}
+	}
+	var rec recording
+	if o.MetricsDir != "" || o.LogFile != "" {
+		rec.servers = append(rec.servers, window.Server{Name: o.Server, GPUs: gpus, Source: "metrics"})
+	}
+	if o.LogFile != "" {
+		if err := rec.addLog(o, loc, warn); err != nil {
+			return err
+		}
+	}
+	if o.MetricsDir != "" {
+		if err := rec.addMetrics(o, warn); err != nil {
+			return err
+		}
+	}
+	if o.GPUCSV != "" {
+		if err := rec.addGPUs(o.GPUCSV, loc); err != nil {
+			return err
+		}
+	}
+	if len(rec.inputs) == 0 {
+		return errors.New("replay: the inputs hold no samples")
+	}
+	return out.WritePoints(rec.join(o))
+}
+
+// addLog takes the intervals of a server's log, and the time it was
+// watched.
+func (rec *recording) addLog(o Options, loc *time.Location, warn io.Writer) error {
+	lr, err := readLog(o.LogFile, o.Engine, loc, o.Year, o.StartedAt)
+	if err != nil {
+		return err
+	}
+	ivs := lr.ivs
+	if lr.skipped > 0 {
+		fmt.Fprintf(warn, "tpsmon: replay: %d lines looked like throughput lines but did not parse\n", lr.skipped)
+	}
+	if lr.far > 0 {
+		fmt.Fprintf(warn, "tpsmon: replay: %d throughput lines carry no time and were placed by timestamps more than %v away: their windows are uncertain\n", lr.far, logline.FarLimit)
+	}
+	if lr.canceled > 0 {
+		fmt.Fprintf(warn, "tpsmon: replay: %d requests were cancelled by the server and printed no timing line: their tokens are not in the log (its metrics count them: replay --metrics-dir, or metrics_url live)\n", lr.canceled)
+	}
+	rec.servers[0].Engine, rec.servers[0].Model = lr.id.Engine, lr.id.Model
+	for i := range ivs {
+		rec.inputs = append(rec.inputs, timed{t: ivs[i].End, log: &ivs[i]})
+	}
+	// The log was watched from its first line to its last: a silent
+	// stretch is an idle server, not a missing one.
+	if len(ivs) > 0 {
+		first, last := ivs[0].Start, ivs[len(ivs)-1].End
+		for t := first; !t.After(last); t = t.Add(time.Second) {
+			rec.inputs = append(rec.inputs, timed{t: t, watch: true})
+		}
+		rec.gaps = append(rec.gaps, time.Second)
+	}
+	return nil
+}
+
+// addMetrics takes the scrapes of a metrics directory.
+func (rec *recording) addMetrics(o Options, warn io.Writer) error {
+	d, err := collector.DialectFor(o.Engine)
+	if err != nil {
+		return fmt.Errorf("--engine: %w", err)
+	}
+	ms, skipped, err := readMetricsDir(o.MetricsDir, d)
+	if err != nil {
+		return err
+	}
+	for _, s := range skipped {
+		fmt.Fprintf(warn, "tpsmon: replay: skipped %s\n", s)
+	}
+	for i := range ms {
+		rec.inputs = append(rec.inputs, timed{t: ms[i].Time, server: &ms[i]})
+		if i > 0 {
+			rec.gaps = append(rec.gaps, ms[i].Time.Sub(ms[i-1].Time))
+		}
+	}
+	return nil
+}
+
+// addGPUs takes the readings of an nvidia-smi CSV.
+func (rec *recording) addGPUs(path string, loc *time.Location) error {
+	gs, err := readGPUCSV(path, loc)
+	if err != nil {
+		return err
+	}
+	last := map[string]time.Time{}
+	for i := range gs {
+		rec.inputs = append(rec.inputs, timed{t: gs[i].Time, gpu: &gs[i]})
+		if p, ok := last[gs[i].UUID]; ok {
+			rec.gaps = append(rec.gaps, gs[i].Time.Sub(p))
+		}
+		last[gs[i].UUID] = gs[i].Time
+	}
+	return nil
+}
+
+// join feeds the inputs to a joiner in time order and closes every
+// window at the end of observation.
+func (rec *recording) join(o Options) []*write.Point {
+	inputs := rec.inputs
+	sort.SliceStable(inputs, func(a, b int) bool { return inputs[a].t.Before(inputs[b].t) })
+	start := inputs[0].t
+	for _, in := range inputs {
+		if in.log != nil && in.log.Start.Before(start) {
+			start = in.log.Start
+		}
+	}
+	j := window.New(window.Config{Window: o.Window, Grace: 0, MaxGap: maxGapOf(rec.gaps), Host: o.Host,
+		Start: start}, rec.servers)
+	for _, in := range inputs {
+		switch {
+		case in.server != nil:
+			j.AddServer(o.Server, *in.server)
+		case in.gpu != nil:
+			j.AddGPU(*in.gpu)
+		case in.log != nil:
+			j.AddLog(o.Server, *in.log)
+		case in.watch:
+			j.Watch(o.Server, in.t)
+		}
+	}
+	// Observation ends just after the last sample, or at the end of the
+	// last log line's interval, which is exclusive of the next window.
+	var end time.Time
+	for _, in := range inputs {
+		e := in.t
+		if in.server != nil || in.gpu != nil {
+			e = e.Add(time.Nanosecond)
+		}
+		if e.After(end) {
+			end = e
+		}
+	}
+	return j.Close(end)
+}
+
+// maxGapOf allows 2.5 times the typical interval of the recording.
+func maxGapOf(gaps []time.Duration) time.Duration {
+	if len(gaps) == 0 {
+		return time.Second
+	}
+	sort.Slice(gaps, func(a, b int) bool { return gaps[a] < gaps[b] })
+	return max(time.Second, gaps[len(gaps)/2]*5/2)
+}
+
+// readMetricsDir parses every <unix-ms>.prom file of dir, in time order,
+// with dialect d (nil: detected from the first page). Files that do not
+// parse are skipped and named in skipped.
+func readMetricsDir(dir string, d *collector.Dialect) (out []collector.Sample, skipped []string, err error) {
+	names, err := filepath.Glob(filepath.Join(dir, "*.prom"))
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(names) == 0 {
+		return nil, nil, fmt.Errorf("--metrics-dir %s: no <unix-ms>.prom files", dir)
+	}
+	type file struct {
+		name string
+		ms   int64
+	}
+	var files []file
+	for _, n := range names {
+		ms, err := strconv.ParseInt(strings.TrimSuffix(filepath.Base(n), ".prom"), 10, 64)
+		if err != nil {
+			skipped = append(skipped, n+": name is not <unix-milliseconds>.prom")
+			continue
+		}
+		files = append(files, file{n, ms})
+	}
+	sort.Slice(files, func(a, b int) bool { return files[a].ms < files[b].ms })
+	var der collector.Deriver
+	for _, f := range files {
+		b, err := os.ReadFile(f.name)
+		if err != nil {
+			return nil, nil, err
+		}
+		page, err := collector.ParsePage(bytes.NewReader(b))
+		if err == nil && d == nil {
+			d, err = collector.Detect(page)
+		}
+		var s collector.Sample
+		if err == nil {
+			s, err = d.Read(page)
+		}
+		if err != nil {
+			skipped = append(skipped, fmt.Sprintf("%s: %v", f.name, err))
+			continue
+		}
+		s.Time = time.UnixMilli(f.ms)
+		s.Engine = d.Engine
+		out = append(out, der.Derive(s))
+	}
+	return out, skipped, nil
+}
+
+// readGPUCSV parses nvidia-smi's --query-gpu CSV. Columns are found by
+// their header name; "[N/A]" and "[Not Supported]" values are absent.
+func readGPUCSV(path string, loc *time.Location) ([]gpu.Sample, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--gpu-csv: %w", err)
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.TrimLeadingSpace = true
+	r.FieldsPerRecord = -1
+	header, err := r.Read()
+	if err != nil {
+		return nil, fmt.Errorf("--gpu-csv %s: header: %w", path, err)
+	}
+	col := map[string]int{}
+	for i, h := range header {
+		name, _, _ := strings.Cut(strings.TrimSpace(h), " ")
+		col[name] = i
+	}
+	for _, need := range []string{"timestamp", "index", "uuid"} {
+		if _, ok := col[need]; !ok {
+			return nil, fmt.Errorf("--gpu-csv %s: no %q column in the header", path, need)
+		}
+	}
+	var out []gpu.Sample
+	for line := 2; ; line++ {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--gpu-csv %s: %w", path, err)
+		}
+		get := func(name string) (string, bool) {
+			i, ok := col[name]
+			if !ok || i >= len(rec) {
+				return "", false
+			}
+			v := strings.TrimSpace(rec[i])
+			if v == "" || strings.HasPrefix(v, "[") {
+				return "", false
+			}
+			return v, true
+		}
+		num := func(name, unit string) (float64, bool) {
+			v, ok := get(name)
+			if !ok {
+				return 0, false
+			}
+			x, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(v, unit)), 64)
+			return x, err == nil
+		}
+		ts, _ := get("timestamp")
+		t, err := time.ParseInLocation("2006/01/02 15:04:05.000", ts, loc)
+		if err != nil {
+			return nil, fmt.Errorf("--gpu-csv %s line %d: timestamp %q: want YYYY/MM/DD HH:MM:SS.mmm", path, line, ts)
+		}
+		idx, _ := num("index", "")
+		uuid, _ := get("uuid")
+		name, _ := get("name")
+		s := gpu.Sample{Time: t, Index: int(idx), UUID: uuid, Name: name}
+		if v, ok := num("utilization.gpu", "%"); ok {
+			s.UtilPct, s.Has = v, s.Has|gpu.FieldUtil
+		}
+		if v, ok := num("utilization.memory", "%"); ok {
+			s.MemUtilPct, s.Has = v, s.Has|gpu.FieldMemUtil
+		}
+		used, okU := num("memory.used", "MiB")
+		total, okT := num("memory.total", "MiB")
+		if okU && okT {
+			s.MemUsedBytes, s.MemTotalBytes, s.Has = int64(used*(1<<20)), int64(total*(1<<20)), s.Has|gpu.FieldMemory
+		}
+		if v, ok := num("power.draw", "W"); ok {
+			s.PowerW, s.Has = v, s.Has|gpu.FieldPower
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// logRead is what replay took from a server log.
+type logRead struct {
+	ivs      []collector.Interval
+	id       logline.Identity
+	skipped  uint64
+	far      int    // lines placed by timestamps far from them
+	byGIN    int    // lines placed by the [GIN] line of their request
+	canceled uint64 // requests cancelled without a timing line
+}
+
+// readLog parses a server log into intervals. Each line's time is its most
+// precise timestamp (design §3); a line without one takes the best
+// evidence around it (logline.Placer).
+func readLog(path, engine string, loc *time.Location, year int, startedAt time.Time) (logRead, error) {
+	var out logRead
+	p, err := logline.NewParser(engine)
+	if err != nil {
+		return out, fmt.Errorf("--engine: %w", err)
+	}
+	p.Loc, p.Year, p.Timestamps, p.StartedAt = loc, year, true, startedAt
+	f, err := os.Open(path)
+	if err != nil {
+		return out, fmt.Errorf("--log: %w", err)
+	}
+	defer f.Close()
+	pl := &logline.Placer{P: p}
+	r := bufio.NewReaderSize(f, 64<<10)
+	var long []byte
+	for {
+		line, err := readLine(r, &long)
+		if len(line) > 0 {
+			pl.Line(line)
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return out, fmt.Errorf("--log %s: %w", path, err)
+		}
+	}
+	placed := pl.Close()
+	var st logline.Stream
+	timed := 0
+	for _, pr := range placed {
+		if pr.Kind == logline.Cancelled {
+			continue
+		}
+		timed++
+		if iv, ok := st.Interval(pr.Record, pr.Time); ok {
+			out.ivs = append(out.ivs, iv)
+		}
+	}
+	if timed == 0 {
+		switch {
+		case p.Relative > 0:
+			return out, fmt.Errorf("--log %s: its timestamps count from the server's start (llama.cpp --log-timestamps): give --started-at", path)
+		case pl.Untimed > 0:
+			return out, fmt.Errorf("--log %s: %d throughput lines but no timestamps to place them; replay needs them (docker logs -t or journalctl -o short-iso add them)", path, pl.Untimed)
+		}
+		return out, fmt.Errorf("--log %s: no throughput lines found", path)
+	}
+	if pl.Far == timed {
+		// Every line would pile up at the few timestamps there are.
+		return out, fmt.Errorf("--log %s: none of its %d throughput lines has a timestamp within %v; replay needs them (docker logs -t or journalctl -o short-iso add them)", path, timed, logline.FarLimit)
+	}
+	sort.SliceStable(out.ivs, func(a, b int) bool { return out.ivs[a].End.Before(out.ivs[b].End) })
+	out.id = p.Identity()
+	if engine != "auto" && engine != "" {
+		out.id.Engine = engine
+	}
+	out.skipped, out.far, out.byGIN, out.canceled = p.Skipped, pl.Far, pl.ByGIN, p.Cancelled
+	return out, nil
+}
+
+// readLine reads one line without its newline; a line longer than the
+// parser looks at is consumed whole but only its head is kept, so a huge
+// line costs bounded memory. The line is valid until the next call: it
+// lies in r's buffer, or in buf for a line longer than that.
+func readLine(r *bufio.Reader, buf *[]byte) ([]byte, error) {
+	chunk, err := r.ReadSlice('\n')
+	if err != bufio.ErrBufferFull {
+		return bytes.TrimRight(chunk[:min(len(chunk), logline.MaxLine)], "\r\n"), err
+	}
+	line := append((*buf)[:0], chunk[:min(len(chunk), logline.MaxLine)]...)
+	for err == bufio.ErrBufferFull {
+		chunk, err = r.ReadSlice('\n')
+		if len(line) < logline.MaxLine {
+			line = append(line, chunk[:min(len(chunk), logline.MaxLine-len(line))]...)
+		}
+	}
+	*buf = line
+	return bytes.TrimRight(line, "\r\n"), err
+}
