@@ -17,7 +17,6 @@ type replayOpts struct {
 	gpuCSV     string
 	format     string
 	window     time.Duration
-	grace      time.Duration
 	server     string
 	engine     string
 	gpus       []string

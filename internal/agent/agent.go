@@ -116,63 +116,19 @@ func (a *Agent) Run(ctx context.Context) error {
 		openGPU = OpenBackend(cfg, nil)
 	}
 	p := &pipeline{cfg: cfg, log: log, openGPU: openGPU, reconf: make(chan *config.Config), applied: make(chan struct{}),
-		logPoll: o.LogPoll, logGrace: o.LogGrace, metrics: a.metrics}
+		logPoll: o.LogPoll, logGrace: o.LogGrace, metrics: a.metrics, client: o.Client}
+	if p.client == nil {
+		p.client = &http.Client{Timeout: 5 * time.Second}
+	}
 	stale := o.StallAfter
 	if stale <= 0 {
 		stale = max(defaultStall, 3*min(cfg.Window/10, time.Second), 3*cfg.GPU.Interval)
 	}
 	tel := &telemetry{p: p, stale: stale}
-	var influx *sink.SpoolWriter
-	if cfg.Sink.Influx.URL != "" {
-		out, stop, err := startInflux(cfg, log, o.Version)
-		if err != nil {
-			return err
-		}
-		defer stop()
-		influx = out
-		p.outputs = append(p.outputs, out)
-		p.stateDir = cfg.Sink.Spool.Dir
-		tel.spool, tel.sender = out.Spool, out.Sender
-		// Log positions in the state directory with the spool: both must
-		// survive a restart. Earlier versions kept them beside it.
-		pos, err := statefile.Dir(cfg.Sink.Spool.Dir, "positions")
-		if err != nil {
-			return fmt.Errorf("log positions: %w", err)
-		}
-		movePositions(filepath.Join(filepath.Dir(cfg.Sink.Spool.Dir), "positions"), pos, log)
-		p.posDir = pos
-	}
-	if o.PositionDir != "" {
-		p.posDir = o.PositionDir
-	}
-	switch {
-	case o.Outputs != nil:
-		p.outputs = append(p.outputs, o.Outputs...)
-	case influx == nil:
-		f, err := sink.OpenFile(cfg.Sink.File.Path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		p.outputs = append(p.outputs, sink.NewLPWriter(f))
-	}
-	if cfg.HTTP.Listen != "" {
-		view := live.New(cfg.Host, cfg.Window, nil)
-		p.live, tel.windows = view, view
-		p.outputs = append(p.outputs, view)
-		addr, stopHTTP, err := tel.serve(cfg.HTTP.Listen, log)
-		if err != nil {
-			return err
-		}
-		defer stopHTTP()
-		log.Info("self-telemetry", "url", "http://"+addr.String()+"/metrics")
-		if o.Listening != nil {
-			o.Listening(addr)
-		}
-	}
-	p.client = o.Client
-	if p.client == nil {
-		p.client = &http.Client{Timeout: 5 * time.Second}
+	influx, closeAll, err := a.assemble(p, tel)
+	defer closeAll()
+	if err != nil {
+		return err
 	}
 	if len(cfg.Servers) == 0 && cfg.Discovery.Enabled {
 		cfg.Servers = Discover(ctx, p.client, cfg.Discovery.Ports, log)
@@ -195,16 +151,84 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	log.Info("tpsmon running", "version", o.Version, "host", cfg.Host, "window", cfg.Window,
 		"servers", len(cfg.Servers), "gpu_backend", cfg.GPU.Backend, "influx", redact.URL(cfg.Sink.Influx.URL))
+	return a.supervise(p, tel, influx, openGPU != nil, done)
+}
+
+// assemble gives the pipeline its outputs (InfluxDB through the spool,
+// the given outputs or the file sink, the API's view) and starts the HTTP
+// endpoint: the one place a daemon is put together. closeAll undoes what
+// was started, in reverse, also after an error.
+func (a *Agent) assemble(p *pipeline, tel *telemetry) (influx *sink.SpoolWriter, closeAll func(), err error) {
+	cfg, log, o := a.cfg, a.o.Log, a.o
+	var closers []func()
+	closeAll = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	if cfg.Sink.Influx.URL != "" {
+		out, stop, err := startInflux(cfg, log, o.Version)
+		if err != nil {
+			return nil, closeAll, err
+		}
+		closers = append(closers, stop)
+		influx = out
+		p.outputs = append(p.outputs, out)
+		p.stateDir = cfg.Sink.Spool.Dir
+		tel.spool, tel.sender = out.Spool, out.Sender
+		// Log positions in the state directory with the spool: both must
+		// survive a restart. Earlier versions kept them beside it.
+		pos, err := statefile.Dir(cfg.Sink.Spool.Dir, "positions")
+		if err != nil {
+			return nil, closeAll, fmt.Errorf("log positions: %w", err)
+		}
+		movePositions(filepath.Join(filepath.Dir(cfg.Sink.Spool.Dir), "positions"), pos, log)
+		p.posDir = pos
+	}
+	if o.PositionDir != "" {
+		p.posDir = o.PositionDir
+	}
+	switch {
+	case o.Outputs != nil:
+		p.outputs = append(p.outputs, o.Outputs...)
+	case influx == nil:
+		f, err := sink.OpenFile(cfg.Sink.File.Path)
+		if err != nil {
+			return nil, closeAll, err
+		}
+		closers = append(closers, func() { f.Close() })
+		p.outputs = append(p.outputs, sink.NewLPWriter(f))
+	}
+	if cfg.HTTP.Listen != "" {
+		view := live.New(cfg.Host, cfg.Window, nil)
+		p.live, tel.windows = view, view
+		p.outputs = append(p.outputs, view)
+		addr, stopHTTP, err := tel.serve(cfg.HTTP.Listen, log)
+		if err != nil {
+			return nil, closeAll, err
+		}
+		closers = append(closers, stopHTTP)
+		log.Info("self-telemetry", "url", "http://"+addr.String()+"/metrics")
+		if o.Listening != nil {
+			o.Listening(addr)
+		}
+	}
+	return influx, closeAll, nil
+}
+
+// supervise tells systemd the daemon's status, applies reloads and feeds
+// the watchdog (at half its timeout, and only while the main loop and the
+// sampler make progress) until the main loop ends.
+func (a *Agent) supervise(p *pipeline, tel *telemetry, influx *sink.SpoolWriter, gpuReopens bool, done <-chan error) error {
+	log := a.o.Log
 	status := statusLine(p, tel)
 	notify(log, daemon.SdNotifyReady+"\nSTATUS="+status)
-
-	// The watchdog is fed at half its timeout, and only while the main
-	// loop and the sampler make progress.
 	wd, _ := daemon.SdWatchdogEnabled(false)
 	beat := 5 * time.Second // status changes are not urgent; wakeups cost
 	if wd > 0 {
 		beat = min(time.Second, wd/2)
 	}
+	stale := tel.stale
 	ticker := time.NewTicker(beat)
 	defer ticker.Stop()
 	lastPing, stuck := time.Time{}, false
@@ -212,8 +236,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case err := <-done:
 			return err
-		case <-o.Reload:
-			if err := a.reload(p, influx, openGPU != nil); err != nil {
+		case <-a.o.Reload:
+			if err := a.reload(p, influx, gpuReopens); err != nil {
 				log.Error("reload rejected; the running configuration stays", "err", err)
 			}
 			notify(log, daemon.SdNotifyReady+"\nSTATUS="+statusLine(p, tel))

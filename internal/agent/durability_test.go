@@ -41,6 +41,7 @@ func windowStarts(t *testing.T, base, db string) (map[int64]bool, int) {
 }
 
 func TestOutageLosesNoWindow(t *testing.T) {
+	t.Parallel()
 	srv := influxtest.Start(t)
 	db := influxtest.CreateDB(t, srv.URL, "outage")
 	src := &vllmsim.Driven{Rate: 100, Start: time.Now(), ResetAt: time.Now().Add(time.Hour)}
@@ -89,6 +90,7 @@ func TestOutageLosesNoWindow(t *testing.T) {
 }
 
 func TestPartialWriteQuarantinesOnlyBadLines(t *testing.T) {
+	t.Parallel()
 	base := influxtest.URL(t)
 	db := influxtest.CreateDB(t, base, "partial")
 	cfg := testConfig(t)
@@ -116,6 +118,7 @@ func TestPartialWriteQuarantinesOnlyBadLines(t *testing.T) {
 }
 
 func TestTelemetryEndpoints(t *testing.T) {
+	t.Parallel()
 	// An InfluxDB that refuses the token: points are kept, /healthz says why.
 	refuse := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Influxdb-Error", "authorization failed")
@@ -194,6 +197,7 @@ type enospcFile struct{ spool.File }
 func (enospcFile) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
 
 func TestFullDiskDaemonGoesOnCountingDrops(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.Window, cfg.Grace = 300*time.Millisecond, 50*time.Millisecond
 	cfg.GPU.Backend, cfg.GPU.Interval = "sim", 50*time.Millisecond

@@ -50,6 +50,7 @@ func (g *glitchingVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the timing jitter of live scrapes), and the refused values are counted
 // with their reason.
 func TestOneBadSampleDoesNotCorrupt(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		bad    string
 		reason collector.Reason
@@ -64,6 +65,7 @@ func TestOneBadSampleDoesNotCorrupt(t *testing.T) {
 	tokensRe := regexp.MustCompile(`tokens=(-?\d+)i`)
 	for _, tc := range tests {
 		t.Run(tc.bad, func(t *testing.T) {
+			t.Parallel()
 			srv := httptest.NewServer(&glitchingVLLM{start: time.Now(), bad: tc.bad})
 			defer srv.Close()
 			cfg := testConfig(t)

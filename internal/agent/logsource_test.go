@@ -77,6 +77,7 @@ func runOnLog(t *testing.T, logPath, state string, d time.Duration) (tokens int6
 }
 
 func TestLogSourceLiveAndRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "sglang.log")
 	state := filepath.Join(dir, "positions")

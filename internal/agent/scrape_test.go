@@ -15,6 +15,7 @@ import (
 )
 
 func TestMalformedScrapesSkippedAndCounted(t *testing.T) {
+	t.Parallel()
 	src := &vllmsim.Driven{Rate: 100, Start: time.Now(), ResetAt: time.Now().Add(time.Hour), Malformed: 2}
 	srv := httptest.NewServer(src)
 	defer srv.Close()

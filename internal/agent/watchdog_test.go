@@ -44,13 +44,13 @@ func TestWatchdogStopsWhenSamplerStalls(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- New(cfg, Options{OpenGPU: func() (GPUSampler, error) { return g, nil }}).Run(ctx)
+		done <- New(cfg, Options{OpenGPU: func() (GPUSampler, error) { return g, nil }, StallAfter: time.Second}).Run(ctx)
 	}()
 	first := sock.WaitFor(t, 0, "WATCHDOG=1")
 	_ = first
-	// The sampler stalls after 1.5 s; within the stale limit (3 s) the
+	// The sampler stalls after 1.5 s; within the stall limit (1 s) the
 	// pings stop, and none come for the following 2 s.
-	time.Sleep(6 * time.Second)
+	time.Sleep(4 * time.Second)
 	before := len(sock.All())
 	time.Sleep(2 * time.Second)
 	if n := sock.Count(before, len(sock.All()), "WATCHDOG=1"); n != 0 {
