@@ -403,6 +403,10 @@ type gpuWindow struct {
 	memTotal stats
 	energyJ  float64
 	hasJ     bool
+	// watts is the mean power over the observed stretches, on the same
+	// time base as the server's rates (energyJ may hold an increase that
+	// landed after a gap).
+	watts float64
 }
 
 func (j *Joiner) closeWindow(pts []*write.Point, s time.Time) []*write.Point {
@@ -484,11 +488,16 @@ func (j *Joiner) gpuPoint(g *gpuState, s, e time.Time, server string) (*gpuWindo
 	}
 	// Energy from the counter's delta over exactly this window; a GPU
 	// without the counter (pre-Volta, replayed CSV) integrates power.
+	obsJ, obsSecs := g.energy.observed(s, e, j.cfg.MaxGap)
 	if sp, ok := g.energy.close(e, j.cfg.MaxGap); ok && gw.covered > 0 {
 		gw.energyJ, gw.hasJ = sp.delta()/1000, true
+		if obsSecs > 0 {
+			gw.watts = obsJ / 1000 / obsSecs.Seconds()
+		}
 		fields[schema.FieldEnergySource] = schema.EnergyCounter
 	} else if gw.power.n > 0 && gw.covered > 0 {
 		gw.energyJ, gw.hasJ = gw.power.mean()*gw.covered.Seconds(), true
+		gw.watts = gw.power.mean()
 		fields[schema.FieldEnergySource] = schema.EnergyPower
 	}
 	if gw.hasJ {
@@ -547,12 +556,11 @@ func (j *Joiner) serverPoint(st *serverState, s, e time.Time, gws map[string]*gp
 	fields := make(map[string]any, 24)
 	in := verdictInput{down: m.down, tokens: -1, running: m.running, waiting: m.waiting, kv: m.kv, util: -1,
 		preempted: m.preempted}
-	secs := m.covered.Seconds()
 	if m.hasTokens {
 		fields[schema.FieldTokens] = m.tokensInt
 		in.tokens = m.tokens
-		if secs > 0 {
-			fields[schema.FieldSystemTPS] = m.tokens / secs
+		if m.tokenSecs > 0 {
+			fields[schema.FieldSystemTPS] = m.rateTokens / m.tokenSecs
 		}
 	}
 	if m.hasUser {
@@ -560,8 +568,8 @@ func (j *Joiner) serverPoint(st *serverState, s, e time.Time, gws map[string]*gp
 	}
 	if m.hasPrompt {
 		fields[schema.FieldPromptTokens] = m.promptInt
-		if secs > 0 {
-			fields[schema.FieldPromptTPS] = m.prompt / secs
+		if m.promptSecs > 0 {
+			fields[schema.FieldPromptTPS] = m.ratePrompt / m.promptSecs
 		}
 	}
 	if m.hasPreempt {
@@ -606,9 +614,7 @@ func (j *Joiner) serverPoint(st *serverState, s, e time.Time, gws map[string]*gp
 		if gw.hasJ {
 			energy += gw.energyJ
 			nEnergy++
-			if gw.covered > 0 {
-				watts += gw.energyJ / gw.covered.Seconds()
-			}
+			watts += gw.watts
 		}
 		if gw.memUsed.n > 0 {
 			memUsed += int64(gw.memUsed.max)
@@ -691,8 +697,13 @@ type measured struct {
 	preempted            bool
 	running, waiting, kv float64 // negative: unknown
 	covered              time.Duration
-	down                 bool
-	source               string
+	// The rates' numerators and time base: what was observed over the
+	// covered stretches, which differ from tokens and covered when an
+	// increase landed after a gap or a window closed ahead of its edge.
+	rateTokens, ratePrompt float64
+	tokenSecs, promptSecs  float64
+	down                   bool
+	source                 string
 }
 
 // measure closes the window [s, e) of one server. Scraped metrics win;
@@ -704,7 +715,10 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 	}
 	var spans [collector.NumCounters]span
 	var have [collector.NumCounters]bool
+	var obs [collector.NumCounters]float64
+	var obsSecs [collector.NumCounters]time.Duration
 	for c := range collector.NumCounters {
+		obs[c], obsSecs[c] = st.counters[c].observed(s, e, j.cfg.MaxGap)
 		spans[c], have[c] = st.counters[c].close(e, j.cfg.MaxGap)
 	}
 	scraped := st.seen.covered(s, e, j.cfg.MaxGap)
@@ -735,6 +749,10 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 			m.hasTokens = true
 			m.tokens = j.bound(tok.delta() + iv.tokens)
 			m.tokensInt = int64(j.bound(float64(tok.count() + st.roundTokens(iv.tokens))))
+			m.rateTokens, m.tokenSecs = j.bound(obs[collector.GenerationTokens]+iv.tokens), obsSecs[collector.GenerationTokens].Seconds()
+			if !have[collector.GenerationTokens] {
+				m.rateTokens, m.tokenSecs = m.tokens, scraped.Seconds()
+			}
 		}
 		if have[collector.ITLSum] && have[collector.ITLCount] {
 			if sum, n := spans[collector.ITLSum].delta(), spans[collector.ITLCount].delta(); sum > 0 && n > 0 {
@@ -744,6 +762,7 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 		if have[collector.PromptTokens] {
 			p := spans[collector.PromptTokens]
 			m.prompt, m.promptInt, m.hasPrompt = j.bound(p.delta()), int64(j.bound(float64(p.count()))), true
+			m.ratePrompt, m.promptSecs = j.bound(obs[collector.PromptTokens]), obsSecs[collector.PromptTokens].Seconds()
 		}
 		if have[collector.Preemptions] {
 			m.preempt, m.hasPreempt = spans[collector.Preemptions].count(), true
@@ -762,9 +781,11 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 		m.hasTokens = iv.hasTok || logCover > 0
 		m.tokens = j.bound(iv.tokens)
 		m.tokensInt = int64(j.bound(float64(st.roundTokens(m.tokens))))
+		m.rateTokens, m.tokenSecs = m.tokens, logCover.Seconds()
 		if iv.hasPrmpt {
 			m.prompt = j.bound(iv.prompt)
 			m.promptInt, m.hasPrompt = int64(math.Round(m.prompt)), true
+			m.ratePrompt, m.promptSecs = m.prompt, logCover.Seconds()
 		}
 		if iv.hasPreempt {
 			m.preempt, m.hasPreempt, m.preempted = int64(math.Round(iv.preempt)), true, iv.preempt > 0

@@ -125,8 +125,9 @@ func TestJoinerWindows(t *testing.T) {
 			flushAt: 35,
 			want: []want{
 				{0, int64(100), 10, 1, "ok"},
-				// 12..17 is a 5 s gap: its 50 tokens land at 17, inside the window.
-				{10, int64(100), 100 / 5.0, 0.5, "ok"},
+				// 12..17 is a 5 s gap: its 50 tokens land at 17, inside the
+				// window, but the rate is the 50 seen over the 5 s observed.
+				{10, int64(100), 50 / 5.0, 0.5, "ok"},
 				{20, int64(100), 10, 1, "ok"},
 			},
 		},

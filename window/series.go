@@ -78,6 +78,37 @@ func (c *counter) at(e time.Time, maxGap time.Duration) (float64, bool) {
 	return c.pts[n-1].m, true
 }
 
+// observed returns the increase seen over the parts of [s, e) that lie
+// between two points at most maxGap apart, and how long those parts are.
+// It is the window's rate on one time base: an increase held across a
+// longer gap, or carried in from before s because the previous window
+// closed ahead of the point after its edge, is counted by close but has no
+// observed time of its own here, so it never inflates a rate.
+func (c *counter) observed(s, e time.Time, maxGap time.Duration) (float64, time.Duration) {
+	var inc float64
+	var secs time.Duration
+	for i := 1; i < len(c.pts); i++ {
+		a, b := c.pts[i-1], c.pts[i]
+		if b.t.Sub(a.t) > maxGap || !b.t.After(s) || !a.t.Before(e) {
+			continue
+		}
+		lo, hi := a.t, b.t
+		if lo.Before(s) {
+			lo = s
+		}
+		if hi.After(e) {
+			hi = e
+		}
+		if !hi.After(lo) {
+			continue
+		}
+		d := hi.Sub(lo)
+		inc += (b.m - a.m) * float64(d) / float64(b.t.Sub(a.t))
+		secs += d
+	}
+	return inc, secs
+}
+
 // close returns the running totals at the start and end of the window
 // ending at e, starting from the previous edge or, for a new series, from
 // its first point; it commits e as the new edge. ok is false while the
