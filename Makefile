@@ -17,7 +17,7 @@ INFLUXD := $(GOBIN)/influxd
 # go-nvml's header marks NVML 13 deprecations; they are not ours to fix.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-.PHONY: build demo test vet influxd tmux package clean
+.PHONY: build demo test vet influxd tmux llama-server package clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o tpsmon ./cmd/tpsmon
@@ -29,7 +29,7 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
 
-test: influxd tmux vet
+test: influxd tmux llama-server vet
 	$(GO) test -count=1 ./...
 
 influxd: $(INFLUXD)
@@ -43,6 +43,12 @@ tmux:
 
 $(INFLUXD):
 	$(GO) install github.com/influxdata/influxdb/cmd/influxd@v1.8.10
+
+# A real llama-server (CPU, built from the llama.cpp source node-llama-cpp
+# ships) and a tiny random-weights model, for the live accuracy test;
+# built once per machine into a cache outside the clone.
+llama-server:
+	bash .ci/llama-server.sh >/dev/null
 
 package: build
 	mkdir -p $(DIST)

@@ -24,6 +24,11 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	// Another build's accuracy, for before/after tables.
+	if bin := os.Getenv("TPSMON_ACCURACY_BIN"); bin != "" {
+		tpsmonBin = bin
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "tpsmon-accuracy")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
