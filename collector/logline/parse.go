@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tpsmon/tpsmon/collector/tail"
 )
 
 // Parser turns log lines into records. Parsers keep state across lines
@@ -52,10 +54,6 @@ type Parser struct {
 	Truncated uint64 // lines cut at the maximum length
 }
 
-// MaxLine bounds the part of a line that is looked at; a longer line is
-// cut (and counted), so a 10 MB line costs no more than this.
-const MaxLine = 64 << 10
-
 // Engines whose logs tpsmon reads.
 var Engines = []string{"vllm", "sglang", "llamacpp", "ollama", "tgi", "lmdeploy", "trtllm", "triton", "nim"}
 
@@ -75,7 +73,7 @@ func NewParser(engine string) (*Parser, error) {
 	default:
 		return nil, fmt.Errorf("no log parser for engine %q (known: auto, %s)", engine, strings.Join(Engines, ", "))
 	}
-	return &Parser{engine: engine, Loc: time.UTC, maxLine: MaxLine, needles: needleSets[engine]}, nil
+	return &Parser{engine: engine, Loc: time.UTC, maxLine: tail.MaxLine, needles: needleSets[engine]}, nil
 }
 
 // needle is a text that every line one parser reads holds (see each

@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"testing"
 	"time"
+
+	"github.com/tpsmon/tpsmon/collector/tail"
 )
 
 // stampByRegexp is the timestamp reader as first written, a regexp per
@@ -149,7 +151,7 @@ func FuzzStamp(f *testing.F) {
 		f.Add(l)
 	}
 	f.Fuzz(func(t *testing.T, l string) {
-		fast, ref := &Parser{Loc: time.UTC, Year: 2026, maxLine: MaxLine}, &Parser{Loc: time.UTC, Year: 2026, maxLine: MaxLine}
+		fast, ref := &Parser{Loc: time.UTC, Year: 2026, maxLine: tail.MaxLine}, &Parser{Loc: time.UTC, Year: 2026, maxLine: tail.MaxLine}
 		for range 2 {
 			if got, want := fast.stamp([]byte(l)), stampByRegexp(ref, l); !got.Equal(want) {
 				t.Fatalf("line %q: stamp %v, the regexps say %v", l, got, want)

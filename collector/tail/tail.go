@@ -52,7 +52,8 @@ type Line struct {
 const headLen = 64
 
 // MaxLine bounds a line kept in memory; the rest of a longer line is
-// skipped (and counted), so a 10 MB line does not grow the tailer.
+// skipped (and counted), so a 10 MB line does not grow the tailer. It is
+// also all that the log parsers and replay look at of a line.
 const MaxLine = 64 << 10
 
 // Tailer follows one file.

@@ -21,6 +21,7 @@ import (
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/collector/logline"
+	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -436,13 +437,13 @@ func readLog(path, engine string, loc *time.Location, year int, startedAt time.T
 func readLine(r *bufio.Reader, buf *[]byte) ([]byte, error) {
 	chunk, err := r.ReadSlice('\n')
 	if err != bufio.ErrBufferFull {
-		return bytes.TrimRight(chunk[:min(len(chunk), logline.MaxLine)], "\r\n"), err
+		return bytes.TrimRight(chunk[:min(len(chunk), tail.MaxLine)], "\r\n"), err
 	}
-	line := append((*buf)[:0], chunk[:min(len(chunk), logline.MaxLine)]...)
+	line := append((*buf)[:0], chunk[:min(len(chunk), tail.MaxLine)]...)
 	for err == bufio.ErrBufferFull {
 		chunk, err = r.ReadSlice('\n')
-		if len(line) < logline.MaxLine {
-			line = append(line, chunk[:min(len(chunk), logline.MaxLine-len(line))]...)
+		if len(line) < tail.MaxLine {
+			line = append(line, chunk[:min(len(chunk), tail.MaxLine-len(line))]...)
 		}
 	}
 	*buf = line
