@@ -58,6 +58,12 @@ func main() {
 	run("S2", func() (string, error) { return h.s2(*lines) })
 	run("S3", func() (string, error) { return h.s3(time.Duration(*s3Minutes * float64(time.Minute))) })
 	report := h.header(os.Args[1:]) + strings.Join(sections, "\n")
+	// Keep the section ./bench/reportscale writes into the same file.
+	if old, err := os.ReadFile(*out); err == nil {
+		if i := strings.Index(string(old), "<!-- report-scale"); i >= 0 {
+			report += "\n" + string(old[i:])
+		}
+	}
 	if err := os.WriteFile(*out, []byte(report), 0o644); err != nil {
 		log.Fatal(err)
 	}
