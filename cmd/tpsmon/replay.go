@@ -41,7 +41,7 @@ func newReplayCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return replay.Run(o.options(), out, cmd.ErrOrStderr())
+			return replay.Run(cmd.Context(), o.options(), out, cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()

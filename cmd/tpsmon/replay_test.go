@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"math"
@@ -191,5 +192,5 @@ func TestReplayVerdicts(t *testing.T) {
 
 // runReplay replays what the flags o say.
 func runReplay(o replayOpts, out replay.Writer, warn io.Writer) error {
-	return replay.Run(o.options(), out, warn)
+	return replay.Run(context.Background(), o.options(), out, warn)
 }

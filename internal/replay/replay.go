@@ -5,6 +5,7 @@ package replay
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -63,8 +64,8 @@ type recording struct {
 }
 
 // Run joins the recorded inputs of o and writes the windows to out;
-// warnings about inputs go to warn.
-func Run(o Options, out Writer, warn io.Writer) error {
+// warnings about inputs go to warn. It stops when ctx is done.
+func Run(ctx context.Context, o Options, out Writer, warn io.Writer) error {
 	if o.MetricsDir == "" && o.GPUCSV == "" && o.LogFile == "" {
 		return errors.New("replay: nothing to replay: give --log, --metrics-dir and/or --gpu-csv")
 	}
@@ -101,7 +102,11 @@ func Run(o Options, out Writer, warn io.Writer) error {
 	if len(rec.inputs) == 0 {
 		return errors.New("replay: the inputs hold no samples")
 	}
-	return out.WritePoints(rec.join(o))
+	pts, err := rec.join(ctx, o)
+	if err != nil {
+		return err
+	}
+	return out.WritePoints(pts)
 }
 
 // addLog takes the intervals of a server's log, and the time it was
@@ -126,15 +131,57 @@ func (rec *recording) addLog(o Options, loc *time.Location, warn io.Writer) erro
 		rec.inputs = append(rec.inputs, timed{t: ivs[i].End, log: &ivs[i]})
 	}
 	// The log was watched from its first line to its last: a silent
-	// stretch is an idle server, not a missing one.
-	if len(ivs) > 0 {
-		first, last := ivs[0].Start, ivs[len(ivs)-1].End
-		for t := first; !t.After(last); t = t.Add(time.Second) {
+	// stretch is an idle server, not a missing one, unless it is longer
+	// than unwatchedAfter (a restarted server, logs of two runs in one file).
+	spans, silences, longest := watchedSpans(ivs)
+	for _, sp := range spans {
+		for t := sp.from; !t.After(sp.to); t = t.Add(time.Second) {
 			rec.inputs = append(rec.inputs, timed{t: t, watch: true})
 		}
+	}
+	if len(spans) > 0 {
 		rec.gaps = append(rec.gaps, time.Second)
 	}
+	if silences > 0 {
+		fmt.Fprintf(warn, "tpsmon: replay: the log is silent for more than %v %d times (longest %v): nothing was observed there, and those windows are not written\n",
+			unwatchedAfter, silences, longest)
+	}
 	return nil
+}
+
+// unwatchedAfter is the longest silence of a log still taken as an idle
+// server. Past it replay splits the recording, as the daemon does not
+// write the windows of a time it was not running.
+const unwatchedAfter = 24 * time.Hour
+
+// span is a stretch of time, both ends included.
+type span struct{ from, to time.Time }
+
+// watchedSpans merges the intervals of a log, in time order, into the
+// stretches it was watched, split at silences longer than unwatchedAfter.
+func watchedSpans(ivs []collector.Interval) (spans []span, silences int, longest time.Duration) {
+	if len(ivs) == 0 {
+		return nil, 0, 0
+	}
+	byStart := make([]span, len(ivs))
+	for i, iv := range ivs {
+		byStart[i] = span{iv.Start, iv.End}
+	}
+	sort.Slice(byStart, func(a, b int) bool { return byStart[a].from.Before(byStart[b].from) })
+	cur := byStart[0]
+	for _, sp := range byStart[1:] {
+		if gap := sp.from.Sub(cur.to); gap > unwatchedAfter {
+			spans = append(spans, cur)
+			silences++
+			longest = max(longest, gap)
+			cur = sp
+			continue
+		}
+		if sp.to.After(cur.to) {
+			cur.to = sp.to
+		}
+	}
+	return append(spans, cur), silences, longest
 }
 
 // addMetrics takes the scrapes of a metrics directory.
@@ -177,19 +224,78 @@ func (rec *recording) addGPUs(path string, loc *time.Location) error {
 }
 
 // join feeds the inputs to a joiner in time order and closes every
-// window at the end of observation.
-func (rec *recording) join(o Options) []*write.Point {
+// window at the end of observation. A silence of every input longer than
+// unwatchedAfter ends one joiner and starts the next, so the windows of
+// nobody's watch are neither written nor held.
+func (rec *recording) join(ctx context.Context, o Options) ([]*write.Point, error) {
 	inputs := rec.inputs
 	sort.SliceStable(inputs, func(a, b int) bool { return inputs[a].t.Before(inputs[b].t) })
-	start := inputs[0].t
-	for _, in := range inputs {
-		if in.log != nil && in.log.Start.Before(start) {
-			start = in.log.Start
+	maxGap := maxGapOf(rec.gaps)
+	var pts []*write.Point
+	for len(inputs) > 0 {
+		n := segmentLen(inputs)
+		seg, err := rec.joinSegment(ctx, o, maxGap, inputs[:n])
+		if err != nil {
+			return nil, err
+		}
+		pts = append(pts, seg...)
+		inputs = inputs[n:]
+	}
+	return pts, nil
+}
+
+// begin is when an input's observation begins: a log line's interval
+// starts before the line.
+func (in timed) begin() time.Time {
+	if in.log != nil && in.log.Start.Before(in.t) {
+		return in.log.Start
+	}
+	return in.t
+}
+
+// end is when an input's observation ends: just after a sample, or at the
+// end of a log line's interval, which is exclusive of the next window.
+func (in timed) end() time.Time {
+	if in.server != nil || in.gpu != nil {
+		return in.t.Add(time.Nanosecond)
+	}
+	return in.t
+}
+
+// segmentLen is how many of the time-ordered inputs come before the first
+// silence longer than unwatchedAfter.
+func segmentLen(inputs []timed) int {
+	end := inputs[0].end()
+	for i, in := range inputs[1:] {
+		if in.begin().Sub(end) > unwatchedAfter {
+			return i + 1
+		}
+		if e := in.end(); e.After(end) {
+			end = e
 		}
 	}
-	j := window.New(window.Config{Window: o.Window, Grace: 0, MaxGap: maxGapOf(rec.gaps), Host: o.Host,
-		Start: start}, rec.servers)
+	return len(inputs)
+}
+
+// joinSegment joins time-ordered inputs with no long silence in them.
+func (rec *recording) joinSegment(ctx context.Context, o Options, maxGap time.Duration, inputs []timed) ([]*write.Point, error) {
+	start, end := inputs[0].begin(), inputs[0].end()
 	for _, in := range inputs {
+		if b := in.begin(); b.Before(start) {
+			start = b
+		}
+		if e := in.end(); e.After(end) {
+			end = e
+		}
+	}
+	j := window.New(window.Config{Window: o.Window, Grace: 0, MaxGap: maxGap, Host: o.Host,
+		Start: start}, rec.servers)
+	for i, in := range inputs {
+		if i%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("replay: %w", err)
+			}
+		}
 		switch {
 		case in.server != nil:
 			j.AddServer(o.Server, *in.server)
@@ -201,19 +307,7 @@ func (rec *recording) join(o Options) []*write.Point {
 			j.Watch(o.Server, in.t)
 		}
 	}
-	// Observation ends just after the last sample, or at the end of the
-	// last log line's interval, which is exclusive of the next window.
-	var end time.Time
-	for _, in := range inputs {
-		e := in.t
-		if in.server != nil || in.gpu != nil {
-			e = e.Add(time.Nanosecond)
-		}
-		if e.After(end) {
-			end = e
-		}
-	}
-	return j.Close(end)
+	return j.Close(end), nil
 }
 
 // maxGapOf allows 2.5 times the typical interval of the recording.

@@ -1,0 +1,100 @@
+package replay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/influxdata/influxdb-client-go/v2/api/write"
+
+	"github.com/tpsmon/tpsmon/collector"
+)
+
+// points collects what a replay writes.
+type points []*write.Point
+
+func (p *points) WritePoints(pts []*write.Point) error {
+	*p = append(*p, pts...)
+	return nil
+}
+
+func TestWatchedSpans(t *testing.T) {
+	at := func(h float64) time.Time {
+		return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(h * float64(time.Hour)))
+	}
+	iv := func(from, to float64) collector.Interval { return collector.Interval{Start: at(from), End: at(to)} }
+	tests := []struct {
+		name     string
+		ivs      []collector.Interval
+		spans    []span
+		silences int
+		longest  time.Duration
+	}{
+		{"none", nil, nil, 0, 0},
+		{"one", []collector.Interval{iv(0, 1)}, []span{{at(0), at(1)}}, 0, 0},
+		{"overnight idle is watched", []collector.Interval{iv(0, 1), iv(13, 14)}, []span{{at(0), at(14)}}, 0, 0},
+		{"out of order, overlapping", []collector.Interval{iv(5, 6), iv(0, 5.5), iv(1, 2)}, []span{{at(0), at(6)}}, 0, 0},
+		{"two runs months apart", []collector.Interval{iv(2000, 2001), iv(0, 1), iv(30, 31)},
+			[]span{{at(0), at(1)}, {at(30), at(31)}, {at(2000), at(2001)}}, 2, 1969 * time.Hour},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spans, silences, longest := watchedSpans(tc.ivs)
+			if len(spans) != len(tc.spans) {
+				t.Fatalf("spans %v, want %v", spans, tc.spans)
+			}
+			for i := range spans {
+				if !spans[i].from.Equal(tc.spans[i].from) || !spans[i].to.Equal(tc.spans[i].to) {
+					t.Errorf("span %d = %v, want %v", i, spans[i], tc.spans[i])
+				}
+			}
+			if silences != tc.silences || longest != tc.longest {
+				t.Errorf("silences %d longest %v, want %d %v", silences, longest, tc.silences, tc.longest)
+			}
+		})
+	}
+}
+
+// A log holding two runs months apart is two short recordings: the
+// windows between them are not written (nor held), and replay says so.
+func TestReplayLongSilenceSplits(t *testing.T) {
+	var out points
+	var warn bytes.Buffer
+	o := Options{LogFile: "testdata/vllm_two_runs_months_apart.log", Engine: "vllm", Year: 2026,
+		Window: 10 * time.Second, Server: "s", Host: "h", TZ: "UTC"}
+	if err := Run(context.Background(), o, &out, &warn); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) == 0 || len(out) > 10 {
+		t.Fatalf("%d points for two short runs, want a handful", len(out))
+	}
+	for _, p := range out {
+		ts := p.Time()
+		inFirst := ts.After(time.Date(2026, 1, 22, 18, 26, 0, 0, time.UTC)) && ts.Before(time.Date(2026, 1, 22, 18, 28, 0, 0, time.UTC))
+		inSecond := ts.After(time.Date(2026, 8, 22, 20, 52, 0, 0, time.UTC)) && ts.Before(time.Date(2026, 8, 22, 20, 53, 0, 0, time.UTC))
+		if !inFirst && !inSecond {
+			t.Errorf("a window at %s, between the runs", ts)
+		}
+	}
+	if !strings.Contains(warn.String(), "silent for more than 24h0m0s 1 times") {
+		t.Errorf("warning %q does not say the log was silent", warn.String())
+	}
+}
+
+func TestReplayStopsWhenCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out points
+	o := Options{LogFile: "testdata/vllm_two_runs_months_apart.log", Engine: "vllm", Year: 2026,
+		Window: 10 * time.Second, Server: "s", Host: "h", TZ: "UTC"}
+	err := Run(ctx, o, &out, &bytes.Buffer{})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if len(out) != 0 {
+		t.Errorf("%d points written after cancel", len(out))
+	}
+}
