@@ -134,7 +134,10 @@ func TestRotation(t *testing.T) {
 			go func() { done <- tl.Run(ctx, c.emit) }()
 
 			// A writer appends 100 lines per millisecond; 100 rotations,
-			// each after a few polls.
+			// each after a few polls, and never two before the tailer has
+			// read what came before the last one: a file rotated away twice
+			// between two reads is out of reach (README, log sources), and
+			// a loaded machine can hold the tailer back for longer than 20 ms.
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			wg.Go(func() {
@@ -148,10 +151,13 @@ func TestRotation(t *testing.T) {
 					time.Sleep(time.Millisecond)
 				}
 			})
+			rotatedAt := 0
 			for i := range 100 {
 				time.Sleep(20 * time.Millisecond)
+				waitFor(t, c, rotatedAt)
 				w.mu.Lock()
 				rotate(t, w, i)
+				rotatedAt = w.next
 				w.mu.Unlock()
 			}
 			close(stop)
