@@ -2,7 +2,7 @@
 // other, on this machine, and writes a table of what each cost to
 // bench/RESULTS.md. Usage (from the repository root):
 //
-//	go run ./bench [-minutes 3] [-s3-minutes 10] [-lines 300000] [-only S1,S2,S3]
+//	go run ./bench [-minutes 3] [-runs 3] [-s3-minutes 10] [-lines 300000] [-only S1,S2,S3]
 //
 // S1 is a steady node: 8 GPUs (tpsmon's sim backend; Telegraf's nvidia_smi
 // input reading a stand-in nvidia-smi that prints an 8-GPU document built
@@ -28,6 +28,7 @@ func main() {
 	s3Minutes := flag.Float64("s3-minutes", 10, "length of the S3 run")
 	lines := flag.Int("lines", 300000, "S2: lines of each log")
 	only := flag.String("only", "S1,S2,S3", "scenarios to run")
+	runs := flag.Int("runs", 3, "S1 and S2: runs per side, reported as min / median / max")
 	out := flag.String("out", "bench/RESULTS.md", "where the results go")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
@@ -54,8 +55,8 @@ func main() {
 		}
 		sections = append(sections, s)
 	}
-	run("S1", func() (string, error) { return h.s1(time.Duration(*minutes * float64(time.Minute))) })
-	run("S2", func() (string, error) { return h.s2(*lines) })
+	run("S1", func() (string, error) { return h.s1(time.Duration(*minutes*float64(time.Minute)), max(1, *runs)) })
+	run("S2", func() (string, error) { return h.s2(*lines, max(1, *runs)) })
 	run("S3", func() (string, error) { return h.s3(time.Duration(*s3Minutes * float64(time.Minute))) })
 	report := h.header(os.Args[1:]) + strings.Join(sections, "\n")
 	// Keep the section ./bench/reportscale writes into the same file.
