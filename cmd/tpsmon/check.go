@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/internal/agent"
@@ -27,6 +29,11 @@ func newCheckCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()
+			if asRoot, _ := cmd.Flags().GetBool("as-root"); !asRoot {
+				if ran, err := checkAsServiceUser(w, checkArgs(cmd)); ran {
+					return err
+				}
+			}
 			path, _ := cmd.Flags().GetString("config")
 			cfg, err := configFromFlags(cmd)
 			if err != nil {
@@ -43,7 +50,18 @@ func newCheckCmd() *cobra.Command {
 		},
 	}
 	addConfigFlags(cmd)
+	cmd.Flags().Bool("as-root", false, "run as root: probe as root rather than as the service user "+serviceUser)
 	return cmd
+}
+
+// checkArgs is this check's command line, for running it again as the
+// service user.
+func checkArgs(cmd *cobra.Command) []string {
+	args := []string{"check"}
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		args = append(args, "--"+f.Name+"="+f.Value.String())
+	})
+	return args
 }
 
 // check probes everything the daemon needs and returns the problems found.
@@ -83,14 +101,18 @@ func check(ctx context.Context, cfg *config.Config, w io.Writer) int {
 			f, err := os.Open(s.Log.File)
 			if err == nil {
 				f.Close()
+			} else {
+				err = fmt.Errorf("server %s: log unreadable: %w", s.Name, err)
 			}
 			report(err, "server %s: log %s readable", s.Name, s.Log.File)
 		case s.Log.JournalUnit != "":
 			_, err := exec.LookPath("journalctl")
 			if err != nil {
 				err = fmt.Errorf("server %s: journal_unit %s needs journalctl: %w", s.Name, s.Log.JournalUnit, err)
+			} else if err = journalReadable(s.Log.JournalUnit); err != nil {
+				err = fmt.Errorf("server %s: %w", s.Name, err)
 			}
-			report(err, "server %s: journal of %s read through journalctl -o json -f (no libsystemd needed)", s.Name, s.Log.JournalUnit)
+			report(err, "server %s: journal of %s readable (journalctl -o json, no libsystemd needed)", s.Name, s.Log.JournalUnit)
 		}
 		if s.MetricsURL == "" {
 			continue
@@ -105,10 +127,28 @@ func check(ctx context.Context, cfg *config.Config, w io.Writer) int {
 		report(r.Err, "server %s: %s metrics at %s (model %q)", s.Name, r.Sample.Engine, s.MetricsURL, r.Sample.Model)
 	}
 	if cfg.Sink.Influx.URL == "" {
-		report(nil, "influx: none configured; points go to %s", cfg.Sink.File.Path)
+		switch cfg.Sink.File.Path {
+		case config.NoFileSink:
+			report(errors.New("sink: no InfluxDB configured (sink.influx.url) and sink.file.path is none: points are written nowhere"), "")
+		case "-", "":
+			report(nil, "influx: none configured; points go to stdout")
+		default:
+			err := fileSinkWritable(cfg.Sink.File.Path)
+			if err == nil && asService() && !underStateDir(cfg.Sink.File.Path) {
+				err = fmt.Errorf("sink.file.path %s: tpsmon.service may write only under %s (ProtectSystem=strict); the service would not start", cfg.Sink.File.Path, stateDir)
+			}
+			report(err, "influx: none configured; points go to %s (writable)", cfg.Sink.File.Path)
+		}
 		return problems
 	}
-	report(tokenFileMode(cfg), "influx token file: not readable by other users")
+	switch tokenFrom(cfg) {
+	case "":
+		fmt.Fprintf(w, "note  influx token: none (sink.influx.token_file is empty and there is no credential %s): writes go unauthenticated\n", credentialSource)
+	case "credential":
+		fmt.Fprintf(w, "ok    influx token: the influx-token credential (LoadCredential= from %s)\n", credentialSource)
+	default:
+		report(tokenFileMode(cfg), "influx token file %s: readable here, not by other users", cfg.Sink.Influx.TokenFile)
+	}
 	// The probe writes nothing, so there is nothing to compress.
 	probe := *cfg
 	probe.Sink.Influx.GZip = false
@@ -123,7 +163,11 @@ func check(ctx context.Context, cfg *config.Config, w io.Writer) int {
 		return problems
 	}
 	report(probeError(in.Probe(ctx), cfg), "influx %s: reachable, token and bucket %q accepted", cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket)
-	report(spoolWritable(cfg.Sink.Spool.Dir), "spool %s writable", cfg.Sink.Spool.Dir)
+	if _, err := os.Stat(stateDir); asService() && errors.Is(err, os.ErrNotExist) && underStateDir(cfg.Sink.Spool.Dir) {
+		fmt.Fprintf(w, "ok    spool %s: systemd creates %s for the service (StateDirectory=)\n", cfg.Sink.Spool.Dir, stateDir)
+	} else {
+		report(spoolWritable(cfg.Sink.Spool.Dir), "spool %s writable", cfg.Sink.Spool.Dir)
+	}
 	return problems
 }
 
@@ -135,11 +179,28 @@ func probeError(err error, cfg *config.Config) error {
 	}
 	switch we.Status {
 	case http.StatusUnauthorized, http.StatusForbidden:
+		if tokenFrom(cfg) == "" {
+			return fmt.Errorf("influx %s: authentication required (HTTP %d) and no token was sent: put it in %s", cfg.Sink.Influx.URL, we.Status, credentialSource)
+		}
 		return fmt.Errorf("influx %s: the token is refused (HTTP %d); check sink.influx.token_file", cfg.Sink.Influx.URL, we.Status)
 	case http.StatusNotFound:
 		return fmt.Errorf("influx %s: bucket %q does not exist (HTTP 404)", cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket)
 	}
 	return err
+}
+
+// tokenFrom says where the token comes from: "" (nowhere), "credential"
+// ($CREDENTIALS_DIRECTORY/influx-token) or "file" (sink.influx.token_file).
+func tokenFrom(cfg *config.Config) string {
+	if cfg.Sink.Influx.TokenFile != "" {
+		return "file"
+	}
+	if dir := os.Getenv("CREDENTIALS_DIRECTORY"); dir != "" {
+		if _, err := os.Stat(filepath.Join(dir, "influx-token")); err == nil {
+			return "credential"
+		}
+	}
+	return ""
 }
 
 // tokenFileMode refuses a token file that other users can read or write.
@@ -156,6 +217,15 @@ func tokenFileMode(cfg *config.Config) error {
 		return fmt.Errorf("sink.influx.token_file %s is readable or writable by every user (mode %04o): chmod 600 it", path, m)
 	}
 	return nil
+}
+
+// fileSinkWritable opens the file sink for appending, as the daemon does.
+func fileSinkWritable(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err != nil {
+		return fmt.Errorf("sink.file.path: %w", err)
+	}
+	return f.Close()
 }
 
 // spoolWritable creates and removes a file in the spool directory.

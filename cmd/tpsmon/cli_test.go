@@ -29,6 +29,11 @@ func runCLI(t *testing.T, args ...string) (string, error) {
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&out)
+	if len(args) > 0 && args[0] == "check" {
+		// In-process: as root (CI), checking again as the service user
+		// would run this test binary.
+		args = append(args, "--as-root")
+	}
 	root.SetArgs(args)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

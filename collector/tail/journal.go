@@ -2,6 +2,7 @@ package tail
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,19 +11,33 @@ import (
 	"log/slog"
 	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 )
 
-// Journal follows a systemd unit's journal through `journalctl -o json
-// -f`, which needs neither cgo nor libsystemd at build time (go-systemd's
+// Journal reads a systemd unit's journal through `journalctl -o json`,
+// which needs neither cgo nor libsystemd at build time (go-systemd's
 // sdjournal needs both). Positions are journal cursors.
+//
+// It polls (journalctl --after-cursor each Poll) instead of following
+// with -f: under a unit with ProtectKernelTunables= or
+// ProtectControlGroups=, `journalctl -f` was seen to wait forever without
+// passing a line (systemd 252), which read as a quiet server. A poll that
+// fails is an error with journalctl's own words; one that succeeds is
+// proof the journal is readable (Alive).
 type Journal struct {
 	Unit      string
 	StateFile string
 	// Command is journalctl's path; "journalctl" when empty.
 	Command string
-	Log     *slog.Logger
-	Alive   func(time.Time)
+	// Poll is the time between reads; 1s when zero.
+	Poll time.Duration
+	Log  *slog.Logger
+	// Alive is called after every successful read.
+	Alive func(time.Time)
+	// Failed is called with the reason when a read fails, and with nil
+	// when reading works again.
+	Failed func(error)
 }
 
 type journalEntry struct {
@@ -48,8 +63,8 @@ func (e journalEntry) message() []byte {
 	return b
 }
 
-// Run follows the journal until ctx ends; journalctl is restarted after
-// the last cursor if it exits.
+// Run reads the journal until ctx ends, from the saved cursor or, the
+// first time, from its end.
 func (j *Journal) Run(ctx context.Context, emit func(Line)) error {
 	if j.Log == nil {
 		j.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -58,68 +73,77 @@ func (j *Journal) Run(ctx context.Context, emit func(Line)) error {
 	if cmdName == "" {
 		cmdName = "journalctl"
 	}
+	poll := j.Poll
+	if poll <= 0 {
+		poll = time.Second
+	}
 	cursor := ""
 	if j.StateFile != "" {
 		if p, ok, err := LoadPosition(j.StateFile); err == nil && ok {
 			cursor = p.Cursor
 		}
 	}
-	backoff := time.Second
-	for ctx.Err() == nil {
-		args := []string{"-o", "json", "-f", "--no-pager", "-u", j.Unit}
+	var failing string
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		args := []string{"-o", "json", "--no-pager", "--show-cursor", "-u", j.Unit}
 		if cursor != "" {
 			args = append(args, "--after-cursor="+cursor)
 		} else {
 			args = append(args, "-n", "0")
 		}
-		last, err := j.follow(ctx, cmdName, args, emit)
+		last, err := j.read(ctx, cmdName, args, emit)
 		if last != "" {
-			cursor, backoff = last, time.Second
+			cursor = last
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		j.Log.Warn("journal: journalctl stopped; restarting", "unit", j.Unit, "err", err, "in", backoff)
+		switch {
+		case err != nil && err.Error() != failing:
+			failing = err.Error()
+			j.Log.Warn("journal unreadable", "unit", j.Unit, "err", err)
+			if j.Failed != nil {
+				j.Failed(err)
+			}
+		case err == nil && failing != "":
+			failing = ""
+			j.Log.Info("journal readable again", "unit", j.Unit)
+			if j.Failed != nil {
+				j.Failed(nil)
+			}
+		}
+		if err == nil && j.Alive != nil {
+			j.Alive(time.Now())
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(backoff):
+		case <-t.C:
 		}
-		backoff = min(2*backoff, time.Minute)
 	}
-	return nil
 }
 
-func (j *Journal) follow(ctx context.Context, name string, args []string, emit func(Line)) (string, error) {
+// read runs journalctl once and returns the cursor it ended at.
+func (j *Journal) read(ctx context.Context, name string, args []string, emit func(Line)) (string, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &limitedWriter{w: &stderr, n: 4 << 10}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return "", err
 	}
 	if err := cmd.Start(); err != nil {
-		return "", fmt.Errorf("journal: %w", err)
+		return "", fmt.Errorf("journalctl: %w", err)
 	}
-	stopAlive := make(chan struct{})
-	if j.Alive != nil {
-		go func() {
-			t := time.NewTicker(time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case <-stopAlive:
-					return
-				case now := <-t.C:
-					j.Alive(now)
-				}
-			}
-		}()
-	}
-	defer close(stopAlive)
 	r := bufio.NewReaderSize(out, 64<<10)
 	last := ""
 	for {
 		line, rerr := readBounded(r, 4*MaxLine)
-		if len(line) > 0 {
+		if c, ok := bytes.CutPrefix(line, []byte("-- cursor: ")); ok {
+			last = string(bytes.TrimSpace(c))
+		} else if len(line) > 0 {
 			var e journalEntry
 			if json.Unmarshal(line, &e) == nil && e.Cursor != "" {
 				t := time.Now()
@@ -136,12 +160,44 @@ func (j *Journal) follow(ctx context.Context, name string, args []string, emit f
 		}
 		if rerr != nil {
 			werr := cmd.Wait()
-			if errors.Is(rerr, io.EOF) {
-				rerr = werr
+			msg := strings.TrimSpace(stderr.String())
+			// journalctl without the right to read the system journal
+			// still exits 0 and shows nothing but this hint.
+			if werr == nil && strings.Contains(msg, "not seeing messages from other users and the system") {
+				werr = errors.New("exit status 0")
 			}
-			return last, rerr
+			if werr != nil {
+				if msg != "" {
+					msg, _, _ = strings.Cut(msg, "\n")
+					hint := ""
+					if strings.Contains(msg, "permission") || strings.Contains(msg, "not seeing messages") {
+						hint = "; the reading user needs the systemd-journal or adm group"
+					}
+					return last, fmt.Errorf("journalctl -u %s: %s (%v)%s", j.Unit, msg, werr, hint)
+				}
+				return last, fmt.Errorf("journalctl -u %s: %w", j.Unit, werr)
+			}
+			if !errors.Is(rerr, io.EOF) {
+				return last, fmt.Errorf("journalctl -u %s: %w", j.Unit, rerr)
+			}
+			return last, nil
 		}
 	}
+}
+
+// limitedWriter keeps the first n bytes written to it.
+type limitedWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		k := min(len(p), l.n)
+		l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
 }
 
 // readBounded reads one line, keeping at most max bytes of it.

@@ -3,6 +3,7 @@ package tail
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -32,5 +33,28 @@ func TestJournalFollowsAndResumes(t *testing.T) {
 	again := run()
 	if len(again) == 0 || string(again[0].Text) != "plain line" {
 		t.Errorf("after resuming: %+v", again)
+	}
+}
+
+func TestJournalUnreadableIsAnErrorWithJournalctlsWords(t *testing.T) {
+	cmd, _ := filepath.Abs("testdata/fake-journalctl-denied")
+	var reasons []error
+	alive := 0
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	j := &Journal{Unit: "vllm.service", Command: cmd, Poll: 50 * time.Millisecond,
+		Alive: func(time.Time) { alive++ }, Failed: func(err error) { reasons = append(reasons, err) }}
+	j.Run(ctx, func(Line) { t.Error("a line from a journal that cannot be read") })
+	if alive != 0 {
+		t.Errorf("Alive called %d times for an unreadable journal", alive)
+	}
+	// Said once, however many polls fail.
+	if len(reasons) != 1 || reasons[0] == nil {
+		t.Fatalf("reasons %v, want one", reasons)
+	}
+	for _, want := range []string{"vllm.service", "insufficient permissions", "systemd-journal"} {
+		if !strings.Contains(reasons[0].Error(), want) {
+			t.Errorf("reason %q lacks %q", reasons[0], want)
+		}
 	}
 }

@@ -5,6 +5,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -191,6 +193,9 @@ func (a *Agent) assemble(p *pipeline, tel *telemetry) (influx *sink.SpoolWriter,
 	switch {
 	case o.Outputs != nil:
 		p.outputs = append(p.outputs, o.Outputs...)
+	case influx == nil && cfg.Sink.File.Path == config.NoFileSink:
+		log.Warn("no InfluxDB configured (sink.influx.url) and sink.file.path is none: points are not written; " +
+			"the open and recent windows are still on http.listen and in tpsmon top")
 	case influx == nil:
 		f, err := sink.OpenFile(cfg.Sink.File.Path)
 		if err != nil {
@@ -253,7 +258,12 @@ func (a *Agent) supervise(p *pipeline, tel *telemetry, influx *sink.SpoolWriter,
 				notify(log, daemon.SdNotifyWatchdog)
 				lastPing, stuck = now, false
 			} else if !stuck {
-				log.Error("main loop or GPU sampler stuck; withholding the watchdog keep-alive", "stale_after", stale)
+				// What is stuck, and where our goroutines stand: the short
+				// trace a watchdog restart leaves (the unit stops with
+				// SIGTERM, not SIGABRT's full dump of every goroutine).
+				log.Error("main loop or GPU sampler stuck; withholding the watchdog keep-alive", "stale_after", stale,
+					"loop_age", now.Sub(time.Unix(0, p.loopAt.Load())).Round(time.Second),
+					"gpu_age", now.Sub(time.Unix(0, p.gpuAt.Load())).Round(time.Second), "stacks", ourStacks())
 				stuck = true
 			}
 		}
@@ -414,4 +424,30 @@ func movePositions(old, cur string, log *slog.Logger) {
 	}
 	os.Remove(old) // only when empty
 	log.Info("log positions moved into the state directory", "from", old, "to", cur)
+}
+
+// ourStacks is the goroutine profile cut to tpsmon's own frames, identical
+// stacks counted once: a few lines that say where each part waits.
+func ourStacks() string {
+	var buf bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&buf, 1); err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, block := range strings.Split(buf.String(), "\n\n") {
+		lines := strings.Split(block, "\n")
+		count, _, _ := strings.Cut(lines[0], " @")
+		var frames []string
+		for _, l := range lines[1:] {
+			f := strings.Fields(l)
+			if len(f) >= 4 && strings.Contains(f[2], "tpsmon/tpsmon/") {
+				name := f[2][strings.LastIndex(f[2], "/")+1:]
+				frames = append(frames, name+" "+filepath.Base(f[3]))
+			}
+		}
+		if len(frames) > 0 {
+			out = append(out, count+": "+strings.Join(frames, " < "))
+		}
+	}
+	return strings.Join(out, "; ")
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,6 +89,39 @@ type pipeline struct {
 	gpus          atomic.Int64
 	unreadable    atomic.Int64
 	servers       atomic.Int64
+
+	// srcErr holds why a server's log cannot be read (journalctl's or the
+	// file's own error), for the status line and /healthz.
+	srcErrMu sync.Mutex
+	srcErr   map[string]string
+}
+
+// sourceFailed records (err != nil) or clears why a server's log source
+// cannot be read.
+func (p *pipeline) sourceFailed(server string, err error) {
+	p.srcErrMu.Lock()
+	defer p.srcErrMu.Unlock()
+	if err == nil {
+		delete(p.srcErr, server)
+		return
+	}
+	if p.srcErr == nil {
+		p.srcErr = make(map[string]string)
+	}
+	p.srcErr[server] = err.Error()
+}
+
+// sourceErrors lists "server: reason" for every log source that cannot
+// be read, sorted.
+func (p *pipeline) sourceErrors() []string {
+	p.srcErrMu.Lock()
+	defer p.srcErrMu.Unlock()
+	out := make([]string, 0, len(p.srcErr))
+	for s, e := range p.srcErr {
+		out = append(out, s+": "+e)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // liveFeed shows the window still open.
@@ -313,6 +347,9 @@ func (p *pipeline) run(ctx context.Context) error {
 		case nc := <-p.reconf:
 			src.stop()
 			drain()
+			p.srcErrMu.Lock()
+			clear(p.srcErr) // the sources start again below and say anew
+			p.srcErrMu.Unlock()
 			p.cfg = nc
 			p.servers.Store(int64(len(nc.Servers)))
 			j.SetServers(serversOf(nc), maxGapOfConfig(nc))
@@ -554,7 +591,8 @@ func (p *pipeline) healthy(now time.Time, stale time.Duration) bool {
 // status is the one-line state systemd shows.
 func (p *pipeline) status() string {
 	s := fmt.Sprintf("monitoring %d servers", p.servers.Load())
-	if n := p.unreadable.Load(); n > 0 {
+	logErrs := p.sourceErrors()
+	if n := p.unreadable.Load() + int64(len(logErrs)); n > 0 {
 		s += fmt.Sprintf(" (%d unreadable)", n)
 	}
 	switch {
@@ -564,6 +602,9 @@ func (p *pipeline) status() string {
 		s += fmt.Sprintf(", %d GPUs", p.gpus.Load())
 	default:
 		s += ", GPU sampling unavailable"
+	}
+	if len(logErrs) > 0 {
+		s += "; " + logErrs[0]
 	}
 	return s
 }
@@ -684,10 +725,17 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerCo
 	if s.Log.File != "" {
 		t := &tail.Tailer{Path: s.Log.File, StateFile: state, Log: p.log.With("server", name), Alive: alive, Now: p.now, Poll: p.logPoll,
 			Peek: peek}
-		src.wg.Go(func() { t.Run(ctx, emit) })
+		src.wg.Go(func() {
+			if err := t.Run(ctx, emit); err != nil {
+				err = fmt.Errorf("log %s: %w", s.Log.File, err)
+				p.log.Error("log unreadable; the server reads as down", "server", name, "err", err)
+				p.sourceFailed(name, err)
+			}
+		})
 		return nil
 	}
-	jn := &tail.Journal{Unit: s.Log.JournalUnit, StateFile: state, Log: p.log.With("server", name), Alive: alive}
+	jn := &tail.Journal{Unit: s.Log.JournalUnit, StateFile: state, Log: p.log.With("server", name), Alive: alive,
+		Failed: func(err error) { p.sourceFailed(name, err) }}
 	src.wg.Go(func() { jn.Run(ctx, emit) })
 	return nil
 }

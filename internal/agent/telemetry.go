@@ -148,6 +148,9 @@ func (t *telemetry) health() (healthReport, int) {
 	if n := t.p.unreadable.Load(); n > 0 {
 		r.Issues = append(r.Issues, fmt.Sprintf("%d of %d servers unreadable now", n, t.p.servers.Load()))
 	}
+	for _, e := range t.p.sourceErrors() {
+		r.Issues = append(r.Issues, "log unreadable, server reads as down: "+e)
+	}
 	if len(r.Issues) > 0 {
 		r.Status = "degraded"
 		return r, http.StatusServiceUnavailable

@@ -33,6 +33,11 @@ const DefaultPath = "/etc/tpsmon/tpsmon.yaml"
 
 const defaultSpoolDir = "/var/lib/tpsmon/spool"
 
+// NoFileSink as sink.file.path writes points nowhere: the packaged
+// default, so a service not yet pointed at InfluxDB does not fill the
+// journal.
+const NoFileSink = "none"
+
 // Config is design §6. Every key has a default below, so that TPSMON_*
 // environment variables reach it.
 type Config struct {
