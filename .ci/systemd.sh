@@ -173,6 +173,10 @@ grep -q 'log unreadable, server reads as down: private: .*permission denied' <<<
 c journalctl -u tpsmon --no-pager -o cat | grep -q 'log unreadable; the server reads as down.*private' ||
 	fail "the journal does not say which log is unreadable"
 
+score=$(c systemd-analyze security tpsmon.service --no-pager | sed -n 's/.*Overall exposure level for tpsmon.service: \([0-9.]*\).*/\1/p')
+say "live systemd-analyze security: $score"
+awk -v s="$score" 'BEGIN { exit !(s != "" && s <= 2.0) }' || fail "exposure $score is above 2.0"
+
 say "== check as root while the service runs, then a restart"
 out=$(c tpsmon check 2>&1) || true
 grep -qF "ok    spool /var/lib/tpsmon/spool writable" <<<"$out" || fail "check with the service running: $out"

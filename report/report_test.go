@@ -360,7 +360,10 @@ func screenshot(t *testing.T, page, out string) {
 		}
 	}
 	if bin == "" {
-		t.Fatal("no chromium on PATH: apt-get install chromium (.ci/run does)")
+		if os.Getenv("CI") != "" {
+			t.Fatal("no chromium on PATH, and CI must run this test: `make chromium` (as root) installs it")
+		}
+		t.Skip("no chromium on PATH and not installable here: `make chromium` installs it as root")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -352,3 +352,45 @@ func num(t *testing.T, v any) float64 {
 	}
 	return f
 }
+
+func TestRunOncePrintsTheFirstWindowAndWritesNothing(t *testing.T) {
+	// An InfluxDB that counts writes: --once must send it nothing.
+	writes := 0
+	influx := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writes++
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer influx.Close()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "tpsmon.yaml")
+	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`window: 1s
+grace: 100ms
+gpu: {backend: sim, interval: 100ms, sim_gpus: 3}
+discovery: {enabled: false}
+sink:
+  influx: {url: %s, bucket: tpsmon}
+  spool: {dir: %s}
+`, influx.URL, filepath.Join(dir, "spool"))), 0o600)
+	out, err := runCLI(t, "run", "--once", "-c", cfgPath)
+	if err != nil {
+		t.Fatalf("run --once: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("got %d lines, want the 3 GPUs of one window:\n%s", len(lines), out)
+	}
+	ts := ""
+	for _, l := range lines {
+		stamp := l[strings.LastIndex(l, " ")+1:]
+		if !strings.HasPrefix(l, "tpsmon_gpu,") || (ts != "" && stamp != ts) {
+			t.Errorf("not a point of the one window: %q", l)
+		}
+		ts = stamp
+	}
+	if writes != 0 {
+		t.Errorf("--once wrote to InfluxDB %d times", writes)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "spool")); err == nil {
+		t.Error("--once left a spool behind")
+	}
+}

@@ -1,15 +1,19 @@
 package main
 
 import (
+	"context"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/influxdata/influxdb-client-go/v2/api/write"
 	"github.com/spf13/cobra"
 
 	"github.com/tpsmon/tpsmon/internal/agent"
 	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/internal/logging"
+	"github.com/tpsmon/tpsmon/sink"
 )
 
 func newRunCmd() *cobra.Command {
@@ -33,6 +37,15 @@ leaves the rest in the spool.`,
 			for _, name := range config.UnknownEnv() {
 				log.Warn("environment variable names no configuration key; ignored", "name", name)
 			}
+			if once, _ := cmd.Flags().GetBool("once"); once {
+				// What the daemon would write, once: nothing goes to
+				// InfluxDB, no state is kept, no port is taken.
+				cfg.Sink.Influx.URL, cfg.HTTP.Listen = "", ""
+				ctx, cancel := context.WithCancel(cmd.Context())
+				defer cancel()
+				return agent.New(cfg, agent.Options{Log: log, Version: version,
+					Outputs: []agent.PointWriter{&firstWindow{w: cmd.OutOrStdout(), done: cancel}}}).Run(ctx)
+			}
 			return agent.New(cfg, agent.Options{
 				Log:      log,
 				Version:  version,
@@ -43,5 +56,23 @@ leaves the rest in the spool.`,
 		},
 	}
 	addConfigFlags(cmd)
+	cmd.Flags().Bool("once", false, "run until the first window closes, print its points (line protocol) to stdout and exit; writes nothing to InfluxDB")
 	return cmd
+}
+
+// firstWindow prints the first points written, in line protocol, and
+// ends the run; the open windows closed at shutdown are not printed.
+type firstWindow struct {
+	w       io.Writer
+	done    func()
+	printed bool
+}
+
+func (f *firstWindow) WritePoints(pts []*write.Point) error {
+	if f.printed {
+		return nil
+	}
+	f.printed = true
+	defer f.done()
+	return sink.NewLPWriter(f.w).WritePoints(pts)
 }
