@@ -170,7 +170,9 @@ grep -q '(1 unreadable)' <<<"$s" && grep -q 'private: log /var/log/llm-private/v
 	fail "the status line does not say which log is unreadable and why: $s"
 hz=$(curl -sS "http://$http/healthz")
 grep -q 'log unreadable, server reads as down: private: .*permission denied' <<<"$hz" || fail "/healthz does not show the unreadable log: $hz"
-c journalctl -u tpsmon --no-pager -o cat | grep -q 'log unreadable; the server reads as down.*private' ||
+# Read whole first: grep -q leaving the pipe early fails journalctl (SIGPIPE) under pipefail.
+journal=$(c journalctl -u tpsmon --no-pager -o cat)
+grep -q 'log unreadable; the server reads as down.*private' <<<"$journal" ||
 	fail "the journal does not say which log is unreadable"
 
 score=$(c systemd-analyze security tpsmon.service --no-pager | sed -n 's/.*Overall exposure level for tpsmon.service: \([0-9.]*\).*/\1/p')

@@ -26,8 +26,11 @@ grep -q '^ Depends:.*systemd' <<<"$info" || fail "package does not depend on sys
 # dpkg 1.19/1.20 (Ubuntu 20.04, Debian 11) cannot unpack zstd members.
 members=$(ar t "$deb")
 grep -qx 'data.tar.xz' <<<"$members" || fail "data member is not xz (dpkg < 1.21 cannot read zstd): $members"
+# The list is read whole first: grep -q leaving a pipe early makes tar fail
+# on SIGPIPE, which pipefail reported as a missing script.
+control=$(dpkg-deb --ctrl-tarfile "$deb" | tar -t)
 for s in postinst prerm postrm; do
-	dpkg-deb --ctrl-tarfile "$deb" | tar -t | grep -qx "./$s" || fail "package lacks its $s script"
+	grep -qx "./$s" <<<"$control" || fail "package lacks its $s script"
 done
 rpm=$(ls dist/tpsmon-*.rpm) || fail "no .rpm built"
 name=$(basename "$deb")
