@@ -168,8 +168,8 @@ s=$(status_line)
 say "status: $s"
 grep -q '(1 unreadable)' <<<"$s" && grep -q 'private: log /var/log/llm-private/vllm.log' <<<"$s" ||
 	fail "the status line does not say which log is unreadable and why: $s"
-hz=$(curl -sS "http://$http/healthz")
-grep -q 'log unreadable, server reads as down: private: .*permission denied' <<<"$hz" || fail "/healthz does not show the unreadable log: $hz"
+hz=$(curl -sS "http://$http/readyz")
+grep -q 'log unreadable, server reads as down: private: .*permission denied' <<<"$hz" || fail "/readyz does not show the unreadable log: $hz"
 # Read whole first: grep -q leaving the pipe early fails journalctl (SIGPIPE) under pipefail.
 journal=$(c journalctl -u tpsmon --no-pager -o cat)
 grep -q 'log unreadable; the server reads as down.*private' <<<"$journal" ||
