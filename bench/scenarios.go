@@ -169,13 +169,6 @@ type side struct {
 // configuration, first connections.
 const warmUp = 30 * time.Second
 
-func ratio(a, b float64) string {
-	if b == 0 {
-		return "–"
-	}
-	return fmt.Sprintf("%.3f", a/b)
-}
-
 // s1 runs the steady node on each side for d.
 func (h *harness) s1(d time.Duration, runs int) (string, error) {
 	base := h.serve(1)

@@ -122,6 +122,9 @@ func Dashboard() ([]byte, error) {
 		return []cog.Builder[variants.Dataquery]{raw(q, "time_series")}
 	}
 
+	// The classic (v1) dashboard JSON is what Grafana's import and every
+	// Grafana version in use read; dashboardv2 needs Grafana 12's new schema.
+	//lint:ignore SA1019 v1 on purpose, see above
 	b := dashboard.NewDashboardBuilder("tpsmon: is this hardware turning into tokens?").
 		Uid("tpsmon-fleet").Tags([]string{"tpsmon", "gpu", "llm"}).Time("now-24h", "now").Refresh("1m").Timezone("utc").
 		Description("tpsmon's windows in InfluxDB: servers' tokens per second against their GPUs, per GPU readings, and the fleet's trends from the hourly and daily rollups (tpsmon rollup).").

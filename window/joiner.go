@@ -488,11 +488,11 @@ func (j *Joiner) gpuPoint(g *gpuState, s, e time.Time, server string) (*gpuWindo
 	}
 	// Energy from the counter's delta over exactly this window; a GPU
 	// without the counter (pre-Volta, replayed CSV) integrates power.
-	obsJ, obsSecs := g.energy.observed(s, e, j.cfg.MaxGap)
+	obsJ, obsSpan := g.energy.observed(s, e, j.cfg.MaxGap)
 	if sp, ok := g.energy.close(e, j.cfg.MaxGap); ok && gw.covered > 0 {
 		gw.energyJ, gw.hasJ = sp.delta()/1000, true
-		if obsSecs > 0 {
-			gw.watts = obsJ / 1000 / obsSecs.Seconds()
+		if obsSpan > 0 {
+			gw.watts = obsJ / 1000 / obsSpan.Seconds()
 		}
 		fields[schema.FieldEnergySource] = schema.EnergyCounter
 	} else if gw.power.n > 0 && gw.covered > 0 {
@@ -716,9 +716,9 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 	var spans [collector.NumCounters]span
 	var have [collector.NumCounters]bool
 	var obs [collector.NumCounters]float64
-	var obsSecs [collector.NumCounters]time.Duration
+	var obsSpan [collector.NumCounters]time.Duration
 	for c := range collector.NumCounters {
-		obs[c], obsSecs[c] = st.counters[c].observed(s, e, j.cfg.MaxGap)
+		obs[c], obsSpan[c] = st.counters[c].observed(s, e, j.cfg.MaxGap)
 		spans[c], have[c] = st.counters[c].close(e, j.cfg.MaxGap)
 	}
 	scraped := st.seen.covered(s, e, j.cfg.MaxGap)
@@ -749,7 +749,7 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 			m.hasTokens = true
 			m.tokens = j.bound(tok.delta() + iv.tokens)
 			m.tokensInt = int64(j.bound(float64(tok.count() + st.roundTokens(iv.tokens))))
-			m.rateTokens, m.tokenSecs = j.bound(obs[collector.GenerationTokens]+iv.tokens), obsSecs[collector.GenerationTokens].Seconds()
+			m.rateTokens, m.tokenSecs = j.bound(obs[collector.GenerationTokens]+iv.tokens), obsSpan[collector.GenerationTokens].Seconds()
 			if !have[collector.GenerationTokens] {
 				m.rateTokens, m.tokenSecs = m.tokens, scraped.Seconds()
 			}
@@ -762,7 +762,7 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 		if have[collector.PromptTokens] {
 			p := spans[collector.PromptTokens]
 			m.prompt, m.promptInt, m.hasPrompt = j.bound(p.delta()), int64(j.bound(float64(p.count()))), true
-			m.ratePrompt, m.promptSecs = j.bound(obs[collector.PromptTokens]), obsSecs[collector.PromptTokens].Seconds()
+			m.ratePrompt, m.promptSecs = j.bound(obs[collector.PromptTokens]), obsSpan[collector.PromptTokens].Seconds()
 		}
 		if have[collector.Preemptions] {
 			m.preempt, m.hasPreempt = spans[collector.Preemptions].count(), true
