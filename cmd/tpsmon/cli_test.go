@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/config/configtest"
 	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
+	"github.com/tpsmon/tpsmon/internal/tpsmonbin"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
 	"github.com/tpsmon/tpsmon/sink/spool"
@@ -141,13 +143,9 @@ func TestCheckAllWell(t *testing.T) {
 }
 
 func TestBinaryExitStatus(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "tpsmon")
-	build := exec.Command("go", "build", "-ldflags", "-X main.version=9.9.9-test", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := tpsmonbin.Path(t)
 	out, err := exec.Command(bin, "version").Output()
-	if err != nil || !strings.HasPrefix(string(out), "tpsmon 9.9.9-test") {
+	if err != nil || !strings.HasPrefix(string(out), "tpsmon "+tpsmonbin.Version) {
 		t.Errorf("version: %q %v", out, err)
 	}
 	cmd := exec.Command(bin, "run", "-c", "testdata/unknown_key.yaml")
@@ -225,7 +223,7 @@ func TestReportCommand(t *testing.T) {
 	base := influxtest.URL(t)
 	db := influxtest.CreateDB(t, base, "reportcmd")
 	// An hour of one server that idles on one of its two GPUs.
-	cfg := testConfig(t)
+	cfg := configtest.Private(t)
 	cfg.Window = time.Minute
 	cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket = base, db
 	now := time.Now().UTC().Truncate(time.Minute)
@@ -324,33 +322,6 @@ func deliver(t *testing.T, cfg *config.Config, lp []byte) {
 	if err := (&sink.Sender{Spool: sp, W: in}).Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// testConfig is the default configuration with everything a test must
-// not share with others (ports, directories) made private.
-func testConfig(t *testing.T) *config.Config {
-	t.Helper()
-	cfg, err := config.Load("", false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.HTTP.Listen = "127.0.0.1:0"
-	cfg.Sink.Spool.Dir = t.TempDir()
-	cfg.Discovery.Enabled = false
-	return cfg
-}
-
-func num(t *testing.T, v any) float64 {
-	t.Helper()
-	n, ok := v.(json.Number)
-	if !ok {
-		t.Fatalf("%v (%T) is not a number", v, v)
-	}
-	f, err := n.Float64()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
 }
 
 func TestRunOncePrintsTheFirstWindowAndWritesNothing(t *testing.T) {

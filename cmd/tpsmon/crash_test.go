@@ -14,24 +14,9 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
+	"github.com/tpsmon/tpsmon/internal/tpsmonbin"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
 )
-
-// windowStarts returns the distinct window starts (Unix seconds) of the
-// server's points and how many rows there were.
-func windowStarts(t *testing.T, base, db string) (map[int64]bool, int) {
-	t.Helper()
-	series := influxtest.Query(t, base, db, `SELECT tokens, coverage FROM tpsmon_server WHERE "server" = 'llm'`)
-	got := map[int64]bool{}
-	if len(series) == 0 {
-		return got, 0
-	}
-	rows := series[0].Rows()
-	for _, r := range rows {
-		got[int64(num(t, r["time"]))] = true
-	}
-	return got, len(rows)
-}
 
 // proc is a tpsmon process of the test.
 type proc struct {
@@ -63,17 +48,8 @@ func firstWindowOf(t *testing.T, d *proc) time.Time {
 	return w
 }
 
-func buildTpsmon(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "tpsmon")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 func TestKilledAndRestartedLosesNothingSpooled(t *testing.T) {
-	bin := buildTpsmon(t)
+	bin := tpsmonbin.Path(t)
 	srv := influxtest.Start(t)
 	db := influxtest.CreateDB(t, srv.URL, "crash")
 	src := &vllmsim.Driven{Rate: 100, Start: time.Now(), ResetAt: time.Now().Add(time.Hour)}
@@ -131,7 +107,7 @@ http: {listen: "127.0.0.1:0"}
 		t.Errorf("reported gap %s..%s, kill at %s, restarted in the window of %s", m[1], m[2],
 			killed.Format(time.RFC3339Nano), restarted.Format(time.RFC3339))
 	}
-	got, rows := windowStarts(t, srv.URL, db)
+	got, rows := influxtest.WindowStarts(t, srv.URL, db, "llm")
 	firstWindow := firstWindowOf(t, first)
 	spooled := 0
 	for w := firstWindow.Unix(); w < from.Unix(); w++ {

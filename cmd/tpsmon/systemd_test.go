@@ -10,10 +10,11 @@ import (
 	"testing"
 
 	"github.com/tpsmon/tpsmon/internal/sim/sdnotify"
+	"github.com/tpsmon/tpsmon/internal/tpsmonbin"
 )
 
 func TestSystemdLifecycle(t *testing.T) {
-	bin := buildTpsmon(t)
+	bin := tpsmonbin.Path(t)
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "tpsmon.yaml")
 	good := fmt.Sprintf(`window: 1s

@@ -22,9 +22,11 @@ import (
 	"github.com/tpsmon/tpsmon/internal/agent"
 	"github.com/tpsmon/tpsmon/internal/api"
 	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/config/configtest"
 	"github.com/tpsmon/tpsmon/internal/sim/gpusim"
 	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/internal/top"
+	"github.com/tpsmon/tpsmon/internal/tpsmonbin"
 	"github.com/tpsmon/tpsmon/schema"
 )
 
@@ -235,7 +237,7 @@ func TestWindowsAPIOnDaemon(t *testing.T) {
 	start := time.Now()
 	srv := httptest.NewServer(&vllmsim.Driven{Rate: rate, Start: start.Add(-time.Hour), ResetAt: start.Add(time.Hour)})
 	defer srv.Close()
-	cfg := testConfig(t)
+	cfg := configtest.Private(t)
 	cfg.HTTP.Listen = freeAddr(t)
 	cfg.Host = "api-node"
 	cfg.Window, cfg.Grace = time.Second, 300*time.Millisecond
@@ -287,20 +289,10 @@ func TestWindowsAPIOnDaemon(t *testing.T) {
 	}
 }
 
-// tpsmonBinary builds tpsmon for a test that runs it.
-func tpsmonBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "tpsmon")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // TestTopNothingListening: one line that says what to check, exit 1.
 func TestTopNothingListening(t *testing.T) {
 	addr := freeAddr(t)
-	bin := tpsmonBinary(t)
+	bin := tpsmonbin.Path(t)
 	for _, args := range [][]string{{"top", "--addr", addr}, {"top", "--once", "--addr", addr}} {
 		cmd := exec.Command(bin, args...)
 		var stdout, stderr strings.Builder
@@ -335,7 +327,7 @@ func TestTopInTmux(t *testing.T) {
 		t.Skip("tmux not installed and not installable here (`make tmux` installs it as root)")
 	}
 	dir := t.TempDir()
-	bin := tpsmonBinary(t)
+	bin := tpsmonbin.Path(t)
 	addr := freeAddr(t)
 	c, _ := top.NewClient(addr, &http.Client{Timeout: time.Second})
 	startDemo := func() *exec.Cmd {

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"math"
@@ -11,37 +10,11 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/config/configtest"
 	"github.com/tpsmon/tpsmon/internal/sim/gpusim"
 	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
 )
-
-// testConfig is the default configuration with everything a test must
-// not share with others (ports, directories) made private.
-func testConfig(t *testing.T) *config.Config {
-	t.Helper()
-	cfg, err := config.Load("", false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.HTTP.Listen = "127.0.0.1:0"
-	cfg.Sink.Spool.Dir = t.TempDir()
-	cfg.Discovery.Enabled = false
-	return cfg
-}
-
-func num(t *testing.T, v any) float64 {
-	t.Helper()
-	n, ok := v.(json.Number)
-	if !ok {
-		t.Fatalf("%v (%T) is not a number", v, v)
-	}
-	f, err := n.Float64()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
 
 func TestRunAgainstRealInfluxDB(t *testing.T) {
 	base := influxtest.URL(t)
@@ -55,7 +28,7 @@ func TestRunAgainstRealInfluxDB(t *testing.T) {
 	srv := httptest.NewServer(src)
 	defer srv.Close()
 
-	cfg := testConfig(t)
+	cfg := configtest.Private(t)
 	cfg.Host = "it-node"
 	cfg.Window, cfg.Grace = time.Second, 300*time.Millisecond
 	cfg.GPU.Interval = 100 * time.Millisecond
@@ -82,18 +55,18 @@ func TestRunAgainstRealInfluxDB(t *testing.T) {
 	}
 	full := 0
 	for _, r := range rows {
-		ts := time.Unix(int64(num(t, r["time"])), 0)
+		ts := time.Unix(int64(influxtest.Num(t, r["time"])), 0)
 		if r["host"] != "it-node" || r["engine"] != "vllm" || r["model"] != "test/model" || r["gpus"] != "0,1" {
 			t.Errorf("window %v tags: %v", ts, r)
 		}
 		if r["tokens"] == nil {
 			continue // a partial first or last window may hold no rate
 		}
-		tokens := num(t, r["tokens"])
+		tokens := influxtest.Num(t, r["tokens"])
 		if tokens < 0 {
 			t.Errorf("window %v: negative tokens %v", ts, tokens)
 		}
-		cov := num(t, r["coverage"])
+		cov := influxtest.Num(t, r["coverage"])
 		resetWindow := !resetAt.Before(ts) && resetAt.Before(ts.Add(time.Second))
 		if cov < 0.999 {
 			continue
@@ -107,23 +80,23 @@ func TestRunAgainstRealInfluxDB(t *testing.T) {
 			continue
 		}
 		full++
-		tps := num(t, r["system_tps"])
+		tps := influxtest.Num(t, r["system_tps"])
 		if math.Abs(tps-rate)/rate > 0.01 {
 			t.Errorf("window %v: system_tps %.2f, want %v within 1%%", ts, tps, rate)
 		}
 		if math.Abs(tokens-rate) > 3 {
 			t.Errorf("window %v: tokens %v, want %v", ts, tokens, rate)
 		}
-		if r["state"] != "ok" || num(t, r["running"]) != 10 || num(t, r["kv_cache_usage"]) != 0.5 {
+		if r["state"] != "ok" || influxtest.Num(t, r["running"]) != 10 || influxtest.Num(t, r["kv_cache_usage"]) != 0.5 {
 			t.Errorf("window %v: state %v running %v kv %v", ts, r["state"], r["running"], r["kv_cache_usage"])
 		}
-		if e := num(t, r["energy_j"]); math.Abs(e-600) > 6 {
+		if e := influxtest.Num(t, r["energy_j"]); math.Abs(e-600) > 6 {
 			t.Errorf("window %v: energy_j %v, want 600 (2 GPUs x 300 W x 1 s)", ts, e)
 		}
-		if tpj := num(t, r["tokens_per_joule"]); math.Abs(tpj-rate/600) > 0.01 {
+		if tpj := influxtest.Num(t, r["tokens_per_joule"]); math.Abs(tpj-rate/600) > 0.01 {
 			t.Errorf("window %v: tokens_per_joule %v", ts, tpj)
 		}
-		if num(t, r["gpu_util"]) != 80 || num(t, r["power_w"]) != 600 || num(t, r["tps_per_gpu"]) < rate/2*0.99 {
+		if influxtest.Num(t, r["gpu_util"]) != 80 || influxtest.Num(t, r["power_w"]) != 600 || influxtest.Num(t, r["tps_per_gpu"]) < rate/2*0.99 {
 			t.Errorf("window %v: gpu fields %v", ts, r)
 		}
 	}
@@ -135,7 +108,7 @@ func TestRunAgainstRealInfluxDB(t *testing.T) {
 	want := []string{"util", "util_max", "mem_util", "mem_used_bytes", "mem_total_bytes", "power_w", "energy_j",
 		"temp_c", "sm_clock_mhz", "throttle", "samples", "coverage", "host", "uuid", "name", "server"}
 	for _, r := range gpuRows {
-		if num(t, r["coverage"]) < 0.999 {
+		if influxtest.Num(t, r["coverage"]) < 0.999 {
 			continue
 		}
 		for _, k := range want {
@@ -143,7 +116,7 @@ func TestRunAgainstRealInfluxDB(t *testing.T) {
 				t.Errorf("tpsmon_gpu at %v lacks %s", r["time"], k)
 			}
 		}
-		if r["server"] != "llm" || r["uuid"] != "GPU-test-1" || num(t, r["throttle"]) != 4 {
+		if r["server"] != "llm" || r["uuid"] != "GPU-test-1" || influxtest.Num(t, r["throttle"]) != 4 {
 			t.Errorf("gpu row %v", r)
 		}
 	}

@@ -17,28 +17,13 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/config/configtest"
 	"github.com/tpsmon/tpsmon/internal/sim/gpusim"
 	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
 	"github.com/tpsmon/tpsmon/sink/spool"
 )
-
-// windowStarts returns the distinct window starts (Unix seconds) of the
-// server's points and how many rows there were.
-func windowStarts(t *testing.T, base, db string) (map[int64]bool, int) {
-	t.Helper()
-	series := influxtest.Query(t, base, db, `SELECT tokens, coverage FROM tpsmon_server WHERE "server" = 'llm'`)
-	got := map[int64]bool{}
-	if len(series) == 0 {
-		return got, 0
-	}
-	rows := series[0].Rows()
-	for _, r := range rows {
-		got[int64(num(t, r["time"]))] = true
-	}
-	return got, len(rows)
-}
 
 func TestOutageLosesNoWindow(t *testing.T) {
 	t.Parallel()
@@ -48,7 +33,7 @@ func TestOutageLosesNoWindow(t *testing.T) {
 	vllm := httptest.NewServer(src)
 	defer vllm.Close()
 
-	cfg := testConfig(t)
+	cfg := configtest.Private(t)
 	cfg.Window, cfg.Grace = time.Second, 200*time.Millisecond
 	cfg.GPU.Interval = 200 * time.Millisecond
 	cfg.Servers = []config.ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: vllm.URL, GPUs: []string{"auto"}, ScrapeInterval: 100 * time.Millisecond}}
@@ -70,7 +55,7 @@ func TestOutageLosesNoWindow(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	got, rows := windowStarts(t, srv.URL, db)
+	got, rows := influxtest.WindowStarts(t, srv.URL, db, "llm")
 	first, last := start.Unix(), time.Now().Unix()-1
 	for w := first; w <= last; w++ {
 		if !got[w] {
@@ -93,7 +78,7 @@ func TestPartialWriteQuarantinesOnlyBadLines(t *testing.T) {
 	t.Parallel()
 	base := influxtest.URL(t)
 	db := influxtest.CreateDB(t, base, "partial")
-	cfg := testConfig(t)
+	cfg := configtest.Private(t)
 	cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket = base, db
 	out, stop, err := startInflux(cfg, slog.New(slog.DiscardHandler), "test")
 	if err != nil {
@@ -125,7 +110,7 @@ func TestTelemetryEndpoints(t *testing.T) {
 		w.WriteHeader(http.StatusUnauthorized)
 	}))
 	defer refuse.Close()
-	cfg := testConfig(t)
+	cfg := configtest.Private(t)
 	cfg.Window, cfg.Grace = 500*time.Millisecond, 100*time.Millisecond
 	cfg.GPU.Backend, cfg.GPU.Interval = "sim", 100*time.Millisecond
 	cfg.Sink.Influx.URL = refuse.URL
@@ -198,7 +183,7 @@ func (enospcFile) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
 
 func TestFullDiskDaemonGoesOnCountingDrops(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig(t)
+	cfg := configtest.Private(t)
 	cfg.Window, cfg.Grace = 300*time.Millisecond, 50*time.Millisecond
 	cfg.GPU.Backend, cfg.GPU.Interval = "sim", 50*time.Millisecond
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/config/configtest"
 	"github.com/tpsmon/tpsmon/sink"
 )
 
@@ -68,7 +69,7 @@ func TestOneBadSampleDoesNotCorrupt(t *testing.T) {
 			t.Parallel()
 			srv := httptest.NewServer(&glitchingVLLM{start: time.Now(), bad: tc.bad})
 			defer srv.Close()
-			cfg := testConfig(t)
+			cfg := configtest.Private(t)
 			cfg.Window, cfg.Grace = 500*time.Millisecond, 100*time.Millisecond
 			cfg.Servers = []config.ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: srv.URL, GPUs: []string{"auto"}, ScrapeInterval: 50 * time.Millisecond}}
 			var out bytes.Buffer
@@ -113,7 +114,7 @@ func (f *failingOutput) WritePoints([]*write.Point) error {
 func TestOutputErrorsLoggedOncePerEpisode(t *testing.T) {
 	var logs bytes.Buffer
 	out := &failingOutput{failing: true}
-	p := &pipeline{cfg: testConfig(t), log: slog.New(slog.NewTextHandler(&logs, nil)), outputs: []PointWriter{out}}
+	p := &pipeline{cfg: configtest.Private(t), log: slog.New(slog.NewTextHandler(&logs, nil)), outputs: []PointWriter{out}}
 	pt := []*write.Point{write.NewPoint("m", nil, map[string]any{"v": 1.0}, time.Unix(1000, 0))}
 	for range 33 {
 		p.emit(pt)

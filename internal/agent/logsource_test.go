@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/config/configtest"
 	"github.com/tpsmon/tpsmon/sink"
 )
 
@@ -26,7 +27,7 @@ func sglangLine(t time.Time) string {
 // second, and returns the tokens of every server window written.
 func runOnLog(t *testing.T, logPath, state string, d time.Duration) (tokens int64, windows int, sources []string) {
 	t.Helper()
-	cfg := testConfig(t)
+	cfg := configtest.Private(t)
 	cfg.Window, cfg.Grace = time.Second, 100*time.Millisecond
 	cfg.GPU.Backend = "none"
 	cfg.Servers = []config.ServerConfig{{Name: "sgl", Engine: "sglang", Log: config.LogSourceConfig{File: logPath}, GPUs: []string{"auto"}}}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/config/configtest"
 	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/sink"
 )
@@ -19,7 +20,7 @@ func TestMalformedScrapesSkippedAndCounted(t *testing.T) {
 	src := &vllmsim.Driven{Rate: 100, Start: time.Now(), ResetAt: time.Now().Add(time.Hour), Malformed: 2}
 	srv := httptest.NewServer(src)
 	defer srv.Close()
-	cfg := testConfig(t)
+	cfg := configtest.Private(t)
 	cfg.Window, cfg.Grace = 500*time.Millisecond, 100*time.Millisecond
 	cfg.Servers = []config.ServerConfig{{Name: "flaky", Engine: "vllm", MetricsURL: srv.URL, GPUs: []string{"auto"}, ScrapeInterval: 50 * time.Millisecond}}
 	var out bytes.Buffer

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/internal/config/configtest"
 	"github.com/tpsmon/tpsmon/internal/sim/sdnotify"
 )
 
@@ -36,7 +37,7 @@ func TestWatchdogStopsWhenSamplerStalls(t *testing.T) {
 	sock := sdnotify.Listen(t)
 	t.Setenv("NOTIFY_SOCKET", sock.Path)
 	t.Setenv("WATCHDOG_USEC", "1000000")
-	cfg := testConfig(t)
+	cfg := configtest.Private(t)
 	cfg.Window, cfg.Grace = time.Second, 100*time.Millisecond
 	cfg.GPU.Interval = 100 * time.Millisecond
 	cfg.Sink.File.Path = filepath.Join(t.TempDir(), "out.lp")
