@@ -78,6 +78,9 @@ type Options struct {
 	Client *http.Client
 	// LogPoll is how often log files are read; 0: the tailer's default.
 	LogPoll time.Duration
+	// AttribEvery is how often servers with gpus: auto are placed on
+	// their GPUs; 0: attribEvery.
+	AttribEvery time.Duration
 	// LogGrace replaces the grace of log sources (defaultLogGrace).
 	LogGrace time.Duration
 	// PositionDir keeps the log positions the joiner took; empty: beside
@@ -118,7 +121,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		openGPU = OpenBackend(cfg, nil)
 	}
 	p := &pipeline{cfg: cfg, log: log, openGPU: openGPU, reconf: make(chan *config.Config), applied: make(chan struct{}),
-		logPoll: o.LogPoll, logGrace: o.LogGrace, metrics: a.metrics, client: o.Client}
+		logPoll: o.LogPoll, logGrace: o.LogGrace, metrics: a.metrics, client: o.Client, attribEvery: o.AttribEvery}
+	if p.attribEvery <= 0 {
+		p.attribEvery = attribEvery
+	}
 	if p.client == nil {
 		p.client = &http.Client{Timeout: 5 * time.Second}
 	}

@@ -63,6 +63,8 @@ type pipeline struct {
 
 	// logPoll is how often log files are read; 0 is the tailer's default.
 	logPoll time.Duration
+	// attribEvery is how often servers with gpus: auto are placed.
+	attribEvery time.Duration
 	// logGrace replaces the configured grace when it is shorter and a
 	// server is read from its log; 0 means defaultLogGrace.
 	logGrace time.Duration
@@ -91,9 +93,12 @@ type pipeline struct {
 	servers       atomic.Int64
 
 	// srcErr holds why a server's log cannot be read (journalctl's or the
-	// file's own error), for the status line and /healthz.
+	// file's own error), for the status line and /readyz; unplaced why a
+	// server with gpus: auto has no GPUs (gpumap guesses nothing), for
+	// /readyz. Both are written on the main loop, read by the endpoint.
 	srcErrMu sync.Mutex
 	srcErr   map[string]string
+	unplaced map[string]string
 }
 
 // sourceFailed records (err != nil) or clears why a server's log source
@@ -124,6 +129,19 @@ func (p *pipeline) sourceErrors() []string {
 	return out
 }
 
+// unattributed lists "server: reason" for every server with gpus: auto
+// whose GPUs could not be told, sorted.
+func (p *pipeline) unattributed() []string {
+	p.srcErrMu.Lock()
+	defer p.srcErrMu.Unlock()
+	out := make([]string, 0, len(p.unplaced))
+	for s, why := range p.unplaced {
+		out = append(out, s+": "+why)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // liveFeed shows the window still open.
 type liveFeed interface {
 	Server(name string, s collector.Sample)
@@ -142,8 +160,9 @@ type scrapeMsg collector.Result
 // gpuMsg is one reading of every GPU.
 type gpuMsg []gpu.Sample
 
-// placedMsg maps servers (gpus: auto) to the UUIDs of their GPUs.
-type placedMsg map[string][]string
+// placedMsg says where servers with gpus: auto were found, and why
+// others were not.
+type placedMsg gpumap.Result
 
 // processLister is a GPU backend that knows the processes on each GPU.
 type processLister interface {
@@ -349,6 +368,7 @@ func (p *pipeline) run(ctx context.Context) error {
 			drain()
 			p.srcErrMu.Lock()
 			clear(p.srcErr) // the sources start again below and say anew
+			clear(p.unplaced)
 			p.srcErrMu.Unlock()
 			p.cfg = nc
 			p.servers.Store(int64(len(nc.Servers)))
@@ -379,7 +399,7 @@ func (p *pipeline) run(ctx context.Context) error {
 }
 
 func (m placedMsg) apply(p *pipeline, j *window.Joiner, _ map[string]bool) {
-	p.applyPlacement(j, m)
+	p.applyPlacement(j, gpumap.Result(m))
 }
 
 func (l *logMsg) apply(p *pipeline, j *window.Joiner, _ map[string]bool) {
@@ -526,10 +546,10 @@ func (p *pipeline) sampleGPUs(ctx context.Context, interval time.Duration, auto 
 		now := p.now()
 		smp := g.Sample(now)
 		send(gpuMsg(smp))
-		if canPlace && len(auto) > 0 && now.Sub(placedAt) >= attribEvery {
+		if canPlace && len(auto) > 0 && now.Sub(placedAt) >= p.attribEvery {
 			placedAt = now
-			if placed := p.place(lister, smp, auto); placed != nil {
-				send(placedMsg(placed))
+			if res, ok := p.place(lister, smp, auto); ok {
+				send(placedMsg(res))
 			}
 		}
 	}
@@ -539,7 +559,7 @@ func (p *pipeline) sampleGPUs(ctx context.Context, interval time.Duration, auto 
 const procRoot = "/proc"
 
 // place maps servers to GPUs from NVML's processes and /proc.
-func (p *pipeline) place(l processLister, smp []gpu.Sample, auto []gpumap.Server) map[string][]string {
+func (p *pipeline) place(l processLister, smp []gpu.Sample, auto []gpumap.Server) (gpumap.Result, bool) {
 	procs := l.Processes()
 	var gpus []gpumap.GPU
 	for _, s := range smp {
@@ -547,12 +567,12 @@ func (p *pipeline) place(l processLister, smp []gpu.Sample, auto []gpumap.Server
 			gpus = append(gpus, gpumap.GPU{Index: s.Index, UUID: s.UUID, PIDs: procs[s.UUID]})
 		}
 	}
-	placed, err := gpumap.Resolve(procRoot, auto, gpus)
+	res, err := gpumap.Resolve(procRoot, auto, gpus)
 	if err != nil {
 		p.log.Warn("GPU attribution failed", "err", err)
-		return nil
+		return res, false
 	}
-	return placed
+	return res, true
 }
 
 // autoServers are the servers whose GPUs are found, by their port.
@@ -762,24 +782,39 @@ func (p *pipeline) savePositions() {
 }
 
 // applyPlacement gives servers with gpus: auto the GPUs found for them;
-// a server not found keeps what it had.
-func (p *pipeline) applyPlacement(j *window.Joiner, placed map[string][]string) {
+// a server not found keeps what it had. Why a server could not be placed
+// is logged when it changes and shown on /readyz until it is placed.
+func (p *pipeline) applyPlacement(j *window.Joiner, res gpumap.Result) {
 	servers := serversOf(p.cfg)
 	changed := false
+	p.srcErrMu.Lock()
+	defer p.srcErrMu.Unlock()
 	for i := range servers {
-		uuids, ok := placed[servers[i].Name]
-		if !ok {
-			if prev, had := p.placed[servers[i].Name]; had {
+		name := servers[i].Name
+		if why, ok := res.Unplaced[name]; ok && p.unplaced[name] != why {
+			p.log.Warn("GPUs of a server not attributed; its GPUs carry no server until they are (list them in gpus: to fix)",
+				"server", name, "why", why)
+			if p.unplaced == nil {
+				p.unplaced = map[string]string{}
+			}
+			p.unplaced[name] = why
+		}
+		pl, ok := res.Placed[name]
+		if ok {
+			delete(p.unplaced, name)
+		}
+		if !ok || len(pl.GPUs) == 0 {
+			if prev, had := p.placed[name]; had {
 				servers[i].GPUs = prev
 			}
 			continue
 		}
-		if strings.Join(uuids, ",") != strings.Join(p.placed[servers[i].Name], ",") {
-			p.log.Info("server placed on GPUs", "server", servers[i].Name, "gpus", strings.Join(uuids, ","))
+		if strings.Join(pl.GPUs, ",") != strings.Join(p.placed[name], ",") {
+			p.log.Info("server placed on GPUs", "server", name, "gpus", strings.Join(pl.GPUs, ","), "pid", pl.PID, "by", pl.By)
 			changed = true
 		}
-		p.placed[servers[i].Name] = uuids
-		servers[i].GPUs = uuids
+		p.placed[name] = pl.GPUs
+		servers[i].GPUs = pl.GPUs
 	}
 	if changed {
 		j.SetServers(servers, maxGapOfConfig(p.cfg))

@@ -151,6 +151,9 @@ func (t *telemetry) health() (healthReport, int) {
 	for _, e := range t.p.sourceErrors() {
 		r.Issues = append(r.Issues, "log unreadable, server reads as down: "+e)
 	}
+	for _, e := range t.p.unattributed() {
+		r.Issues = append(r.Issues, "GPUs not attributed (gpus: auto): "+e)
+	}
 	if len(r.Issues) > 0 {
 		r.Status = "degraded"
 		return r, http.StatusServiceUnavailable
