@@ -87,6 +87,10 @@ type Options struct {
 	// the spool when InfluxDB is used, else a log is read from its end at
 	// each start.
 	PositionDir string
+	// Notify tells the service manager the daemon's state (sd_notify
+	// messages); nil: systemd's NOTIFY_SOCKET, nothing outside systemd.
+	// The watchdog's timeout is read from WATCHDOG_USEC either way.
+	Notify func(state string) error
 	// StallAfter is how long the main loop or the GPU sampler may make no
 	// progress before the watchdog is starved; 0: three ticks of the
 	// loop or the sampler, and at least defaultStall.
@@ -147,7 +151,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	ready := make(chan struct{})
 	p.ready = func() { close(ready) }
-	p.stopping = func() { notify(log, daemon.SdNotifyStopping) }
+	p.stopping = func() { a.notify(daemon.SdNotifyStopping) }
 	loopCtx, stopLoop := context.WithCancel(ctx)
 	defer stopLoop()
 	done := make(chan error, 1)
@@ -233,7 +237,7 @@ func (a *Agent) assemble(p *pipeline, tel *telemetry) (influx *sink.SpoolWriter,
 func (a *Agent) supervise(p *pipeline, tel *telemetry, influx *sink.SpoolWriter, gpuReopens bool, done <-chan error) error {
 	log := a.o.Log
 	status := statusLine(p, tel)
-	notify(log, daemon.SdNotifyReady+"\nSTATUS="+status)
+	a.notify(daemon.SdNotifyReady + "\nSTATUS=" + status)
 	wd, _ := daemon.SdWatchdogEnabled(false)
 	beat := 5 * time.Second // status changes are not urgent; wakeups cost
 	if wd > 0 {
@@ -251,17 +255,17 @@ func (a *Agent) supervise(p *pipeline, tel *telemetry, influx *sink.SpoolWriter,
 			if err := a.reload(p, influx, gpuReopens); err != nil {
 				log.Error("reload rejected; the running configuration stays", "err", err)
 			}
-			notify(log, daemon.SdNotifyReady+"\nSTATUS="+statusLine(p, tel))
+			a.notify(daemon.SdNotifyReady + "\nSTATUS=" + statusLine(p, tel))
 		case now := <-ticker.C:
 			if s := statusLine(p, tel); s != status {
 				status = s
-				notify(log, "STATUS="+s)
+				a.notify("STATUS=" + s)
 			}
 			if wd == 0 || now.Sub(lastPing) < wd/2-beat/2 {
 				continue
 			}
 			if p.healthy(now, stale) {
-				notify(log, daemon.SdNotifyWatchdog)
+				a.notify(daemon.SdNotifyWatchdog)
 				lastPing, stuck = now, false
 			} else if !stuck {
 				// What is stuck, and where our goroutines stand: the short
@@ -298,7 +302,7 @@ func statusLine(p *pipeline, tel *telemetry) string {
 // spool, http.listen, whether InfluxDB is used at all) need a restart.
 func (a *Agent) reload(p *pipeline, influx *sink.SpoolWriter, gpuReopens bool) error {
 	log, o := a.o.Log, a.o
-	notify(log, daemon.SdNotifyReloading+"\n"+daemon.SdNotifyMonotonicUsec())
+	a.notify(daemon.SdNotifyReloading + "\n" + daemon.SdNotifyMonotonicUsec())
 	if o.Load == nil {
 		return errors.New("no configuration to reload")
 	}
@@ -349,12 +353,21 @@ func (a *Agent) reload(p *pipeline, influx *sink.SpoolWriter, gpuReopens bool) e
 	return nil
 }
 
-// notify tells systemd about the daemon's state; outside systemd
-// (no NOTIFY_SOCKET) it does nothing.
-func notify(log *slog.Logger, state string) {
-	if _, err := daemon.SdNotify(false, state); err != nil {
-		log.Warn("systemd notification failed", "err", err)
+// notify tells systemd (or Options.Notify) about the daemon's state;
+// outside systemd (no NOTIFY_SOCKET) it does nothing.
+func (a *Agent) notify(state string) {
+	send := a.o.Notify
+	if send == nil {
+		send = sdNotify
 	}
+	if err := send(state); err != nil {
+		a.o.Log.Warn("systemd notification failed", "err", err)
+	}
+}
+
+func sdNotify(state string) error {
+	_, err := daemon.SdNotify(false, state)
+	return err
 }
 
 // startInflux opens the spool and starts the sender that drains it into

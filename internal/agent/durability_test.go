@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tpsmon/tpsmon/internal/config"
@@ -40,18 +41,21 @@ func TestOutageLosesNoWindow(t *testing.T) {
 	cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket = srv.URL, db
 
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
 		done <- New(cfg, Options{OpenGPU: func() (GPUSampler, error) { return gpusim.Steady{Start: start}, nil }}).Run(ctx)
 	}()
-	time.Sleep(2 * time.Second)
+	time.Sleep(1500 * time.Millisecond)
 	srv.Stop() // several windows close while InfluxDB is down
 	outageFrom := time.Now()
-	time.Sleep(4 * time.Second)
+	time.Sleep(3500 * time.Millisecond)
 	outageTo := time.Now()
 	srv.Resume()
+	// The sender finds InfluxDB back, then the daemon stops.
+	time.Sleep(2 * time.Second)
+	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -120,17 +124,23 @@ func TestTelemetryEndpoints(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- New(cfg, Options{Listening: func(a net.Addr) { addr <- a }}).Run(ctx) }()
 	base := "http://" + (<-addr).String()
-	// The first windows close and are refused.
-	time.Sleep(2 * time.Second)
 
-	// Not ready: InfluxDB refuses. Alive all the same: an InfluxDB outage
-	// must not get tpsmon restarted by a liveness probe.
-	resp, err := http.Get(base + "/readyz")
-	if err != nil {
-		t.Fatal(err)
+	// Not ready once the first windows closed and InfluxDB refused them.
+	// Alive all the same: an InfluxDB outage must not get tpsmon
+	// restarted by a liveness probe.
+	var resp *http.Response
+	var body []byte
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err = http.Get(base + "/readyz"); err != nil {
+			t.Fatal(err)
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), "refuses the credentials") || time.Now().After(deadline) {
+			break
+		}
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "refuses the credentials") ||
 		!strings.Contains(string(body), `"dropped_points"`) {
 		t.Errorf("/readyz %d:\n%s", resp.StatusCode, body)
@@ -183,7 +193,11 @@ func (enospcFile) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
 
 func TestFullDiskDaemonGoesOnCountingDrops(t *testing.T) {
 	t.Parallel()
-	cfg := configtest.Private(t)
+	synctest.Test(t, fullDisk)
+}
+
+func fullDisk(t *testing.T) {
+	cfg := bubbleConfig(t)
 	cfg.Window, cfg.Grace = 300*time.Millisecond, 50*time.Millisecond
 	cfg.GPU.Backend, cfg.GPU.Interval = "sim", 50*time.Millisecond
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
@@ -48,8 +48,8 @@ func (g *glitchingVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // TestOneBadSampleDoesNotCorrupt runs the daemon's pipeline against a
 // server that prints one absurd counter value for 200 ms: every window
 // reads what the valid samples say (50 tokens per 500 ms window, within
-// the timing jitter of live scrapes), and the refused values are counted
-// with their reason.
+// what a scrape more or less moves), and the refused values are counted
+// with their reason. It runs in a bubble (bubble_test.go).
 func TestOneBadSampleDoesNotCorrupt(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -63,39 +63,44 @@ func TestOneBadSampleDoesNotCorrupt(t *testing.T) {
 		{"-5", collector.Negative},
 		{"flap", collector.Flap},
 	}
-	tokensRe := regexp.MustCompile(`tokens=(-?\d+)i`)
 	for _, tc := range tests {
 		t.Run(tc.bad, func(t *testing.T) {
 			t.Parallel()
-			srv := httptest.NewServer(&glitchingVLLM{start: time.Now(), bad: tc.bad})
-			defer srv.Close()
-			cfg := configtest.Private(t)
-			cfg.Window, cfg.Grace = 500*time.Millisecond, 100*time.Millisecond
-			cfg.Servers = []config.ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: srv.URL, GPUs: []string{"auto"}, ScrapeInterval: 50 * time.Millisecond}}
-			var out bytes.Buffer
-			a := New(cfg, Options{Outputs: []PointWriter{sink.NewLPWriter(&out)}, Client: &http.Client{Timeout: time.Second}})
-			ctx, cancel := context.WithTimeout(context.Background(), 2600*time.Millisecond)
-			defer cancel()
-			if err := a.Run(ctx); err != nil {
-				t.Fatal(err)
-			}
-			ms := tokensRe.FindAllStringSubmatch(out.String(), -1)
-			if len(ms) < 4 {
-				t.Fatalf("%d windows with tokens:\n%s", len(ms), out.String())
-			}
-			// The first window and the last (cut by shutdown) are partial.
-			for i, m := range ms[1 : len(ms)-1] {
-				n, _ := strconv.Atoi(m[1])
-				if n < 35 || n > 65 {
-					t.Errorf("window %d: tokens=%d, the server made 50:\n%s", i+1, n, out.String())
-				}
-			}
-			got := map[collector.Reason]uint64{}
-			a.metrics.discards.Each(func(server string, r collector.Reason, n uint64) { got[r] += n })
-			if got[tc.reason] == 0 {
-				t.Errorf("discards %v, want some %v", got, tc.reason)
-			}
+			synctest.Test(t, func(t *testing.T) { oneBadSample(t, tc.bad, tc.reason) })
 		})
+	}
+}
+
+var tokensRe = regexp.MustCompile(`tokens=(-?\d+)i`)
+
+func oneBadSample(t *testing.T, bad string, reason collector.Reason) {
+	client := handlerClient(&glitchingVLLM{start: time.Now(), bad: bad})
+	client.Timeout = time.Second
+	cfg := bubbleConfig(t)
+	cfg.Window, cfg.Grace = 500*time.Millisecond, 100*time.Millisecond
+	cfg.Servers = []config.ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: "http://llm/metrics", GPUs: []string{"auto"}, ScrapeInterval: 50 * time.Millisecond}}
+	var out bytes.Buffer
+	a := New(cfg, Options{Outputs: []PointWriter{sink.NewLPWriter(&out)}, Client: client})
+	ctx, cancel := context.WithTimeout(context.Background(), 2600*time.Millisecond)
+	defer cancel()
+	if err := a.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ms := tokensRe.FindAllStringSubmatch(out.String(), -1)
+	if len(ms) < 4 {
+		t.Fatalf("%d windows with tokens:\n%s", len(ms), out.String())
+	}
+	// The first window and the last (cut by shutdown) are partial.
+	for i, m := range ms[1 : len(ms)-1] {
+		n, _ := strconv.Atoi(m[1])
+		if n < 35 || n > 65 {
+			t.Errorf("window %d: tokens=%d, the server made 50:\n%s", i+1, n, out.String())
+		}
+	}
+	got := map[collector.Reason]uint64{}
+	a.metrics.discards.Each(func(server string, r collector.Reason, n uint64) { got[r] += n })
+	if got[reason] == 0 {
+		t.Errorf("discards %v, want some %v", got, reason)
 	}
 }
 

@@ -3,28 +3,29 @@ package agent
 import (
 	"bytes"
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tpsmon/tpsmon/internal/config"
-	"github.com/tpsmon/tpsmon/internal/config/configtest"
 	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/sink"
 )
 
 func TestMalformedScrapesSkippedAndCounted(t *testing.T) {
-	t.Parallel()
+	synctest.Test(t, malformedScrapes)
+}
+
+func malformedScrapes(t *testing.T) {
 	src := &vllmsim.Driven{Rate: 100, Start: time.Now(), ResetAt: time.Now().Add(time.Hour), Malformed: 2}
-	srv := httptest.NewServer(src)
-	defer srv.Close()
-	cfg := configtest.Private(t)
+	client := handlerClient(src)
+	client.Timeout = time.Second
+	cfg := bubbleConfig(t)
 	cfg.Window, cfg.Grace = 500*time.Millisecond, 100*time.Millisecond
-	cfg.Servers = []config.ServerConfig{{Name: "flaky", Engine: "vllm", MetricsURL: srv.URL, GPUs: []string{"auto"}, ScrapeInterval: 50 * time.Millisecond}}
+	cfg.Servers = []config.ServerConfig{{Name: "flaky", Engine: "vllm", MetricsURL: "http://flaky/metrics", GPUs: []string{"auto"}, ScrapeInterval: 50 * time.Millisecond}}
 	var out bytes.Buffer
-	a := New(cfg, Options{Outputs: []PointWriter{sink.NewLPWriter(&out)}, Client: &http.Client{Timeout: time.Second}})
+	a := New(cfg, Options{Outputs: []PointWriter{sink.NewLPWriter(&out)}, Client: client})
 	ctx, cancel := context.WithTimeout(context.Background(), 1600*time.Millisecond)
 	defer cancel()
 	if err := a.Run(ctx); err != nil {

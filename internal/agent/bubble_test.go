@@ -1,0 +1,77 @@
+package agent
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/config/configtest"
+)
+
+// Daemon tests run in a testing/synctest bubble where they can: the
+// daemon's tickers, timeouts and the test's own sleeps then run on the
+// bubble's clock, which moves as soon as every goroutine waits, so seconds
+// of windows take milliseconds and scrapes land exactly on their ticks.
+// Sockets and file notifications never count as waiting, so inside a
+// bubble the daemon serves no HTTP endpoint, reads servers through
+// handlerClient and tells systemd through Options.Notify.
+
+// bubbleConfig is configtest.Private without the HTTP endpoint.
+func bubbleConfig(t *testing.T) *config.Config {
+	t.Helper()
+	cfg := configtest.Private(t)
+	cfg.HTTP.Listen = ""
+	return cfg
+}
+
+// handlerClient is an HTTP client whose requests h answers in-process,
+// in the caller's goroutine: no socket, nothing left running.
+func handlerClient(h http.Handler) *http.Client {
+	return &http.Client{Transport: handlerTransport{h}}
+}
+
+type handlerTransport struct{ h http.Handler }
+
+func (ht handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if err := r.Context().Err(); err != nil {
+		return nil, err
+	}
+	rec := httptest.NewRecorder()
+	ht.h.ServeHTTP(rec, r)
+	return rec.Result(), nil
+}
+
+// notes records what the daemon tells systemd (Options.Notify).
+type notes struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (n *notes) send(state string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.msgs = append(n.msgs, state)
+	return nil
+}
+
+func (n *notes) len() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.msgs)
+}
+
+// count counts the messages in [from, to) that start with prefix.
+func (n *notes) count(from, to int, prefix string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := 0
+	for _, m := range n.msgs[from:to] {
+		if strings.HasPrefix(m, prefix) {
+			c++
+		}
+	}
+	return c
+}
