@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,7 +29,14 @@ type harness struct {
 	telegraf string
 	influx   string // base URL
 	stops    []func()
+	// sides are the daemons that run ("tpsmon", "telegraf").
+	sides []string
+	// profile, when set, is where tpsmon's CPU and allocation profiles of
+	// S1's steady state go (read from its /debug/pprof/).
+	profile string
 }
+
+func (h *harness) runs(side string) bool { return slices.Contains(h.sides, side) }
 
 func (h *harness) stopAll() {
 	for i := len(h.stops) - 1; i >= 0; i-- {
@@ -55,7 +64,7 @@ func (h *harness) build() error {
 		return fmt.Errorf("build tpsmon: %v\n%s", err, out)
 	}
 	h.telegraf = filepath.Join(goEnv("GOPATH"), "bin", "telegraf")
-	if _, err := os.Stat(h.telegraf); err != nil {
+	if _, err := os.Stat(h.telegraf); err != nil && h.runs("telegraf") {
 		log.Printf("building Telegraf (go install -tags %q %s; a few minutes the first time)", telegrafTags, telegrafPkg)
 		cmd := exec.Command("go", "install", "-tags", telegrafTags, telegrafPkg)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -279,4 +288,35 @@ Command: `+"`go run ./bench %s`"+` (from the repository root). Telegraf was buil
 
 `, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), model, mem, runtime.Version(),
 		strings.Join(args, " "), telegrafTags, telegrafPkg)
+}
+
+// profileSteady reads tpsmon's CPU profile over span from its pprof
+// endpoint at addr, then its allocations since start, into h.profile
+// under prefix, and logs the top entries of each.
+func (h *harness) profileSteady(addr, prefix string, span time.Duration) {
+	get := func(path, file string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			log.Printf("profile %s: %v", path, err)
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			log.Printf("profile %s: %d %v", path, resp.StatusCode, err)
+			return
+		}
+		out := filepath.Join(h.profile, prefix+file)
+		if err := os.WriteFile(out, b, 0o644); err != nil {
+			log.Printf("profile: %v", err)
+			return
+		}
+		top, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", h.tpsmon, out).CombinedOutput()
+		if err != nil {
+			log.Printf("pprof %s: %v", out, err)
+		}
+		log.Printf("%s:\n%s", out, top)
+	}
+	get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(span.Seconds())), ".cpu.pprof")
+	get("/debug/pprof/allocs", ".allocs.pprof")
 }

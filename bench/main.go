@@ -2,7 +2,7 @@
 // other, on this machine, and writes a table of what each cost to
 // bench/RESULTS.md. Usage (from the repository root):
 //
-//	go run ./bench [-minutes 3] [-runs 3] [-s3-minutes 10] [-lines 300000] [-only S1,S2,S3]
+//	go run ./bench [-minutes 3] [-runs 3] [-s3-minutes 10] [-lines 300000] [-only S1,S2,S3] [-sides tpsmon,telegraf] [-profile DIR]
 //
 // S1 is a steady node: 8 GPUs (tpsmon's sim backend; Telegraf's nvidia_smi
 // input reading a stand-in nvidia-smi that prints an 8-GPU document built
@@ -30,6 +30,8 @@ func main() {
 	only := flag.String("only", "S1,S2,S3", "scenarios to run")
 	runs := flag.Int("runs", 3, "S1 and S2: runs per side, reported as min / median / max")
 	out := flag.String("out", "bench/RESULTS.md", "where the results go")
+	sides := flag.String("sides", "tpsmon,telegraf", "S1: which daemons run (a single side for profiling)")
+	profile := flag.String("profile", "", "S1: write tpsmon's CPU and allocation profiles of the steady state to this folder (numbers taken with it are not for RESULTS.md)")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
 
@@ -38,7 +40,12 @@ func main() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(work)
-	h := &harness{work: work}
+	h := &harness{work: work, sides: strings.Split(*sides, ","), profile: *profile}
+	if h.profile != "" {
+		if err := os.MkdirAll(h.profile, 0o755); err != nil {
+			log.Fatal(err)
+		}
+	}
 	if err := h.build(); err != nil {
 		log.Fatal(err)
 	}

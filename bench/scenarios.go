@@ -180,12 +180,17 @@ func (h *harness) s1(d time.Duration, runs int) (string, error) {
 	// The sides take turns, so that a neighbour's burst on a shared
 	// machine does not land on one side only.
 	for run := range runs {
-		for _, name := range []string{"tpsmon", "telegraf"} {
+		for _, name := range h.sides {
 			db := fmt.Sprintf("s1_%s_%d", name, run)
 			h.createDB(db)
 			logPath := filepath.Join(h.work, name+"-s1.log")
 			os.WriteFile(logPath, nil, 0o644)
 			var p *proc
+			httpConf, pprofAddr := `{listen: ""}`, ""
+			if h.profile != "" {
+				pprofAddr = freePort()
+				httpConf = fmt.Sprintf("{listen: %q, pprof: true}", pprofAddr)
+			}
 			if name == "tpsmon" {
 				cfg := filepath.Join(h.work, "tpsmon-s1.yaml")
 				os.WriteFile(cfg, []byte(fmt.Sprintf(`window: 10s
@@ -198,9 +203,9 @@ servers:
 sink:
   influx: {url: "%s", bucket: %s}
   spool: {dir: "%s"}
-http: {listen: ""}
+http: %s
 log: {level: warn}
-`, base, base, logPath, h.influx, db, filepath.Join(h.work, fmt.Sprintf("s1-state-%d", run), "spool"))), 0o644)
+`, base, base, logPath, h.influx, db, filepath.Join(h.work, fmt.Sprintf("s1-state-%d", run), "spool"), httpConf)), 0o644)
 				p, err = start(h.tpsmon, "run", "--config", cfg)
 			} else {
 				cfg := filepath.Join(h.work, "telegraf-s1.conf")
@@ -231,9 +236,15 @@ log: {level: warn}
 			ctx, cancel := context.WithCancel(context.Background())
 			go writeEverySecond(ctx, logPath)
 			log.Printf("S1 %s for %v", name, d)
+			t0 := time.Now()
 			time.Sleep(warmUp)
 			warm := p.cpu()
-			time.Sleep(d - warmUp)
+			if name == "tpsmon" && pprofAddr != "" {
+				// Returns once the CPU profile (the steady span less
+				// a margin) and the allocations are read.
+				h.profileSteady(pprofAddr, fmt.Sprintf("s1-run%d", run+1), d-warmUp-5*time.Second)
+			}
+			time.Sleep(time.Until(t0.Add(d)))
 			steady := p.cpu() - warm
 			cancel()
 			u, err := p.stop()
@@ -252,7 +263,7 @@ log: {level: warn}
 	}
 	rat := func(f func(side) float64) string {
 		var r []float64
-		for i := range t {
+		for i := range min(len(t), len(g)) {
 			if d := f(g[i]); d > 0 {
 				r = append(r, f(t[i])/d)
 			}

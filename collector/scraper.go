@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/internal/redact"
+	"github.com/tpsmon/tpsmon/internal/wake"
 )
 
 // Result is the outcome of one scrape: a sample, or the error that kept the
@@ -53,7 +54,7 @@ const maxPage = 32 << 20
 
 // Run scrapes every Interval until ctx ends, handing each result to emit.
 func (s *Scraper) Run(ctx context.Context, emit func(Result)) {
-	t := time.NewTicker(s.Interval)
+	t := wake.NewTicker(s.Interval)
 	defer t.Stop()
 	for {
 		emit(s.Scrape(ctx))
@@ -61,6 +62,7 @@ func (s *Scraper) Run(ctx context.Context, emit func(Result)) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			t.Next()
 		}
 	}
 }

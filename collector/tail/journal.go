@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tpsmon/tpsmon/internal/wake"
 )
 
 // Journal reads a systemd unit's journal through `journalctl -o json`,
@@ -84,7 +86,7 @@ func (j *Journal) Run(ctx context.Context, emit func(Line)) error {
 		}
 	}
 	var failing string
-	t := time.NewTicker(poll)
+	t := wake.NewTicker(poll)
 	defer t.Stop()
 	for {
 		args := []string{"-o", "json", "--no-pager", "--show-cursor", "-u", j.Unit}
@@ -121,6 +123,7 @@ func (j *Journal) Run(ctx context.Context, emit func(Line)) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+			t.Next()
 		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/tpsmon/tpsmon/internal/statefile"
+	"github.com/tpsmon/tpsmon/internal/wake"
 )
 
 // Position says where reading stopped: which file (device, inode, and a
@@ -157,7 +158,7 @@ func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
 			t.Log.Warn("tail: ignoring unreadable position", "err", err)
 		}
 	}
-	tick := time.NewTicker(t.Poll)
+	tick := wake.NewTicker(t.Poll)
 	defer tick.Stop()
 	// Notification reads a line within milliseconds of its write, so its
 	// time is when it was written; the ticker stays for file systems that
@@ -181,6 +182,7 @@ func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+			tick.Next()
 		case <-changed:
 		}
 	}
@@ -195,6 +197,7 @@ func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+			tick.Next()
 			ticked = true
 		case <-changed:
 			ticked = false

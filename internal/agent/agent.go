@@ -26,6 +26,7 @@ import (
 	"github.com/tpsmon/tpsmon/internal/redact"
 	"github.com/tpsmon/tpsmon/internal/sim/gpusim"
 	"github.com/tpsmon/tpsmon/internal/statefile"
+	"github.com/tpsmon/tpsmon/internal/wake"
 	"github.com/tpsmon/tpsmon/nvml"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/spool"
@@ -136,7 +137,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if stale <= 0 {
 		stale = max(defaultStall, 3*min(cfg.Window/10, time.Second), 3*cfg.GPU.Interval)
 	}
-	tel := &telemetry{p: p, stale: stale}
+	tel := &telemetry{p: p, stale: stale, pprof: cfg.HTTP.Pprof}
 	influx, closeAll, err := a.assemble(p, tel)
 	defer closeAll()
 	if err != nil {
@@ -244,7 +245,7 @@ func (a *Agent) supervise(p *pipeline, tel *telemetry, influx *sink.SpoolWriter,
 		beat = min(time.Second, wd/2)
 	}
 	stale := tel.stale
-	ticker := time.NewTicker(beat)
+	ticker := wake.NewTicker(beat)
 	defer ticker.Stop()
 	lastPing, stuck := time.Time{}, false
 	for {
@@ -257,6 +258,7 @@ func (a *Agent) supervise(p *pipeline, tel *telemetry, influx *sink.SpoolWriter,
 			}
 			a.notify(daemon.SdNotifyReady + "\nSTATUS=" + statusLine(p, tel))
 		case now := <-ticker.C:
+			ticker.Next()
 			if s := statusLine(p, tel); s != status {
 				status = s
 				a.notify("STATUS=" + s)

@@ -25,6 +25,7 @@ import (
 	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/internal/statefile"
+	"github.com/tpsmon/tpsmon/internal/wake"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -332,7 +333,7 @@ func (p *pipeline) run(ctx context.Context) error {
 	}
 
 	tickEvery := min(cfg.Window/10, time.Second)
-	tick := time.NewTicker(tickEvery)
+	tick := wake.NewTicker(tickEvery)
 	defer tick.Stop()
 	p.loopAt.Store(p.now().UnixNano())
 	readyTold := false
@@ -352,6 +353,7 @@ func (p *pipeline) run(ctx context.Context) error {
 		case m := <-msgs:
 			m.apply(p, j, down)
 		case <-tick.C:
+			tick.Next()
 			pts := j.Flush(p.now())
 			p.emit(pts)
 			p.metrics.joined(j)
@@ -533,7 +535,7 @@ func (p *pipeline) sampleGPUs(ctx context.Context, interval time.Duration, auto 
 		p.gpuOpen.Store(false)
 		g.Close()
 	}()
-	t := time.NewTicker(interval)
+	t := wake.NewTicker(interval)
 	defer t.Stop()
 	lister, canPlace := g.(processLister)
 	var placedAt time.Time
@@ -542,6 +544,7 @@ func (p *pipeline) sampleGPUs(ctx context.Context, interval time.Duration, auto 
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			t.Next()
 		}
 		now := p.now()
 		smp := g.Sample(now)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,7 @@ type telemetry struct {
 	sender *sink.Sender
 	// windows serves the recent windows (api.WindowsPath); nil: not served.
 	windows http.Handler
+	pprof   bool // serve /debug/pprof/ (http.pprof)
 }
 
 func (t *telemetry) registry() *prometheus.Registry {
@@ -173,6 +175,12 @@ func (t *telemetry) handler() http.Handler {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		enc.Encode(rep)
+	}
+	if t.pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		rep, code := t.live(time.Now())

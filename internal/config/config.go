@@ -132,6 +132,9 @@ type SpoolConfig struct {
 // HTTPConfig is the self-telemetry endpoint.
 type HTTPConfig struct {
 	Listen string `mapstructure:"listen"`
+	// Pprof serves Go's profiles under /debug/pprof/ on the same listener:
+	// off by default, since anyone who reaches the port may read them.
+	Pprof bool `mapstructure:"pprof"`
 }
 
 // LogConfig sets tpsmon's own logging.
@@ -165,6 +168,7 @@ var defaults = map[string]any{
 	"sink.spool.dir":                       "/var/lib/tpsmon/spool",
 	"sink.spool.max_bytes":                 "1GiB",
 	"http.listen":                          "127.0.0.1:9464",
+	"http.pprof":                           false,
 	"log.level":                            "info",
 	"thresholds.kv_bound":                  0.9,
 	"thresholds.queue_util":                60.0,
