@@ -84,13 +84,20 @@ func checkAsServiceUser(w io.Writer, args []string) (ran bool, err error) {
 	err = cmd.Run()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
-		return true, errors.New("check failed (as the service user)")
+		// It said "check failed" itself: only its exit status is passed on.
+		return true, reported{code: exit.ExitCode()}
 	}
 	if err != nil {
 		return true, fmt.Errorf("check as %s: %w", serviceUser, err)
 	}
 	return true, nil
 }
+
+// reported is a failure a child process already told the user; main
+// exits with its status without a word of its own.
+type reported struct{ code int }
+
+func (r reported) Error() string { return fmt.Sprintf("exit status %d", r.code) }
 
 // credentialCopy copies the unit's credential source into a private
 // directory owned by the service user; "" when there is no such file.

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -29,7 +30,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := newRoot().ExecuteContext(ctx)
 	stop()
-	if err != nil {
+	var told reported
+	switch {
+	case errors.As(err, &told):
+		os.Exit(max(told.code, 1))
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "tpsmon:", err)
 		os.Exit(1)
 	}

@@ -82,6 +82,9 @@ type Options struct {
 	// AttribEvery is how often servers with gpus: auto are placed on
 	// their GPUs; 0: attribEvery.
 	AttribEvery time.Duration
+	// GPURetry is how long a GPU backend that failed to open waits before
+	// the next try; 0: defaultGPURetry.
+	GPURetry time.Duration
 	// LogGrace replaces the grace of log sources (defaultLogGrace).
 	LogGrace time.Duration
 	// PositionDir keeps the log positions the joiner took; empty: beside
@@ -130,6 +133,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if p.attribEvery <= 0 {
 		p.attribEvery = attribEvery
 	}
+	p.gpuRetry = o.GPURetry
 	if p.client == nil {
 		p.client = &http.Client{Timeout: 5 * time.Second}
 	}
@@ -256,7 +260,10 @@ func (a *Agent) supervise(p *pipeline, tel *telemetry, influx *sink.SpoolWriter,
 			if err := a.reload(p, influx, gpuReopens); err != nil {
 				log.Error("reload rejected; the running configuration stays", "err", err)
 			}
-			a.notify(daemon.SdNotifyReady + "\nSTATUS=" + statusLine(p, tel))
+			// What the beat compares with: the GPU backend reopens after
+			// this, and the status must follow it.
+			status = statusLine(p, tel)
+			a.notify(daemon.SdNotifyReady + "\nSTATUS=" + status)
 		case now := <-ticker.C:
 			ticker.Next()
 			if s := statusLine(p, tel); s != status {

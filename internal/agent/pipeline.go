@@ -66,6 +66,9 @@ type pipeline struct {
 	logPoll time.Duration
 	// attribEvery is how often servers with gpus: auto are placed.
 	attribEvery time.Duration
+	// gpuRetry is how long a failed GPU backend waits before the next
+	// try; 0: defaultGPURetry.
+	gpuRetry time.Duration
 	// logGrace replaces the configured grace when it is shorter and a
 	// server is read from its log; 0 means defaultLogGrace.
 	logGrace time.Duration
@@ -186,8 +189,9 @@ type logMsg struct {
 	pos    tail.Position
 }
 
-// gpuRetry is how long a failed GPU backend waits before the next try.
-const gpuRetry = 30 * time.Second
+// defaultGPURetry is how long a failed GPU backend waits before the next
+// try.
+const defaultGPURetry = 30 * time.Second
 
 func serversOf(cfg *config.Config) []window.Server {
 	out := make([]window.Server, len(cfg.Servers))
@@ -503,6 +507,10 @@ func (p *pipeline) emit(pts []*write.Point) {
 func (p *pipeline) sampleGPUs(ctx context.Context, interval time.Duration, auto []gpumap.Server, send func(message), tried chan struct{}) {
 	var g GPUSampler
 	lastErr := ""
+	retry := p.gpuRetry
+	if retry <= 0 {
+		retry = defaultGPURetry
+	}
 	for g == nil {
 		var err error
 		g, err = p.openGPU()
@@ -522,13 +530,13 @@ func (p *pipeline) sampleGPUs(ctx context.Context, interval time.Duration, auto 
 			break
 		}
 		if err.Error() != lastErr {
-			p.log.Error("GPU sampling unavailable; monitoring servers only, retrying", "err", err, "every", gpuRetry)
+			p.log.Error("GPU sampling unavailable; monitoring servers only, retrying", "err", err, "every", retry)
 			lastErr = err.Error()
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(gpuRetry):
+		case <-time.After(retry):
 		}
 	}
 	defer func() {
