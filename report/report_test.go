@@ -72,18 +72,18 @@ func writeWeek(t *testing.T, base, db string) {
 				f["per_user_tps"] = w.tps / w.running
 			}
 			p := write.NewPoint("tpsmon_server", map[string]string{"host": w.host, "server": w.server, "engine": "vllm", "gpus": w.gpus}, f, ts)
-			if buf, err = enc.Append(buf, p); err != nil {
+			if buf, err = enc.AppendWrite(buf, p); err != nil {
 				t.Fatal(err)
 			}
 			for _, g := range strings.Split(w.gpus, ",") {
 				gp := write.NewPoint("tpsmon_gpu", map[string]string{"host": w.host, "gpu": g, "uuid": w.host + "-" + g, "server": w.server},
 					map[string]any{"util": w.util, "util_max": w.util, "energy_j": energy / ngpu, "samples": int64(600), "coverage": 1.0}, ts)
-				buf, _ = enc.Append(buf, gp)
+				buf, _ = enc.AppendWrite(buf, gp)
 			}
 		}
 		idle := write.NewPoint("tpsmon_gpu", map[string]string{"host": "node-a", "gpu": "2", "uuid": "node-a-2"},
 			map[string]any{"util": 1.0, "util_max": 3.0, "energy_j": 60000.0, "samples": int64(600), "coverage": 1.0}, ts)
-		buf, _ = enc.Append(buf, idle)
+		buf, _ = enc.AppendWrite(buf, idle)
 		if len(buf) > 4<<20 {
 			if err := in.Write(context.Background(), buf); err != nil {
 				t.Fatal(err)

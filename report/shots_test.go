@@ -36,7 +36,7 @@ func writeSim(t *testing.T, base, bucket string, gen func(func(*write.Point) err
 		return err
 	}
 	err = gen(func(p *write.Point) error {
-		if buf, err = enc.Append(buf, p); err != nil {
+		if buf, err = enc.AppendWrite(buf, p); err != nil {
 			return err
 		}
 		if len(buf) > 4<<20 {

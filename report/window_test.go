@@ -27,7 +27,7 @@ func writeFiveSecond(t *testing.T, base, db string, start time.Time) {
 	enc := sink.NewEncoder()
 	var buf []byte
 	add := func(p *write.Point) {
-		if buf, err = enc.Append(buf, p); err != nil {
+		if buf, err = enc.AppendWrite(buf, p); err != nil {
 			t.Fatal(err)
 		}
 	}

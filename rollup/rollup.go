@@ -197,7 +197,7 @@ func (j *Job) rollRange(ctx context.Context, l Level, a, b time.Time) (int, erro
 					}
 					t, _ := report.Num(row["time"])
 					p := write.NewPoint(m+l.Suffix, s.Tags, fields, time.Unix(int64(t), 0))
-					if buf, err = enc.Append(buf, p); err != nil {
+					if buf, err = enc.AppendWrite(buf, p); err != nil {
 						return 0, err
 					}
 					n++

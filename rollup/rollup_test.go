@@ -46,7 +46,7 @@ func writeDays(t *testing.T, base, db string, from, to int, w want) {
 	enc := sink.NewEncoder()
 	var buf []byte
 	add := func(p *write.Point) {
-		if buf, err = enc.Append(buf, p); err != nil {
+		if buf, err = enc.AppendWrite(buf, p); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -7,10 +7,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/influxdata/influxdb-client-go/v2/api/write"
-
-	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink/spool"
+	"github.com/tpsmon/tpsmon/window"
 )
 
 // LPWriter writes line protocol.
@@ -23,10 +21,10 @@ type LPWriter struct {
 // NewLPWriter writes line protocol to w.
 func NewLPWriter(w io.Writer) *LPWriter { return &LPWriter{w: w, enc: NewEncoder()} }
 
-// WritePoints writes pts; a point that cannot be encoded is reported, the
-// others still go out.
-func (o *LPWriter) WritePoints(pts []*write.Point) error {
-	b, err := encodeAll(o.enc, o.buf[:0], pts)
+// WriteWindows writes the points of cs; a point that cannot be encoded is
+// reported, the others still go out.
+func (o *LPWriter) WriteWindows(cs []window.Closed) error {
+	b, err := encodeAll(o.enc, o.buf[:0], Points(cs))
 	o.buf = b
 	if _, werr := o.w.Write(b); werr != nil {
 		return werr
@@ -36,7 +34,7 @@ func (o *LPWriter) WritePoints(pts []*write.Point) error {
 
 // encodeAll encodes every point it can; a point that cannot be encoded is
 // reported, the others still go out.
-func encodeAll(enc *Encoder, dst []byte, pts []*write.Point) ([]byte, error) {
+func encodeAll(enc *Encoder, dst []byte, pts []Point) ([]byte, error) {
 	var first error
 	for _, p := range pts {
 		var err error
@@ -61,17 +59,11 @@ type JSONPoint struct {
 	Fields      map[string]any    `json:"fields"`
 }
 
-// WritePoints writes one line per point.
-func (o *JSONWriter) WritePoints(pts []*write.Point) error {
-	for _, p := range pts {
-		jp := JSONPoint{Measurement: p.Name(), Time: p.Time().UTC().Format(time.RFC3339Nano),
-			Tags: map[string]string{}, Fields: map[string]any{}}
-		for _, t := range p.TagList() {
-			jp.Tags[t.Key] = t.Value
-		}
-		for _, f := range p.FieldList() {
-			jp.Fields[f.Key] = f.Value
-		}
+// WriteWindows writes one line per point of cs.
+func (o *JSONWriter) WriteWindows(cs []window.Closed) error {
+	for _, p := range Points(cs) {
+		jp := JSONPoint{Measurement: p.Measurement, Time: p.Time.UTC().Format(time.RFC3339Nano),
+			Tags: p.TagMap(), Fields: p.FieldMap()}
 		if err := o.enc.Encode(jp); err != nil {
 			return err
 		}
@@ -89,46 +81,40 @@ type TableWriter struct {
 // NewTableWriter prints a table on w.
 func NewTableWriter(w io.Writer) *TableWriter { return &TableWriter{w: w} }
 
-// WritePoints prints the server points of pts, a header first.
-func (o *TableWriter) WritePoints(pts []*write.Point) error {
+// WriteWindows prints the servers' windows of cs, a header first.
+func (o *TableWriter) WriteWindows(cs []window.Closed) error {
 	if !o.header {
 		fmt.Fprintf(o.w, "%-8s  %-10s %-13s %7s %9s %9s %7s %7s %5s %6s %7s %7s %5s\n",
 			"window", "server", "state", "tokens", "sys tok/s", "user tok/s", "running", "waiting", "kv%", "gpu%", "power W", "tok/J", "cov")
 		o.header = true
 	}
-	for _, p := range pts {
-		if p.Name() != schema.Server {
-			continue
+	for _, c := range cs {
+		for _, w := range c.Servers {
+			fmt.Fprintf(o.w, "%-8s  %-10s %-13s %7s %9s %9s %7s %7s %5s %6s %7s %7s %5s\n",
+				w.Start.Local().Format("15:04:05"), w.Server, w.State,
+				intCell(w.Tokens), cell(w.SystemTPS, 1, 1), cell(w.PerUserTPS, 1, 1),
+				cell(w.Running, 1, 1), cell(w.Waiting, 1, 1), cell(w.KVCacheUsage, 100, 0),
+				cell(w.GPUUtil, 1, 0), cell(w.PowerW, 1, 0), cell(w.TokensPerJoule, 1, 2),
+				cell(window.Some(w.Coverage), 1, 2))
 		}
-		f := map[string]any{}
-		for _, x := range p.FieldList() {
-			f[x.Key] = x.Value
-		}
-		var server string
-		for _, t := range p.TagList() {
-			if t.Key == schema.TagServer {
-				server = t.Value
-			}
-		}
-		fmt.Fprintf(o.w, "%-8s  %-10s %-13s %7s %9s %9s %7s %7s %5s %6s %7s %7s %5s\n",
-			p.Time().Local().Format("15:04:05"), server, f[schema.FieldState],
-			cell(f, schema.FieldTokens, 1, 0), cell(f, schema.FieldSystemTPS, 1, 1), cell(f, schema.FieldPerUserTPS, 1, 1),
-			cell(f, schema.FieldRunning, 1, 1), cell(f, schema.FieldWaiting, 1, 1), cell(f, schema.FieldKVCacheUsage, 100, 0),
-			cell(f, schema.FieldGPUUtil, 1, 0), cell(f, schema.FieldPowerW, 1, 0), cell(f, schema.FieldTokensPerJoule, 1, 2),
-			cell(f, schema.FieldCoverage, 1, 2))
 	}
 	return nil
 }
 
-// cell formats field k scaled, or "-" when it is absent.
-func cell(f map[string]any, k string, scale float64, prec int) string {
-	switch v := f[k].(type) {
-	case float64:
-		return fmt.Sprintf("%.*f", prec, v*scale)
-	case int64:
-		return fmt.Sprintf("%d", v)
+// cell formats v scaled, or "-" when it is absent.
+func cell(v window.Opt[float64], scale float64, prec int) string {
+	if !v.OK {
+		return "-"
 	}
-	return "-"
+	return fmt.Sprintf("%.*f", prec, v.V*scale)
+}
+
+// intCell formats v, or "-" when it is absent.
+func intCell(v window.Opt[int64]) string {
+	if !v.OK {
+		return "-"
+	}
+	return fmt.Sprintf("%d", v.V)
 }
 
 // SpoolWriter encodes points into the spool and wakes the sender that
@@ -145,9 +131,9 @@ func NewSpoolWriter(sp *spool.Spool, s *Sender) *SpoolWriter {
 	return &SpoolWriter{Spool: sp, Sender: s, enc: NewEncoder()}
 }
 
-// WritePoints spools pts.
-func (o *SpoolWriter) WritePoints(pts []*write.Point) error {
-	b, encErr := encodeAll(o.enc, o.buf[:0], pts)
+// WriteWindows spools the points of cs.
+func (o *SpoolWriter) WriteWindows(cs []window.Closed) error {
+	b, encErr := encodeAll(o.enc, o.buf[:0], Points(cs))
 	o.buf = b
 	// A failed append is counted as dropped by the spool; the daemon goes on.
 	err := o.Spool.Append(b)

@@ -28,7 +28,7 @@ func TestInfluxWriteReadBack(t *testing.T) {
 		p := write.NewPoint("tpsmon_server", map[string]string{"host": "h", "server": "s"},
 			map[string]any{"tokens": int64(100 * i), "system_tps": 10.5 * float64(i), "state": "ok"},
 			ts.Add(time.Duration(i)*10*time.Second))
-		if lines, err = enc.Append(lines, p); err != nil {
+		if lines, err = enc.AppendWrite(lines, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -48,11 +48,11 @@ func TestEncoderRejectsNaN(t *testing.T) {
 	enc := NewEncoder()
 	good := write.NewPoint("m", map[string]string{"a": "b"}, map[string]any{"v": 1.0}, time.Unix(1, 0))
 	bad := write.NewPoint("m", map[string]string{"a": "b"}, map[string]any{"ok": 1.0, "v": nanValue()}, time.Unix(2, 0))
-	out, err := enc.Append(nil, good)
+	out, err := enc.AppendWrite(nil, good)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out2, err := enc.Append(out, bad)
+	out2, err := enc.AppendWrite(out, bad)
 	if err == nil {
 		t.Fatal("NaN field encoded")
 	}

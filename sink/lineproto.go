@@ -4,13 +4,11 @@ package sink
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
-	lp "github.com/influxdata/line-protocol"
 	"github.com/influxdata/line-protocol/v2/lineprotocol"
 )
 
@@ -37,31 +35,44 @@ func NewEncoder() *Encoder {
 // Append encodes p and appends its line to dst. A point that cannot be
 // encoded (a NaN or infinite field, a time out of range) leaves dst as it
 // was.
-func (e *Encoder) Append(dst []byte, p *write.Point) ([]byte, error) {
+func (e *Encoder) Append(dst []byte, p Point) ([]byte, error) {
 	e.enc.SetBuffer(e.scratch[:0])
-	e.enc.StartLine(p.Name())
-	tags := slices.Clone(p.TagList())
-	slices.SortFunc(tags, func(a, b *lp.Tag) int { return strings.Compare(a.Key, b.Key) })
-	for _, t := range tags {
+	e.enc.StartLine(p.Measurement)
+	for _, t := range p.Tags {
 		// An empty tag is no tag: InfluxDB reads a missing tag as "".
 		if v := TagValue(t.Value); v != "" {
 			e.enc.AddTag(t.Key, v)
 		}
 	}
-	for _, f := range p.FieldList() {
+	for _, f := range p.Fields {
 		v, ok := fieldValue(f.Value)
 		if !ok {
 			return dst, fmt.Errorf("encode %s point at %s: field %s: %v is not a finite number, an integer, a bool or a string",
-				p.Name(), p.Time().UTC().Format(time.RFC3339), f.Key, f.Value)
+				p.Measurement, p.Time.UTC().Format(time.RFC3339), f.Key, f.Value)
 		}
 		e.enc.AddField(f.Key, v)
 	}
-	e.enc.EndLine(p.Time())
+	e.enc.EndLine(p.Time)
 	e.scratch = e.enc.Bytes()
 	if err := e.enc.Err(); err != nil {
-		return dst, fmt.Errorf("encode %s point at %s: %w", p.Name(), p.Time().UTC().Format(time.RFC3339), err)
+		return dst, fmt.Errorf("encode %s point at %s: %w", p.Measurement, p.Time.UTC().Format(time.RFC3339), err)
 	}
 	return append(dst, e.scratch...), nil
+}
+
+// AppendWrite encodes a point built with influxdb-client-go (rollups,
+// simulated fleets) like Append.
+func (e *Encoder) AppendWrite(dst []byte, p *write.Point) ([]byte, error) {
+	pt := Point{Measurement: p.Name(), Time: p.Time(), Tags: make([]Tag, 0, len(p.TagList())),
+		Fields: make([]Field, 0, len(p.FieldList()))}
+	for _, t := range p.TagList() {
+		pt.Tags = append(pt.Tags, Tag{t.Key, t.Value})
+	}
+	for _, f := range p.FieldList() {
+		pt.Fields = append(pt.Fields, Field{f.Key, f.Value})
+	}
+	pt.Tags = sortedTags(pt.Tags)
+	return e.Append(dst, pt)
 }
 
 func fieldValue(x any) (lineprotocol.Value, bool) {

@@ -55,7 +55,7 @@ func TestHostileValuesRoundTrip(t *testing.T) {
 	for i, h := range hostile {
 		p := write.NewPoint("tpsmon_server", map[string]string{"host": "h", "model": h.value, "server": h.value},
 			map[string]any{"idx": int64(i), "error": h.value}, ts.Add(time.Duration(i)*time.Second))
-		if lines, err = enc.Append(lines, p); err != nil {
+		if lines, err = enc.AppendWrite(lines, p); err != nil {
 			t.Fatalf("%s: %v", h.name, err)
 		}
 	}

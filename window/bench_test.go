@@ -1,4 +1,4 @@
-package window
+package window_test
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/sink"
+	"github.com/tpsmon/tpsmon/window"
 )
 
 // BenchmarkWindow is one 10 s window at 1 Hz, fed and closed: a node (8
@@ -22,16 +23,16 @@ func BenchmarkWindow(b *testing.B) {
 
 func benchWindow(b *testing.B, gpus, servers int, emit bool) {
 	names := make([]string, servers)
-	srv := make([]Server, servers)
+	srv := make([]window.Server, servers)
 	per := gpus / servers
 	for s := range servers {
 		names[s] = fmt.Sprintf("s%d", s)
-		srv[s] = Server{Name: names[s], Engine: "vllm"}
+		srv[s] = window.Server{Name: names[s], Engine: "vllm"}
 		for g := s * per; g < (s+1)*per; g++ {
 			srv[s].GPUs = append(srv[s].GPUs, fmt.Sprint(g))
 		}
 	}
-	j := New(Config{Window: 10 * time.Second, Grace: 5 * time.Second, MaxGap: 2500 * time.Millisecond, Host: "n",
+	j := window.New(window.Config{Window: 10 * time.Second, Grace: 5 * time.Second, MaxGap: 2500 * time.Millisecond, Host: "n",
 		Start: time.Unix(0, 0)}, srv)
 	uuids := make([]string, gpus)
 	for g := range uuids {
@@ -66,13 +67,13 @@ func benchWindow(b *testing.B, gpus, servers int, emit bool) {
 			}
 		}
 		t = t.Add(10 * time.Second)
-		pts := j.Flush(t.Add(5 * time.Second))
-		if len(pts) != gpus+servers {
-			b.Fatalf("%d points", len(pts))
+		cs := j.Flush(t.Add(5 * time.Second))
+		if n := window.Count(cs); n != gpus+servers {
+			b.Fatalf("%d points", n)
 		}
 		if emit {
 			buf = buf[:0]
-			for _, p := range pts {
+			for _, p := range sink.Points(cs) {
 				var err error
 				if buf, err = enc.Append(buf, p); err != nil {
 					b.Fatal(err)

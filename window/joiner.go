@@ -1,6 +1,7 @@
 // Package window joins GPU samples and server samples in tumbling windows
-// aligned to the Unix epoch, and turns each closed window into the points
-// of tpsmon's schema. It is pure: no I/O, and the clock is the caller's
+// aligned to the Unix epoch, and sums each closed window up as typed
+// results (GPUWindow, ServerWindow) in tpsmon's schema; sink turns them
+// into line protocol. It is pure: no I/O, and the clock is the caller's
 // (every method takes the time), so tests need no sleeping.
 package window
 
@@ -8,10 +9,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
-
-	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/gpu"
@@ -363,39 +361,38 @@ func (j *Joiner) AddGPU(s gpu.Sample) bool {
 }
 
 // Flush closes every window whose end plus grace has passed at now and
-// returns its points, oldest window first.
-func (j *Joiner) Flush(now time.Time) []*write.Point {
+// returns their results, oldest window first; a window with no GPU and no
+// server is left out.
+func (j *Joiner) Flush(now time.Time) []Closed {
 	w := j.cfg.Window
 	if behind := now.Sub(j.next.Add(w + j.cfg.Grace)); behind >= maxCatchUp*w {
 		skip := behind.Truncate(w) - (maxCatchUp-1)*w
 		j.skipped += uint64(skip / w)
 		j.next = j.next.Add(skip)
 	}
-	var pts []*write.Point
+	var out []Closed
 	for !now.Before(j.next.Add(w + j.cfg.Grace)) {
-		pts = j.closeWindow(pts, j.next)
+		out = j.closeWindow(out, j.next)
 		j.next = j.next.Add(w)
 	}
-	return pts
+	return out
 }
 
 // Close ends observation at now: every window that has begun is closed,
 // the last one partial (its coverage says how much). For shutdown and the
 // end of a replay.
-func (j *Joiner) Close(now time.Time) []*write.Point {
-	var pts []*write.Point
+func (j *Joiner) Close(now time.Time) []Closed {
+	var out []Closed
 	for j.next.Before(now) {
-		pts = j.closeWindow(pts, j.next)
+		out = j.closeWindow(out, j.next)
 		j.next = j.next.Add(j.cfg.Window)
 	}
-	return pts
+	return out
 }
 
-// gpuWindow is one GPU's summary of one window, shared by its own point and
-// the points of the servers it serves.
-type gpuWindow struct {
-	g        *gpuState
-	covered  time.Duration
+// gpuSummary is one GPU's summary of one window, shared by its own result
+// and the results of the servers it serves.
+type gpuSummary struct {
 	util     stats
 	smActive stats
 	power    stats
@@ -409,19 +406,23 @@ type gpuWindow struct {
 	watts float64
 }
 
-func (j *Joiner) closeWindow(pts []*write.Point, s time.Time) []*write.Point {
+func (j *Joiner) closeWindow(out []Closed, s time.Time) []Closed {
 	e := s.Add(j.cfg.Window)
-	gws := make(map[string]*gpuWindow, len(j.gpus))
+	c := Closed{Start: s}
+	sums := make(map[string]*gpuSummary, len(j.gpus))
 	users := j.gpuUsers()
 	for _, g := range j.sortedGPUs() {
-		gw, pt := j.gpuPoint(g, s, e, users[g.uuid])
-		gws[g.uuid] = gw
-		pts = append(pts, pt)
+		gw, sum := j.gpuWindow(g, s, e, users[g.uuid])
+		sums[g.uuid] = sum
+		c.GPUs = append(c.GPUs, gw)
 	}
 	for _, st := range j.servers {
-		pts = append(pts, j.serverPoint(st, s, e, gws))
+		c.Servers = append(c.Servers, j.serverWindow(st, s, e, sums))
 	}
-	return pts
+	if len(c.GPUs) == 0 && len(c.Servers) == 0 {
+		return out
+	}
+	return append(out, c)
 }
 
 func (j *Joiner) sortedGPUs() []*gpuState {
@@ -466,55 +467,40 @@ func (j *Joiner) gpuUsers() map[string]string {
 	return users
 }
 
-func (j *Joiner) gpuPoint(g *gpuState, s, e time.Time, server string) (*gpuWindow, *write.Point) {
-	gw := &gpuWindow{g: g, covered: g.seen.covered(s, e, j.cfg.MaxGap)}
-	fields := make(map[string]any, 20)
-	gw.util = g.util.stats(s, e)
-	if gw.util.n > 0 {
-		fields[schema.FieldUtil] = gw.util.mean()
-		fields[schema.FieldUtilMax] = gw.util.max
+// mean returns a gauge's mean over [s, e), if it was read.
+func mean(g *gauge, s, e time.Time) Opt[float64] {
+	if st := g.stats(s, e); st.n > 0 {
+		return Some(st.mean())
 	}
-	if st := g.memUtil.stats(s, e); st.n > 0 {
-		fields[schema.FieldMemUtil] = st.mean()
+	return Opt[float64]{}
+}
+
+func (j *Joiner) gpuWindow(g *gpuState, s, e time.Time, server string) (GPUWindow, *gpuSummary) {
+	covered := g.seen.covered(s, e, j.cfg.MaxGap)
+	w := GPUWindow{Start: s, Length: j.cfg.Window, Host: j.cfg.Host, Label: g.label(), UUID: g.uuid, Name: g.name,
+		Server: server}
+	sum := &gpuSummary{util: g.util.stats(s, e), smActive: g.smActive.stats(s, e), power: g.power.stats(s, e),
+		memUsed: g.memUsed.stats(s, e), memTotal: g.memTotal.stats(s, e)}
+	if sum.util.n > 0 {
+		w.Util, w.UtilMax = Some(sum.util.mean()), Some(sum.util.max)
 	}
-	gw.memUsed, gw.memTotal = g.memUsed.stats(s, e), g.memTotal.stats(s, e)
-	if gw.memUsed.n > 0 {
-		fields[schema.FieldMemUsedBytes] = int64(gw.memUsed.max)
-		fields[schema.FieldMemTotalBytes] = int64(gw.memTotal.max)
+	w.MemUtil = mean(&g.memUtil, s, e)
+	if sum.memUsed.n > 0 {
+		w.MemUsedBytes, w.MemTotalBytes = Some(int64(sum.memUsed.max)), Some(int64(sum.memTotal.max))
 	}
-	gw.power = g.power.stats(s, e)
-	if gw.power.n > 0 {
-		fields[schema.FieldPowerW] = gw.power.mean()
+	if sum.power.n > 0 {
+		w.PowerW = Some(sum.power.mean())
 	}
-	// Energy from the counter's delta over exactly this window; a GPU
-	// without the counter (pre-Volta, replayed CSV) integrates power.
-	obsJ, obsSpan := g.energy.observed(s, e, j.cfg.MaxGap)
-	if sp, ok := g.energy.close(e, j.cfg.MaxGap); ok && gw.covered > 0 {
-		gw.energyJ, gw.hasJ = sp.delta()/1000, true
-		if obsSpan > 0 {
-			gw.watts = obsJ / 1000 / obsSpan.Seconds()
-		}
-		fields[schema.FieldEnergySource] = schema.EnergyCounter
-	} else if gw.power.n > 0 && gw.covered > 0 {
-		gw.energyJ, gw.hasJ = gw.power.mean()*gw.covered.Seconds(), true
-		gw.watts = gw.power.mean()
-		fields[schema.FieldEnergySource] = schema.EnergyPower
+	w.EnergySource = j.energy(g, sum, s, e, covered)
+	if sum.hasJ {
+		w.EnergyJ = Some(sum.energyJ)
 	}
-	if gw.hasJ {
-		fields[schema.FieldEnergyJ] = gw.energyJ
-	}
-	gw.smActive = g.smActive.stats(s, e)
-	for name, gg := range map[string]*gauge{schema.FieldSMActive: &g.smActive, schema.FieldSMOccupancy: &g.smOcc, schema.FieldTensorActive: &g.tensor, schema.FieldDRAMActive: &g.dram} {
-		if st := gg.stats(s, e); st.n > 0 {
-			fields[name] = st.mean()
-		}
-	}
+	w.SMActive, w.SMOccupancy = mean(&g.smActive, s, e), mean(&g.smOcc, s, e)
+	w.TensorActive, w.DRAMActive = mean(&g.tensor, s, e), mean(&g.dram, s, e)
 	if st := g.temp.stats(s, e); st.n > 0 {
-		fields[schema.FieldTempC] = st.max
+		w.TempC = Some(st.max)
 	}
-	if st := g.smClock.stats(s, e); st.n > 0 {
-		fields[schema.FieldSMClockMHz] = st.mean()
-	}
+	w.SMClockMHz = mean(&g.smClock, s, e)
 	var bits uint64
 	n := 0
 	for _, p := range g.throttle {
@@ -524,19 +510,41 @@ func (j *Joiner) gpuPoint(g *gpuState, s, e time.Time, server string) (*gpuWindo
 		}
 	}
 	if n > 0 {
-		fields[schema.FieldThrottle] = int64(bits)
+		w.Throttle = Some(int64(bits))
 	}
-	fields[schema.FieldSamples] = int64(g.seen.count(s, e))
-	fields[schema.FieldCoverage] = ratio(gw.covered, j.cfg.Window)
-	// The window's length travels with it: readers turn windows into time
-	// from the data, not from their own configuration.
-	fields[schema.FieldWindowS] = j.cfg.Window.Seconds()
+	w.Samples = int64(g.seen.count(s, e))
+	w.Coverage = ratio(covered, j.cfg.Window)
 	for _, ge := range g.errs {
 		if !ge.t.Before(s) && ge.t.Before(e) {
-			fields[schema.FieldError] = ge.err.Error()
+			w.Error = Some(ge.err.Error())
 		}
 	}
+	g.prune(e)
+	return w, sum
+}
 
+// energy fills sum's energy over [s, e) and says where it came from: the
+// counter's delta over exactly this window, or for a GPU without the
+// counter (pre-Volta, replayed CSV) integrated power.
+func (j *Joiner) energy(g *gpuState, sum *gpuSummary, s, e time.Time, covered time.Duration) Opt[string] {
+	obsJ, obsSpan := g.energy.observed(s, e, j.cfg.MaxGap)
+	if sp, ok := g.energy.close(e, j.cfg.MaxGap); ok && covered > 0 {
+		sum.energyJ, sum.hasJ = sp.delta()/1000, true
+		if obsSpan > 0 {
+			sum.watts = obsJ / 1000 / obsSpan.Seconds()
+		}
+		return Some(schema.EnergyCounter)
+	}
+	if sum.power.n > 0 && covered > 0 {
+		sum.energyJ, sum.hasJ = sum.power.mean()*covered.Seconds(), true
+		sum.watts = sum.power.mean()
+		return Some(schema.EnergyPower)
+	}
+	return Opt[string]{}
+}
+
+// prune forgets a GPU's readings before e.
+func (g *gpuState) prune(e time.Time) {
 	for _, gg := range []*gauge{&g.util, &g.memUtil, &g.memUsed, &g.memTotal, &g.power, &g.temp, &g.smClock,
 		&g.smActive, &g.smOcc, &g.tensor, &g.dram} {
 		gg.prune(e)
@@ -544,45 +552,49 @@ func (j *Joiner) gpuPoint(g *gpuState, s, e time.Time, server string) (*gpuWindo
 	g.throttle = pruneGpoints(g.throttle, e)
 	g.errs = pruneErrs(g.errs, e)
 	g.seen.prune(e)
-
-	tags := map[string]string{
-		schema.TagHost: j.cfg.Host, schema.TagGPU: g.label(), schema.TagUUID: g.uuid, schema.TagName: g.name, schema.TagServer: server,
-	}
-	return gw, write.NewPoint(schema.GPU, tags, fields, s)
 }
 
-func (j *Joiner) serverPoint(st *serverState, s, e time.Time, gws map[string]*gpuWindow) *write.Point {
+func (j *Joiner) serverWindow(st *serverState, s, e time.Time, sums map[string]*gpuSummary) ServerWindow {
 	m := j.measure(st, s, e)
-	fields := make(map[string]any, 24)
+	w := ServerWindow{Start: s, Length: j.cfg.Window, Host: j.cfg.Host, Server: st.Name, Engine: st.Engine,
+		Model: st.Model, Source: m.source}
 	in := verdictInput{down: m.down, tokens: -1, running: m.running, waiting: m.waiting, kv: m.kv, util: -1,
 		preempted: m.preempted}
 	if m.hasTokens {
-		fields[schema.FieldTokens] = m.tokensInt
+		w.Tokens = Some(m.tokensInt)
 		in.tokens = m.tokens
 		if m.tokenSecs > 0 {
-			fields[schema.FieldSystemTPS] = m.rateTokens / m.tokenSecs
+			w.SystemTPS = Some(m.rateTokens / m.tokenSecs)
 		}
 	}
 	if m.hasUser {
-		fields[schema.FieldPerUserTPS] = m.userTPS
+		w.PerUserTPS = Some(m.userTPS)
 	}
 	if m.hasPrompt {
-		fields[schema.FieldPromptTokens] = m.promptInt
+		w.PromptTokens = Some(m.promptInt)
 		if m.promptSecs > 0 {
-			fields[schema.FieldPromptTPS] = m.ratePrompt / m.promptSecs
+			w.PromptTPS = Some(m.ratePrompt / m.promptSecs)
 		}
 	}
 	if m.hasPreempt {
-		fields[schema.FieldPreemptions] = m.preempt
+		w.Preemptions = Some(m.preempt)
 	}
-	for name, v := range map[string]float64{schema.FieldRunning: m.running, schema.FieldWaiting: m.waiting, schema.FieldKVCacheUsage: m.kv} {
-		if v >= 0 {
-			fields[name] = v
-		}
+	known := func(v float64) Opt[float64] { return Opt[float64]{V: v, OK: v >= 0} }
+	w.Running, w.Waiting, w.KVCacheUsage = known(m.running), known(m.waiting), known(m.kv)
+	if util, ok := j.addGPUs(&w, j.gpusOf(st), sums); ok {
+		in.util = util
 	}
+	w.State = verdict(in, j.cfg.Thresholds)
+	w.Coverage = ratio(m.covered, j.cfg.Window)
+	return w
+}
 
-	gpus := j.gpusOf(st)
-	idx := make([]string, 0, len(gpus))
+// addGPUs fills a server's window with what its GPUs did: utilization,
+// SM activity, memory, power and energy summed or averaged over them, and
+// the rates per joule and per GPU. It returns the utilization the verdict
+// takes, if known.
+func (j *Joiner) addGPUs(w *ServerWindow, gpus []*gpuState, sums map[string]*gpuSummary) (float64, bool) {
+	w.GPUs = make([]string, 0, len(gpus))
 	var util, utilMax, power, energy, sm float64
 	// watts is the GPUs' mean power over the part of the window each was
 	// observed, from their energy: divided into the server's rate over its
@@ -593,72 +605,62 @@ func (j *Joiner) serverPoint(st *serverState, s, e time.Time, gws map[string]*gp
 	var memUsed, memTotal int64
 	var nMem int
 	for _, g := range gpus {
-		idx = append(idx, g.label())
-		gw := gws[g.uuid]
-		if gw == nil {
+		w.GPUs = append(w.GPUs, g.label())
+		gs := sums[g.uuid]
+		if gs == nil {
 			continue
 		}
-		if gw.util.n > 0 {
-			util += gw.util.mean()
-			utilMax = math.Max(utilMax, gw.util.max)
+		if gs.util.n > 0 {
+			util += gs.util.mean()
+			utilMax = math.Max(utilMax, gs.util.max)
 			nUtil++
 		}
-		if gw.power.n > 0 {
-			power += gw.power.mean()
+		if gs.power.n > 0 {
+			power += gs.power.mean()
 			nPower++
 		}
-		if gw.smActive.n > 0 {
-			sm += gw.smActive.mean()
+		if gs.smActive.n > 0 {
+			sm += gs.smActive.mean()
 			nSM++
 		}
-		if gw.hasJ {
-			energy += gw.energyJ
+		if gs.hasJ {
+			energy += gs.energyJ
 			nEnergy++
-			watts += gw.watts
+			watts += gs.watts
 		}
-		if gw.memUsed.n > 0 {
-			memUsed += int64(gw.memUsed.max)
-			memTotal += int64(gw.memTotal.max)
+		if gs.memUsed.n > 0 {
+			memUsed += int64(gs.memUsed.max)
+			memTotal += int64(gs.memTotal.max)
 			nMem++
 		}
 	}
+	verdictUtil, known := 0.0, false
 	if nUtil > 0 {
-		fields[schema.FieldGPUUtil] = util / float64(nUtil)
-		fields[schema.FieldGPUUtilMax] = utilMax
-		in.util = util / float64(nUtil)
+		w.GPUUtil, w.GPUUtilMax = Some(util/float64(nUtil)), Some(utilMax)
+		verdictUtil, known = util/float64(nUtil), true
 	}
 	if nSM > 0 {
 		// SM activity says how much of the GPU works, utilization only
 		// that something ran: the verdict takes it where it is known.
-		fields[schema.FieldSMActive] = sm / float64(nSM)
-		in.util = sm / float64(nSM)
+		w.SMActive = Some(sm / float64(nSM))
+		verdictUtil, known = sm/float64(nSM), true
 	}
 	if nMem > 0 {
-		fields[schema.FieldMemUsedBytes] = memUsed
-		fields[schema.FieldMemTotalBytes] = memTotal
+		w.MemUsedBytes, w.MemTotalBytes = Some(memUsed), Some(memTotal)
 	}
 	if nPower > 0 {
-		fields[schema.FieldPowerW] = power
+		w.PowerW = Some(power)
 	}
 	if nEnergy > 0 {
-		fields[schema.FieldEnergyJ] = energy
-		if tps, ok := fields[schema.FieldSystemTPS].(float64); ok && watts > 0 {
-			fields[schema.FieldTokensPerJoule] = tps / watts
+		w.EnergyJ = Some(energy)
+		if w.SystemTPS.OK && watts > 0 {
+			w.TokensPerJoule = Some(w.SystemTPS.V / watts)
 		}
 	}
-	if tps, ok := fields[schema.FieldSystemTPS].(float64); ok && len(gpus) > 0 {
-		fields[schema.FieldTPSPerGPU] = tps / float64(len(gpus))
+	if w.SystemTPS.OK && len(gpus) > 0 {
+		w.TPSPerGPU = Some(w.SystemTPS.V / float64(len(gpus)))
 	}
-	fields[schema.FieldState] = verdict(in, j.cfg.Thresholds)
-	fields[schema.FieldCoverage] = ratio(m.covered, j.cfg.Window)
-	fields[schema.FieldWindowS] = j.cfg.Window.Seconds()
-	fields[schema.FieldSource] = m.source
-
-	tags := map[string]string{
-		schema.TagHost: j.cfg.Host, schema.TagServer: st.Name, schema.TagEngine: st.Engine, schema.TagModel: st.Model,
-		schema.TagGPUs: strings.Join(idx, ","),
-	}
-	return write.NewPoint(schema.Server, tags, fields, s)
+	return verdictUtil, known
 }
 
 func ratio(d, w time.Duration) float64 {
@@ -706,6 +708,14 @@ type measured struct {
 	source                 string
 }
 
+// closedCounters is what each counter of a server says of one window.
+type closedCounters struct {
+	spans   [collector.NumCounters]span
+	have    [collector.NumCounters]bool
+	obs     [collector.NumCounters]float64
+	obsSpan [collector.NumCounters]time.Duration
+}
+
 // measure closes the window [s, e) of one server. Scraped metrics win;
 // the log speaks for windows the metrics did not cover.
 func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
@@ -713,105 +723,29 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 	if m.source == "" {
 		m.source = schema.SourceMetrics
 	}
-	var spans [collector.NumCounters]span
-	var have [collector.NumCounters]bool
-	var obs [collector.NumCounters]float64
-	var obsSpan [collector.NumCounters]time.Duration
+	// Every counter is closed whichever source speaks: close moves its
+	// base to this window's end.
+	var cc closedCounters
 	for c := range collector.NumCounters {
-		obs[c], obsSpan[c] = st.counters[c].observed(s, e, j.cfg.MaxGap)
-		spans[c], have[c] = st.counters[c].close(e, j.cfg.MaxGap)
+		cc.obs[c], cc.obsSpan[c] = st.counters[c].observed(s, e, j.cfg.MaxGap)
+		cc.spans[c], cc.have[c] = st.counters[c].close(e, j.cfg.MaxGap)
 	}
 	scraped := st.seen.covered(s, e, j.cfg.MaxGap)
 	scrapedAny := scraped > 0 || st.seen.count(s, e) > 0
-	acc := st.acc[s]
-	if acc == nil {
-		acc = &windowAcc{}
-	}
-	for w := range st.acc {
-		if !w.After(s) { // this window, and any skipped after a clock jump
-			delete(st.acc, w)
-		}
-	}
+	acc := st.takeAcc(s)
 	logCover := max(st.watched.covered(s, e, j.cfg.MaxGap), covered(acc.cover))
 	logIv := acc.sums[1]
 	logAny := logCover > 0 || logIv.n > 0 || st.watched.count(s, e) > 0
 
-	switch {
-	case scrapedAny || !logAny:
+	if scrapedAny || !logAny {
 		m.covered = scraped
 		m.down = !scrapedAny
-		if m.down {
-			break
+		if !m.down {
+			j.fromMetrics(&m, st, &cc, acc.sums[0], s, e, scraped)
 		}
-		iv := acc.sums[0]
-		if have[collector.GenerationTokens] || st.completion {
-			tok := spans[collector.GenerationTokens]
-			m.hasTokens = true
-			m.tokens = j.bound(tok.delta() + iv.tokens)
-			m.tokensInt = int64(j.bound(float64(tok.count() + st.roundTokens(iv.tokens))))
-			m.rateTokens, m.tokenSecs = j.bound(obs[collector.GenerationTokens]+iv.tokens), obsSpan[collector.GenerationTokens].Seconds()
-			if !have[collector.GenerationTokens] {
-				m.rateTokens, m.tokenSecs = m.tokens, scraped.Seconds()
-			}
-		}
-		if have[collector.ITLSum] && have[collector.ITLCount] {
-			if sum, n := spans[collector.ITLSum].delta(), spans[collector.ITLCount].delta(); sum > 0 && n > 0 {
-				m.userTPS, m.hasUser = n/sum, true
-			}
-		}
-		if have[collector.PromptTokens] {
-			p := spans[collector.PromptTokens]
-			m.prompt, m.promptInt, m.hasPrompt = j.bound(p.delta()), int64(j.bound(float64(p.count()))), true
-			m.ratePrompt, m.promptSecs = j.bound(obs[collector.PromptTokens]), obsSpan[collector.PromptTokens].Seconds()
-		}
-		if have[collector.Preemptions] {
-			m.preempt, m.hasPreempt = spans[collector.Preemptions].count(), true
-			m.preempted = spans[collector.Preemptions].delta() > 0
-		}
-		gauge := func(g collector.Gauge) float64 {
-			if sts := st.gauges[g].stats(s, e); sts.n > 0 {
-				return sts.mean()
-			}
-			return -1
-		}
-		m.running, m.waiting, m.kv = gauge(collector.Running), gauge(collector.Waiting), gauge(collector.KVUsage)
-	default:
+	} else {
 		m.source, m.covered = schema.SourceLog, logCover
-		iv := logIv
-		m.hasTokens = iv.hasTok || logCover > 0
-		m.tokens = j.bound(iv.tokens)
-		m.tokensInt = int64(j.bound(float64(st.roundTokens(m.tokens))))
-		m.rateTokens, m.tokenSecs = m.tokens, logCover.Seconds()
-		if iv.hasPrmpt {
-			m.prompt = j.bound(iv.prompt)
-			m.promptInt, m.hasPrompt = int64(math.Round(m.prompt)), true
-			m.ratePrompt, m.promptSecs = m.prompt, logCover.Seconds()
-		}
-		if iv.hasPreempt {
-			m.preempt, m.hasPreempt, m.preempted = int64(math.Round(iv.preempt)), true, iv.preempt > 0
-		}
-		switch {
-		case iv.runW > 0:
-			m.running = iv.run / iv.runW
-		case iv.reqSec > 0 && logCover > 0:
-			m.running = iv.reqSec / logCover.Seconds()
-		case logCover > 0 && iv.tokens == 0:
-			m.running = 0
-		}
-		if iv.waitW > 0 {
-			m.waiting = iv.wait / iv.waitW
-		}
-		if iv.kvW > 0 {
-			m.kv = iv.kv / iv.kvW
-		}
-		switch {
-		case iv.userSec > 0:
-			m.userTPS, m.hasUser = iv.userTok/iv.userSec, true
-		case m.running > 0 && logCover > 0 && iv.tokens > 0:
-			// A stat line gives only the system rate: each of the running
-			// streams got its share.
-			m.userTPS, m.hasUser = iv.tokens/logCover.Seconds()/m.running, true
-		}
+		j.fromLog(&m, st, logIv, logCover)
 	}
 	for g := range collector.NumGauges {
 		st.gauges[g].prune(e)
@@ -819,6 +753,97 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 	st.seen.prune(e)
 	st.watched.prune(e)
 	return m
+}
+
+// takeAcc removes and returns the intervals summed for the window at s
+// (empty when none), dropping those of any window skipped after a clock
+// jump.
+func (st *serverState) takeAcc(s time.Time) *windowAcc {
+	acc := st.acc[s]
+	if acc == nil {
+		acc = &windowAcc{}
+	}
+	for w := range st.acc {
+		if !w.After(s) {
+			delete(st.acc, w)
+		}
+	}
+	return acc
+}
+
+// fromMetrics measures a scraped window: counters' deltas, completion-time
+// intervals (iv) on top, gauges' means over [s, e).
+func (j *Joiner) fromMetrics(m *measured, st *serverState, cc *closedCounters, iv ivSums, s, e time.Time, scraped time.Duration) {
+	if cc.have[collector.GenerationTokens] || st.completion {
+		tok := cc.spans[collector.GenerationTokens]
+		m.hasTokens = true
+		m.tokens = j.bound(tok.delta() + iv.tokens)
+		m.tokensInt = int64(j.bound(float64(tok.count() + st.roundTokens(iv.tokens))))
+		m.rateTokens, m.tokenSecs = j.bound(cc.obs[collector.GenerationTokens]+iv.tokens), cc.obsSpan[collector.GenerationTokens].Seconds()
+		if !cc.have[collector.GenerationTokens] {
+			m.rateTokens, m.tokenSecs = m.tokens, scraped.Seconds()
+		}
+	}
+	if cc.have[collector.ITLSum] && cc.have[collector.ITLCount] {
+		if sum, n := cc.spans[collector.ITLSum].delta(), cc.spans[collector.ITLCount].delta(); sum > 0 && n > 0 {
+			m.userTPS, m.hasUser = n/sum, true
+		}
+	}
+	if cc.have[collector.PromptTokens] {
+		p := cc.spans[collector.PromptTokens]
+		m.prompt, m.promptInt, m.hasPrompt = j.bound(p.delta()), int64(j.bound(float64(p.count()))), true
+		m.ratePrompt, m.promptSecs = j.bound(cc.obs[collector.PromptTokens]), cc.obsSpan[collector.PromptTokens].Seconds()
+	}
+	if cc.have[collector.Preemptions] {
+		m.preempt, m.hasPreempt = cc.spans[collector.Preemptions].count(), true
+		m.preempted = cc.spans[collector.Preemptions].delta() > 0
+	}
+	gauge := func(g collector.Gauge) float64 {
+		if sts := st.gauges[g].stats(s, e); sts.n > 0 {
+			return sts.mean()
+		}
+		return -1
+	}
+	m.running, m.waiting, m.kv = gauge(collector.Running), gauge(collector.Waiting), gauge(collector.KVUsage)
+}
+
+// fromLog measures a window only the log spoke for: the sums of the
+// intervals its lines covered (iv) over logCover, the time it was watched.
+func (j *Joiner) fromLog(m *measured, st *serverState, iv ivSums, logCover time.Duration) {
+	m.hasTokens = iv.hasTok || logCover > 0
+	m.tokens = j.bound(iv.tokens)
+	m.tokensInt = int64(j.bound(float64(st.roundTokens(m.tokens))))
+	m.rateTokens, m.tokenSecs = m.tokens, logCover.Seconds()
+	if iv.hasPrmpt {
+		m.prompt = j.bound(iv.prompt)
+		m.promptInt, m.hasPrompt = int64(math.Round(m.prompt)), true
+		m.ratePrompt, m.promptSecs = m.prompt, logCover.Seconds()
+	}
+	if iv.hasPreempt {
+		m.preempt, m.hasPreempt, m.preempted = int64(math.Round(iv.preempt)), true, iv.preempt > 0
+	}
+	switch {
+	case iv.runW > 0:
+		m.running = iv.run / iv.runW
+	case iv.reqSec > 0 && logCover > 0:
+		m.running = iv.reqSec / logCover.Seconds()
+	case logCover > 0 && iv.tokens == 0:
+		m.running = 0
+	}
+	if iv.waitW > 0 {
+		m.waiting = iv.wait / iv.waitW
+	}
+	if iv.kvW > 0 {
+		m.kv = iv.kv / iv.kvW
+	}
+	switch {
+	case iv.userSec > 0:
+		m.userTPS, m.hasUser = iv.userTok/iv.userSec, true
+	case m.running > 0 && logCover > 0 && iv.tokens > 0:
+		// A stat line gives only the system rate: each of the running
+		// streams got its share.
+		m.userTPS, m.hasUser = iv.tokens/logCover.Seconds()/m.running, true
+	}
 }
 
 // bound keeps a window's token count within what a server can make in

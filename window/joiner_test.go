@@ -6,10 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/influxdata/influxdb-client-go/v2/api/write"
-
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/schema"
 )
 
 var t0 = time.Unix(1_700_000_000, 0) // a multiple of 10 s
@@ -41,20 +40,13 @@ func steady(from, to, step, rate, base float64) []scrape {
 	return out
 }
 
-func fields(p *write.Point) map[string]any {
-	m := make(map[string]any)
-	for _, f := range p.FieldList() {
-		m[f.Key] = f.Value
+// servers returns the server windows of cs, oldest first.
+func servers(cs []Closed) []ServerWindow {
+	var out []ServerWindow
+	for _, c := range cs {
+		out = append(out, c.Servers...)
 	}
-	return m
-}
-
-func tags(p *write.Point) map[string]string {
-	m := make(map[string]string)
-	for _, t := range p.TagList() {
-		m[t.Key] = t.Value
-	}
-	return m
+	return out
 }
 
 func newJoiner(start float64) *Joiner {
@@ -62,25 +54,19 @@ func newJoiner(start float64) *Joiner {
 		Host: "node-a", Start: at(start)}, []Server{{Name: "llm", Engine: "vllm", GPUs: []string{"0"}}})
 }
 
-// serverPoints feeds scrapes and returns the server point of every window
-// closed by a flush at the given time.
-func serverPoints(t *testing.T, j *Joiner, scrapes []scrape, flushAt float64) []*write.Point {
+// serverWindows feeds scrapes and returns the server's result of every
+// window closed by a flush at the given time.
+func serverWindows(t *testing.T, j *Joiner, scrapes []scrape, flushAt float64) []ServerWindow {
 	t.Helper()
 	for _, s := range scrapes {
 		j.AddServer("llm", sample(s))
 	}
-	var out []*write.Point
-	for _, p := range j.Flush(at(flushAt)) {
-		if p.Name() == "tpsmon_server" {
-			out = append(out, p)
-		}
-	}
-	return out
+	return servers(j.Flush(at(flushAt)))
 }
 
 type want struct {
 	start    float64
-	tokens   any // int64, or nil for absent
+	tokens   Opt[int64] // absent: no token count
 	tps      float64
 	coverage float64
 	state    string
@@ -99,9 +85,9 @@ func TestJoinerWindows(t *testing.T) {
 			scrapes: steady(0, 31, 1, 100, 5000),
 			flushAt: 35,
 			want: []want{
-				{0, int64(1000), 100, 1, "ok"},
-				{10, int64(1000), 100, 1, "ok"},
-				{20, int64(1000), 100, 1, "ok"},
+				{0, Some[int64](1000), 100, 1, schema.StateOK},
+				{10, Some[int64](1000), 100, 1, schema.StateOK},
+				{20, Some[int64](1000), 100, 1, schema.StateOK},
 			},
 		},
 		{
@@ -114,9 +100,9 @@ func TestJoinerWindows(t *testing.T) {
 			flushAt: 25,
 			want: []want{
 				// [0,10): the counter started at 8.5; half of the 9.5..10.5 jump.
-				{0, int64(50), 50 / 1.5, 0.15, "ok"},
+				{0, Some[int64](50), 50 / 1.5, 0.15, schema.StateOK},
 				// [10,20): the other half; 12.5..19.5 is a gap longer than MaxGap.
-				{10, int64(50), 50 / 3.0, 0.3, "ok"},
+				{10, Some[int64](50), 50 / 3.0, 0.3, schema.StateOK},
 			},
 		},
 		{
@@ -124,11 +110,11 @@ func TestJoinerWindows(t *testing.T) {
 			scrapes: append(steady(0, 13, 1, 10, 0), steady(17, 31, 1, 10, 170)...),
 			flushAt: 35,
 			want: []want{
-				{0, int64(100), 10, 1, "ok"},
+				{0, Some[int64](100), 10, 1, schema.StateOK},
 				// 12..17 is a 5 s gap: its 50 tokens land at 17, inside the
 				// window, but the rate is the 50 seen over the 5 s observed.
-				{10, int64(100), 50 / 5.0, 0.5, "ok"},
-				{20, int64(100), 10, 1, "ok"},
+				{10, Some[int64](100), 50 / 5.0, 0.5, schema.StateOK},
+				{20, Some[int64](100), 10, 1, schema.StateOK},
 			},
 		},
 		{
@@ -137,11 +123,11 @@ func TestJoinerWindows(t *testing.T) {
 				steady(15, 31, 1, 100, 0)...), // restarted at 15 from 0
 			flushAt: 35,
 			want: []want{
-				{0, int64(1000), 100, 1, "ok"},
+				{0, Some[int64](1000), 100, 1, schema.StateOK},
 				// 10..14 gives 400 (and the edge at 10), then the reset drops
 				// the 14..15 second: 0 is the new value, then 15..20 gives 500.
-				{10, int64(900), 90, 1, "ok"},
-				{20, int64(1000), 100, 1, "ok"},
+				{10, Some[int64](900), 90, 1, schema.StateOK},
+				{20, Some[int64](1000), 100, 1, schema.StateOK},
 			},
 		},
 		{
@@ -149,49 +135,49 @@ func TestJoinerWindows(t *testing.T) {
 			scrapes: steady(14, 31, 1, 20, 0),
 			flushAt: 35,
 			want: []want{
-				{0, nil, 0, 0, "down"},
-				{10, int64(120), 20, 0.6, "ok"},
-				{20, int64(200), 20, 1, "ok"},
+				{0, Opt[int64]{}, 0, 0, schema.StateDown},
+				{10, Some[int64](120), 20, 0.6, schema.StateOK},
+				{20, Some[int64](200), 20, 1, schema.StateOK},
 			},
 		},
 		{
 			name:    "no scrapes at all: down, nothing invented",
 			flushAt: 25,
-			want:    []want{{0, nil, 0, 0, "down"}, {10, nil, 0, 0, "down"}},
+			want:    []want{{0, Opt[int64]{}, 0, 0, schema.StateDown}, {10, Opt[int64]{}, 0, 0, schema.StateDown}},
 		},
 		{
 			name:    "idle server",
 			scrapes: []scrape{{0, 7, 0}, {1, 7, 0}, {2, 7, 0}, {3, 7, 0}, {4, 7, 0}, {5, 7, 0}, {6, 7, 0}, {7, 7, 0}, {8, 7, 0}, {9, 7, 0}, {10, 7, 0}},
 			flushAt: 15,
-			want:    []want{{0, int64(0), 0, 1, "idle"}},
+			want:    []want{{0, Some[int64](0), 0, 1, schema.StateIdle}},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := serverPoints(t, newJoiner(tt.start), tt.scrapes, tt.flushAt)
+			got := serverWindows(t, newJoiner(tt.start), tt.scrapes, tt.flushAt)
 			if len(got) != len(tt.want) {
 				t.Fatalf("got %d windows, want %d", len(got), len(tt.want))
 			}
 			for i, w := range tt.want {
-				f := fields(got[i])
-				if !got[i].Time().Equal(at(w.start)) {
-					t.Errorf("window %d starts %v, want %v", i, got[i].Time(), at(w.start))
+				g := got[i]
+				if !g.Start.Equal(at(w.start)) {
+					t.Errorf("window %d starts %v, want %v", i, g.Start, at(w.start))
 				}
-				if f["tokens"] != w.tokens {
-					t.Errorf("window %d tokens = %v, want %v", i, f["tokens"], w.tokens)
+				if g.Tokens != w.tokens {
+					t.Errorf("window %d tokens = %v, want %v", i, g.Tokens, w.tokens)
 				}
-				if w.tokens != nil {
-					if tps, _ := f["system_tps"].(float64); math.Abs(tps-w.tps) > 1e-6 {
-						t.Errorf("window %d system_tps = %v, want %v", i, tps, w.tps)
+				if w.tokens.OK {
+					if math.Abs(g.SystemTPS.V-w.tps) > 1e-6 {
+						t.Errorf("window %d system_tps = %v, want %v", i, g.SystemTPS, w.tps)
 					}
-				} else if _, ok := f["system_tps"]; ok {
+				} else if g.SystemTPS.OK {
 					t.Errorf("window %d has system_tps without data", i)
 				}
-				if c := f["coverage"].(float64); math.Abs(c-w.coverage) > 1e-9 {
-					t.Errorf("window %d coverage = %v, want %v", i, c, w.coverage)
+				if math.Abs(g.Coverage-w.coverage) > 1e-9 {
+					t.Errorf("window %d coverage = %v, want %v", i, g.Coverage, w.coverage)
 				}
-				if f["state"] != w.state {
-					t.Errorf("window %d state = %v, want %v", i, f["state"], w.state)
+				if g.State != w.state {
+					t.Errorf("window %d state = %v, want %v", i, g.State, w.state)
 				}
 			}
 		})
@@ -204,10 +190,9 @@ func TestJoinerConservesTokens(t *testing.T) {
 	j := newJoiner(0)
 	scr := []scrape{{0.3, 10, 1}, {1.7, 47, 1}, {3.1, 90, 1}, {9.99, 333, 1}, {10.01, 334, 1},
 		{14.2, 500, 1}, {19.9, 12, 1}, {20.3, 40, 1}, {26.6, 777, 1}, {33.3, 1001, 1}}
-	pts := serverPoints(t, j, scr, 45)
 	var sum int64
-	for _, p := range pts {
-		if n, ok := fields(p)["tokens"].(int64); ok {
+	for _, w := range serverWindows(t, j, scr, 45) {
+		if n, ok := w.Tokens.V, w.Tokens.OK; ok {
 			if n < 0 {
 				t.Errorf("negative tokens %d", n)
 			}
@@ -222,7 +207,7 @@ func TestJoinerConservesTokens(t *testing.T) {
 
 func TestJoinerLateSamples(t *testing.T) {
 	j := newJoiner(0)
-	serverPoints(t, j, steady(0, 16, 1, 10, 0), 15) // closes [0,10)
+	serverWindows(t, j, steady(0, 16, 1, 10, 0), 15) // closes [0,10)
 	if ok := j.AddServer("llm", sample(scrape{t: 9.9, tokens: 99})); ok {
 		t.Error("a sample for a closed window was accepted")
 	}
@@ -233,22 +218,22 @@ func TestJoinerLateSamples(t *testing.T) {
 		t.Errorf("late = %d, want 2", j.Late())
 	}
 	// The open window is unaffected: still exactly 10 tokens/s.
-	pts := serverPoints(t, j, steady(16, 21, 1, 10, 160), 25)
-	if f := fields(pts[0]); f["tokens"] != int64(100) {
-		t.Errorf("window after a late sample: tokens %v, want 100", f["tokens"])
+	ws := serverWindows(t, j, steady(16, 21, 1, 10, 160), 25)
+	if ws[0].Tokens != Some[int64](100) {
+		t.Errorf("window after a late sample: tokens %v, want 100", ws[0].Tokens)
 	}
 }
 
 func TestJoinerGraceWaitsForLateScrape(t *testing.T) {
 	j := newJoiner(0)
-	serverPoints(t, j, steady(0, 10, 1, 10, 0), 14.9)
-	if pts := j.Flush(at(14.9)); len(pts) != 0 {
-		t.Fatalf("window closed before end+grace: %d points", len(pts))
+	serverWindows(t, j, steady(0, 10, 1, 10, 0), 14.9)
+	if cs := j.Flush(at(14.9)); len(cs) != 0 {
+		t.Fatalf("window closed before end+grace: %d windows", len(cs))
 	}
 	// The scrape after the edge arrives within grace and brackets it.
-	pts := serverPoints(t, j, []scrape{{t: 11, tokens: 110, running: 4}}, 15)
-	if len(pts) != 1 || fields(pts[0])["tokens"] != int64(100) || fields(pts[0])["coverage"] != 1.0 {
-		t.Fatalf("got %v", fields(pts[0]))
+	ws := serverWindows(t, j, []scrape{{t: 11, tokens: 110, running: 4}}, 15)
+	if len(ws) != 1 || ws[0].Tokens != Some[int64](100) || ws[0].Coverage != 1.0 {
+		t.Fatalf("got %+v", ws)
 	}
 }
 
@@ -257,18 +242,12 @@ func TestJoinerClosePartial(t *testing.T) {
 	for _, s := range steady(0, 14, 1, 10, 0) {
 		j.AddServer("llm", sample(s))
 	}
-	var srv []*write.Point
-	for _, p := range j.Close(at(13.5)) {
-		if p.Name() == "tpsmon_server" {
-			srv = append(srv, p)
-		}
-	}
+	srv := servers(j.Close(at(13.5)))
 	if len(srv) != 2 {
 		t.Fatalf("Close gave %d server windows, want 2", len(srv))
 	}
-	f := fields(srv[1])
-	if f["tokens"] != int64(30) || math.Abs(f["coverage"].(float64)-0.3) > 1e-9 {
-		t.Errorf("partial window: tokens %v coverage %v, want 30 and 0.3", f["tokens"], f["coverage"])
+	if f := srv[1]; f.Tokens != Some[int64](30) || math.Abs(f.Coverage-0.3) > 1e-9 {
+		t.Errorf("partial window: tokens %v coverage %v, want 30 and 0.3", f.Tokens, f.Coverage)
 	}
 }
 
@@ -290,31 +269,31 @@ func TestJoinerGPUAndServerJoin(t *testing.T) {
 		j.AddServer("llm", sample(scrape{t: float64(i), tokens: float64(i) * 1000, running: 8}))
 	}
 	j.AddGPU(gpu.Sample{Time: at(3), Index: 1, UUID: "GPU-1", Name: "H100", Err: errors.New("gpu 1: GPU is lost")})
-	pts := j.Flush(at(15))
-	if len(pts) != 3 {
-		t.Fatalf("got %d points, want 2 GPUs + 1 server", len(pts))
+	cs := j.Flush(at(15))
+	if len(cs) != 1 || len(cs[0].GPUs) != 2 || len(cs[0].Servers) != 1 {
+		t.Fatalf("got %+v, want one window of 2 GPUs + 1 server", cs)
 	}
-	g0, g1, srv := fields(pts[0]), fields(pts[1]), fields(pts[2])
-	if tags(pts[0])["server"] != "llm" || tags(pts[1])["server"] != "" {
-		t.Errorf("gpu server tags %q %q", tags(pts[0])["server"], tags(pts[1])["server"])
+	g0, g1, srv := cs[0].GPUs[0], cs[0].GPUs[1], cs[0].Servers[0]
+	if g0.Server != "llm" || g1.Server != "" {
+		t.Errorf("gpu server tags %q %q", g0.Server, g1.Server)
 	}
-	if g0["util"] != 60.0 || g0["util_max"] != 70.0 || g0["energy_j"] != 5000.0 || g0["samples"] != int64(10) {
-		t.Errorf("gpu 0 fields %v", g0)
+	if g0.Util != Some(60.0) || g0.UtilMax != Some(70.0) || g0.EnergyJ != Some(5000.0) || g0.Samples != 10 {
+		t.Errorf("gpu 0 %+v", g0)
 	}
-	if g1["error"] != "gpu 1: GPU is lost" || g1["samples"] != int64(0) || g1["coverage"] != 0.0 {
-		t.Errorf("lost gpu fields %v", g1)
+	if g1.Error != Some("gpu 1: GPU is lost") || g1.Samples != 0 || g1.Coverage != 0 {
+		t.Errorf("lost gpu %+v", g1)
 	}
-	if _, ok := g1["util"]; ok {
+	if g1.Util.OK {
 		t.Error("lost GPU reports a utilization")
 	}
-	if tags(pts[2])["gpus"] != "0" {
-		t.Errorf("server gpus tag %q", tags(pts[2])["gpus"])
+	if len(srv.GPUs) != 1 || srv.GPUs[0] != "0" {
+		t.Errorf("server gpus %q", srv.GPUs)
 	}
-	if srv["tokens_per_joule"] != 2.0 || srv["tps_per_gpu"] != 1000.0 || srv["power_w"] != 480.0 {
-		t.Errorf("server join fields %v", srv)
+	if srv.TokensPerJoule != Some(2.0) || srv.TPSPerGPU != Some(1000.0) || srv.PowerW != Some(480.0) {
+		t.Errorf("server join %+v", srv)
 	}
-	if srv["mem_used_bytes"] != int64(70<<30) || srv["gpu_util"] != 60.0 {
-		t.Errorf("server gpu fields %v", srv)
+	if srv.MemUsedBytes != Some[int64](70<<30) || srv.GPUUtil != Some(60.0) {
+		t.Errorf("server gpu fields %+v", srv)
 	}
 }
 
@@ -325,16 +304,16 @@ func TestJoinerEnergyFallsBackToPower(t *testing.T) {
 		s.Has &^= gpu.FieldEnergy
 		j.AddGPU(s)
 	}
-	f := fields(j.Flush(at(15))[0])
-	if f["energy_j"] != 3000.0 {
-		t.Errorf("energy from power = %v, want 3000", f["energy_j"])
+	g := j.Flush(at(15))[0].GPUs[0]
+	if g.EnergyJ != Some(3000.0) || g.EnergySource != Some(schema.EnergyPower) {
+		t.Errorf("energy from power = %v (%v), want 3000", g.EnergyJ, g.EnergySource)
 	}
 }
 
 func TestJoinerSkipsAheadAfterClockJump(t *testing.T) {
 	j := newJoiner(0)
-	pts := j.Flush(at(1e6))
-	if n := len(pts); n != maxCatchUp {
+	cs := j.Flush(at(1e6))
+	if n := len(cs); n != maxCatchUp {
 		t.Errorf("closed %d windows after a jump, want at most %d", n, maxCatchUp)
 	}
 	if j.Skipped() == 0 {
@@ -349,15 +328,15 @@ func TestVerdict(t *testing.T) {
 		mod  func(*verdictInput)
 		want string
 	}{
-		{"down", func(v *verdictInput) { v.down = true }, "down"},
-		{"idle", func(v *verdictInput) { v.tokens, v.running = 0, 0 }, "idle"},
-		{"kv bound", func(v *verdictInput) { v.waiting, v.kv = 3, 0.95 }, "kv_bound"},
-		{"kv bound by preemption", func(v *verdictInput) { v.preempted, v.kv = true, 0.92 }, "kv_bound"},
-		{"queue bound", func(v *verdictInput) { v.waiting, v.util = 5, 45 }, "queue_bound"},
-		{"underutilized", func(v *verdictInput) { v.util = 20 }, "underutilized"},
-		{"saturated", func(v *verdictInput) { v.waiting, v.util = 5, 97 }, "saturated"},
-		{"ok", func(*verdictInput) {}, "ok"},
-		{"no gpu data never guesses", func(v *verdictInput) { v.waiting, v.util = 5, -1 }, "ok"},
+		{"down", func(v *verdictInput) { v.down = true }, schema.StateDown},
+		{"idle", func(v *verdictInput) { v.tokens, v.running = 0, 0 }, schema.StateIdle},
+		{"kv bound", func(v *verdictInput) { v.waiting, v.kv = 3, 0.95 }, schema.StateKVBound},
+		{"kv bound by preemption", func(v *verdictInput) { v.preempted, v.kv = true, 0.92 }, schema.StateKVBound},
+		{"queue bound", func(v *verdictInput) { v.waiting, v.util = 5, 45 }, schema.StateQueueBound},
+		{"underutilized", func(v *verdictInput) { v.util = 20 }, schema.StateUnderutilized},
+		{"saturated", func(v *verdictInput) { v.waiting, v.util = 5, 97 }, schema.StateSaturated},
+		{"ok", func(*verdictInput) {}, schema.StateOK},
+		{"no gpu data never guesses", func(v *verdictInput) { v.waiting, v.util = 5, -1 }, schema.StateOK},
 	}
 	for _, tt := range tests {
 		in := base
@@ -377,14 +356,14 @@ func TestJoinerSetServersKeepsSeries(t *testing.T) {
 	for _, s := range steady(14, 21, 1, 10, 140) {
 		j.AddServer("llm", sample(s))
 	}
-	var srv []map[string]any
-	for _, p := range j.Flush(at(25)) {
-		if p.Name() == "tpsmon_server" && tags(p)["server"] == "llm" {
-			srv = append(srv, fields(p))
+	var srv []ServerWindow
+	for _, w := range servers(j.Flush(at(25))) {
+		if w.Server == "llm" {
+			srv = append(srv, w)
 		}
 	}
-	if len(srv) != 2 || srv[1]["tokens"] != int64(100) || srv[1]["coverage"] != 1.0 {
-		t.Errorf("series broken by the reload: %v", srv)
+	if len(srv) != 2 || srv[1].Tokens != Some[int64](100) || srv[1].Coverage != 1.0 {
+		t.Errorf("series broken by the reload: %+v", srv)
 	}
 }
 
@@ -406,18 +385,18 @@ func TestJoinerGPUDriverSamplesAndGPM(t *testing.T) {
 		j.AddGPU(s)
 		j.AddServer("llm", sample(scrape{t: float64(i), tokens: float64(i) * 100, running: 4}))
 	}
-	pts := j.Flush(at(15))
-	g, srv := fields(pts[0]), fields(pts[1])
-	if u := g["util"].(float64); math.Abs(u-30) > 1e-9 || g["util_max"] != 80.0 {
-		t.Errorf("util %v max %v, want the driver samples' 30 and 80", g["util"], g["util_max"])
+	cs := j.Flush(at(15))
+	g, srv := cs[0].GPUs[0], cs[0].Servers[0]
+	if !g.Util.OK || math.Abs(g.Util.V-30) > 1e-9 || g.UtilMax != Some(80.0) {
+		t.Errorf("util %v max %v, want the driver samples' 30 and 80", g.Util, g.UtilMax)
 	}
-	if g["sm_active"] != 35.0 || g["tensor_active"] != 15.0 || g["dram_active"] != 50.0 || g["energy_source"] != "counter" {
-		t.Errorf("gpu fields %v", g)
+	if g.SMActive != Some(35.0) || g.TensorActive != Some(15.0) || g.DRAMActive != Some(50.0) || g.EnergySource != Some(schema.EnergyCounter) {
+		t.Errorf("gpu %+v", g)
 	}
 	// SM activity (35%) drives the verdict: tokens flow, nothing waits,
 	// the GPU is mostly idle inside.
-	if srv["sm_active"] != 35.0 || srv["state"] != "underutilized" {
-		t.Errorf("server sm_active %v state %v", srv["sm_active"], srv["state"])
+	if srv.SMActive != Some(35.0) || srv.State != schema.StateUnderutilized {
+		t.Errorf("server sm_active %v state %v", srv.SMActive, srv.State)
 	}
 }
 
@@ -431,11 +410,11 @@ func TestJoinerEnergyCounterReset(t *testing.T) {
 		}
 		j.AddGPU(gpuSample(float64(i), 50, 200, e))
 	}
-	f := fields(j.Flush(at(15))[0])
+	g := j.Flush(at(15))[0].GPUs[0]
 	// 4 s before the reset and 5 s after; the second of the reset counts
 	// what the new counter says (0).
-	if f["energy_j"] != 1800.0 {
-		t.Errorf("energy across a reset %v, want 1800", f["energy_j"])
+	if g.EnergyJ != Some(1800.0) {
+		t.Errorf("energy across a reset %v, want 1800", g.EnergyJ)
 	}
 }
 
@@ -456,16 +435,15 @@ func TestJoinerNamesFromLogs(t *testing.T) {
 	}
 	for _, c := range cases {
 		j := New(Config{Window: 10 * time.Second, MaxGap: time.Second, Start: at(0)},
-			[]Server{{Name: "llm", Engine: c.configured, Source: "log"}})
+			[]Server{{Name: "llm", Engine: c.configured, Source: schema.SourceLog}})
 		for _, n := range c.names {
 			j.NameEngine("llm", n[0])
 			j.NameModel("llm", n[1])
 		}
 		j.Watch("llm", at(1))
-		pts := j.Close(at(5))
-		tg := tags(pts[len(pts)-1])
-		if tg["engine"] != c.wantEngine || tg["model"] != c.wantModel {
-			t.Errorf("%s: engine %q model %q, want %q and %q", c.name, tg["engine"], tg["model"], c.wantEngine, c.wantModel)
+		srv := servers(j.Close(at(5)))
+		if w := srv[len(srv)-1]; w.Engine != c.wantEngine || w.Model != c.wantModel {
+			t.Errorf("%s: engine %q model %q, want %q and %q", c.name, w.Engine, w.Model, c.wantEngine, c.wantModel)
 		}
 	}
 }
@@ -481,9 +459,9 @@ func TestJoinerTokensPerJouleOnOneTimeBase(t *testing.T) {
 	for i := 4; i <= 7; i++ {
 		j.AddServer("llm", sample(scrape{t: float64(i), tokens: float64(i) * 1000, running: 8})) // 1000 tokens/s
 	}
-	pts := j.Close(at(7.5))
-	srv := fields(pts[len(pts)-1])
-	if tpj, ok := srv["tokens_per_joule"].(float64); !ok || math.Abs(tpj-2) > 1e-9 {
-		t.Errorf("tokens_per_joule %v, want 2 (fields %v)", srv["tokens_per_joule"], srv)
+	srv := servers(j.Close(at(7.5)))
+	w := srv[len(srv)-1]
+	if tpj := w.TokensPerJoule; !tpj.OK || math.Abs(tpj.V-2) > 1e-9 {
+		t.Errorf("tokens_per_joule %v, want 2 (%+v)", tpj, w)
 	}
 }

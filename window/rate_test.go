@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/schema"
 )
 
 // TestShortWindowRates runs the demo's setup at the joiner: a server
@@ -58,40 +59,39 @@ func TestShortWindowRates(t *testing.T) {
 				g := gpuSample(ts, 90, watts, int64(watts*ts*1000))
 				arr = append(arr, arrival{ts + tt.lag, func() { j.AddServer("llm", smp); j.AddGPU(g) }})
 			}
-			var got []map[string]any
+			var got []ServerWindow
 			next := 0
 			for now := 0.0; now <= 21; now += 0.1 {
 				for next < len(arr) && arr[next].at <= now {
 					arr[next].add()
 					next++
 				}
-				for _, p := range j.Flush(at(now)) {
-					if p.Name() == "tpsmon_server" {
-						got = append(got, fields(p))
-					}
-				}
+				got = append(got, servers(j.Flush(at(now)))...)
 			}
 			if len(got) < 15 {
 				t.Fatalf("%d windows closed, want at least 15", len(got))
 			}
 			var total int64
 			for k, f := range got {
-				if tok, ok := f["tokens"].(int64); ok {
-					total += tok
+				if f.Tokens.OK {
+					total += f.Tokens.V
 				}
-				if k == 0 || f["state"] == "down" {
+				if k == 0 || f.State == schema.StateDown {
 					continue // the first point starts mid-window
 				}
-				for name, want := range map[string]float64{"system_tps": rate, "prompt_tps": prompt, "tokens_per_joule": rate / watts} {
-					v, ok := f[name].(float64)
-					if !ok {
-						if f["coverage"].(float64) > 0 {
-							t.Errorf("window %d: no %s (coverage %v)", k, name, f["coverage"])
+				for _, c := range []struct {
+					name string
+					v    Opt[float64]
+					want float64
+				}{{schema.FieldSystemTPS, f.SystemTPS, rate}, {schema.FieldPromptTPS, f.PromptTPS, prompt}, {schema.FieldTokensPerJoule, f.TokensPerJoule, rate / watts}} {
+					if !c.v.OK {
+						if f.Coverage > 0 {
+							t.Errorf("window %d: no %s (coverage %v)", k, c.name, f.Coverage)
 						}
 						continue
 					}
-					if math.Abs(v-want) > 1e-6*want {
-						t.Errorf("window %d: %s %.2f, want %.2f (tokens %v, coverage %v)", k, name, v, want, f["tokens"], f["coverage"])
+					if math.Abs(c.v.V-c.want) > 1e-6*c.want {
+						t.Errorf("window %d: %s %.2f, want %.2f (tokens %v, coverage %v)", k, c.name, c.v.V, c.want, f.Tokens, f.Coverage)
 					}
 				}
 			}

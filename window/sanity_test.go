@@ -127,18 +127,16 @@ func checkSequence(t *testing.T, data []byte) {
 	accepted := make([]bool, len(steps))
 	reached := make([]bool, len(steps)) // some reading of second i reached the joiner
 	cum := make([]float64, len(steps))  // true tokens made up to second i
-	var pts []map[string]any
+	var pts []ServerWindow
 	var starts []time.Time
 	collect := func(now time.Time, closing bool) {
-		ps := j.Flush(now)
+		cs := j.Flush(now)
 		if closing {
-			ps = j.Close(now)
+			cs = j.Close(now)
 		}
-		for _, p := range ps {
-			if p.Name() == "tpsmon_server" {
-				pts = append(pts, fields(p))
-				starts = append(starts, p.Time())
-			}
+		for _, w := range servers(cs) {
+			pts = append(pts, w)
+			starts = append(starts, w.Start)
 		}
 	}
 	for i, s := range steps {
@@ -174,7 +172,7 @@ func checkSequence(t *testing.T, data []byte) {
 	limit := collector.MaxTokensPerSecond * w.Seconds()
 	var sum int64
 	for k, f := range pts {
-		tok, ok := f["tokens"].(int64)
+		tok, ok := f.Tokens.V, f.Tokens.OK
 		if !ok {
 			continue
 		}
@@ -238,7 +236,7 @@ func TestGuardedWindows(t *testing.T) {
 			j := New(Config{Window: 2 * time.Second, Grace: time.Second, MaxGap: 2500 * time.Millisecond,
 				Host: "h", Start: at(0)}, []Server{{Name: "llm", Engine: "vllm"}})
 			var der collector.Deriver
-			var got []map[string]any
+			var got []ServerWindow
 			discards := 0
 			for i := 0; i <= 12; i++ {
 				v := 5000 + rate*float64(i)
@@ -251,9 +249,7 @@ func TestGuardedWindows(t *testing.T) {
 				s = der.Derive(s)
 				discards += len(s.Discards)
 				j.AddServer("llm", s)
-				for _, p := range j.Flush(at(float64(i))) {
-					got = append(got, fields(p))
-				}
+				got = append(got, servers(j.Flush(at(float64(i))))...)
 			}
 			if discards != 1 {
 				t.Errorf("%d values discarded, want 1", discards)
@@ -262,14 +258,14 @@ func TestGuardedWindows(t *testing.T) {
 				t.Fatalf("%d windows closed", len(got))
 			}
 			for k, f := range got {
-				if f["tokens"] != int64(2*rate) {
-					t.Errorf("window %d: tokens %v, want %v", k, f["tokens"], 2*rate)
+				if f.Tokens != Some(int64(2*rate)) {
+					t.Errorf("window %d: tokens %v, want %v", k, f.Tokens, 2*rate)
 				}
 			}
 			// One sample missing is bridged: the gap stays within MaxGap,
 			// the counter is interpolated across it.
 			for k, f := range got {
-				if c := f["coverage"].(float64); c != 1 {
+				if c := f.Coverage; c != 1 {
 					t.Errorf("window %d: coverage %v, want 1", k, c)
 				}
 			}
@@ -284,7 +280,7 @@ func TestBadStretchLowersCoverage(t *testing.T) {
 	j := New(Config{Window: 2 * time.Second, Grace: time.Second, MaxGap: 2500 * time.Millisecond,
 		Host: "h", Start: at(0)}, []Server{{Name: "llm", Engine: "vllm"}})
 	var der collector.Deriver
-	var got []map[string]any
+	var got []ServerWindow
 	for i := 0; i <= 12; i++ {
 		v := 5000 + 100*float64(i)
 		if i >= 4 && i <= 6 {
@@ -294,18 +290,16 @@ func TestBadStretchLowersCoverage(t *testing.T) {
 		s.Time = at(float64(i))
 		s.SetCounter(collector.GenerationTokens, v)
 		j.AddServer("llm", der.Derive(s))
-		for _, p := range j.Flush(at(float64(i))) {
-			got = append(got, fields(p))
-		}
+		got = append(got, servers(j.Flush(at(float64(i))))...)
 	}
 	var total int64
 	for k, f := range got {
-		c := f["coverage"].(float64)
+		c := f.Coverage
 		if hole := k >= 1 && k <= 3; hole != (c < 1) {
 			t.Errorf("window %d: coverage %v", k, c)
 		}
-		if tok, ok := f["tokens"].(int64); ok {
-			total += tok
+		if f.Tokens.OK {
+			total += f.Tokens.V
 		}
 	}
 	if want := int64(100 * 2 * len(got)); total != want {
@@ -365,16 +359,12 @@ func TestFlapDoesNotInflate(t *testing.T) {
 			}
 		}
 		j.AddServer("llm", s)
-		for _, p := range j.Flush(at(float64(i))) {
-			if tok, ok := fields(p)["tokens"].(int64); ok {
-				total += tok
-			}
+		for _, w := range servers(j.Flush(at(float64(i)))) {
+			total += w.Tokens.V
 		}
 	}
-	for _, p := range j.Close(at(20)) {
-		if tok, ok := fields(p)["tokens"].(int64); ok {
-			total += tok
-		}
+	for _, w := range servers(j.Close(at(20))) {
+		total += w.Tokens.V
 	}
 	if total != 2000 {
 		t.Errorf("tokens %d over 20 s, the server made 2000", total)
@@ -394,8 +384,8 @@ func TestWindowsAlignedToTheEpoch(t *testing.T) {
 			t.Errorf("window %v: starts at %v for %v", w, s, now)
 		}
 		j := New(Config{Window: w, Grace: 0, MaxGap: w, Host: "h", Start: now}, nil)
-		if pts := j.Close(now.Add(2 * w)); len(pts) != 0 {
-			t.Fatalf("%d points without servers", len(pts))
+		if cs := j.Close(now.Add(2 * w)); len(cs) != 0 {
+			t.Fatalf("%d windows without servers", len(cs))
 		}
 		if j.next.UnixNano()%int64(w) != 0 {
 			t.Errorf("window %v: the joiner's windows start at %v", w, j.next)

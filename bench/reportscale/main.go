@@ -196,7 +196,7 @@ func writeAll(base, bucket string, gen func(func(*write.Point) error) error) (in
 	var buf []byte
 	n := 0
 	err = gen(func(p *write.Point) error {
-		if buf, err = enc.Append(buf, p); err != nil {
+		if buf, err = enc.AppendWrite(buf, p); err != nil {
 			return err
 		}
 		n++

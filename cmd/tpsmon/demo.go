@@ -84,7 +84,7 @@ type demoOpts struct {
 	note   io.Writer
 }
 
-func runDemo(ctx context.Context, cfg *config.Config, out agent.PointWriter, o demoOpts) error {
+func runDemo(ctx context.Context, cfg *config.Config, out agent.WindowWriter, o demoOpts) error {
 	gpus, period := o.gpus, o.period
 	if gpus < 1 {
 		return fmt.Errorf("--gpus %d: at least one GPU", gpus)
@@ -121,7 +121,7 @@ func runDemo(ctx context.Context, cfg *config.Config, out agent.PointWriter, o d
 		Log:     log,
 		Version: version,
 		OpenGPU: func() (agent.GPUSampler, error) { return gpusim.New(gpus, load), nil },
-		Outputs: []agent.PointWriter{out},
+		Outputs: []agent.WindowWriter{out},
 		Client:  &http.Client{Timeout: 2 * time.Second},
 		Listening: func(addr net.Addr) {
 			fmt.Fprintf(o.note, "tpsmon demo: serving http://%s%s; watch it with: tpsmon top --addr %s\n", addr, api.WindowsPath, addr)

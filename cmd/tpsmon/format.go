@@ -9,7 +9,7 @@ import (
 )
 
 // newOutput returns the writer for a --format value.
-func newOutput(format string, w io.Writer) (agent.PointWriter, error) {
+func newOutput(format string, w io.Writer) (agent.WindowWriter, error) {
 	switch format {
 	case "table":
 		return sink.NewTableWriter(w), nil

@@ -7,13 +7,13 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/influxdata/influxdb-client-go/v2/api/write"
 	"github.com/spf13/cobra"
 
 	"github.com/tpsmon/tpsmon/internal/agent"
 	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/internal/logging"
 	"github.com/tpsmon/tpsmon/sink"
+	"github.com/tpsmon/tpsmon/window"
 )
 
 func newRunCmd() *cobra.Command {
@@ -44,7 +44,7 @@ leaves the rest in the spool.`,
 				ctx, cancel := context.WithCancel(cmd.Context())
 				defer cancel()
 				return agent.New(cfg, agent.Options{Log: log, Version: version,
-					Outputs: []agent.PointWriter{&firstWindow{w: cmd.OutOrStdout(), done: cancel}}}).Run(ctx)
+					Outputs: []agent.WindowWriter{&firstWindow{w: cmd.OutOrStdout(), done: cancel}}}).Run(ctx)
 			}
 			return agent.New(cfg, agent.Options{
 				Log:      log,
@@ -68,11 +68,11 @@ type firstWindow struct {
 	printed bool
 }
 
-func (f *firstWindow) WritePoints(pts []*write.Point) error {
+func (f *firstWindow) WriteWindows(cs []window.Closed) error {
 	if f.printed {
 		return nil
 	}
 	f.printed = true
 	defer f.done()
-	return sink.NewLPWriter(f.w).WritePoints(pts)
+	return sink.NewLPWriter(f.w).WriteWindows(cs)
 }

@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/influxdata/influxdb-client-go/v2/api/write"
-
 	"github.com/tpsmon/tpsmon/internal/agent"
 	"github.com/tpsmon/tpsmon/internal/api"
 	"github.com/tpsmon/tpsmon/internal/config"
@@ -28,34 +26,36 @@ import (
 	"github.com/tpsmon/tpsmon/internal/top"
 	"github.com/tpsmon/tpsmon/internal/tpsmonbin"
 	"github.com/tpsmon/tpsmon/schema"
+	"github.com/tpsmon/tpsmon/sink"
+	"github.com/tpsmon/tpsmon/window"
 )
 
 // recorder keeps the points of closed windows as the outputs get them.
 type recorder struct {
 	mu  sync.Mutex
-	pts []*write.Point
+	pts []sink.Point
 }
 
-func (r *recorder) WritePoints(p []*write.Point) error {
+func (r *recorder) WriteWindows(cs []window.Closed) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.pts = append(r.pts, p...)
+	r.pts = append(r.pts, sink.Points(cs)...)
 	return nil
 }
 
-func (r *recorder) find(p api.Point) *write.Point {
+func (r *recorder) find(p api.Point) *sink.Point {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, w := range r.pts {
-		if w.Name() != p.Measurement || !w.Time().Equal(p.Time) {
+	for i, w := range r.pts {
+		if w.Measurement != p.Measurement || !w.Time.Equal(p.Time) {
 			continue
 		}
 		same := true
-		for _, tag := range w.TagList() {
+		for _, tag := range w.Tags {
 			same = same && p.Tags[tag.Key] == tag.Value
 		}
-		if same && len(w.TagList()) == len(p.Tags) {
-			return w
+		if same && len(w.Tags) == len(p.Tags) {
+			return &r.pts[i]
 		}
 	}
 	return nil
@@ -144,10 +144,10 @@ func TestWindowsAPIOnDemo(t *testing.T) {
 		if rp == nil {
 			t.Fatalf("API point %s %v %v is not among the points written", p.Measurement, p.Time, p.Tags)
 		}
-		if len(rp.FieldList()) != len(p.Fields) {
-			t.Errorf("%s %v: %d fields, the written point has %d", p.Measurement, p.Time, len(p.Fields), len(rp.FieldList()))
+		if len(rp.Fields) != len(p.Fields) {
+			t.Errorf("%s %v: %d fields, the written point has %d", p.Measurement, p.Time, len(p.Fields), len(rp.Fields))
 		}
-		for _, f := range rp.FieldList() {
+		for _, f := range rp.Fields {
 			got := p.Fields[f.Key]
 			switch want := f.Value.(type) {
 			case float64:

@@ -67,7 +67,7 @@ type Options struct {
 	OpenGPU func() (GPUSampler, error)
 	// Outputs replace the file sink: closed windows go there (and to
 	// InfluxDB when one is configured).
-	Outputs []PointWriter
+	Outputs []WindowWriter
 	// Reload delivers SIGHUP; Load re-reads the configuration then, and
 	// SetLevel applies its log level.
 	Reload   <-chan os.Signal

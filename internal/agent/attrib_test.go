@@ -126,7 +126,7 @@ func runDaemonRole() error {
 	a := New(cfg, Options{
 		Log:         slog.New(slog.NewJSONHandler(os.Stderr, nil)),
 		OpenGPU:     func() (GPUSampler, error) { return nvml.Open(lib, nil) },
-		Outputs:     []PointWriter{},
+		Outputs:     []WindowWriter{},
 		AttribEvery: 200 * time.Millisecond,
 		Listening:   func(addr net.Addr) { fmt.Printf("listening %s\n", addr) },
 	})

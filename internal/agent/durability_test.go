@@ -209,7 +209,7 @@ func fullDisk(t *testing.T) {
 	var lp bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
-	if err := New(cfg, Options{Log: log, Outputs: []PointWriter{full, sink.NewLPWriter(&lp)}}).Run(ctx); err != nil {
+	if err := New(cfg, Options{Log: log, Outputs: []WindowWriter{full, sink.NewLPWriter(&lp)}}).Run(ctx); err != nil {
 		t.Fatal(err)
 	}
 	written := bytes.Count(lp.Bytes(), []byte("\n"))

@@ -15,12 +15,11 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/influxdata/influxdb-client-go/v2/api/write"
-
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/internal/config/configtest"
 	"github.com/tpsmon/tpsmon/sink"
+	"github.com/tpsmon/tpsmon/window"
 )
 
 // glitchingVLLM counts 100 tokens/s but prints bad instead of its counter
@@ -80,7 +79,7 @@ func oneBadSample(t *testing.T, bad string, reason collector.Reason) {
 	cfg.Window, cfg.Grace = 500*time.Millisecond, 100*time.Millisecond
 	cfg.Servers = []config.ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: "http://llm/metrics", GPUs: []string{"auto"}, ScrapeInterval: 50 * time.Millisecond}}
 	var out bytes.Buffer
-	a := New(cfg, Options{Outputs: []PointWriter{sink.NewLPWriter(&out)}, Client: client})
+	a := New(cfg, Options{Outputs: []WindowWriter{sink.NewLPWriter(&out)}, Client: client})
 	ctx, cancel := context.WithTimeout(context.Background(), 2600*time.Millisecond)
 	defer cancel()
 	if err := a.Run(ctx); err != nil {
@@ -107,7 +106,7 @@ func oneBadSample(t *testing.T, bad string, reason collector.Reason) {
 // failingOutput fails while failing is set.
 type failingOutput struct{ failing bool }
 
-func (f *failingOutput) WritePoints([]*write.Point) error {
+func (f *failingOutput) WriteWindows([]window.Closed) error {
 	if f.failing {
 		return errors.New("disk full")
 	}
@@ -119,8 +118,8 @@ func (f *failingOutput) WritePoints([]*write.Point) error {
 func TestOutputErrorsLoggedOncePerEpisode(t *testing.T) {
 	var logs bytes.Buffer
 	out := &failingOutput{failing: true}
-	p := &pipeline{cfg: configtest.Private(t), log: slog.New(slog.NewTextHandler(&logs, nil)), outputs: []PointWriter{out}}
-	pt := []*write.Point{write.NewPoint("m", nil, map[string]any{"v": 1.0}, time.Unix(1000, 0))}
+	p := &pipeline{cfg: configtest.Private(t), log: slog.New(slog.NewTextHandler(&logs, nil)), outputs: []WindowWriter{out}}
+	pt := []window.Closed{{Start: time.Unix(1000, 0), Servers: []window.ServerWindow{{Server: "m"}}}}
 	for range 33 {
 		p.emit(pt)
 	}

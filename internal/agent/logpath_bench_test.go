@@ -103,7 +103,7 @@ func runLogPath(b *testing.B, logs map[string]string) time.Duration {
 		}
 		sizes[engine] = fi.Size()
 	}
-	a := New(cfg, Options{Outputs: []PointWriter{sink.NewLPWriter(discard{})}, PositionDir: state,
+	a := New(cfg, Options{Outputs: []WindowWriter{sink.NewLPWriter(discard{})}, PositionDir: state,
 		LogGrace: 1500 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -32,7 +32,7 @@ func runOnLog(t *testing.T, logPath, state string, d time.Duration) (tokens int6
 	cfg.GPU.Backend = "none"
 	cfg.Servers = []config.ServerConfig{{Name: "sgl", Engine: "sglang", Log: config.LogSourceConfig{File: logPath}, GPUs: []string{"auto"}}}
 	var out bytes.Buffer
-	a := New(cfg, Options{Outputs: []PointWriter{sink.NewLPWriter(&out)}, PositionDir: state,
+	a := New(cfg, Options{Outputs: []WindowWriter{sink.NewLPWriter(&out)}, PositionDir: state,
 		LogGrace: 1500 * time.Millisecond, LogPoll: 250 * time.Millisecond})
 	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {

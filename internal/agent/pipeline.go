@@ -16,8 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/influxdata/influxdb-client-go/v2/api/write"
-
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/collector/gpumap"
@@ -35,9 +33,9 @@ type GPUSampler interface {
 	Close() error
 }
 
-// PointWriter receives the points of closed windows.
-type PointWriter interface {
-	WritePoints(pts []*write.Point) error
+// WindowWriter receives closed windows.
+type WindowWriter interface {
+	WriteWindows(cs []window.Closed) error
 }
 
 // pipeline wires sources, the joiner and the outputs: the daemon's main
@@ -48,7 +46,7 @@ type pipeline struct {
 	// openGPU opens the GPU backend; nil for backend none. It is retried
 	// while it fails, so a node whose driver comes up late is picked up.
 	openGPU func() (GPUSampler, error)
-	outputs []PointWriter
+	outputs []WindowWriter
 	// live sees every scrape and GPU reading, for the API's open window;
 	// nil: no API.
 	live   liveFeed
@@ -474,8 +472,8 @@ func (r scrapeMsg) apply(p *pipeline, j *window.Joiner, down map[string]bool) {
 	}
 }
 
-func (p *pipeline) emit(pts []*write.Point) {
-	if len(pts) == 0 {
+func (p *pipeline) emit(cs []window.Closed) {
+	if len(cs) == 0 {
 		return
 	}
 	if len(p.outFails) != len(p.outputs) {
@@ -484,7 +482,7 @@ func (p *pipeline) emit(pts []*write.Point) {
 	for i, o := range p.outputs {
 		// A failing output is logged once per episode, and its end with
 		// how many writes failed meanwhile.
-		err := o.WritePoints(pts)
+		err := o.WriteWindows(cs)
 		switch {
 		case err != nil && p.outFails[i] == 0:
 			p.log.Error("output failed; said once until it works again", "err", err)
@@ -498,7 +496,7 @@ func (p *pipeline) emit(pts []*write.Point) {
 		}
 	}
 	// Only after the points are spooled: the marker never claims more.
-	p.markClosed(pts[len(pts)-1].Time().Add(p.cfg.Window))
+	p.markClosed(cs[len(cs)-1].Start.Add(p.cfg.Window))
 }
 
 // sampleGPUs opens the GPU backend, retrying while it fails, and samples

@@ -25,7 +25,7 @@ func malformedScrapes(t *testing.T) {
 	cfg.Window, cfg.Grace = 500*time.Millisecond, 100*time.Millisecond
 	cfg.Servers = []config.ServerConfig{{Name: "flaky", Engine: "vllm", MetricsURL: "http://flaky/metrics", GPUs: []string{"auto"}, ScrapeInterval: 50 * time.Millisecond}}
 	var out bytes.Buffer
-	a := New(cfg, Options{Outputs: []PointWriter{sink.NewLPWriter(&out)}, Client: client})
+	a := New(cfg, Options{Outputs: []WindowWriter{sink.NewLPWriter(&out)}, Client: client})
 	ctx, cancel := context.WithTimeout(context.Background(), 1600*time.Millisecond)
 	defer cancel()
 	if err := a.Run(ctx); err != nil {

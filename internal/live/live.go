@@ -12,19 +12,18 @@ import (
 	"sync"
 	"time"
 
-	"github.com/influxdata/influxdb-client-go/v2/api/write"
-
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/internal/api"
 	"github.com/tpsmon/tpsmon/schema"
+	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/window"
 )
 
 // maxOpenSamples bounds the scrapes kept per server for the open window.
 const maxOpenSamples = 256
 
-// View is fed by the pipeline's main loop (WritePoints, Server, GPUs) and
+// View is fed by the pipeline's main loop (WriteWindows, Server, GPUs) and
 // read by HTTP handlers; it is safe for both at once.
 type View struct {
 	host   string
@@ -58,18 +57,12 @@ func New(host string, window time.Duration, now func() time.Time) *View {
 		scrape: map[string]*openServer{}, gpus: map[string]gpu.Sample{}}
 }
 
-// WritePoints takes the points of closed windows (the pipeline's outputs).
-func (v *View) WritePoints(pts []*write.Point) error {
+// WriteWindows takes closed windows (the pipeline's outputs).
+func (v *View) WriteWindows(cs []window.Closed) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for _, p := range pts {
-		ap := api.Point{Measurement: p.Name(), Time: p.Time().UTC(), Tags: map[string]string{}, Fields: map[string]any{}}
-		for _, t := range p.TagList() {
-			ap.Tags[t.Key] = t.Value
-		}
-		for _, f := range p.FieldList() {
-			ap.Fields[f.Key] = f.Value
-		}
+	for _, p := range sink.Points(cs) {
+		ap := api.Point{Measurement: p.Measurement, Time: p.Time.UTC(), Tags: p.TagMap(), Fields: p.FieldMap()}
 		k := seriesKey(ap)
 		s := append(v.series[k], ap)
 		if len(s) > api.MaxHistory {

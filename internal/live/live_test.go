@@ -9,24 +9,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/influxdata/influxdb-client-go/v2/api/write"
-
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/internal/api"
 	"github.com/tpsmon/tpsmon/schema"
+	"github.com/tpsmon/tpsmon/window"
 )
 
 var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 
-func closedServer(name string, start time.Time, tps float64) *write.Point {
-	return write.NewPoint(schema.Server, map[string]string{"host": "h", "server": name},
-		map[string]any{"system_tps": tps, "state": "ok", "tokens": int64(tps * 10)}, start)
+func closedServer(name string, start time.Time, tps float64) window.Closed {
+	return window.Closed{Start: start, Servers: []window.ServerWindow{{Start: start, Host: "h", Server: name,
+		SystemTPS: window.Some(tps), State: schema.StateOK, Tokens: window.Some(int64(tps * 10))}}}
 }
 
-func closedGPU(label string, start time.Time, server string) *write.Point {
-	return write.NewPoint(schema.GPU, map[string]string{"host": "h", "gpu": label, "uuid": "GPU-" + label, "server": server},
-		map[string]any{"util": 50.0}, start)
+func closedGPU(label string, start time.Time, server string) window.Closed {
+	return window.Closed{Start: start, GPUs: []window.GPUWindow{{Start: start, Host: "h", Label: label, UUID: "GPU-" + label,
+		Server: server, Util: window.Some(50.0)}}}
 }
 
 func scrape(at time.Time, gen, prompt, itlSum, itlCount, running float64) collector.Sample {
@@ -45,7 +44,7 @@ func TestViewHistoryAndOpenWindow(t *testing.T) {
 	v := New("h", 10*time.Second, func() time.Time { return now })
 	for i := range 3 {
 		start := t0.Add(time.Duration(i) * 10 * time.Second)
-		if err := v.WritePoints([]*write.Point{closedGPU("0", start, "a"), closedServer("a", start, float64(100*(i+1)))}); err != nil {
+		if err := v.WriteWindows([]window.Closed{closedGPU("0", start, "a"), closedServer("a", start, float64(100*(i+1)))}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -93,7 +92,7 @@ func TestViewHistoryAndOpenWindow(t *testing.T) {
 
 	// The next window closes: the open window moves on, and the scrapes
 	// before it no longer count.
-	if err := v.WritePoints([]*write.Point{closedServer("a", t0.Add(30*time.Second), 100)}); err != nil {
+	if err := v.WriteWindows([]window.Closed{closedServer("a", t0.Add(30*time.Second), 100)}); err != nil {
 		t.Fatal(err)
 	}
 	w = v.Snapshot(api.MaxHistory)
@@ -101,7 +100,7 @@ func TestViewHistoryAndOpenWindow(t *testing.T) {
 		t.Errorf("the server has no scrape in the new open window yet, the GPU's latest reading stands: got %+v", w.Open)
 	}
 	// A window later, the GPU's reading is stale and goes too.
-	v.WritePoints([]*write.Point{closedServer("a", t0.Add(40*time.Second), 100)})
+	v.WriteWindows([]window.Closed{closedServer("a", t0.Add(40*time.Second), 100)})
 	if w := v.Snapshot(1); len(w.Open) != 0 {
 		t.Errorf("a reading older than a window is no longer shown: %+v", w.Open)
 	}
@@ -125,9 +124,9 @@ func TestViewCounterReset(t *testing.T) {
 
 func TestViewForgetsGoneSeries(t *testing.T) {
 	v := New("h", time.Second, nil)
-	v.WritePoints([]*write.Point{closedServer("gone", t0, 1)})
+	v.WriteWindows([]window.Closed{closedServer("gone", t0, 1)})
 	for i := 1; i <= api.MaxHistory; i++ {
-		v.WritePoints([]*write.Point{closedServer("kept", t0.Add(time.Duration(i)*time.Second), 1)})
+		v.WriteWindows([]window.Closed{closedServer("kept", t0.Add(time.Duration(i)*time.Second), 1)})
 	}
 	for _, p := range v.Snapshot(1).Closed {
 		if p.Tags["server"] == "gone" {
@@ -141,7 +140,7 @@ func TestViewForgetsGoneSeries(t *testing.T) {
 
 func TestServeHTTP(t *testing.T) {
 	v := New("h", 10*time.Second, nil)
-	v.WritePoints([]*write.Point{closedServer("a", t0, 5), closedServer("a", t0.Add(10*time.Second), 6)})
+	v.WriteWindows([]window.Closed{closedServer("a", t0, 5), closedServer("a", t0.Add(10*time.Second), 6)})
 	srv := httptest.NewServer(v)
 	defer srv.Close()
 	for _, tc := range []struct {

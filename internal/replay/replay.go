@@ -17,8 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/influxdata/influxdb-client-go/v2/api/write"
-
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/collector/logline"
@@ -35,9 +33,9 @@ type timed struct {
 	watch  bool // the log was readable at t
 }
 
-// Writer receives the points of the closed windows.
+// Writer receives the closed windows.
 type Writer interface {
-	WritePoints(pts []*write.Point) error
+	WriteWindows(cs []window.Closed) error
 }
 
 // Options say what to replay and how; the error messages name the replay
@@ -102,11 +100,11 @@ func Run(ctx context.Context, o Options, out Writer, warn io.Writer) error {
 	if len(rec.inputs) == 0 {
 		return errors.New("replay: the inputs hold no samples")
 	}
-	pts, err := rec.join(ctx, o)
+	cs, err := rec.join(ctx, o)
 	if err != nil {
 		return err
 	}
-	return out.WritePoints(pts)
+	return out.WriteWindows(cs)
 }
 
 // addLog takes the intervals of a server's log, and the time it was
@@ -227,21 +225,21 @@ func (rec *recording) addGPUs(path string, loc *time.Location) error {
 // window at the end of observation. A silence of every input longer than
 // unwatchedAfter ends one joiner and starts the next, so the windows of
 // nobody's watch are neither written nor held.
-func (rec *recording) join(ctx context.Context, o Options) ([]*write.Point, error) {
+func (rec *recording) join(ctx context.Context, o Options) ([]window.Closed, error) {
 	inputs := rec.inputs
 	sort.SliceStable(inputs, func(a, b int) bool { return inputs[a].t.Before(inputs[b].t) })
 	maxGap := maxGapOf(rec.gaps)
-	var pts []*write.Point
+	var cs []window.Closed
 	for len(inputs) > 0 {
 		n := segmentLen(inputs)
 		seg, err := rec.joinSegment(ctx, o, maxGap, inputs[:n])
 		if err != nil {
 			return nil, err
 		}
-		pts = append(pts, seg...)
+		cs = append(cs, seg...)
 		inputs = inputs[n:]
 	}
-	return pts, nil
+	return cs, nil
 }
 
 // begin is when an input's observation begins: a log line's interval
@@ -278,7 +276,7 @@ func segmentLen(inputs []timed) int {
 }
 
 // joinSegment joins time-ordered inputs with no long silence in them.
-func (rec *recording) joinSegment(ctx context.Context, o Options, maxGap time.Duration, inputs []timed) ([]*write.Point, error) {
+func (rec *recording) joinSegment(ctx context.Context, o Options, maxGap time.Duration, inputs []timed) ([]window.Closed, error) {
 	start, end := inputs[0].begin(), inputs[0].end()
 	for _, in := range inputs {
 		if b := in.begin(); b.Before(start) {

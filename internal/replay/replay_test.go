@@ -8,16 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/influxdata/influxdb-client-go/v2/api/write"
-
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/window"
 )
 
-// points collects what a replay writes.
-type points []*write.Point
+// closed collects what a replay writes.
+type closed []window.Closed
 
-func (p *points) WritePoints(pts []*write.Point) error {
-	*p = append(*p, pts...)
+func (c *closed) WriteWindows(cs []window.Closed) error {
+	*c = append(*c, cs...)
 	return nil
 }
 
@@ -61,18 +60,18 @@ func TestWatchedSpans(t *testing.T) {
 // A log holding two runs months apart is two short recordings: the
 // windows between them are not written (nor held), and replay says so.
 func TestReplayLongSilenceSplits(t *testing.T) {
-	var out points
+	var out closed
 	var warn bytes.Buffer
 	o := Options{LogFile: "testdata/vllm_two_runs_months_apart.log", Engine: "vllm", Year: 2026,
 		Window: 10 * time.Second, Server: "s", Host: "h", TZ: "UTC"}
 	if err := Run(context.Background(), o, &out, &warn); err != nil {
 		t.Fatal(err)
 	}
-	if len(out) == 0 || len(out) > 10 {
-		t.Fatalf("%d points for two short runs, want a handful", len(out))
+	if n := window.Count(out); n == 0 || n > 10 {
+		t.Fatalf("%d points for two short runs, want a handful", n)
 	}
-	for _, p := range out {
-		ts := p.Time()
+	for _, c := range out {
+		ts := c.Start
 		inFirst := ts.After(time.Date(2026, 1, 22, 18, 26, 0, 0, time.UTC)) && ts.Before(time.Date(2026, 1, 22, 18, 28, 0, 0, time.UTC))
 		inSecond := ts.After(time.Date(2026, 8, 22, 20, 52, 0, 0, time.UTC)) && ts.Before(time.Date(2026, 8, 22, 20, 53, 0, 0, time.UTC))
 		if !inFirst && !inSecond {
@@ -87,14 +86,14 @@ func TestReplayLongSilenceSplits(t *testing.T) {
 func TestReplayStopsWhenCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	var out points
+	var out closed
 	o := Options{LogFile: "testdata/vllm_two_runs_months_apart.log", Engine: "vllm", Year: 2026,
 		Window: 10 * time.Second, Server: "s", Host: "h", TZ: "UTC"}
 	err := Run(ctx, o, &out, &bytes.Buffer{})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
-	if len(out) != 0 {
-		t.Errorf("%d points written after cancel", len(out))
+	if n := window.Count(out); n != 0 {
+		t.Errorf("%d points written after cancel", n)
 	}
 }

@@ -11,11 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/influxdata/influxdb-client-go/v2/api/write"
-
 	"github.com/tpsmon/tpsmon/internal/api"
 	"github.com/tpsmon/tpsmon/internal/live"
 	"github.com/tpsmon/tpsmon/schema"
+	"github.com/tpsmon/tpsmon/window"
 )
 
 // freeAddr returns a loopback address nothing listens on.
@@ -34,9 +33,10 @@ func TestClientAgainstLiveView(t *testing.T) {
 	t0 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 	v := live.New("node", 5*time.Second, nil)
 	for i := range 4 {
-		v.WritePoints([]*write.Point{write.NewPoint(schema.Server, map[string]string{"server": "demo-vllm", "gpus": "0"},
-			map[string]any{"state": "saturated", "system_tps": 100.0 * float64(i+1), "tokens": int64(500 * (i + 1))},
-			t0.Add(time.Duration(i)*5*time.Second))})
+		start := t0.Add(time.Duration(i) * 5 * time.Second)
+		v.WriteWindows([]window.Closed{{Start: start, Servers: []window.ServerWindow{{Start: start, Server: "demo-vllm",
+			GPUs: []string{"0"}, State: schema.StateSaturated, SystemTPS: window.Some(100.0 * float64(i+1)),
+			Tokens: window.Some(int64(500 * (i + 1)))}}}})
 	}
 	srv := httptest.NewServer(v)
 	defer srv.Close()

@@ -1,0 +1,153 @@
+package sink
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tpsmon/tpsmon/schema"
+	"github.com/tpsmon/tpsmon/window"
+)
+
+// Point is one line of tpsmon's schema: what every output writes. Tags
+// and fields are sorted by key; a value the window lacks is no field.
+type Point struct {
+	Measurement string
+	Tags        []Tag
+	Fields      []Field
+	Time        time.Time
+}
+
+// Tag is one tag of a Point; an empty value is kept here (JSON shows it)
+// and left out of line protocol.
+type Tag struct{ Key, Value string }
+
+// Field is one field of a Point: a float64, an int64 or a string.
+type Field struct {
+	Key   string
+	Value any
+}
+
+// Points returns the points of closed windows in order: per window its
+// GPUs, then its servers.
+func Points(cs []window.Closed) []Point {
+	out := make([]Point, 0, window.Count(cs))
+	for _, c := range cs {
+		for _, g := range c.GPUs {
+			out = append(out, GPUPoint(g))
+		}
+		for _, s := range c.Servers {
+			out = append(out, ServerPoint(s))
+		}
+	}
+	return out
+}
+
+// fields collects the present values of a window, then sorts them.
+type fields []Field
+
+func (f *fields) float(k string, v window.Opt[float64]) {
+	if v.OK {
+		*f = append(*f, Field{k, v.V})
+	}
+}
+
+func (f *fields) int(k string, v window.Opt[int64]) {
+	if v.OK {
+		*f = append(*f, Field{k, v.V})
+	}
+}
+
+func (f *fields) str(k string, v window.Opt[string]) {
+	if v.OK {
+		*f = append(*f, Field{k, v.V})
+	}
+}
+
+func (f fields) sorted() []Field {
+	slices.SortFunc(f, func(a, b Field) int { return cmp.Compare(a.Key, b.Key) })
+	return f
+}
+
+func sortedTags(t []Tag) []Tag {
+	slices.SortFunc(t, func(a, b Tag) int { return cmp.Compare(a.Key, b.Key) })
+	return t
+}
+
+// ServerPoint is the tpsmon_server point of a server's window.
+func ServerPoint(w window.ServerWindow) Point {
+	f := make(fields, 0, len(schema.ServerFields))
+	f.int(schema.FieldTokens, w.Tokens)
+	f.float(schema.FieldSystemTPS, w.SystemTPS)
+	f.float(schema.FieldPerUserTPS, w.PerUserTPS)
+	f.int(schema.FieldPromptTokens, w.PromptTokens)
+	f.float(schema.FieldPromptTPS, w.PromptTPS)
+	f.float(schema.FieldRunning, w.Running)
+	f.float(schema.FieldWaiting, w.Waiting)
+	f.float(schema.FieldKVCacheUsage, w.KVCacheUsage)
+	f.int(schema.FieldPreemptions, w.Preemptions)
+	f.float(schema.FieldGPUUtil, w.GPUUtil)
+	f.float(schema.FieldGPUUtilMax, w.GPUUtilMax)
+	f.float(schema.FieldSMActive, w.SMActive)
+	f.int(schema.FieldMemUsedBytes, w.MemUsedBytes)
+	f.int(schema.FieldMemTotalBytes, w.MemTotalBytes)
+	f.float(schema.FieldPowerW, w.PowerW)
+	f.float(schema.FieldEnergyJ, w.EnergyJ)
+	f.float(schema.FieldTokensPerJoule, w.TokensPerJoule)
+	f.float(schema.FieldTPSPerGPU, w.TPSPerGPU)
+	f.str(schema.FieldState, window.Some(w.State))
+	f.float(schema.FieldCoverage, window.Some(w.Coverage))
+	// The window's length travels with it: readers turn windows into time
+	// from the data, not from their own configuration.
+	f.float(schema.FieldWindowS, window.Some(w.Length.Seconds()))
+	f.str(schema.FieldSource, window.Some(w.Source))
+	tags := []Tag{{schema.TagHost, w.Host}, {schema.TagServer, w.Server}, {schema.TagEngine, w.Engine},
+		{schema.TagModel, w.Model}, {schema.TagGPUs, strings.Join(w.GPUs, ",")}}
+	return Point{Measurement: schema.Server, Tags: sortedTags(tags), Fields: f.sorted(), Time: w.Start}
+}
+
+// GPUPoint is the tpsmon_gpu point of a GPU's window.
+func GPUPoint(w window.GPUWindow) Point {
+	f := make(fields, 0, len(schema.GPUFields))
+	f.float(schema.FieldUtil, w.Util)
+	f.float(schema.FieldUtilMax, w.UtilMax)
+	f.float(schema.FieldMemUtil, w.MemUtil)
+	f.int(schema.FieldMemUsedBytes, w.MemUsedBytes)
+	f.int(schema.FieldMemTotalBytes, w.MemTotalBytes)
+	f.float(schema.FieldPowerW, w.PowerW)
+	f.float(schema.FieldEnergyJ, w.EnergyJ)
+	f.str(schema.FieldEnergySource, w.EnergySource)
+	f.float(schema.FieldTempC, w.TempC)
+	f.float(schema.FieldSMClockMHz, w.SMClockMHz)
+	f.int(schema.FieldThrottle, w.Throttle)
+	f.float(schema.FieldSMActive, w.SMActive)
+	f.float(schema.FieldSMOccupancy, w.SMOccupancy)
+	f.float(schema.FieldTensorActive, w.TensorActive)
+	f.float(schema.FieldDRAMActive, w.DRAMActive)
+	f.int(schema.FieldSamples, window.Some(w.Samples))
+	f.float(schema.FieldCoverage, window.Some(w.Coverage))
+	f.float(schema.FieldWindowS, window.Some(w.Length.Seconds()))
+	f.str(schema.FieldError, w.Error)
+	tags := []Tag{{schema.TagHost, w.Host}, {schema.TagGPU, w.Label}, {schema.TagUUID, w.UUID},
+		{schema.TagName, w.Name}, {schema.TagServer, w.Server}}
+	return Point{Measurement: schema.GPU, Tags: sortedTags(tags), Fields: f.sorted(), Time: w.Start}
+}
+
+// TagMap returns p's tags by key, empty ones included.
+func (p Point) TagMap() map[string]string {
+	m := make(map[string]string, len(p.Tags))
+	for _, t := range p.Tags {
+		m[t.Key] = t.Value
+	}
+	return m
+}
+
+// FieldMap returns p's fields by key.
+func (p Point) FieldMap() map[string]any {
+	m := make(map[string]any, len(p.Fields))
+	for _, f := range p.Fields {
+		m[f.Key] = f.Value
+	}
+	return m
+}

@@ -1,0 +1,93 @@
+package sink
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tpsmon/tpsmon/schema"
+	"github.com/tpsmon/tpsmon/window"
+)
+
+var start = time.Unix(1_700_000_000, 0)
+
+// TestWindowLines pins the line of a window: tags and fields sorted, an
+// empty tag left out, a measured 0 written and a missing value not.
+func TestWindowLines(t *testing.T) {
+	tests := []struct {
+		name string
+		cs   []window.Closed
+		want string
+	}{
+		{"server, some values missing", []window.Closed{{Start: start, Servers: []window.ServerWindow{{
+			Start: start, Length: 10 * time.Second, Host: "h", Server: "s", Engine: "vllm", GPUs: []string{"0", "1"},
+			Tokens: window.Some[int64](0), Running: window.Some(0.0), SystemTPS: window.Some(10.5),
+			State: schema.StateIdle, Coverage: 0.5, Source: schema.SourceMetrics}}}},
+			`tpsmon_server,engine=vllm,gpus=0\,1,host=h,server=s coverage=0.5,running=0,source="metrics",state="idle",system_tps=10.5,tokens=0i,window_s=10 1700000000000` + "\n"},
+		{"lost GPU, then a server down", []window.Closed{{Start: start, GPUs: []window.GPUWindow{{
+			Start: start, Length: 10 * time.Second, Host: "h", Label: "0/gi1", UUID: "GPU-x", Name: "H100",
+			Error: window.Some("gpu 0: lost")}}, Servers: []window.ServerWindow{{Start: start, Length: 10 * time.Second,
+			Host: "h", Server: "s", State: schema.StateDown, Source: schema.SourceLog}}}},
+			`tpsmon_gpu,gpu=0/gi1,host=h,name=H100,uuid=GPU-x coverage=0,error="gpu 0: lost",samples=0i,window_s=10 1700000000000` + "\n" +
+				`tpsmon_server,host=h,server=s coverage=0,source="log",state="down",window_s=10 1700000000000` + "\n"},
+	}
+	for _, tt := range tests {
+		var b strings.Builder
+		if err := NewLPWriter(&b).WriteWindows(tt.cs); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if b.String() != tt.want {
+			t.Errorf("%s:\n got %s\nwant %s", tt.name, b.String(), tt.want)
+		}
+	}
+}
+
+// present sets every optional value of the struct *p.
+func present(p any) {
+	v := reflect.ValueOf(p).Elem()
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Struct && f.FieldByName("OK").IsValid() {
+			f.FieldByName("OK").SetBool(true)
+		}
+	}
+}
+
+func keys(p Point) (tags, fields []string) {
+	for _, t := range p.Tags {
+		tags = append(tags, t.Key)
+	}
+	for _, f := range p.Fields {
+		fields = append(fields, f.Key)
+	}
+	return tags, fields
+}
+
+// TestPointsCarrySchema: a window with every value present writes exactly
+// the tags and fields schema lists for its measurement.
+func TestPointsCarrySchema(t *testing.T) {
+	var sw window.ServerWindow
+	present(&sw)
+	var gw window.GPUWindow
+	present(&gw)
+	for _, c := range []struct {
+		p                 Point
+		measurement       string
+		wantTags, wantFld []string
+	}{
+		{ServerPoint(sw), schema.Server, schema.ServerTags, schema.ServerFields},
+		{GPUPoint(gw), schema.GPU, schema.GPUTags, schema.GPUFields},
+	} {
+		tags, fields := keys(c.p)
+		if c.p.Measurement != c.measurement {
+			t.Errorf("measurement %s, want %s", c.p.Measurement, c.measurement)
+		}
+		if want := slices.Sorted(slices.Values(c.wantTags)); !slices.Equal(tags, want) {
+			t.Errorf("%s tags %v, schema says %v", c.measurement, tags, want)
+		}
+		if want := slices.Sorted(slices.Values(c.wantFld)); !slices.Equal(fields, want) {
+			t.Errorf("%s fields %v, schema says %v", c.measurement, fields, want)
+		}
+	}
+}

@@ -1,0 +1,83 @@
+package window
+
+import "time"
+
+// Opt is a value a window may lack: a number that could not be measured
+// stays missing (OK false), it never reads as 0.
+type Opt[T int64 | float64 | string] struct {
+	V  T
+	OK bool
+}
+
+// Some returns a present value.
+func Some[T int64 | float64 | string](v T) Opt[T] { return Opt[T]{V: v, OK: true} }
+
+// Closed is what one window closed with: a result per known GPU, in index
+// order, then one per server, in configuration order (design §4).
+type Closed struct {
+	Start   time.Time
+	GPUs    []GPUWindow
+	Servers []ServerWindow
+}
+
+// GPUWindow is one GPU's (or MIG instance's) summary of one window: a
+// tpsmon_gpu point. Names and units are schema's (schema.GPUFields).
+type GPUWindow struct {
+	Start  time.Time
+	Length time.Duration // window_s
+
+	Host   string
+	Label  string // the gpu tag: index, or index/instance for MIG
+	UUID   string
+	Name   string
+	Server string // comma-joined servers using the GPU, empty when none
+
+	Util, UtilMax, MemUtil      Opt[float64]
+	MemUsedBytes, MemTotalBytes Opt[int64]
+	PowerW                      Opt[float64]
+	EnergyJ                     Opt[float64]
+	EnergySource                Opt[string] // schema.EnergyCounter or schema.EnergyPower, with EnergyJ
+	SMActive, SMOccupancy       Opt[float64]
+	TensorActive, DRAMActive    Opt[float64]
+	TempC, SMClockMHz           Opt[float64]
+	Throttle                    Opt[int64] // bitmask, OR over the window
+	Samples                     int64
+	Coverage                    float64
+	Error                       Opt[string] // the last read error in the window
+}
+
+// ServerWindow is one server's summary of one window: a tpsmon_server
+// point. Names and units are schema's (schema.ServerFields).
+type ServerWindow struct {
+	Start  time.Time
+	Length time.Duration // window_s
+
+	Host   string
+	Server string
+	Engine string
+	Model  string
+	GPUs   []string // labels of the server's GPUs
+
+	Tokens                         Opt[int64]
+	SystemTPS, PerUserTPS          Opt[float64]
+	PromptTokens                   Opt[int64]
+	PromptTPS                      Opt[float64]
+	Running, Waiting, KVCacheUsage Opt[float64]
+	Preemptions                    Opt[int64]
+	GPUUtil, GPUUtilMax, SMActive  Opt[float64]
+	MemUsedBytes, MemTotalBytes    Opt[int64]
+	PowerW, EnergyJ                Opt[float64]
+	TokensPerJoule, TPSPerGPU      Opt[float64]
+	State                          string // one of schema.States
+	Coverage                       float64
+	Source                         string // schema.SourceMetrics or schema.SourceLog
+}
+
+// Count returns how many results cs hold.
+func Count(cs []Closed) int {
+	n := 0
+	for _, c := range cs {
+		n += len(c.GPUs) + len(c.Servers)
+	}
+	return n
+}
