@@ -71,7 +71,7 @@ func TestStatusFollowsGPUBackend(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- New(cfg, Options{OpenGPU: drv.open, GPURetry: 200 * time.Millisecond, Outputs: []PointWriter{},
+		done <- New(cfg, Options{OpenGPU: drv.open, GPURetry: 200 * time.Millisecond, Outputs: []WindowWriter{},
 			Reload: reload, Load: func() (*config.Config, error) { c := *cfg; return &c, nil }}).Run(ctx)
 	}()
 	ready := sock.WaitFor(t, 0, "READY=1")
