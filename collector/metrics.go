@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -375,13 +376,19 @@ func (d *Dialect) names() map[string]bool {
 // untyped name_sum and name_count series Read expects anyway. Lines of
 // other series are not validated.
 func (d *Dialect) ParseFiltered(page []byte) (Page, error) {
+	return d.parseFiltered(page, nil)
+}
+
+// parseFiltered is ParseFiltered with a cache of the series seen on this
+// server's earlier pages (nil: none).
+func (d *Dialect) parseFiltered(page []byte, cache *seriesCache) (Page, error) {
 	wanted := d.names()
-	var kept bytes.Buffer
-	kept.Grow(2048)
+	out := make(Page, len(wanted))
+	var missed bytes.Buffer
 	for len(page) > 0 {
 		line := page
 		if i := bytes.IndexByte(page, '\n'); i >= 0 {
-			line, page = page[:i+1], page[i+1:]
+			line, page = page[:i], page[i+1:]
 		} else {
 			page = nil
 		}
@@ -393,14 +400,114 @@ func (d *Dialect) ParseFiltered(page []byte) (Page, error) {
 		if end < 0 {
 			end = len(t)
 		}
-		if wanted[string(t[:end])] {
-			kept.Write(line)
-			if line[len(line)-1] != '\n' {
-				kept.WriteByte('\n')
+		if !wanted[string(t[:end])] {
+			continue
+		}
+		if cache != nil {
+			if err := cache.add(out, line); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		missed.Write(line)
+		missed.WriteByte('\n')
+	}
+	if cache != nil {
+		return out, nil
+	}
+	return ParsePage(&missed)
+}
+
+// seriesCache remembers, per server, the series of each line kept from
+// its pages, by the line's text before the value. A server prints the
+// same series on every page; parsing their labels was most of a scrape's
+// cost, so only a line never seen before goes through expfmt, and a seen
+// one has just its value read.
+type seriesCache struct {
+	known map[string]seriesName
+}
+
+type seriesName struct {
+	name   string
+	labels map[string]string // shared by every page: read only
+}
+
+// maxCachedSeries bounds the cache: a server whose label values change
+// on every page (a request id in a label) must not grow tpsmon.
+const maxCachedSeries = 4096
+
+// add puts the series of one kept line (without its newline) into out,
+// in page order.
+func (c *seriesCache) add(out Page, line []byte) error {
+	key, rest := splitValue(line)
+	if key != nil {
+		if n, ok := c.known[string(key)]; ok {
+			if v, ok := plainValue(rest); ok {
+				out[n.name] = append(out[n.name], series{n.labels, v})
+				return nil
 			}
 		}
 	}
-	return ParsePage(&kept)
+	// Unseen, or a value only expfmt can judge: the full parser decides,
+	// with the errors it always gave.
+	p, err := ParsePage(bytes.NewReader(append(line[:len(line):len(line)], '\n')))
+	if err != nil {
+		return err
+	}
+	for name, ss := range p {
+		out[name] = append(out[name], ss...)
+		if key != nil && len(ss) == 1 {
+			if c.known == nil || len(c.known) >= maxCachedSeries {
+				c.known = make(map[string]seriesName)
+			}
+			c.known[string(key)] = seriesName{name, ss[0].labels}
+		}
+	}
+	return nil
+}
+
+// splitValue splits a sample line into the series (name and labels, as
+// written) and the rest: value and optional timestamp. The value cannot
+// hold a '}', so the label set ends at the line's last one. nil when the
+// line is not of that shape.
+func splitValue(line []byte) (key, rest []byte) {
+	end := bytes.IndexAny(line, "{ \t")
+	if end <= 0 {
+		return nil, nil
+	}
+	if line[end] == '{' {
+		end = bytes.LastIndexByte(line, '}') + 1
+		if end <= 0 {
+			return nil, nil
+		}
+	}
+	return line[:end], line[end:]
+}
+
+// plainValue reads " value" or " value timestamp" where both are plain
+// decimal numbers; anything else (NaN, Inf, hex, a stray character) is
+// left to expfmt.
+func plainValue(rest []byte) (float64, bool) {
+	// expfmt wants a timestamp after a blank that follows the value.
+	if len(rest) < 2 || (rest[0] != ' ' && rest[0] != '\t') || rest[len(rest)-1] == ' ' || rest[len(rest)-1] == '\t' {
+		return 0, false
+	}
+	for _, b := range rest {
+		if !(b >= '0' && b <= '9' || b == '.' || b == '-' || b == '+' || b == 'e' || b == 'E' || b == ' ' || b == '\t') {
+			return 0, false
+		}
+	}
+	f := bytes.Fields(rest)
+	if len(f) == 0 || len(f) > 2 {
+		return 0, false
+	}
+	if len(f) == 2 {
+		if _, err := strconv.ParseInt(string(f[1]), 10, 64); err != nil {
+			return 0, false
+		}
+	}
+	v, err := strconv.ParseFloat(string(f[0]), 64)
+	return v, err == nil
 }
 
 // Read takes the dialect's series from a parsed page.

@@ -43,6 +43,10 @@ type Scraper struct {
 	// modelEvery (a server may be restarted with another model).
 	model   string
 	modelAt time.Time
+	// cache knows the series of this server's earlier pages; body is the
+	// last page's buffer, reused.
+	cache seriesCache
+	body  bytes.Buffer
 }
 
 // modelEvery is how often a server's model endpoint is asked.
@@ -76,7 +80,7 @@ func (s *Scraper) Scrape(ctx context.Context) Result {
 	}
 	client := s.Client
 	if client == nil {
-		client = &http.Client{Timeout: s.Interval}
+		client = NewClient(s.Interval)
 	}
 	res := Result{Server: s.Server}
 	start := now()
@@ -156,13 +160,17 @@ func (s *Scraper) fetch(ctx context.Context, client *http.Client) (Sample, error
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		return Sample{}, fmt.Errorf("HTTP %s", resp.Status)
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPage))
-	if err != nil {
+	s.body.Reset()
+	if _, err := s.body.ReadFrom(io.LimitReader(resp.Body, maxPage)); err != nil {
 		return Sample{}, err
+	}
+	body := s.body.Bytes()
+	if s.body.Cap() > 4*max(s.body.Len(), 64<<10) {
+		s.body = bytes.Buffer{} // one huge page does not stay for good
 	}
 	var page Page
 	if s.Dialect != nil {
-		page, err = s.Dialect.ParseFiltered(body)
+		page, err = s.Dialect.parseFiltered(body, &s.cache)
 	} else {
 		page, err = ParsePage(bytes.NewReader(body)) // detection needs every name
 	}
@@ -182,4 +190,12 @@ func (s *Scraper) fetch(ctx context.Context, client *http.Client) (Sample, error
 	smp, err := s.Dialect.Read(page)
 	smp.Engine = s.Dialect.Engine
 	return smp, err
+}
+
+// NewClient returns the HTTP client scrapes use: a page of a few tens of
+// KB is read in one or two system calls rather than one per 4 KB.
+func NewClient(timeout time.Duration) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.ReadBufferSize = 64 << 10
+	return &http.Client{Timeout: timeout, Transport: t}
 }

@@ -135,7 +135,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	p.gpuRetry = o.GPURetry
 	if p.client == nil {
-		p.client = &http.Client{Timeout: 5 * time.Second}
+		p.client = collector.NewClient(5 * time.Second)
 	}
 	stale := o.StallAfter
 	if stale <= 0 {

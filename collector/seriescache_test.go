@@ -1,0 +1,173 @@
+package collector
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// parsedTwice parses page with a cache primed by prime, the way a
+// scraper's second page is read after its first.
+func parsedTwice(d *Dialect, prime, page []byte) (Page, error) {
+	var c seriesCache
+	if _, err := d.parseFiltered(prime, &c); err != nil {
+		return nil, err
+	}
+	return d.parseFiltered(page, &c)
+}
+
+// TestSeriesCacheReadsAsExpfmt: a page read through the cache, filled by
+// an earlier page of the same server, is exactly what expfmt makes of it,
+// errors included.
+func TestSeriesCacheReadsAsExpfmt(t *testing.T) {
+	vllm, err := DialectFor("vllm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const base = "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 3\nvllm:generation_tokens_total{model_name=\"m\"} 100\n"
+	for _, tc := range []struct {
+		name, prime, page string
+	}{
+		{"same series, new values", base, "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 4\nvllm:generation_tokens_total{model_name=\"m\"} 250.5\n"},
+		{"timestamps", base, "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 4 1700000000000\nvllm:generation_tokens_total{model_name=\"m\"} 2.5e3 1700000000000\n"},
+		{"NaN and Inf go to expfmt", base, "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} NaN\nvllm:generation_tokens_total{model_name=\"m\"} +Inf\n"},
+		{"hex is expfmt's call", base, "vllm:generation_tokens_total{model_name=\"m\"} 0x10\n"},
+		{"a brace and a number in a label value", "vllm:generation_tokens_total{model_name=\"a} 7\"} 1\n", "vllm:generation_tokens_total{model_name=\"a} 7\"} 9\n"},
+		{"three fields after a known series", base, "vllm:generation_tokens_total{model_name=\"m\"} 1 2 3\n"},
+		{"timestamp not an integer", base, "vllm:generation_tokens_total{model_name=\"m\"} 1 2.5\n"},
+		{"carriage return", base, "vllm:generation_tokens_total{model_name=\"m\"} 7\r\n"},
+		{"no space before the value", base, "vllm:generation_tokens_total{model_name=\"m\"}7\n"},
+		{"duplicate series", base, base + base},
+		{"new series beside known ones", base, base + "vllm:num_requests_waiting{model_name=\"m\"} 2\n"},
+		{"labels without braces' end", base, "vllm:generation_tokens_total{model_name=\"m\" 7\n"},
+		{"no labels", "vllm:generation_tokens_total 1\n", "vllm:generation_tokens_total 2\n"},
+		{"tab before the value", base, "vllm:generation_tokens_total{model_name=\"m\"}\t12\n"},
+		{"last line without newline", base, "vllm:generation_tokens_total{model_name=\"m\"} 12"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want, wantErr := vllm.ParseFiltered([]byte(tc.page))
+			got, gotErr := parsedTwice(vllm, []byte(tc.prime), []byte(tc.page))
+			if (wantErr == nil) != (gotErr == nil) {
+				t.Fatalf("error %v, expfmt alone: %v", gotErr, wantErr)
+			}
+			if !samePage(got, want) && wantErr == nil {
+				t.Errorf("cached:\n%v\nexpfmt:\n%v", got, want)
+			}
+		})
+	}
+}
+
+// TestSeriesCacheOnFixtures: every captured page reads the same through
+// the cache, on its first and its second scrape.
+func TestSeriesCacheOnFixtures(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.prom")
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		full, err := ParsePage(strings.NewReader(string(b)))
+		if err != nil {
+			continue // malformed.prom
+		}
+		d, err := Detect(full)
+		if err != nil {
+			continue
+		}
+		want, err := d.ParseFiltered(b)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var c seriesCache
+		for scrape := range 2 {
+			got, err := d.parseFiltered(b, &c)
+			if err != nil || !samePage(got, want) {
+				t.Errorf("%s scrape %d: %v\n%v\nwant\n%v", name, scrape+1, err, got, want)
+			}
+		}
+		if len(c.known) == 0 && len(want) > 0 {
+			t.Errorf("%s: nothing cached", name)
+		}
+	}
+}
+
+// TestSeriesCacheBounded: a server whose label values never repeat does
+// not grow the cache past its bound, and is still read right.
+func TestSeriesCacheBounded(t *testing.T) {
+	vllm, _ := DialectFor("vllm")
+	var c seriesCache
+	for i := range 3 * maxCachedSeries {
+		page := fmt.Sprintf("vllm:generation_tokens_total{model_name=\"m\",req=\"%d\"} %d\n", i, i)
+		got, err := vllm.parseFiltered([]byte(page), &c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss := got["vllm:generation_tokens_total"]
+		if len(ss) != 1 || ss[0].value != float64(i) || ss[0].labels["req"] != fmt.Sprint(i) {
+			t.Fatalf("page %d read as %v", i, got)
+		}
+		if len(c.known) > maxCachedSeries {
+			t.Fatalf("%d series cached, bound %d", len(c.known), maxCachedSeries)
+		}
+	}
+}
+
+// FuzzSeriesCache: whatever a server prints on two pages, the second
+// reads through the cache exactly as expfmt reads it.
+func FuzzSeriesCache(f *testing.F) {
+	files, _ := filepath.Glob("testdata/*.prom")
+	for _, name := range files {
+		if b, err := os.ReadFile(name); err == nil {
+			f.Add(b, b)
+		}
+	}
+	f.Add([]byte("vllm:generation_tokens_total{model_name=\"m\"} 1\n"), []byte("vllm:generation_tokens_total{model_name=\"m\"} 1e400\n"))
+	dialects := []string{"vllm", "sglang", "tgi", "llamacpp", "trtllm", "lmdeploy", "nim"}
+	f.Fuzz(func(t *testing.T, prime, page []byte) {
+		for _, e := range dialects {
+			d, err := DialectFor(e)
+			if err != nil {
+				continue
+			}
+			want, wantErr := d.ParseFiltered(page)
+			got, gotErr := parsedTwice(d, prime, page)
+			if gotErr != nil && wantErr == nil {
+				// The priming page may itself be malformed.
+				if _, err := d.ParseFiltered(prime); err == nil {
+					t.Fatalf("%s: cached read failed: %v (expfmt read it)", e, gotErr)
+				}
+				continue
+			}
+			if gotErr == nil && wantErr != nil {
+				t.Fatalf("%s: cached read took a page expfmt refuses: %v", e, wantErr)
+			}
+			if gotErr == nil && !samePage(got, want) {
+				t.Fatalf("%s: cached\n%v\nexpfmt\n%v", e, got, want)
+			}
+		}
+	})
+}
+
+// samePage compares pages value by value, NaN equal to NaN.
+func samePage(a, b Page) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for name, as := range a {
+		bs, ok := b[name]
+		if !ok || len(as) != len(bs) {
+			return false
+		}
+		for i := range as {
+			x, y := as[i].value, bs[i].value
+			if !maps.Equal(as[i].labels, bs[i].labels) || (x != y && !(math.IsNaN(x) && math.IsNaN(y))) {
+				return false
+			}
+		}
+	}
+	return true
+}
