@@ -187,11 +187,25 @@ func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
 		}
 	}
 	ticked := true
+	var notifiedAt time.Time // the last notified read without error
 	for {
-		if err := t.poll(emit); err != nil {
-			t.Log.Warn("tail: read failed", "path", t.Path, "err", err)
-		} else if t.Alive != nil && ticked {
-			t.Alive(t.Now())
+		switch now := t.Now(); {
+		case ticked && now.Sub(notifiedAt) < t.Poll:
+			// A notified read since the last tick left nothing to find:
+			// the tick only says the file is still readable.
+			if t.Alive != nil {
+				t.Alive(now)
+			}
+		default:
+			if err := t.poll(emit); err != nil {
+				t.Log.Warn("tail: read failed", "path", t.Path, "err", err)
+				break
+			}
+			if !ticked {
+				notifiedAt = now
+			} else if t.Alive != nil {
+				t.Alive(now)
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -326,6 +326,52 @@ func TestLinesReadOnNotification(t *testing.T) {
 	}
 }
 
+// TestAliveWhileNotified: a tick that follows notified reads skips the
+// read but still says the file is readable; lines written all the while
+// are all read once.
+func TestAliveWhileNotified(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x.log")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c := newCollector()
+	var mu sync.Mutex
+	alive := 0
+	tl := &Tailer{Path: path, Poll: 100 * time.Millisecond, FromStart: true,
+		Alive: func(time.Time) { mu.Lock(); alive++; mu.Unlock() }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		tl.Run(ctx, c.emit)
+		close(done)
+	}()
+	const total = 40
+	for i := range total {
+		fmt.Fprintf(f, "line %d\n", i)
+		time.Sleep(20 * time.Millisecond) // several notified reads per tick
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		c.mu.Lock()
+		n := c.n
+		c.mu.Unlock()
+		if n >= total {
+			break
+		}
+	}
+	cancel()
+	<-done
+	c.check(t, total)
+	mu.Lock()
+	defer mu.Unlock()
+	// 800 ms of writes at a 100 ms poll: ticks kept saying so.
+	if alive < 3 {
+		t.Errorf("Alive told %d times over %d notified lines", alive, total)
+	}
+}
+
 // Reading starts at the end of an existing file, after Peek was shown its
 // head; a file created after the tailer started is read whole.
 func TestStartAtEndPeeksAndNewFilesReadWhole(t *testing.T) {
