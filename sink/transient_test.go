@@ -17,7 +17,7 @@ import (
 )
 
 // TestProxy413IsTransient puts a proxy that answers 413 to every write for
-// two seconds in front of the real InfluxDB: the points are kept and
+// half a second in front of the real InfluxDB: the points are kept and
 // retried, the health says why meanwhile, and all of them arrive, none
 // quarantined.
 func TestProxy413IsTransient(t *testing.T) {
@@ -26,7 +26,7 @@ func TestProxy413IsTransient(t *testing.T) {
 	target, _ := url.Parse(base)
 	rp := httputil.NewSingleHostReverseProxy(target)
 	var until atomic.Int64
-	until.Store(time.Now().Add(2 * time.Second).UnixNano())
+	until.Store(time.Now().Add(500 * time.Millisecond).UnixNano())
 	var refused atomic.Int64
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/write") && time.Now().UnixNano() < until.Load() {

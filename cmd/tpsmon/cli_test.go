@@ -143,6 +143,7 @@ func TestCheckAllWell(t *testing.T) {
 }
 
 func TestBinaryExitStatus(t *testing.T) {
+	t.Parallel()
 	bin := tpsmonbin.Path(t)
 	out, err := exec.Command(bin, "version").Output()
 	if err != nil || !strings.HasPrefix(string(out), "tpsmon "+tpsmonbin.Version) {

@@ -8,13 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
-	"github.com/tpsmon/tpsmon/internal/tpsmonbin"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
 )
 
@@ -24,14 +24,37 @@ type proc struct {
 	stderr bytes.Buffer
 }
 
-func startDaemon(t *testing.T, bin, cfgPath string) *proc {
+func startDaemon(t *testing.T, cfgPath string) *proc {
 	t.Helper()
-	d := &proc{cmd: exec.Command(bin, "run", "--config", cfgPath)}
+	d := &proc{cmd: tpsmonCmd(t, "run", "--config", cfgPath)}
 	d.cmd.Stderr = &d.stderr
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// closedUntil waits until the daemon's window marker in state says it
+// closed a window ending after after, and returns that end.
+func closedUntil(t *testing.T, d *proc, state string, after time.Time) time.Time {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		b, err := os.ReadFile(filepath.Join(state, "last-window"))
+		if err != nil {
+			continue
+		}
+		ms, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			t.Fatalf("window marker %q: %v", b, err)
+		}
+		if end := time.UnixMilli(ms); end.After(after) {
+			return end
+		}
+	}
+	d.cmd.Process.Kill()
+	d.cmd.Wait()
+	t.Fatalf("no window closed after %s:\n%s", after.Format(time.RFC3339Nano), d.stderr.String())
+	return time.Time{}
 }
 
 // firstWindowOf is the start of the first window the process logged.
@@ -49,7 +72,7 @@ func firstWindowOf(t *testing.T, d *proc) time.Time {
 }
 
 func TestKilledAndRestartedLosesNothingSpooled(t *testing.T) {
-	bin := tpsmonbin.Path(t)
+	t.Parallel()
 	srv := influxtest.Start(t)
 	db := influxtest.CreateDB(t, srv.URL, "crash")
 	src := &vllmsim.Driven{Rate: 100, Start: time.Now(), ResetAt: time.Now().Add(time.Hour)}
@@ -75,16 +98,21 @@ http: {listen: "127.0.0.1:0"}
 	// The first process writes while InfluxDB is down, so everything it
 	// closes is in its spool when it is killed.
 	srv.Stop()
-	first := startDaemon(t, bin, cfgPath)
-	time.Sleep(3500 * time.Millisecond)
+	state := filepath.Join(dir, "state")
+	first := startDaemon(t, cfgPath)
+	// Killed once it closed two windows: the end of the newest one it
+	// spooled (its window marker) moved by a window.
+	firstEnd := closedUntil(t, first, state, time.Time{})
+	lastEnd := closedUntil(t, first, state, firstEnd)
 	first.cmd.Process.Signal(syscall.SIGKILL)
 	first.cmd.Wait()
 	killed := time.Now()
 	// Restart in a later window, with InfluxDB back.
 	time.Sleep(time.Until(killed.Truncate(time.Second).Add(1300 * time.Millisecond)))
 	srv.Resume()
-	second := startDaemon(t, bin, cfgPath)
-	time.Sleep(2500 * time.Millisecond)
+	second := startDaemon(t, cfgPath)
+	// Stopped once it closed a window of its own.
+	closedUntil(t, second, state, lastEnd)
 	second.cmd.Process.Signal(syscall.SIGTERM)
 	if err := second.cmd.Wait(); err != nil {
 		t.Fatalf("second process: %v\n%s", err, second.stderr.String())

@@ -3,18 +3,16 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/tpsmon/tpsmon/internal/sim/sdnotify"
-	"github.com/tpsmon/tpsmon/internal/tpsmonbin"
 )
 
 func TestSystemdLifecycle(t *testing.T) {
-	bin := tpsmonbin.Path(t)
+	t.Parallel()
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "tpsmon.yaml")
 	good := fmt.Sprintf(`window: 1s
@@ -26,8 +24,8 @@ http: {listen: "127.0.0.1:0"}
 `, filepath.Join(dir, "out.lp"))
 	os.WriteFile(cfgPath, []byte(good), 0o600)
 	sock := sdnotify.Listen(t)
-	cmd := exec.Command(bin, "run", "--config", cfgPath)
-	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock.Path, "WATCHDOG_USEC=1000000")
+	cmd := tpsmonCmd(t, "run", "--config", cfgPath)
+	cmd.Env = append(cmd.Env, "NOTIFY_SOCKET="+sock.Path, "WATCHDOG_USEC=1000000")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -24,7 +24,6 @@ import (
 	"github.com/tpsmon/tpsmon/internal/sim/gpusim"
 	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/internal/top"
-	"github.com/tpsmon/tpsmon/internal/tpsmonbin"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/window"
@@ -104,6 +103,7 @@ func count(pts []api.Point, measurement string) int {
 // and reads it over HTTP: the closed windows are the points the other
 // outputs got, field for field, and the open window moves on.
 func TestWindowsAPIOnDemo(t *testing.T) {
+	t.Parallel()
 	cfg, err := config.Load("", false, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -233,6 +233,7 @@ func freeAddr(t *testing.T) string {
 // TestWindowsAPIOnDaemon: the daemon serves the API on http.listen beside
 // its /metrics; a server made to produce 400 tokens/s shows 400 tokens/s.
 func TestWindowsAPIOnDaemon(t *testing.T) {
+	t.Parallel()
 	const rate = 400.0
 	start := time.Now()
 	srv := httptest.NewServer(&vllmsim.Driven{Rate: rate, Start: start.Add(-time.Hour), ResetAt: start.Add(time.Hour)})
@@ -291,10 +292,10 @@ func TestWindowsAPIOnDaemon(t *testing.T) {
 
 // TestTopNothingListening: one line that says what to check, exit 1.
 func TestTopNothingListening(t *testing.T) {
+	t.Parallel()
 	addr := freeAddr(t)
-	bin := tpsmonbin.Path(t)
 	for _, args := range [][]string{{"top", "--addr", addr}, {"top", "--once", "--addr", addr}} {
-		cmd := exec.Command(bin, args...)
+		cmd := tpsmonCmd(t, args...)
 		var stdout, stderr strings.Builder
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
@@ -319,6 +320,7 @@ func TestTopNothingListening(t *testing.T) {
 // tokens per second, changes as windows close, says so when the demo
 // stops and recovers when it is back; q ends it.
 func TestTopInTmux(t *testing.T) {
+	t.Parallel()
 	tmux, err := exec.LookPath("tmux")
 	if err != nil {
 		if os.Getenv("CI") != "" || os.Getenv("TPSMON_REQUIRE_TMUX") != "" {
@@ -327,12 +329,15 @@ func TestTopInTmux(t *testing.T) {
 		t.Skip("tmux not installed and not installable here (`make tmux` installs it as root)")
 	}
 	dir := t.TempDir()
-	bin := tpsmonbin.Path(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
 	addr := freeAddr(t)
 	c, _ := top.NewClient(addr, &http.Client{Timeout: time.Second})
 	startDemo := func() *exec.Cmd {
 		t.Helper()
-		demo := exec.Command(bin, "demo", "--listen", addr, "--window", "1s", "--grace", "200ms", "--period", "20s", "--duration", "2m")
+		demo := tpsmonCmd(t, "demo", "--listen", addr, "--window", "1s", "--grace", "200ms", "--period", "20s", "--duration", "2m")
 		if err := demo.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -347,7 +352,7 @@ func TestTopInTmux(t *testing.T) {
 		out, err := exec.Command(tmux, append([]string{"-S", sock, "-f", "/dev/null"}, args...)...).CombinedOutput()
 		return string(out), err
 	}
-	if out, err := tm("new-session", "-d", "-s", "top", "-x", "120", "-y", "30", bin+" top --addr "+addr); err != nil {
+	if out, err := tm("new-session", "-d", "-s", "top", "-x", "120", "-y", "30", "env "+runMain+"=1 "+exe+" top --addr "+addr); err != nil {
 		t.Fatalf("tmux new-session: %v\n%s", err, out)
 	}
 	t.Cleanup(func() { tm("kill-server") })

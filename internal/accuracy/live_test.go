@@ -207,7 +207,7 @@ func startTpsmon(t *testing.T, config string) (string, func() []point) {
 	if err := os.WriteFile(cfgPath, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(tpsmonBin, "run", "--config", cfgPath)
+	cmd := exec.Command(tpsmonBin(t), "run", "--config", cfgPath)
 	var stderr syncBuffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 	if err := cmd.Start(); err != nil {

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -14,35 +13,23 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/internal/tokentruth"
+	"github.com/tpsmon/tpsmon/internal/tpsmonbin"
 )
 
-// tpsmonBin is the tpsmon binary built for these tests.
-var tpsmonBin string
-
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	code := m.Run()
+	tpsmonbin.Remove()
+	os.Exit(code)
 }
 
-func run(m *testing.M) int {
-	// Another build's accuracy, for before/after tables.
+// tpsmonBin is the tpsmon binary the tests run: built once, or another
+// build's (TPSMON_ACCURACY_BIN) for before/after tables.
+func tpsmonBin(t *testing.T) string {
+	t.Helper()
 	if bin := os.Getenv("TPSMON_ACCURACY_BIN"); bin != "" {
-		tpsmonBin = bin
-		return m.Run()
+		return bin
 	}
-	dir, err := os.MkdirTemp("", "tpsmon-accuracy")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	tpsmonBin = filepath.Join(dir, "tpsmon")
-	build := exec.Command("go", "build", "-o", tpsmonBin, "github.com/tpsmon/tpsmon/cmd/tpsmon")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building tpsmon:", err)
-		return 1
-	}
-	return m.Run()
+	return tpsmonbin.Path(t)
 }
 
 // point is one line of tpsmon's JSON output.
@@ -62,7 +49,7 @@ func (p point) num(k string) (float64, bool) {
 // what it said on stderr.
 func replayed(t *testing.T, args ...string) ([]point, string) {
 	t.Helper()
-	cmd := exec.Command(tpsmonBin, append([]string{"replay", "--format", "json"}, args...)...)
+	cmd := exec.Command(tpsmonBin(t), append([]string{"replay", "--format", "json"}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
