@@ -135,7 +135,7 @@ func TestRotation(t *testing.T) {
 
 			// A writer appends 100 lines per millisecond; 100 rotations,
 			// each after a few polls, and never two before the tailer has
-			// read what came before the last one: a file rotated away twice
+			// read a line written after the last one: a file rotated away twice
 			// between two reads is out of reach (README, log sources), and
 			// a loaded machine can hold the tailer back for longer than 20 ms.
 			stop := make(chan struct{})
@@ -154,7 +154,7 @@ func TestRotation(t *testing.T) {
 			rotatedAt := 0
 			for i := range 100 {
 				time.Sleep(20 * time.Millisecond)
-				waitFor(t, c, rotatedAt)
+				waitFor(t, c, rotatedAt+1)
 				w.mu.Lock()
 				rotate(t, w, i)
 				rotatedAt = w.next
