@@ -27,8 +27,9 @@ type InfluxConfig struct {
 	Bucket  string
 	Token   string
 	Timeout time.Duration
-	GZip    bool
-	CAFile  string
+	// GZip compresses writes of GZipMin bytes or more.
+	GZip   bool
+	CAFile string
 	// InsecureSkipVerify turns TLS certificate checks off.
 	InsecureSkipVerify bool
 	// UserAgent names tpsmon and its version.
@@ -40,20 +41,25 @@ type InfluxConfig struct {
 type Influx struct {
 	client influxdb2.Client
 	w      api.WriteAPIBlocking
-	url    string
+	// wz compresses (its client zc); nil without GZip. The two share one
+	// connection pool.
+	wz  api.WriteAPIBlocking
+	zc  influxdb2.Client
+	url string
 }
+
+// GZipMin is the smallest write that is compressed. One window's points
+// are a few KB: compressing them saves little and costs a new compressor
+// of about 1 MB for each request (the client makes one per write), which
+// was the daemon's largest allocation at rest. A backlog sent after an
+// outage is large, and there compression pays.
+const GZipMin = 64 << 10
 
 // NewInflux returns a writer for cfg.
 func NewInflux(cfg InfluxConfig) (*Influx, error) {
-	opts := influxdb2.DefaultOptions().
-		SetPrecision(Precision).
-		SetUseGZip(cfg.GZip).
-		SetApplicationName(cfg.UserAgent)
-	if cfg.Timeout > 0 {
-		opts.SetHTTPRequestTimeout(uint(max(1, cfg.Timeout/time.Second)))
-	}
+	var tc *tls.Config
 	if cfg.CAFile != "" || cfg.InsecureSkipVerify {
-		tc := &tls.Config{InsecureSkipVerify: cfg.InsecureSkipVerify} //nolint:gosec // the operator asked for it
+		tc = &tls.Config{InsecureSkipVerify: cfg.InsecureSkipVerify} //nolint:gosec // the operator asked for it
 		if cfg.CAFile != "" {
 			pem, err := os.ReadFile(cfg.CAFile)
 			if err != nil {
@@ -65,10 +71,30 @@ func NewInflux(cfg InfluxConfig) (*Influx, error) {
 			}
 			tc.RootCAs = pool
 		}
-		opts.SetTLSConfig(tc)
 	}
-	c := influxdb2.NewClientWithOptions(cfg.URL, cfg.Token, opts)
-	return &Influx{client: c, w: c.WriteAPIBlocking(cfg.Org, cfg.Bucket), url: redact.URL(cfg.URL)}, nil
+	// Options hold pointers: each client gets its own.
+	options := func() *influxdb2.Options {
+		opts := influxdb2.DefaultOptions().
+			SetPrecision(Precision).
+			SetApplicationName(cfg.UserAgent)
+		if cfg.Timeout > 0 {
+			opts.SetHTTPRequestTimeout(uint(max(1, cfg.Timeout/time.Second)))
+		}
+		if tc != nil {
+			opts.SetTLSConfig(tc)
+		}
+		return opts
+	}
+	c := influxdb2.NewClientWithOptions(cfg.URL, cfg.Token, options())
+	in := &Influx{client: c, w: c.WriteAPIBlocking(cfg.Org, cfg.Bucket), url: redact.URL(cfg.URL)}
+	if cfg.GZip {
+		// The compressing client sends over the same HTTP client, so
+		// both share their connections.
+		zopts := options().SetUseGZip(true).SetHTTPClient(c.Options().HTTPClient())
+		in.zc = influxdb2.NewClientWithOptions(cfg.URL, cfg.Token, zopts)
+		in.wz = in.zc.WriteAPIBlocking(cfg.Org, cfg.Bucket)
+	}
+	return in, nil
 }
 
 // WriteError is a failed write, classified.
@@ -98,7 +124,11 @@ func (i *Influx) Write(ctx context.Context, lines []byte) error {
 	if body == "" {
 		return nil
 	}
-	err := i.w.WriteRecord(ctx, body)
+	w := i.w
+	if i.wz != nil && len(body) >= GZipMin {
+		w = i.wz
+	}
+	err := w.WriteRecord(ctx, body)
 	if err == nil {
 		return nil
 	}
@@ -142,4 +172,9 @@ func (i *Influx) Ping(ctx context.Context) error {
 }
 
 // Close releases the client's connections.
-func (i *Influx) Close() { i.client.Close() }
+func (i *Influx) Close() {
+	if i.zc != nil {
+		i.zc.Close()
+	}
+	i.client.Close()
+}

@@ -1,10 +1,13 @@
 package sink
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +100,59 @@ func TestClassify(t *testing.T) {
 	var we *WriteError
 	if err := in.Write(context.Background(), []byte("m v=1 1\n")); !errors.As(err, &we) || we.Status != 0 || !we.Retry {
 		t.Errorf("connection refused: %v", err)
+	}
+}
+
+// TestGZipOnlyLargeWrites: with gzip on, a window's few KB go plain and a
+// backlog of GZipMin or more goes compressed; both arrive whole, over one
+// connection.
+func TestGZipOnlyLargeWrites(t *testing.T) {
+	type req struct {
+		encoding string
+		lines    int
+		remote   string
+	}
+	reqs := make(chan req, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body io.Reader = r.Body
+		if r.Header.Get("Content-Encoding") == "gzip" {
+			z, err := gzip.NewReader(r.Body)
+			if err != nil {
+				t.Errorf("gzip body: %v", err)
+				return
+			}
+			body = z
+		}
+		b, _ := io.ReadAll(body)
+		reqs <- req{r.Header.Get("Content-Encoding"), strings.Count(string(b), "\n") + 1, r.RemoteAddr}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	in, err := NewInflux(InfluxConfig{URL: srv.URL, Bucket: "db/rp", Timeout: 5 * time.Second, GZip: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	line := "tpsmon_server,host=h,server=s tokens=100i 1700000000000\n"
+	conns := map[string]bool{}
+	for _, tc := range []struct {
+		lines    int
+		encoding string
+	}{
+		{20, ""},
+		{GZipMin/len(line) + 1, "gzip"},
+		{1, ""},
+	} {
+		if err := in.Write(context.Background(), []byte(strings.Repeat(line, tc.lines))); err != nil {
+			t.Fatal(err)
+		}
+		got := <-reqs
+		conns[got.remote] = true
+		if got.encoding != tc.encoding || got.lines != tc.lines {
+			t.Errorf("%d lines sent as %q with %d lines, want %q", tc.lines, got.encoding, got.lines, tc.encoding)
+		}
+	}
+	if len(conns) != 1 {
+		t.Errorf("plain and compressed writes used %d connections, want one: %v", len(conns), conns)
 	}
 }
