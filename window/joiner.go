@@ -157,6 +157,21 @@ func (j *Joiner) SetServers(servers []Server, maxGap time.Duration) {
 	}
 }
 
+// Rename gives a server a new name, its source unchanged (a reload that
+// renames it): what its open windows hold goes on under the new name,
+// rather than being lost with the old one. It reports false when from is
+// unknown or to is taken.
+func (j *Joiner) Rename(from, to string) bool {
+	st, ok := j.byName[from]
+	if _, taken := j.byName[to]; !ok || taken {
+		return false
+	}
+	delete(j.byName, from)
+	st.Name = to
+	j.byName[to] = st
+	return true
+}
+
 // Late returns how many samples arrived for windows already closed.
 func (j *Joiner) Late() uint64 { return j.late }
 

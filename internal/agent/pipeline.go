@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -370,6 +373,22 @@ func (p *pipeline) run(ctx context.Context) error {
 		case nc := <-p.reconf:
 			src.stop()
 			drain()
+			for from, to := range renamed(p.cfg, nc) {
+				// The same source under a new name: its open window is
+				// the new name's, and so is its log position.
+				j.Rename(from, to)
+				if pos, ok := p.logPos[from]; ok {
+					p.logPos[to], p.logDirty[to] = pos, p.logDirty[from]
+					delete(p.logPos, from)
+					delete(p.logDirty, from)
+				}
+				if f := p.positionFile(from); f != "" {
+					if err := os.Rename(f, p.positionFile(to)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+						p.log.Warn("log position not carried to the new name; its log is read from its end", "server", to, "err", err)
+					}
+				}
+				p.log.Info("server renamed; its open window goes on under the new name", "from", from, "to", to)
+			}
 			p.srcErrMu.Lock()
 			clear(p.srcErr) // the sources start again below and say anew
 			clear(p.unplaced)
@@ -788,6 +807,34 @@ func (p *pipeline) savePositions() {
 		}
 		delete(p.logDirty, name)
 	}
+}
+
+// renamed pairs the servers of old that new names differently, with the
+// same source (metrics URL, log file and journal unit): old name -> new.
+// A source that several servers share is not paired.
+func renamed(old, new *config.Config) map[string]string {
+	key := func(s config.ServerConfig) string {
+		return s.MetricsURL + "\x00" + s.Log.File + "\x00" + s.Log.JournalUnit
+	}
+	gone := map[string][]string{} // source -> names new lacks
+	for _, s := range old.Servers {
+		if !slices.ContainsFunc(new.Servers, func(n config.ServerConfig) bool { return n.Name == s.Name }) {
+			gone[key(s)] = append(gone[key(s)], s.Name)
+		}
+	}
+	added := map[string][]string{} // source -> names old lacks
+	for _, s := range new.Servers {
+		if !slices.ContainsFunc(old.Servers, func(o config.ServerConfig) bool { return o.Name == s.Name }) {
+			added[key(s)] = append(added[key(s)], s.Name)
+		}
+	}
+	out := map[string]string{}
+	for k, from := range gone {
+		if to := added[k]; len(from) == 1 && len(to) == 1 && k != "\x00\x00" {
+			out[from[0]] = to[0]
+		}
+	}
+	return out
 }
 
 // applyPlacement gives servers with gpus: auto the GPUs found for them;
