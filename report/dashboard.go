@@ -13,6 +13,7 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/table"
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 	"github.com/grafana/grafana-foundation-sdk/go/units"
+	"github.com/tpsmon/tpsmon/schema"
 )
 
 // influxQuery is a raw InfluxQL target of Grafana's InfluxDB data source,
@@ -129,9 +130,9 @@ func Dashboard() ([]byte, error) {
 		Uid("tpsmon-fleet").Tags([]string{"tpsmon", "gpu", "llm"}).Time("now-24h", "now").Refresh("1m").Timezone("utc").
 		Description("tpsmon's windows in InfluxDB: servers' tokens per second against their GPUs, per GPU readings, and the fleet's trends from the hourly and daily rollups (tpsmon rollup).").
 		Tooltip(dashboard.DashboardCursorSyncCrosshair).
-		WithVariable(variable("host", "host", `SHOW TAG VALUES FROM "tpsmon_server" WITH KEY = "host"`)).
-		WithVariable(variable("server", "server", `SHOW TAG VALUES FROM "tpsmon_server" WITH KEY = "server" WHERE "host" =~ /^$host$/`)).
-		WithVariable(variable("gpu", "GPU", `SHOW TAG VALUES FROM "tpsmon_gpu" WITH KEY = "gpu" WHERE "host" =~ /^$host$/`)).
+		WithVariable(variable("host", "host", tagValues(schema.Server, schema.TagHost, ""))).
+		WithVariable(variable("server", "server", tagValues(schema.Server, schema.TagServer, onHost))).
+		WithVariable(variable("gpu", "GPU", tagValues(schema.GPU, schema.TagGPU, onHost))).
 		WithVariable(dashboard.NewCustomVariableBuilder("state").Label("state").Values(dashboard.StringOrMap{String: cog.ToPtr(strings.Join(States, ","))}).
 			Options(stateOpts).Current(cur("queue_bound"))).
 		WithVariable(dashboard.NewCustomVariableBuilder("level").Label("trend rollup").Description("1h: hourly rollups (weeks); 1d: daily (months, years)").
@@ -206,4 +207,13 @@ func Dashboard() ([]byte, error) {
 		{"type": "panel", "id": "table", "name": "Table", "version": ""},
 	}
 	return json.MarshalIndent(m, "", "  ")
+}
+
+// onHost limits a variable's values to the hosts picked.
+var onHost = fmt.Sprintf(` WHERE %q =~ /^$host$/`, schema.TagHost)
+
+// tagValues is the query of a variable: the values of tag key in
+// measurement m, then where.
+func tagValues(m, key, where string) string {
+	return fmt.Sprintf(`SHOW TAG VALUES FROM %q WITH KEY = %q`, m, key) + where
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/tpsmon/tpsmon/schema"
 )
 
 // Ranges up to these read the raw windows or the hourly rollups; longer
@@ -75,7 +77,7 @@ func Plan(ctx context.Context, c querier, f Filter) (Filter, error) {
 // range holds no window.
 func DataWindow(ctx context.Context, c querier, from, to time.Time) (time.Duration, error) {
 	tf := fmt.Sprintf("time >= %dms AND time < %dms", from.UnixMilli(), to.UnixMilli())
-	s, err := c.Query(ctx, `SELECT max("window_s") AS "w" FROM "tpsmon_server" WHERE `+tf)
+	s, err := c.Query(ctx, fmt.Sprintf(`SELECT max(%q) AS "w" FROM %q WHERE `, schema.FieldWindowS, schema.Server)+tf)
 	if err != nil {
 		return 0, fmt.Errorf("report: window length: %w", err)
 	}
@@ -84,7 +86,7 @@ func DataWindow(ctx context.Context, c querier, from, to time.Time) (time.Durati
 			return time.Duration(v * float64(time.Second)), nil
 		}
 	}
-	lens, err := WindowLengths(ctx, c, "tpsmon_server", tf)
+	lens, err := WindowLengths(ctx, c, schema.Server, tf)
 	if err != nil {
 		return 0, err
 	}

@@ -26,10 +26,10 @@ type Query struct {
 }
 
 const (
-	rawServer    = `"tpsmon_server"`
-	rawGPU       = `"tpsmon_gpu"`
-	rollupServer = `"tpsmon_$level"."tpsmon_server_$level"`
-	rollupGPU    = `"tpsmon_$level"."tpsmon_gpu_$level"`
+	rawServer    = `"` + schema.Server + `"`
+	rawGPU       = `"` + schema.GPU + `"`
+	rollupServer = `"tpsmon_$level"."` + schema.Server + `_$level"`
+	rollupGPU    = `"tpsmon_$level"."` + schema.GPU + `_$level"`
 	serverWhere  = `WHERE $timeFilter AND "host" =~ /^$host$/ AND "server" =~ /^$server$/`
 	gpuWhere     = `WHERE $timeFilter AND "host" =~ /^$host$/ AND "gpu" =~ /^$gpu$/`
 )
@@ -58,14 +58,14 @@ var (
 		rawServer, rollupServer, serverWhere+` GROUP BY "host", "server"`)
 	Ranking = both("ranking", `mean("tps_per_gpu") * 3600 AS "tokens_per_gpu_hour", sum("tokens") AS "tokens"`,
 		rawServer, rollupServer, serverWhere+` GROUP BY "host", "server"`)
-	StateTimeline = Query{Name: "state_timeline", Text: `SELECT last("state") AS "state" FROM "tpsmon_server" ` + serverWhere + ` GROUP BY time($__interval), "host", "server" fill(none)`}
+	StateTimeline = Query{Name: "state_timeline", Text: `SELECT last("state") AS "state" FROM ` + rawServer + ` ` + serverWhere + ` GROUP BY time($__interval), "host", "server" fill(none)`}
 	// StateTime is each server's time in $state, with its GPUs (the gpus tag).
 	StateTime = Query{Name: "state_time",
-		Text:   `SELECT ` + rawTime + ` FROM "tpsmon_server" ` + serverWhere + ` AND "state" = '$state' GROUP BY "host", "server", "gpus"`,
+		Text:   `SELECT ` + rawTime + ` FROM ` + rawServer + ` ` + serverWhere + ` AND "state" = '$state' GROUP BY "host", "server", "gpus"`,
 		Rollup: `SELECT sum("$state_windows") AS "windows", sum("$state_seconds") AS "seconds", sum("$state_windows") AS "timed" FROM ` + rollupServer + ` ` + serverWhere + ` GROUP BY "host", "server", "gpus"`}
 	// StateTrend is the fleet's time in $state per interval.
 	StateTrend = Query{Name: "state_trend",
-		Text:   `SELECT ` + rawTime + ` FROM "tpsmon_server" ` + serverWhere + ` AND "state" = '$state' GROUP BY time($__interval), "host", "gpus" fill(none)`,
+		Text:   `SELECT ` + rawTime + ` FROM ` + rawServer + ` ` + serverWhere + ` AND "state" = '$state' GROUP BY time($__interval), "host", "gpus" fill(none)`,
 		Rollup: `SELECT sum("$state_windows") AS "windows", sum("$state_seconds") AS "seconds", sum("$state_windows") AS "timed" FROM ` + rollupServer + ` ` + serverWhere + ` GROUP BY time($__interval), "host", "gpus" fill(none)`}
 	// GPUTime is each GPU's observed time, energy and mean utilization,
 	// with the servers it served (server tag; empty: none).

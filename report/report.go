@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/tpsmon/tpsmon/schema"
 )
 
 // Report is what a time range of the fleet says.
@@ -209,14 +211,14 @@ func (b *builder) build(o Options) error {
 		}
 		for _, s := range series {
 			for _, row := range s.Rows() {
-				secs, err := b.seconds("tpsmon_server", s.Tags["host"], row)
+				secs, err := b.seconds(schema.Server, s.Tags[schema.TagHost], row)
 				if err != nil {
 					return err
 				}
 				sr := server(s.Tags)
 				sr.StateShare[st] += secs
 				serverSecs[sr.Host+"/"+sr.Server] += secs
-				g := secs * float64(gpuCount(s.Tags["gpus"]))
+				g := secs * float64(gpuCount(s.Tags[schema.TagGPUs]))
 				sr.GPUHours += g / 3600
 				stateSecs[st] += g
 				if byState[st] == nil {
@@ -258,7 +260,7 @@ func (b *builder) build(o Options) error {
 		for _, row := range s.Rows() {
 			g := gpu(s.Tags)
 			n, _ := Num(row["windows"])
-			secs, err := b.seconds("tpsmon_gpu", g.Host, row)
+			secs, err := b.seconds(schema.GPU, g.Host, row)
 			if err != nil {
 				return err
 			}
@@ -366,7 +368,7 @@ func (b *builder) build(o Options) error {
 	if err := b.fleet(); err != nil {
 		return err
 	}
-	if m := b.lens["tpsmon_server"]; len(m) > 0 {
+	if m := b.lens[schema.Server]; len(m) > 0 {
 		r.Window = describeLengths(m)
 	}
 
@@ -441,7 +443,7 @@ func (b *builder) fleet() error {
 	}
 	for _, s := range series {
 		for _, row := range s.Rows() {
-			secs, err := b.seconds("tpsmon_gpu", s.Tags["host"], row)
+			secs, err := b.seconds(schema.GPU, s.Tags[schema.TagHost], row)
 			if err != nil {
 				return err
 			}
@@ -457,11 +459,11 @@ func (b *builder) fleet() error {
 		}
 		for _, s := range series {
 			for _, row := range s.Rows() {
-				secs, err := b.seconds("tpsmon_server", s.Tags["host"], row)
+				secs, err := b.seconds(schema.Server, s.Tags[schema.TagHost], row)
 				if err != nil {
 					return err
 				}
-				at(row).StateGPUHours[st] += secs * float64(gpuCount(s.Tags["gpus"])) / 3600
+				at(row).StateGPUHours[st] += secs * float64(gpuCount(s.Tags[schema.TagGPUs])) / 3600
 			}
 		}
 	}
@@ -470,7 +472,7 @@ func (b *builder) fleet() error {
 	}
 	for _, s := range series {
 		for _, row := range s.Rows() {
-			secs, err := b.seconds("tpsmon_gpu", s.Tags["host"], row)
+			secs, err := b.seconds(schema.GPU, s.Tags[schema.TagHost], row)
 			if err != nil {
 				return err
 			}
@@ -528,12 +530,12 @@ func (b *builder) price(prices map[string]float64) {
 }
 
 var stateWhy = map[string]string{
-	"down":          "it could not be read",
-	"idle":          "no tokens and nothing running",
-	"kv_bound":      "requests waited or were preempted with the KV cache full",
-	"queue_bound":   "requests waited while the GPU was mostly idle: the scheduler, CPU or a batch limit held it back",
-	"underutilized": "tokens flowed, nothing waited, and the GPU was mostly idle: too little demand for this hardware",
-	"saturated":     "the GPU was busy and requests still waited: more hardware would serve more",
+	schema.StateDown:          "it could not be read",
+	schema.StateIdle:          "no tokens and nothing running",
+	schema.StateKVBound:       "requests waited or were preempted with the KV cache full",
+	schema.StateQueueBound:    "requests waited while the GPU was mostly idle: the scheduler, CPU or a batch limit held it back",
+	schema.StateUnderutilized: "tokens flowed, nothing waited, and the GPU was mostly idle: too little demand for this hardware",
+	schema.StateSaturated:     "the GPU was busy and requests still waited: more hardware would serve more",
 }
 
 func pct(v float64) int { return int(math.Round(100 * v)) }
@@ -622,7 +624,7 @@ func WindowLengths(ctx context.Context, q querier, m, tf string) (map[string]tim
 	for _, x := range s {
 		for _, row := range x.Rows() {
 			if v, ok := Num(row["d"]); ok && v > 0 {
-				out[x.Tags["host"]] = time.Duration(v) * time.Millisecond
+				out[x.Tags[schema.TagHost]] = time.Duration(v) * time.Millisecond
 			}
 		}
 	}

@@ -35,4 +35,15 @@ func TestQueriesReadSchemaNames(t *testing.T) {
 	if !slices.Equal(States, schema.States) {
 		t.Errorf("report states %v, schema %v", States, schema.States)
 	}
+	// Every state but ok is explained in the findings, under its name.
+	for _, st := range schema.States {
+		if st != schema.StateOK && stateWhy[st] == "" {
+			t.Errorf("state %s has no explanation", st)
+		}
+	}
+	for st := range stateWhy {
+		if !slices.Contains(schema.States, st) {
+			t.Errorf("explanation of %q, which is no state", st)
+		}
+	}
 }

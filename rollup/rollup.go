@@ -18,6 +18,7 @@ import (
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
 	"github.com/tpsmon/tpsmon/report"
+	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink"
 )
 
@@ -140,7 +141,7 @@ func (j *Job) resume(ctx context.Context, l Level) (time.Time, error) {
 func (j *Job) firstRaw(ctx context.Context) (time.Time, error) {
 	var first time.Time
 	for _, m := range Measurements {
-		s, err := j.Q.Query(ctx, fmt.Sprintf(`SELECT first("coverage") FROM %s`, from("", m)))
+		s, err := j.Q.Query(ctx, fmt.Sprintf(`SELECT first(%q) FROM %s`, schema.FieldCoverage, from("", m)))
 		if err != nil {
 			return time.Time{}, err
 		}
@@ -191,7 +192,7 @@ func (j *Job) rollRange(ctx context.Context, l Level, a, b time.Time) (int, erro
 							return 0, err
 						}
 					}
-					fields := spec.fields(row, lens[s.Tags["host"]], gpuCount(m, s.Tags))
+					fields := spec.fields(row, lens[s.Tags[schema.TagHost]], gpuCount(m, s.Tags))
 					if len(fields) == 0 {
 						continue
 					}
@@ -238,7 +239,7 @@ func (s spec) selectList() string {
 	// Time observed: window_s where the point carries it, and the count of
 	// those that do not, which the window length derived from the data
 	// turns into seconds.
-	b.WriteString(`count("coverage") AS "n", sum("window_s") AS "ws", count("window_s") AS "wn"`)
+	fmt.Fprintf(&b, `count(%q) AS "n", sum(%q) AS "ws", count(%q) AS "wn"`, schema.FieldCoverage, schema.FieldWindowS, schema.FieldWindowS)
 	return b.String()
 }
 
@@ -251,13 +252,13 @@ func needsLength(row map[string]any) bool {
 // gpuCount is how many GPUs a server point stands for (its gpus tag); a
 // GPU point stands for one.
 func gpuCount(m string, tags map[string]string) int {
-	if m == "tpsmon_gpu" {
+	if m == schema.GPU {
 		return 1
 	}
-	if tags["gpus"] == "" {
+	if tags[schema.TagGPUs] == "" {
 		return 0
 	}
-	return len(strings.Split(tags["gpus"], ","))
+	return len(strings.Split(tags[schema.TagGPUs], ","))
 }
 
 // fields turns a result row into the rollup's fields: the aggregates, and
@@ -275,7 +276,7 @@ func (s spec) fields(row map[string]any, derived time.Duration, gpus int) map[st
 	if n == 0 {
 		return out
 	}
-	out[s.prefix+"windows"] = int64(n)
+	out[s.prefix+schema.FieldWindows] = int64(n)
 	ws, _ := report.Num(row["ws"])
 	wn, _ := report.Num(row["wn"])
 	if wn < n && derived <= 0 {
@@ -284,31 +285,37 @@ func (s spec) fields(row map[string]any, derived time.Duration, gpus int) map[st
 		return out
 	}
 	secs := ws + (n-wn)*derived.Seconds()
-	out[s.prefix+"seconds"] = secs
-	out[s.prefix+"gpu_seconds"] = secs * float64(gpus)
+	out[s.prefix+schema.FieldSeconds] = secs
+	out[s.prefix+schema.FieldGPUSeconds] = secs * float64(gpus)
 	return out
 }
 
 // Measurements are the raw measurements rolled up.
-var Measurements = []string{"tpsmon_server", "tpsmon_gpu"}
+var Measurements = []string{schema.Server, schema.GPU}
 
 // States are the server verdicts the state rollup counts.
-var States = report.States
+var States = schema.States
+
+// same aggregates a raw field into a rollup field of the same name.
+func same(fn, field string) agg { return agg{fn, field, field} }
+
+// idleGPU prefixes the time fields of GPUs under 5 % utilization.
+const idleGPU = "idle_"
 
 var rollups = map[string][]spec{
-	"tpsmon_server": append([]spec{{aggs: []agg{
-		{"sum", "tokens", "tokens"}, {"sum", "prompt_tokens", "prompt_tokens"}, {"sum", "energy_j", "energy_j"},
-		{"mean", "system_tps", "system_tps"}, {"mean", "per_user_tps", "per_user_tps"},
-		{"mean", "running", "running"}, {"max", "running", "running_max"}, {"mean", "waiting", "waiting"},
-		{"mean", "kv_cache_usage", "kv_cache_usage"}, {"mean", "gpu_util", "gpu_util"}, {"mean", "sm_active", "sm_active"},
-		{"mean", "power_w", "power_w"}, {"mean", "tps_per_gpu", "tps_per_gpu"},
+	schema.Server: append([]spec{{aggs: []agg{
+		same("sum", schema.FieldTokens), same("sum", schema.FieldPromptTokens), same("sum", schema.FieldEnergyJ),
+		same("mean", schema.FieldSystemTPS), same("mean", schema.FieldPerUserTPS),
+		same("mean", schema.FieldRunning), {"max", schema.FieldRunning, schema.FieldRunningMax}, same("mean", schema.FieldWaiting),
+		same("mean", schema.FieldKVCacheUsage), same("mean", schema.FieldGPUUtil), same("mean", schema.FieldSMActive),
+		same("mean", schema.FieldPowerW), same("mean", schema.FieldTPSPerGPU),
 	}}}, stateSpecs()...),
-	"tpsmon_gpu": {{aggs: []agg{
-		{"mean", "util", "util"}, {"max", "util_max", "util_max"}, {"mean", "sm_active", "sm_active"},
-		{"mean", "mem_util", "mem_util"}, {"max", "mem_used_bytes", "mem_used_bytes"}, {"max", "mem_total_bytes", "mem_total_bytes"},
-		{"mean", "power_w", "power_w"}, {"sum", "energy_j", "energy_j"}, {"max", "temp_c", "temp_c"},
-		{"mean", "sm_clock_mhz", "sm_clock_mhz"},
-	}}, {where: ` AND "util" < 5`, prefix: "idle_"}},
+	schema.GPU: {{aggs: []agg{
+		same("mean", schema.FieldUtil), same("max", schema.FieldUtilMax), same("mean", schema.FieldSMActive),
+		same("mean", schema.FieldMemUtil), same("max", schema.FieldMemUsedBytes), same("max", schema.FieldMemTotalBytes),
+		same("mean", schema.FieldPowerW), same("sum", schema.FieldEnergyJ), same("max", schema.FieldTempC),
+		same("mean", schema.FieldSMClockMHz),
+	}}, {where: fmt.Sprintf(` AND %q < 5`, schema.FieldUtil), prefix: idleGPU}},
 }
 
 // stateSpecs count each state's windows and seconds into the server
@@ -316,7 +323,7 @@ var rollups = map[string][]spec{
 func stateSpecs() []spec {
 	var out []spec
 	for _, st := range States {
-		out = append(out, spec{where: fmt.Sprintf(` AND "state" = '%s'`, st), prefix: st + "_"})
+		out = append(out, spec{where: fmt.Sprintf(` AND %q = '%s'`, schema.FieldState, st), prefix: st + "_"})
 	}
 	return out
 }

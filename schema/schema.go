@@ -70,6 +70,17 @@ const (
 	FieldError        = "error"    // string, when the GPU could not be read
 )
 
+// Rollups (package rollup) write tpsmon_server_<level> and
+// tpsmon_gpu_<level>: the raw fields aggregated under their own names, and
+// these. The windows, seconds and GPU-seconds come also per state
+// ("<state>_windows", ...) and for idle GPUs ("idle_windows", ...).
+const (
+	FieldRunningMax = "running_max"
+	FieldWindows    = "windows"     // raw windows rolled up
+	FieldSeconds    = "seconds"     // their observed seconds
+	FieldGPUSeconds = "gpu_seconds" // seconds times the GPUs a point stands for
+)
+
 // Values of the string fields source and energy_source.
 const (
 	SourceMetrics = "metrics"

@@ -248,7 +248,7 @@ func (j *Joiner) NameEngine(name, engine string) {
 // NameModel sets a server's model tag from its log; a model named by the
 // server's metrics or configuration stays.
 func (j *Joiner) NameModel(name, model string) {
-	if st, ok := j.byName[name]; ok && model != "" && (st.Model == "" || st.Source == "log") {
+	if st, ok := j.byName[name]; ok && model != "" && (st.Model == "" || st.Source == schema.SourceLog) {
 		st.Model = model
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/internal/statefile"
 	"github.com/tpsmon/tpsmon/internal/wake"
+	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -210,9 +211,9 @@ func serversOf(cfg *config.Config) []window.Server {
 		if engine == "auto" {
 			engine = "" // named by the first sample
 		}
-		source := "metrics"
+		source := schema.SourceMetrics
 		if s.MetricsURL == "" {
-			source = "log"
+			source = schema.SourceLog
 		}
 		out[i] = window.Server{Name: s.Name, Engine: engine, GPUs: gpus, Source: source}
 	}

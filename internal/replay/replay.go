@@ -21,6 +21,7 @@ import (
 	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/collector/logline"
 	"github.com/tpsmon/tpsmon/collector/tail"
+	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -80,7 +81,7 @@ func Run(ctx context.Context, o Options, out Writer, warn io.Writer) error {
 	}
 	var rec recording
 	if o.MetricsDir != "" || o.LogFile != "" {
-		rec.servers = append(rec.servers, window.Server{Name: o.Server, GPUs: gpus, Source: "metrics"})
+		rec.servers = append(rec.servers, window.Server{Name: o.Server, GPUs: gpus, Source: schema.SourceMetrics})
 	}
 	if o.LogFile != "" {
 		if err := rec.addLog(o, loc, warn); err != nil {

@@ -49,15 +49,15 @@ func (f Fleet) at(h int, t time.Time) minute {
 	m := minute{tps: 2500 * d * float64(f.used(h)), util: math.Min(99, 100*d), running: 48 * d}
 	switch {
 	case d == 0:
-		m.state, m.util = "idle", 0.5
+		m.state, m.util = schema.StateIdle, 0.5
 	case h%11 == 3:
-		m.state, m.waiting, m.util = "queue_bound", 6, 35
+		m.state, m.waiting, m.util = schema.StateQueueBound, 6, 35
 	case d < 0.35:
-		m.state = "underutilized"
+		m.state = schema.StateUnderutilized
 	case d > 0.85:
-		m.state, m.waiting = "saturated", 4*d
+		m.state, m.waiting = schema.StateSaturated, 4*d
 	default:
-		m.state = "ok"
+		m.state = schema.StateOK
 	}
 	m.powerPerGPU = 90 + 6*m.util
 	return m
@@ -148,14 +148,15 @@ func (f Fleet) Rollups(from, to time.Time, every time.Duration, suffix string, e
 				}
 			}
 			fs := map[string]any{
-				"tokens": tokens, "energy_j": energy, "system_tps": tps / mins, "gpu_util": util / mins, "running": running / mins,
-				"waiting": waiting / mins, "power_w": power * n / mins, "tps_per_gpu": tps / mins / n,
-				"windows": int64(mins), "seconds": mins * 60, "gpu_seconds": mins * 60 * n,
+				schema.FieldTokens: tokens, schema.FieldEnergyJ: energy, schema.FieldSystemTPS: tps / mins, schema.FieldGPUUtil: util / mins,
+				schema.FieldRunning: running / mins, schema.FieldWaiting: waiting / mins, schema.FieldPowerW: power * n / mins,
+				schema.FieldTPSPerGPU: tps / mins / n,
+				schema.FieldWindows:   int64(mins), schema.FieldSeconds: mins * 60, schema.FieldGPUSeconds: mins * 60 * n,
 			}
 			for st, c := range states {
-				fs[st+"_windows"] = int64(c)
-				fs[st+"_seconds"] = c * 60
-				fs[st+"_gpu_seconds"] = c * 60 * n
+				fs[st+"_"+schema.FieldWindows] = int64(c)
+				fs[st+"_"+schema.FieldSeconds] = c * 60
+				fs[st+"_"+schema.FieldGPUSeconds] = c * 60 * n
 			}
 			host := Host(h)
 			if err := emit(write.NewPoint(schema.Server+suffix, map[string]string{schema.TagHost: host, schema.TagServer: "llm", schema.TagGPUs: f.gpus(h), schema.TagEngine: "vllm"}, fs, p)); err != nil {
@@ -168,11 +169,13 @@ func (f Fleet) Rollups(from, to time.Time, every time.Duration, suffix string, e
 					server, u, pw, idle = "", 0, 60, mins
 				}
 				gf := map[string]any{
-					"util": u, "util_max": u, "power_w": pw, "energy_j": pw * mins * 60, "temp_c": 35 + u/3, "sm_clock_mhz": 1980.0,
-					"windows": int64(mins), "seconds": mins * 60, "gpu_seconds": mins * 60,
+					schema.FieldUtil: u, schema.FieldUtilMax: u, schema.FieldPowerW: pw, schema.FieldEnergyJ: pw * mins * 60,
+					schema.FieldTempC: 35 + u/3, schema.FieldSMClockMHz: 1980.0,
+					schema.FieldWindows: int64(mins), schema.FieldSeconds: mins * 60, schema.FieldGPUSeconds: mins * 60,
 				}
 				if idle > 0 {
-					gf["idle_windows"], gf["idle_seconds"], gf["idle_gpu_seconds"] = int64(idle), idle*60, idle*60
+					const p = "idle_" // GPUs under 5 % utilization, as package rollup counts them
+					gf[p+schema.FieldWindows], gf[p+schema.FieldSeconds], gf[p+schema.FieldGPUSeconds] = int64(idle), idle*60, idle*60
 				}
 				if err := emit(write.NewPoint(schema.GPU+suffix, map[string]string{schema.TagHost: host, schema.TagGPU: strconv.Itoa(g), schema.TagUUID: uuid(h, g), schema.TagName: f.Model, schema.TagServer: server}, gf, p)); err != nil {
 					return err
