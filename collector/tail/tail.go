@@ -86,6 +86,25 @@ type Tailer struct {
 	// Truncated counts lines cut at MaxLine.
 	Truncated uint64
 	buf       []byte
+	// headBuf holds the head read by each poll; known is t.pos.Head
+	// decoded, for knownOf (a poll compares bytes, not hex).
+	headBuf [headLen]byte
+	known   []byte
+	knownOf string
+}
+
+// sameKnownHead is sameHead(t.pos.Head, head) without decoding the hex on
+// every poll.
+func (t *Tailer) sameKnownHead(head []byte) bool {
+	if t.knownOf != t.pos.Head || t.known == nil {
+		b, err := hex.DecodeString(t.pos.Head)
+		if err != nil {
+			return false
+		}
+		t.known, t.knownOf = b, t.pos.Head
+	}
+	n := min(len(t.known), len(head))
+	return bytes.Equal(t.known[:n], head[:n])
 }
 
 // LoadPosition reads a saved position; a missing file is no position.
@@ -317,10 +336,11 @@ func (t *Tailer) poll(emit func(Line)) error {
 	if err != nil {
 		return err
 	}
-	head := readHead(t.f)
+	n, _ := t.f.ReadAt(t.headBuf[:], 0)
+	head := t.headBuf[:n]
 	read := t.pos.Offset + int64(len(t.partial)+t.skipLen)
 	switch {
-	case fi.Size() < read || !sameHead(t.pos.Head, head):
+	case fi.Size() < read || !t.sameKnownHead(head):
 		// copytruncate: what was written between our last read and the
 		// truncation lives in the copy; read it there, then start over.
 		old := t.pos
