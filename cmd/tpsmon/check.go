@@ -9,12 +9,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/collector/gpumap"
 	"github.com/tpsmon/tpsmon/internal/agent"
 	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/internal/logging"
@@ -75,10 +78,13 @@ func check(ctx context.Context, cfg *config.Config, w io.Writer) int {
 		}
 		fmt.Fprintf(w, "%s", redact.Text(fmt.Sprintf("ok    "+okMsg+"\n", args...)))
 	}
+	var gpus []gpumap.GPU // with the processes on each, for attribution
 	if open := agent.OpenBackend(cfg, nil); open != nil {
 		g, err := open()
 		if err == nil {
-			n := len(g.Sample(time.Now()))
+			smp := g.Sample(time.Now())
+			n := len(smp)
+			gpus = gpusWithProcesses(g, smp)
 			g.Close()
 			report(nil, "gpu backend %s: %d GPUs", cfg.GPU.Backend, n)
 		} else {
@@ -126,6 +132,7 @@ func check(ctx context.Context, cfg *config.Config, w io.Writer) int {
 		r := sc.Scrape(ctx)
 		report(r.Err, "server %s: %s metrics at %s (model %q)", s.Name, r.Sample.Engine, s.MetricsURL, r.Sample.Model)
 	}
+	problems += checkAttribution(w, servers, gpus)
 	if cfg.Sink.Influx.URL == "" {
 		switch cfg.Sink.File.Path {
 		case config.NoFileSink:
@@ -167,6 +174,58 @@ func check(ctx context.Context, cfg *config.Config, w io.Writer) int {
 		fmt.Fprintf(w, "ok    spool %s: systemd creates %s for the service (StateDirectory=)\n", cfg.Sink.Spool.Dir, stateDir)
 	} else {
 		report(spoolWritable(cfg.Sink.Spool.Dir), "spool %s writable", cfg.Sink.Spool.Dir)
+	}
+	return problems
+}
+
+// gpusWithProcesses lists the GPUs sampled with the processes NVML sees
+// on each, where the backend can tell.
+func gpusWithProcesses(g agent.GPUSampler, smp []gpu.Sample) []gpumap.GPU {
+	l, ok := g.(interface{ Processes() map[string][]int })
+	if !ok {
+		return nil
+	}
+	procs := l.Processes()
+	var out []gpumap.GPU
+	for _, s := range smp {
+		if s.Instance == "" {
+			out = append(out, gpumap.GPU{Index: s.Index, UUID: s.UUID, PIDs: procs[s.UUID]})
+		}
+	}
+	return out
+}
+
+// checkAttribution finds the servers with gpus: auto as the daemon does,
+// as this user (the service user when root runs check), and returns the
+// problems: a server whose GPUs cannot be told is one.
+func checkAttribution(w io.Writer, servers []config.ServerConfig, gpus []gpumap.GPU) int {
+	auto := agent.AutoServers(servers)
+	if len(auto) == 0 {
+		return 0
+	}
+	res, err := gpumap.Resolve("/proc", auto, gpus)
+	if err != nil {
+		fmt.Fprintf(w, "FAIL  attribution: %v\n", err)
+		return 1
+	}
+	problems := 0
+	for _, s := range auto {
+		pl, placed := res.Placed[s.Name]
+		why, unplaced := res.Unplaced[s.Name]
+		switch {
+		case placed:
+			on := "no GPU process of it seen now"
+			if len(pl.GPUs) > 0 {
+				on = "on " + strings.Join(pl.GPUs, ", ")
+			}
+			fmt.Fprintf(w, "ok    attribution %s: port %d served by pid %d (found by %s), %s\n", s.Name, s.Port, pl.PID, pl.By, on)
+		case unplaced:
+			problems++
+			fmt.Fprintf(w, "FAIL  attribution %s: its GPUs cannot be told: %s; list them in gpus:\n", s.Name, why)
+		default:
+			fmt.Fprintf(w, "note  attribution %s: not placed now: nothing listens on port %d, or only its GPU processes can tell and NVML lists none\n",
+				s.Name, s.Port)
+		}
 	}
 	return problems
 }

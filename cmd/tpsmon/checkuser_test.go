@@ -4,13 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/internal/tpsmonbin"
 )
 
@@ -66,5 +69,34 @@ func TestCheckAsRootSaysFailedOnce(t *testing.T) {
 	}
 	if n := strings.Count(string(out), "check failed"); n != 1 {
 		t.Errorf("%q said %d times, want once:\n%s", "check failed", n, out)
+	}
+}
+
+// check finds the servers with gpus: auto as the daemon would: here the
+// test's own server, by the socket it holds.
+func TestCheckReportsAttribution(t *testing.T) {
+	srv := httptest.NewServer(&vllmsim.Driven{Rate: 10, Start: time.Now(), ResetAt: time.Now().Add(time.Hour)})
+	defer srv.Close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	cfgPath := filepath.Join(t.TempDir(), "tpsmon.yaml")
+	cfg := fmt.Sprintf("gpu: {backend: sim}\nservers:\n  - {name: here, gpus: [auto], metrics_url: %s/metrics}\n"+
+		"  - {name: gone, gpus: [auto], metrics_url: http://127.0.0.1:%d/metrics}\n", srv.URL, gone)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := runCLI(t, "check", "-c", cfgPath)
+	for _, want := range []string{
+		fmt.Sprintf("ok    attribution here: port %d served by pid %d (found by socket), no GPU process of it seen now", port, os.Getpid()),
+		fmt.Sprintf("note  attribution gone: not placed now: nothing listens on port %d", gone),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
 	}
 }

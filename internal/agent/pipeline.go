@@ -274,7 +274,7 @@ func (p *pipeline) startSources(ctx context.Context, cfg *config.Config, msgs ch
 	}
 	if p.openGPU != nil {
 		interval := cfg.GPU.Interval
-		auto := autoServers(cfg)
+		auto := AutoServers(cfg.Servers)
 		src.wg.Go(func() { p.sampleGPUs(ctx, interval, auto, send, opened) })
 	} else {
 		close(opened)
@@ -604,10 +604,11 @@ func (p *pipeline) place(l processLister, smp []gpu.Sample, auto []gpumap.Server
 	return res, true
 }
 
-// autoServers are the servers whose GPUs are found, by their port.
-func autoServers(cfg *config.Config) []gpumap.Server {
+// AutoServers are the servers whose GPUs are found (gpus: auto), by
+// their port.
+func AutoServers(servers []config.ServerConfig) []gpumap.Server {
 	var out []gpumap.Server
-	for _, s := range cfg.Servers {
+	for _, s := range servers {
 		if len(s.GPUs) != 1 || s.GPUs[0] != "auto" || s.MetricsURL == "" {
 			continue
 		}
