@@ -2,16 +2,15 @@ package agent
 
 import (
 	"context"
-	"net/http/httptest"
 	"os"
 	"reflect"
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tpsmon/tpsmon/internal/config"
-	"github.com/tpsmon/tpsmon/internal/config/configtest"
 	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/window"
 )
@@ -47,13 +46,18 @@ func (r *recorder) tokens(server string) map[int64]int64 {
 // A reload that renames a server, its source unchanged, keeps the window
 // open at that moment: whole under the new name, nothing lost between the
 // names, nothing counted twice.
+// It runs in a bubble (bubble_test.go).
 func TestReloadRenameKeepsOpenWindow(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, reloadRename)
+}
+
+func reloadRename(t *testing.T) {
 	const rate = 200.0
-	srv := httptest.NewServer(&vllmsim.Driven{Rate: rate, Start: time.Now().Add(-time.Hour), ResetAt: time.Now().Add(time.Hour)})
-	defer srv.Close()
-	cfg := configtest.Private(t)
+	client := handlerClient(&vllmsim.Driven{Rate: rate, Start: time.Now().Add(-time.Hour), ResetAt: time.Now().Add(time.Hour)})
+	cfg := bubbleConfig(t)
 	cfg.Window, cfg.Grace, cfg.GPU.Backend = time.Second, 300*time.Millisecond, "none"
-	cfg.Servers = []config.ServerConfig{{Name: "old", Engine: "vllm", MetricsURL: srv.URL + "/metrics", ScrapeInterval: 50 * time.Millisecond}}
+	cfg.Servers = []config.ServerConfig{{Name: "old", Engine: "vllm", MetricsURL: "http://llm/metrics", ScrapeInterval: 50 * time.Millisecond}}
 	renamed := *cfg
 	renamed.Servers = []config.ServerConfig{cfg.Servers[0]}
 	renamed.Servers[0].Name = "new"
@@ -63,7 +67,7 @@ func TestReloadRenameKeepsOpenWindow(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- New(cfg, Options{Outputs: []WindowWriter{out}, Reload: reload,
+		done <- New(cfg, Options{Outputs: []WindowWriter{out}, Reload: reload, Client: client,
 			Load: func() (*config.Config, error) { c := renamed; return &c, nil }}).Run(ctx)
 	}()
 	// Reload in the middle of the second whole window.
