@@ -252,6 +252,7 @@ func (l *daemonLog) with(msg, server string) []map[string]any {
 // servers of other users, real processes under the real /proc, with
 // go-nvml's mock reporting each server's worker on a GPU.
 func TestAttributionAsServiceUser(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("starting processes as other users (setpriv --reuid) needs root; CI runs the tests as root")
 	}
