@@ -14,12 +14,12 @@ type Identity struct {
 
 var (
 	ollamaSlog  = []byte(" level=")
-	ollamaGIN   = []byte("[GIN] ")
+	ollamaGIN   = "[GIN] " // found by its G
 	ollamaModel = []byte(" model=")
 	// llama-server's start-up lines.
 	llamaMarks = [][]byte{[]byte("llama_server: "), []byte("srv    load_model: "), []byte("main: server is listening"),
 		[]byte("slot launch_slot_: "), []byte("common_params_print_info"), []byte("llama_model_loader: ")}
-	llamaLoading = []byte("load_model: loading model '")
+	llamaLoading = "load_model: loading model '" // found by its quote
 )
 
 // Identity returns the engine and model the lines so far named.
@@ -47,16 +47,18 @@ func (p *Parser) identify(line []byte) bool {
 				p.id.Model = m
 			}
 		}
-	case bytes.Contains(line, ollamaGIN):
+	case indexAnchored(line, ollamaGIN, 1) >= 0:
 		p.id.Engine = "ollama"
 	case p.id.Engine == "" || p.id.Engine == "llamacpp":
-		for _, m := range llamaMarks {
-			if bytes.Contains(line, m) {
-				p.id.Engine = "llamacpp"
-				break
-			}
+		// Once the engine is known (its first line), only the model is
+		// looked for: every line of a busy log comes here.
+		if p.id.Engine == "" && hasLlamaMark(line) {
+			p.id.Engine = "llamacpp"
 		}
-		if i := bytes.Index(line, llamaLoading); i >= 0 && p.id.Engine == "llamacpp" {
+		if p.id.Engine != "llamacpp" {
+			break
+		}
+		if i := indexAnchored(line, llamaLoading, len(llamaLoading)-1); i >= 0 {
 			rest := line[i+len(llamaLoading):]
 			if j := bytes.IndexByte(rest, '\''); j > 0 {
 				p.id.Model = strings.TrimSuffix(path.Base(string(rest[:j])), ".gguf")
@@ -64,6 +66,15 @@ func (p *Parser) identify(line []byte) bool {
 		}
 	}
 	return p.id != before
+}
+
+func hasLlamaMark(line []byte) bool {
+	for _, m := range llamaMarks {
+		if bytes.Contains(line, m) {
+			return true
+		}
+	}
+	return false
 }
 
 // ollamaModelName reads a model= value: a name such as

@@ -49,7 +49,7 @@ type Parser struct {
 	lastDate  time.Time // the last full date seen, for time-of-day-only stamps
 	stamps    stampCache
 	maxLine   int
-	needles   *needleSet
+	needles   []anchorGroup
 	Skipped   uint64 // lines that looked like throughput lines but did not parse
 	Truncated uint64 // lines cut at the maximum length
 }
@@ -77,52 +77,95 @@ func NewParser(engine string) (*Parser, error) {
 }
 
 // needle is a text that every line one parser reads holds (see each
-// parser's first test), found by its anchor: the byte at off, picked
-// rare in log text, so one pass over a line finds every needle.
+// parser's first test), found by its anchor: a byte of it picked rare in
+// log text, which bytes.IndexByte finds many bytes at a time. A line
+// without the anchor costs one such scan.
 type needle struct {
-	text string
-	off  int
+	text   string
+	anchor byte
 }
 
 var needles = map[string][]needle{
-	"lmdeploy": {{"] Avg ", 0}},
-	"vllm":     {{"Avg generation throughput", 1}},
-	"sglang":   {{"Decode batch", 0}, {"Prefill batch", 0}},
-	"llamacpp": {{"stop: cancel task, id_task = ", 12}, {`"print_timings"`, 6}, {"slot print_timing: id", 8}, {"eval time", 1}},
-	"tgi":      {{"time_per_token=", 14}},
-	"trtllm":   {{`{"Active Request Count":`, 0}, {"iter = ", 5}},
+	"lmdeploy": {{"] Avg ", 'A'}},
+	"vllm":     {{"Avg generation throughput", 'A'}},
+	"sglang":   {{"Decode batch", 'D'}, {"Prefill batch", 'P'}},
+	"llamacpp": {{"eval time", 'v'}, {"slot print_timing: id", ':'}, {`"print_timings"`, '"'}, {"stop: cancel task, id_task = ", 'k'}},
+	"tgi":      {{"time_per_token=", '='}},
+	"trtllm":   {{`{"Active Request Count":`, 'A'}, {"iter = ", '='}},
 }
 
-// needleSet holds needles by their anchor byte.
-type needleSet [256][]needle
+// anchorGroup is the needles that share an anchor byte: one scan finds
+// each place any of them may start.
+type anchorGroup struct {
+	anchor byte
+	texts  []string
+	offs   []int // where the anchor sits in each text
+}
 
 // needleSets are the needles of each engine's parser, and of all ("").
-var needleSets = func() map[string]*needleSet {
-	sets := map[string]*needleSet{"": {}}
-	for engine, ns := range needles {
-		set := &needleSet{}
-		for _, n := range ns {
-			a := n.text[n.off]
-			set[a] = append(set[a], n)
-			sets[""][a] = append(sets[""][a], n)
+var needleSets = func() map[string][]anchorGroup {
+	sets := map[string][]anchorGroup{}
+	add := func(engine string, n needle) {
+		set := sets[engine]
+		i := 0
+		for i < len(set) && set[i].anchor != n.anchor {
+			i++
 		}
+		if i == len(set) {
+			set = append(set, anchorGroup{anchor: n.anchor})
+		}
+		set[i].texts = append(set[i].texts, n.text)
+		set[i].offs = append(set[i].offs, strings.IndexByte(n.text, n.anchor))
 		sets[engine] = set
+	}
+	for _, engine := range []string{"lmdeploy", "vllm", "sglang", "llamacpp", "tgi", "trtllm"} {
+		for _, n := range needles[engine] {
+			add(engine, n)
+			add("", n)
+		}
 	}
 	return sets
 }()
 
 // mayMatch tells whether one of the parsers may read line: a line with
-// none of their needles is passed over after one scan, with no copy and
-// no regexp.
+// none of their needles is passed over after a scan per anchor byte, with
+// no copy and no regexp. A parser without needles (tests) reads every
+// line.
 func (p *Parser) mayMatch(line []byte) bool {
-	for i, c := range line {
-		for _, n := range p.needles[c] {
-			if j := i - n.off; j >= 0 && j+len(n.text) <= len(line) && string(line[j:j+len(n.text)]) == n.text {
-				return true
+	if p.needles == nil {
+		return true
+	}
+	for _, g := range p.needles {
+		for i := 0; i < len(line); i++ {
+			k := bytes.IndexByte(line[i:], g.anchor)
+			if k < 0 {
+				break
+			}
+			i += k
+			for t, text := range g.texts {
+				if j := i - g.offs[t]; j >= 0 && j+len(text) <= len(line) && string(line[j:j+len(text)]) == text {
+					return true
+				}
 			}
 		}
 	}
 	return false
+}
+
+// indexAnchored is bytes.Index(b, text) for a text whose byte at off is
+// rare in b: the scan looks for that byte.
+func indexAnchored(b []byte, text string, off int) int {
+	for i := off; i < len(b); i++ {
+		k := bytes.IndexByte(b[i:], text[off])
+		if k < 0 {
+			return -1
+		}
+		i += k
+		if j := i - off; j+len(text) <= len(b) && string(b[j:j+len(text)]) == text {
+			return j
+		}
+	}
+	return -1
 }
 
 var ansi = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
@@ -158,6 +201,18 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 	if !p.mayMatch(line) {
 		return Record{}, false
 	}
+	if r, ok = p.match(line); !ok {
+		return Record{}, false
+	}
+	return p.finish(r, line)
+}
+
+// match runs the parsers of p's engine over a line, the first that reads
+// it wins.
+func (p *Parser) match(line []byte) (r Record, ok bool) {
+	if p.engine == "llamacpp" {
+		return p.llamacpp(line) // read from the bytes: no copy
+	}
 	s := string(line)
 	try := func(engine string, f func(string) (Record, bool)) bool {
 		if p.engine != "" && p.engine != engine {
@@ -168,30 +223,35 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 	}
 	switch {
 	case try("lmdeploy", p.lmdeploy), try("vllm", p.vllm), try("sglang", p.sglang),
-		try("llamacpp", func(s string) (Record, bool) { return p.llamacpp(s, line) }), try("tgi", p.tgi), try("trtllm", p.trtllm):
-		if !r.valid() {
-			// The pattern matched, a number in it did not parse ("1.2.3").
-			p.Skipped++
-			return Record{}, false
-		}
-		if r.Time.IsZero() && p.Timestamps {
-			r.Time = p.stamp(line)
-		}
-		if !r.Time.IsZero() && r.Time.After(p.lastDate) {
-			p.lastDate = r.Time
-		}
-		if p.id.Engine == "" {
-			p.id.Engine = r.Engine
-		}
-		if r.Engine == "llamacpp" && p.id.Engine == "ollama" {
-			r.Engine = "ollama" // Ollama relays llama-server's lines
-		}
-		if r.Kind == Cancelled {
-			p.Cancelled++
-		}
+		try("llamacpp", func(string) (Record, bool) { return p.llamacpp(line) }), try("tgi", p.tgi), try("trtllm", p.trtllm):
 		return r, true
 	}
 	return Record{}, false
+}
+
+// finish checks the record a parser read from line and dates it.
+func (p *Parser) finish(r Record, line []byte) (Record, bool) {
+	if !r.valid() {
+		// The pattern matched, a number in it did not parse ("1.2.3").
+		p.Skipped++
+		return Record{}, false
+	}
+	if r.Time.IsZero() && p.Timestamps {
+		r.Time = p.stamp(line)
+	}
+	if !r.Time.IsZero() && r.Time.After(p.lastDate) {
+		p.lastDate = r.Time
+	}
+	if p.id.Engine == "" {
+		p.id.Engine = r.Engine
+	}
+	if r.Engine == "llamacpp" && p.id.Engine == "ollama" {
+		r.Engine = "ollama" // Ollama relays llama-server's lines
+	}
+	if r.Kind == Cancelled {
+		p.Cancelled++
+	}
+	return r, true
 }
 
 func num(s string) float64 {
@@ -299,49 +359,49 @@ var (
 	llamaProgress = regexp.MustCompile(`n_(?:decoded|gen) = +(\d+), tg = +([0-9.]+) t/s(?:, tg_3s = +([0-9.]+) t/s)?`)
 )
 
-func (p *Parser) llamacpp(s string, line []byte) (Record, bool) {
-	if i := strings.Index(s, "stop: cancel task, id_task = "); i >= 0 {
+var (
+	llamaCancel  = []byte("stop: cancel task, id_task = ")
+	llamaPerf    = []byte("llama_perf_")
+	llamaTimings = []byte(`"print_timings"`)
+	llamaEval    = []byte("eval time")
+	llamaDecoded = []byte("n_decoded =")
+	llamaGen     = []byte("n_gen =")
+)
+
+// llamacpp reads llama.cpp's lines from the bytes (a timing line is about
+// half a busy llama-server log): no copy, regexps only for the rare
+// header and progress lines.
+func (p *Parser) llamacpp(line []byte) (Record, bool) {
+	if i := bytes.Index(line, llamaCancel); i >= 0 {
 		r := newRecord(Cancelled, "llamacpp")
-		r.Key = "task " + strings.TrimSpace(s[i+len("stop: cancel task, id_task = "):])
+		r.Key = "task " + string(bytes.TrimSpace(line[i+len(llamaCancel):]))
 		return r, true
 	}
-	if strings.Contains(s, "llama_perf_") {
+	if bytes.Contains(line, llamaPerf) {
 		return Record{}, false // llama-cli's end-of-run summary, not a server
 	}
-	if strings.HasPrefix(strings.TrimSpace(s), "{") && strings.Contains(s, `"print_timings"`) {
-		return p.llamaJSON(s)
+	if bytes.HasPrefix(bytes.TrimSpace(line), []byte("{")) && bytes.Contains(line, llamaTimings) {
+		return p.llamaJSON(line)
 	}
-	slot := strings.Index(s, "slot print_timing: id")
-	if slot >= 0 && strings.HasSuffix(strings.TrimRight(s, " "), "|") {
-		if h := llamaHeader.FindStringSubmatch(s); h != nil {
-			p.llamaKey = "slot " + h[1] + " task " + h[2]
-			return Record{}, false
-		}
-	}
-	key := p.llamaKey
-	if slot >= 0 {
-		if k, ok := p.slotKey(line[slot:]); ok {
-			key = k
-		}
-	} else if !strings.Contains(s, "eval time") || key == "" {
+	key, i, ok := p.llamaLineKey(line)
+	if !ok {
 		return Record{}, false
 	}
-	if strings.Contains(s, "n_decoded =") || strings.Contains(s, "n_gen =") {
-		if m := llamaProgress.FindStringSubmatch(s); m != nil {
+	if bytes.Contains(line, llamaDecoded) || bytes.Contains(line, llamaGen) {
+		if m := llamaProgress.FindSubmatch(line); m != nil {
 			r := newRecord(Progress, "llamacpp")
-			r.Key, r.Tokens, r.UserTPS = key, num(m[1]), num(m[2])
-			if m[3] != "" {
-				r.UserTPS = num(m[3])
+			r.Key, r.Tokens, r.UserTPS = key, num(string(m[1])), num(string(m[2]))
+			if len(m[3]) > 0 {
+				r.UserTPS = num(string(m[3]))
 			}
 			return r, true
 		}
 	}
-	i := strings.Index(s, "eval time")
 	if i < 0 {
 		return Record{}, false
 	}
 	from := i
-	if i >= len("prompt ") && s[i-len("prompt "):i] == "prompt " {
+	if i >= len("prompt ") && string(line[i-len("prompt "):i]) == "prompt " {
 		from = i - len("prompt ")
 	}
 	prompt, ms, tokens, perSec, ok := llamaEvalFast(line[from:])
@@ -359,8 +419,32 @@ func (p *Parser) llamacpp(s string, line []byte) (Record, bool) {
 	return r, true
 }
 
+// llamaLineKey returns the request a timing line belongs to (its own
+// slot and task, or those of the header line before it) and where its
+// "eval time" is (-1: none). A header line is kept for the lines after
+// it; ok is false for it and for lines that are no timing line.
+func (p *Parser) llamaLineKey(line []byte) (key string, eval int, ok bool) {
+	slot := bytes.Index(line, slotMark)
+	if slot >= 0 && bytes.HasSuffix(bytes.TrimRight(line, " "), []byte("|")) {
+		if h := llamaHeader.FindSubmatch(line); h != nil {
+			p.llamaKey = "slot " + string(h[1]) + " task " + string(h[2])
+			return "", -1, false
+		}
+	}
+	key = p.llamaKey
+	eval = bytes.Index(line, llamaEval)
+	if slot >= 0 {
+		if k, ok := p.slotKey(line[slot:]); ok {
+			key = k
+		}
+	} else if eval < 0 || key == "" {
+		return "", -1, false
+	}
+	return key, eval, true
+}
+
 // llamaJSON reads the mid-2024 JSON log lines of print_timings.
-func (p *Parser) llamaJSON(s string) (Record, bool) {
+func (p *Parser) llamaJSON(line []byte) (Record, bool) {
 	var j struct {
 		Timestamp int64   `json:"timestamp"`
 		Msg       string  `json:"msg"`
@@ -372,7 +456,7 @@ func (p *Parser) llamaJSON(s string) (Record, bool) {
 		NGen      float64 `json:"n_decoded"`
 		PerSec    float64 `json:"n_tokens_second"`
 	}
-	if err := json.Unmarshal([]byte(s), &j); err != nil {
+	if err := json.Unmarshal(line, &j); err != nil {
 		p.Skipped++
 		return Record{}, false
 	}

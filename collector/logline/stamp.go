@@ -57,57 +57,17 @@ type stampCache struct {
 // format is looked for only where a cheap scan finds its shape, so a line
 // without a timestamp costs a few byte scans.
 func (p *Parser) stamp(b []byte) time.Time {
-	if c := isoDateAt(b); c >= 0 {
-		// Both patterns start with the date: no match starts before it.
-		if m := rfc3339.Find(b[c:]); m != nil {
-			if t, ok := p.cached(kindRFC3339, m, func(s string) (time.Time, bool) {
-				for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02T15:04:05.999999999Z0700"} {
-					if t, err := time.ParseInLocation(layout, s, p.Loc); err == nil {
-						return t, true
-					}
-				}
-				return time.Time{}, false
-			}); ok {
-				return t
-			}
-		}
-		if m := isoSpace.Find(b[c:]); m != nil {
-			if t, ok := p.cached(kindISOSpace, m, func(s string) (time.Time, bool) {
-				s = pyLogComma.ReplaceAllString(s, ".$1")
-				t, err := time.ParseInLocation("2006-01-02 15:04:05.999999999", s, p.Loc)
-				return t, err == nil
-			}); ok {
-				return t
-			}
-		}
+	if t, ok := p.stampISO(b); ok {
+		return t
 	}
-	if len(b) > 0 && bytes.IndexByte([]byte("JFMASOND"), b[0]) >= 0 {
-		if m := syslogStamp.Find(b); m != nil {
-			if t, ok := p.cached(kindSyslog, m, func(s string) (time.Time, bool) {
-				t, err := time.ParseInLocation("Jan _2 15:04:05", s, p.Loc)
-				return t.AddDate(p.year(), 0, 0), err == nil
-			}); ok {
-				return t
-			}
-		}
+	if t, ok := p.stampSyslog(b); ok {
+		return t
 	}
-	if m := vllmStampIn(b); m != nil {
-		if t, ok := p.cached(kindVLLM, m, func(s string) (time.Time, bool) {
-			t, err := time.ParseInLocation("01-02 15:04:05", s, p.Loc)
-			return t.AddDate(p.year(), 0, 0), err == nil
-		}); ok {
-			return t
-		}
+	if t, ok := p.stampVLLM(b); ok {
+		return t
 	}
-	if len(b) > 1 && (b[0] == 'I' || b[0] == 'W' || b[0] == 'E' || b[0] == 'F') && isDigit(b[1]) {
-		if m := glogStamp.FindSubmatch(b); m != nil {
-			if t, ok := p.cached(kindGlog, m[1], func(s string) (time.Time, bool) {
-				t, err := time.ParseInLocation("0102 15:04:05.999999", s, p.Loc)
-				return t.AddDate(p.year(), 0, 0), err == nil
-			}); ok {
-				return t
-			}
-		}
+	if t, ok := p.stampGlog(b); ok {
+		return t
 	}
 	if d, ok := elapsed(b); ok {
 		if p.StartedAt.IsZero() {
@@ -116,15 +76,103 @@ func (p *Parser) stamp(b []byte) time.Time {
 		}
 		return p.StartedAt.Add(d)
 	}
-	if len(b) > 0 && b[0] == '[' {
-		if m := timeOfDay.FindSubmatch(b); m != nil && !p.lastDate.IsZero() {
-			if t, err := time.ParseInLocation("15:04:05", string(m[1]), p.Loc); err == nil {
-				d := p.lastDate.In(p.Loc)
-				return time.Date(d.Year(), d.Month(), d.Day(), t.Hour(), t.Minute(), t.Second(), 0, p.Loc)
-			}
+	return p.stampTimeOfDay(b)
+}
+
+// stampISO reads an RFC3339 or ISO date and time ("2026-05-19T10:13:11Z",
+// "2026-05-19 10:13:11,123").
+func (p *Parser) stampISO(b []byte) (time.Time, bool) {
+	c := isoDateAt(b)
+	if c < 0 {
+		return time.Time{}, false
+	}
+	// Both patterns start with the date: no match starts before it.
+	if m := rfc3339.Find(b[c:]); m != nil {
+		if t, ok := p.cached(kindRFC3339, m, p.parseRFC3339); ok {
+			return t, true
 		}
 	}
-	return time.Time{}
+	if m := isoSpace.Find(b[c:]); m != nil {
+		if t, ok := p.cached(kindISOSpace, m, p.parseISOSpace); ok {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func (p *Parser) parseRFC3339(s string) (time.Time, bool) {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02T15:04:05.999999999Z0700"} {
+		if t, err := time.ParseInLocation(layout, s, p.Loc); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func (p *Parser) parseISOSpace(s string) (time.Time, bool) {
+	s = pyLogComma.ReplaceAllString(s, ".$1")
+	t, err := time.ParseInLocation("2006-01-02 15:04:05.999999999", s, p.Loc)
+	return t, err == nil
+}
+
+// stampSyslog reads syslog's "Jan _2 15:04:05" at the line's start.
+func (p *Parser) stampSyslog(b []byte) (time.Time, bool) {
+	if len(b) == 0 || bytes.IndexByte([]byte("JFMASOND"), b[0]) < 0 {
+		return time.Time{}, false
+	}
+	m := syslogStamp.Find(b)
+	if m == nil {
+		return time.Time{}, false
+	}
+	return p.cached(kindSyslog, m, func(s string) (time.Time, bool) {
+		t, err := time.ParseInLocation("Jan _2 15:04:05", s, p.Loc)
+		return t.AddDate(p.year(), 0, 0), err == nil
+	})
+}
+
+// stampVLLM reads vLLM's "INFO 05-19 10:13:11".
+func (p *Parser) stampVLLM(b []byte) (time.Time, bool) {
+	m := vllmStampIn(b)
+	if m == nil {
+		return time.Time{}, false
+	}
+	return p.cached(kindVLLM, m, func(s string) (time.Time, bool) {
+		t, err := time.ParseInLocation("01-02 15:04:05", s, p.Loc)
+		return t.AddDate(p.year(), 0, 0), err == nil
+	})
+}
+
+// stampGlog reads glog's "I1120 02:29:01.795279 " at the line's start.
+func (p *Parser) stampGlog(b []byte) (time.Time, bool) {
+	if len(b) <= 1 || (b[0] != 'I' && b[0] != 'W' && b[0] != 'E' && b[0] != 'F') || !isDigit(b[1]) {
+		return time.Time{}, false
+	}
+	m := glogStamp.FindSubmatch(b)
+	if m == nil {
+		return time.Time{}, false
+	}
+	return p.cached(kindGlog, m[1], func(s string) (time.Time, bool) {
+		t, err := time.ParseInLocation("0102 15:04:05.999999", s, p.Loc)
+		return t.AddDate(p.year(), 0, 0), err == nil
+	})
+}
+
+// stampTimeOfDay reads "[10:13:11]" at the line's start, on the date of
+// the last full date seen.
+func (p *Parser) stampTimeOfDay(b []byte) time.Time {
+	if len(b) == 0 || b[0] != '[' || p.lastDate.IsZero() {
+		return time.Time{}
+	}
+	m := timeOfDay.FindSubmatch(b)
+	if m == nil {
+		return time.Time{}
+	}
+	t, err := time.ParseInLocation("15:04:05", string(m[1]), p.Loc)
+	if err != nil {
+		return time.Time{}
+	}
+	d := p.lastDate.In(p.Loc)
+	return time.Date(d.Year(), d.Month(), d.Day(), t.Hour(), t.Minute(), t.Second(), 0, p.Loc)
 }
 
 // year is the year of timestamps that print none.

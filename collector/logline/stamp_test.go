@@ -192,10 +192,6 @@ func TestSlotKeyAgreesWithRegexp(t *testing.T) {
 // parser twice: as built, and with the needle scan letting every line
 // through to the parsers. Records, counters and identity must agree.
 func TestNeedlesPassOverNothing(t *testing.T) {
-	all := &needleSet{}
-	for c := range all {
-		all[c] = []needle{{"", 0}}
-	}
 	files, _ := filepath.Glob("testdata/*.log")
 	files = append(files, filepath.Join("testdata", "ollama_cli_verbose_summary.txt"))
 	var lines [][]byte
@@ -213,7 +209,7 @@ func TestNeedlesPassOverNothing(t *testing.T) {
 		fast, _ := NewParser(engine)
 		slow, _ := NewParser(engine)
 		fast.Timestamps, slow.Timestamps, fast.Year, slow.Year = true, true, 2026, 2026
-		slow.needles = all
+		slow.needles = nil // every line reaches the parsers
 		matched := 0
 		for _, l := range lines {
 			rf, okf := fast.Parse(l)

@@ -37,7 +37,14 @@ const maxTracked = 4096
 // leaves no trace in the stream's memory: the next valid line of the same
 // request carries on from the last valid one.
 func (s *Stream) Interval(r Record, t time.Time) (collector.Interval, bool) {
-	p, had := s.progress[r.Key]
+	// Only these kinds move a request's progress, which a refused line
+	// must leave as it was.
+	tracked := r.Kind == Progress || r.Kind == Request || r.Kind == Iteration
+	var p progress
+	var had bool
+	if tracked {
+		p, had = s.progress[r.Key]
+	}
 	iv, ok := s.interval(r, t)
 	if !ok {
 		return iv, false
@@ -45,7 +52,7 @@ func (s *Stream) Interval(r Record, t time.Time) (collector.Interval, bool) {
 	if d, valid := collector.CheckInterval(iv); !valid {
 		if had {
 			s.progress[r.Key] = p
-		} else {
+		} else if tracked {
 			delete(s.progress, r.Key)
 		}
 		if s.Discarded != nil {
@@ -56,7 +63,8 @@ func (s *Stream) Interval(r Record, t time.Time) (collector.Interval, bool) {
 	return iv, true
 }
 
-func (s *Stream) interval(r Record, t time.Time) (collector.Interval, bool) {
+// init makes the maps, and forgets reporters past maxTracked.
+func (s *Stream) init() {
 	if s.last == nil || len(s.last) > maxTracked {
 		s.last = map[string]time.Time{}
 	}
@@ -66,91 +74,119 @@ func (s *Stream) interval(r Record, t time.Time) (collector.Interval, bool) {
 	if s.MaxGap == 0 {
 		s.MaxGap = 5 * time.Minute
 	}
+}
+
+func (s *Stream) interval(r Record, t time.Time) (collector.Interval, bool) {
+	s.init()
 	switch r.Kind {
 	case Stat:
-		if r.Aggregated {
-			s.aggregated = true
-		} else if s.aggregated && r.Key != "" {
-			return collector.Interval{}, false // the aggregated line holds this engine already
-		}
-		gap := r.DefaultGap
-		if prev, ok := s.last[r.Key]; ok && t.After(prev) {
-			d := t.Sub(prev)
-			if r.GapIsExact && d <= s.MaxGap || d <= r.DefaultGap*3/2 {
-				gap = d
-			}
-		}
-		s.last[r.Key] = t
-		iv := collector.Unknown(t.Add(-gap), t)
-		if r.GenTPS >= 0 {
-			iv.Tokens = r.GenTPS * gap.Seconds()
-		}
-		if r.PromptTPS >= 0 {
-			iv.PromptTokens = r.PromptTPS * gap.Seconds()
-		}
-		iv.Running, iv.Waiting, iv.KV, iv.Preemptions = r.Running, r.Waiting, r.KV, r.Preemptions
-		return iv, true
+		return s.stat(r, t)
 	case Batch:
 		iv := collector.Unknown(t, t)
 		iv.PromptTokens, iv.Running, iv.Waiting, iv.KV = r.Tokens, r.Running, r.Waiting, r.KV
 		return iv, true
 	case Progress:
-		prev, ok := s.progress[r.Key]
-		s.progress[r.Key] = progress{r.Tokens, t}
-		var iv collector.Interval
-		switch {
-		case ok && r.Tokens > prev.tokens && t.After(prev.t):
-			iv = collector.Unknown(prev.t, t)
-			iv.Tokens = r.Tokens - prev.tokens
-		case !ok && r.UserTPS > 0:
-			// The first progress line: what was decoded so far, at the
-			// request's average speed.
-			d := time.Duration(r.Tokens / r.UserTPS * float64(time.Second))
-			iv = collector.Unknown(t.Add(-d), t)
-			iv.Tokens = r.Tokens
-		default:
-			return collector.Interval{}, false
-		}
-		iv.UserTokens, iv.UserSeconds = iv.Tokens, iv.End.Sub(iv.Start).Seconds()
-		iv.Request = true
-		return iv, true
+		return s.progressed(r, t)
 	case Request:
-		iv := collector.Unknown(t.Add(-r.Duration), t)
-		if r.PromptTokens >= 0 {
-			iv.PromptTokens = r.PromptTokens
-			return iv, true
-		}
-		iv.Tokens = r.Tokens
-		if r.UserTPS > 0 {
-			iv.UserTokens, iv.UserSeconds = r.UserTPS*r.Duration.Seconds(), r.Duration.Seconds()
-		}
-		iv.Request = r.Iterations < 0 // an engine step is not a request
-		if p, ok := s.progress[r.Key]; ok {
-			// Progress lines already counted part of this request.
-			delete(s.progress, r.Key)
-			if p.t.After(iv.Start) && p.t.Before(t) {
-				iv.Start = p.t
-			}
-			iv.Tokens = max(0, r.Tokens-p.tokens)
-			iv.UserTokens, iv.UserSeconds = iv.Tokens, t.Sub(iv.Start).Seconds()
-		}
-		return iv, true
+		return s.request(r, t), true
 	case Iteration:
-		prev, ok := s.progress[r.Key]
-		s.progress[r.Key] = progress{r.Iterations, t}
-		if !ok || !t.After(prev.t) {
-			return collector.Interval{}, false
-		}
-		iters := r.Iterations - prev.tokens
-		if iters < 0 {
-			iters = r.Iterations // the server restarted
-		}
-		iv := collector.Unknown(prev.t, t)
-		iv.Tokens, iv.Running = iters*max(0, r.Running), r.Running
-		if r.Running > 0 {
-			iv.UserTokens, iv.UserSeconds = iters, t.Sub(prev.t).Seconds()
-		}
-		return iv, true
+		return s.iteration(r, t)
 	}
 	return collector.Interval{}, false
+}
+
+// stat spreads a Stat line's averages over the time since its reporter's
+// previous line, or over the engine's interval.
+func (s *Stream) stat(r Record, t time.Time) (collector.Interval, bool) {
+	if r.Aggregated {
+		s.aggregated = true
+	} else if s.aggregated && r.Key != "" {
+		return collector.Interval{}, false // the aggregated line holds this engine already
+	}
+	gap := r.DefaultGap
+	if prev, ok := s.last[r.Key]; ok && t.After(prev) {
+		d := t.Sub(prev)
+		if r.GapIsExact && d <= s.MaxGap || d <= r.DefaultGap*3/2 {
+			gap = d
+		}
+	}
+	s.last[r.Key] = t
+	iv := collector.Unknown(t.Add(-gap), t)
+	if r.GenTPS >= 0 {
+		iv.Tokens = r.GenTPS * gap.Seconds()
+	}
+	if r.PromptTPS >= 0 {
+		iv.PromptTokens = r.PromptTPS * gap.Seconds()
+	}
+	iv.Running, iv.Waiting, iv.KV, iv.Preemptions = r.Running, r.Waiting, r.KV, r.Preemptions
+	return iv, true
+}
+
+// progressed is what a running request decoded since its previous
+// progress line.
+func (s *Stream) progressed(r Record, t time.Time) (collector.Interval, bool) {
+	prev, ok := s.progress[r.Key]
+	s.progress[r.Key] = progress{r.Tokens, t}
+	var iv collector.Interval
+	switch {
+	case ok && r.Tokens > prev.tokens && t.After(prev.t):
+		iv = collector.Unknown(prev.t, t)
+		iv.Tokens = r.Tokens - prev.tokens
+	case !ok && r.UserTPS > 0:
+		// The first progress line: what was decoded so far, at the
+		// request's average speed.
+		d := time.Duration(r.Tokens / r.UserTPS * float64(time.Second))
+		iv = collector.Unknown(t.Add(-d), t)
+		iv.Tokens = r.Tokens
+	default:
+		return collector.Interval{}, false
+	}
+	iv.UserTokens, iv.UserSeconds = iv.Tokens, iv.End.Sub(iv.Start).Seconds()
+	iv.Request = true
+	return iv, true
+}
+
+// request is a finished request's span, less what its progress lines
+// already counted.
+func (s *Stream) request(r Record, t time.Time) collector.Interval {
+	iv := collector.Unknown(t.Add(-r.Duration), t)
+	if r.PromptTokens >= 0 {
+		iv.PromptTokens = r.PromptTokens
+		return iv
+	}
+	iv.Tokens = r.Tokens
+	if r.UserTPS > 0 {
+		iv.UserTokens, iv.UserSeconds = r.UserTPS*r.Duration.Seconds(), r.Duration.Seconds()
+	}
+	iv.Request = r.Iterations < 0 // an engine step is not a request
+	if p, ok := s.progress[r.Key]; ok {
+		// Progress lines already counted part of this request.
+		delete(s.progress, r.Key)
+		if p.t.After(iv.Start) && p.t.Before(t) {
+			iv.Start = p.t
+		}
+		iv.Tokens = max(0, r.Tokens-p.tokens)
+		iv.UserTokens, iv.UserSeconds = iv.Tokens, t.Sub(iv.Start).Seconds()
+	}
+	return iv
+}
+
+// iteration is the tokens of the engine steps since the previous
+// iteration line.
+func (s *Stream) iteration(r Record, t time.Time) (collector.Interval, bool) {
+	prev, ok := s.progress[r.Key]
+	s.progress[r.Key] = progress{r.Iterations, t}
+	if !ok || !t.After(prev.t) {
+		return collector.Interval{}, false
+	}
+	iters := r.Iterations - prev.tokens
+	if iters < 0 {
+		iters = r.Iterations // the server restarted
+	}
+	iv := collector.Unknown(prev.t, t)
+	iv.Tokens, iv.Running = iters*max(0, r.Running), r.Running
+	if r.Running > 0 {
+		iv.UserTokens, iv.UserSeconds = iters, t.Sub(prev.t).Seconds()
+	}
+	return iv, true
 }

@@ -37,6 +37,9 @@ type Journal struct {
 	Log  *slog.Logger
 	// Alive is called after every successful read.
 	Alive func(time.Time)
+	// Flush is told after each read's lines were emitted, before Alive
+	// (see Tailer.Flush).
+	Flush func()
 	// Failed is called with the reason when a read fails, and with nil
 	// when reading works again.
 	Failed func(error)
@@ -96,6 +99,9 @@ func (j *Journal) Run(ctx context.Context, emit func(Line)) error {
 			args = append(args, "-n", "0")
 		}
 		last, err := j.read(ctx, cmdName, args, emit)
+		if j.Flush != nil {
+			j.Flush()
+		}
 		if last != "" {
 			cursor = last
 		}

@@ -76,7 +76,11 @@ type Tailer struct {
 	// Peek is shown the head of a file that reading starts past (its
 	// first 64 KiB): lines written before, not to count, but to say what
 	// wrote them.
-	Peek    func(head []byte)
+	Peek func(head []byte)
+	// Flush is told after each read's lines were emitted (nil: not
+	// told): a consumer that gathers what a read's lines said hands it
+	// on in one piece, and before Alive.
+	Flush   func()
 	created bool // the file did not exist when Run began
 
 	f       *os.File
@@ -443,6 +447,7 @@ func (t *Tailer) readAll(f *os.File, pos *Position, emit func(Line)) error {
 		n, err := f.ReadAt(t.buf, pos.Offset+int64(len(t.partial))+int64(t.skipLen))
 		if n > 0 {
 			t.split(t.buf[:n], pos, emit)
+			t.flushed()
 		}
 		if err == io.EOF || n == 0 {
 			return nil
@@ -453,8 +458,10 @@ func (t *Tailer) readAll(f *os.File, pos *Position, emit func(Line)) error {
 	}
 }
 
-// split cuts data (which follows any partial line) into lines.
+// split cuts data (which follows any partial line) into lines. They
+// were read at one instant, and take its time.
 func (t *Tailer) split(data []byte, pos *Position, emit func(Line)) {
+	now := t.Now()
 	for len(data) > 0 {
 		i := bytes.IndexByte(data, '\n')
 		if i < 0 {
@@ -470,7 +477,7 @@ func (t *Tailer) split(data []byte, pos *Position, emit func(Line)) {
 		// The partial line's buffer is reused: emit must not keep Text.
 		t.partial, t.skipLen = t.partial[:0], 0
 		pos.Offset += lineLen
-		emit(Line{Text: line, Time: t.Now(), Pos: *pos})
+		emit(Line{Text: line, Time: now, Pos: *pos})
 		data = data[i+1:]
 	}
 }
@@ -498,6 +505,13 @@ func (t *Tailer) keep(b []byte) {
 func (t *Tailer) flushPartial(emit func(Line)) {
 	if len(t.partial) > 0 || t.skipLen > 0 {
 		emit(Line{Text: t.partial, Time: t.Now(), Pos: t.pos})
+		t.flushed()
 	}
 	t.partial, t.skipLen = nil, 0
+}
+
+func (t *Tailer) flushed() {
+	if t.Flush != nil {
+		t.Flush()
+	}
 }

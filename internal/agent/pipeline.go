@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -178,18 +177,6 @@ type processLister interface {
 // attribEvery is how often servers are mapped to GPUs again: processes
 // come and go slowly, and NVML's process query is expensive.
 const attribEvery = 30 * time.Second
-
-// logMsg is what a server's log said: an interval from a throughput
-// line, the engine or model it named, or that the log was readable
-// (watch), with the position reached.
-type logMsg struct {
-	server string
-	engine string
-	model  string // the log named the model (with or without iv)
-	iv     *collector.Interval
-	watch  time.Time
-	pos    tail.Position
-}
 
 // defaultGPURetry is how long a failed GPU backend waits before the next
 // try.
@@ -424,22 +411,6 @@ func (p *pipeline) run(ctx context.Context) error {
 
 func (m placedMsg) apply(p *pipeline, j *window.Joiner, _ map[string]bool) {
 	p.applyPlacement(j, gpumap.Result(m))
-}
-
-func (l *logMsg) apply(p *pipeline, j *window.Joiner, _ map[string]bool) {
-	switch {
-	case l.iv != nil:
-		j.NameEngine(l.server, l.engine)
-		j.AddLog(l.server, *l.iv)
-	case l.engine != "" || l.model != "":
-		j.NameEngine(l.server, l.engine)
-		j.NameModel(l.server, l.model)
-	case !l.watch.IsZero():
-		j.Watch(l.server, l.watch)
-	}
-	if l.pos != (tail.Position{}) {
-		p.logPos[l.server], p.logDirty[l.server] = l.pos, true
-	}
 }
 
 func (m gpuMsg) apply(p *pipeline, j *window.Joiner, _ map[string]bool) {
@@ -709,74 +680,14 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerCo
 		return err
 	}
 	name := s.Name
-	stream := &logline.Stream{Discarded: func(d collector.Discard) { p.metrics.discards.Add(name, d) }}
-	var mu sync.Mutex // the journal's Alive ticks on a goroutine of its own
-	var last tail.Position
-	var skipped, cancelled uint64
-	var id logline.Identity
-	hasMetrics := s.MetricsURL != ""
-	named := func() {
-		if now := parser.Identity(); now != id {
-			if now.Engine != id.Engine {
-				p.log.Info("engine detected", "server", name, "engine", now.Engine, "from", "log")
-			}
-			if now.Model != id.Model {
-				p.log.Info("model detected", "server", name, "model", now.Model, "from", "log")
-			}
-			id = now
-			send(&logMsg{server: name, engine: id.Engine, model: id.Model})
-		}
-	}
-	// Reading starts at the end of a log: its start-up lines still name
-	// the server before the first window is written.
-	peek := func(head []byte) {
-		for _, l := range bytes.Split(head, []byte("\n")) {
-			parser.Identify(l)
-		}
-		named()
-	}
-	emit := func(l tail.Line) {
-		mu.Lock()
-		last = l.Pos
-		mu.Unlock()
-		// When the line was written: llama.cpp's own stamps where it has
-		// them, else now (the tailer reads on notification).
-		t := parser.LiveTime(l.Text, l.Time)
-		rec, ok := parser.Parse(l.Text)
-		if d := parser.Skipped - skipped; d > 0 {
-			p.metrics.logSkipped.Add(float64(d))
-			skipped = parser.Skipped
-		}
-		named()
-		if d := parser.Cancelled - cancelled; d > 0 && !hasMetrics {
-			if cancelled == 0 {
-				p.log.Warn("the server cancels requests, which print no timing line: their tokens are missing from this log's "+
-					"counts (tpsmon_log_requests_unseen_total); add metrics_url to count them", "server", name)
-			}
-			p.metrics.logUnseen.Add(float64(d))
-		}
-		cancelled = parser.Cancelled
-		if !ok {
-			return
-		}
-		if iv, ok := stream.Interval(rec, t); ok {
-			send(&logMsg{server: name, engine: rec.Engine, iv: &iv, pos: l.Pos})
-		}
-	}
-	// Readable now, and every line so far taken: the position moves past
-	// lines without throughput too.
-	alive := func(t time.Time) {
-		mu.Lock()
-		pos := last
-		mu.Unlock()
-		send(&logMsg{server: name, watch: t, pos: pos})
-	}
+	r := &logReader{p: p, name: name, parser: parser, send: send, hasMetrics: s.MetricsURL != "",
+		stream: &logline.Stream{Discarded: func(d collector.Discard) { p.metrics.discards.Add(name, d) }}}
 	state := p.positionFile(name)
 	if s.Log.File != "" {
-		t := &tail.Tailer{Path: s.Log.File, StateFile: state, Log: p.log.With("server", name), Alive: alive, Now: p.now, Poll: p.logPoll,
-			Peek: peek}
+		t := &tail.Tailer{Path: s.Log.File, StateFile: state, Log: p.log.With("server", name), Alive: r.alive, Now: p.now, Poll: p.logPoll,
+			Peek: r.peek, Flush: r.flush}
 		src.wg.Go(func() {
-			if err := t.Run(ctx, emit); err != nil {
+			if err := t.Run(ctx, r.line); err != nil {
 				err = fmt.Errorf("log %s: %w", s.Log.File, err)
 				p.log.Error("log unreadable; the server reads as down", "server", name, "err", err)
 				p.sourceFailed(name, err)
@@ -784,9 +695,9 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerCo
 		})
 		return nil
 	}
-	jn := &tail.Journal{Unit: s.Log.JournalUnit, StateFile: state, Log: p.log.With("server", name), Alive: alive,
+	jn := &tail.Journal{Unit: s.Log.JournalUnit, StateFile: state, Log: p.log.With("server", name), Alive: r.alive, Flush: r.flush,
 		Failed: func(err error) { p.sourceFailed(name, err) }}
-	src.wg.Go(func() { jn.Run(ctx, emit) })
+	src.wg.Go(func() { jn.Run(ctx, r.line) })
 	return nil
 }
 
