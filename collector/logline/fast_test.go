@@ -136,7 +136,43 @@ func TestNeedleAnchorsInTexts(t *testing.T) {
 			}
 		}
 	}
+	for _, a := range []anchored{llamaCancel, llamaPerf, llamaEval, llamaSlotMark, llamaDecoded, llamaGen} {
+		if a.off == 0 && len(a.text) > 1 {
+			t.Errorf("%q is found by its first byte: its anchor is not in it", a.text)
+		}
+	}
 	if got := indexAnchored([]byte("ab'cd' load_model: loading model 'x'"), llamaLoading, len(llamaLoading)-1); got != 7 {
 		t.Errorf("indexAnchored: %d, want 7", got)
+	}
+}
+
+func TestIndexAnchoredAgreesWithIndex(t *testing.T) {
+	texts := []anchored{llamaCancel, llamaPerf, llamaEval, llamaSlotMark, llamaDecoded, llamaGen, anchor("ab", 'b'), anchor("aba", 'a')}
+	lines := fixtureLines(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 20_000 {
+		// Pieces of the texts glued at random: near misses and overlaps.
+		var b []byte
+		for range r.IntN(6) {
+			a := texts[r.IntN(len(texts))].text
+			i, j := r.IntN(len(a)+1), r.IntN(len(a)+1)
+			b = append(b, a[min(i, j):max(i, j)]...)
+		}
+		lines = append(lines, b)
+	}
+	found := 0
+	for _, l := range lines {
+		for _, a := range texts {
+			got, want := a.in(l), bytes.Index(l, []byte(a.text))
+			if got != want {
+				t.Fatalf("%q in %q: %d, bytes.Index says %d", a.text, l, got, want)
+			}
+			if got >= 0 {
+				found++
+			}
+		}
+	}
+	if found < 100 {
+		t.Errorf("only %d texts found: the comparison saw too little", found)
 	}
 }

@@ -152,6 +152,21 @@ func (p *Parser) mayMatch(line []byte) bool {
 	return false
 }
 
+// anchored is a text found by one of its bytes, picked rare in log text
+// (see needle).
+type anchored struct {
+	text string
+	off  int
+}
+
+// anchor is text found by its byte c (by its first, were c not in it).
+func anchor(text string, c byte) anchored {
+	return anchored{text, max(0, strings.IndexByte(text, c))}
+}
+
+// in is bytes.Index(b, a.text).
+func (a anchored) in(b []byte) int { return indexAnchored(b, a.text, a.off) }
+
 // indexAnchored is bytes.Index(b, text) for a text whose byte at off is
 // rare in b: the scan looks for that byte.
 func indexAnchored(b []byte, text string, off int) int {
@@ -360,24 +375,25 @@ var (
 )
 
 var (
-	llamaCancel  = []byte("stop: cancel task, id_task = ")
-	llamaPerf    = []byte("llama_perf_")
-	llamaTimings = []byte(`"print_timings"`)
-	llamaEval    = []byte("eval time")
-	llamaDecoded = []byte("n_decoded =")
-	llamaGen     = []byte("n_gen =")
+	llamaCancel   = anchor("stop: cancel task, id_task = ", ',')
+	llamaPerf     = anchor("llama_perf_", 'f')
+	llamaTimings  = []byte(`"print_timings"`)
+	llamaEval     = anchor("eval time", 'v')
+	llamaSlotMark = anchor("slot print_timing: id", ':')
+	llamaDecoded  = anchor("n_decoded =", '_')
+	llamaGen      = anchor("n_gen =", '_')
 )
 
 // llamacpp reads llama.cpp's lines from the bytes (a timing line is about
 // half a busy llama-server log): no copy, regexps only for the rare
 // header and progress lines.
 func (p *Parser) llamacpp(line []byte) (Record, bool) {
-	if i := bytes.Index(line, llamaCancel); i >= 0 {
+	if i := llamaCancel.in(line); i >= 0 {
 		r := newRecord(Cancelled, "llamacpp")
-		r.Key = "task " + string(bytes.TrimSpace(line[i+len(llamaCancel):]))
+		r.Key = "task " + string(bytes.TrimSpace(line[i+len(llamaCancel.text):]))
 		return r, true
 	}
-	if bytes.Contains(line, llamaPerf) {
+	if llamaPerf.in(line) >= 0 {
 		return Record{}, false // llama-cli's end-of-run summary, not a server
 	}
 	if bytes.HasPrefix(bytes.TrimSpace(line), []byte("{")) && bytes.Contains(line, llamaTimings) {
@@ -387,7 +403,7 @@ func (p *Parser) llamacpp(line []byte) (Record, bool) {
 	if !ok {
 		return Record{}, false
 	}
-	if bytes.Contains(line, llamaDecoded) || bytes.Contains(line, llamaGen) {
+	if llamaDecoded.in(line) >= 0 || llamaGen.in(line) >= 0 {
 		if m := llamaProgress.FindSubmatch(line); m != nil {
 			r := newRecord(Progress, "llamacpp")
 			r.Key, r.Tokens, r.UserTPS = key, num(string(m[1])), num(string(m[2]))
@@ -424,7 +440,7 @@ func (p *Parser) llamacpp(line []byte) (Record, bool) {
 // "eval time" is (-1: none). A header line is kept for the lines after
 // it; ok is false for it and for lines that are no timing line.
 func (p *Parser) llamaLineKey(line []byte) (key string, eval int, ok bool) {
-	slot := bytes.Index(line, slotMark)
+	slot := llamaSlotMark.in(line)
 	if slot >= 0 && bytes.HasSuffix(bytes.TrimRight(line, " "), []byte("|")) {
 		if h := llamaHeader.FindSubmatch(line); h != nil {
 			p.llamaKey = "slot " + string(h[1]) + " task " + string(h[2])
@@ -432,7 +448,7 @@ func (p *Parser) llamaLineKey(line []byte) (key string, eval int, ok bool) {
 		}
 	}
 	key = p.llamaKey
-	eval = bytes.Index(line, llamaEval)
+	eval = llamaEval.in(line)
 	if slot >= 0 {
 		if k, ok := p.slotKey(line[slot:]); ok {
 			key = k
