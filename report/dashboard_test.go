@@ -13,6 +13,7 @@ import (
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
 	"github.com/tpsmon/tpsmon/internal/sim/fleetsim"
+	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
 )
 
@@ -87,11 +88,11 @@ func TestDashboardQueriesReturnWhatWasWritten(t *testing.T) {
 	_ = fleet.Raw(from, to, time.Minute, func(p *write.Point) error {
 		for _, f := range p.FieldList() {
 			switch {
-			case p.Name() == "tpsmon_server" && f.Key == "tokens":
+			case p.Name() == schema.Server && f.Key == schema.FieldTokens:
 				tokens += float64(f.Value.(int64))
-			case p.Name() == "tpsmon_gpu" && f.Key == "window_s":
+			case p.Name() == schema.GPU && f.Key == schema.FieldWindowS:
 				gpuSecs += f.Value.(float64)
-			case p.Name() == "tpsmon_gpu" && f.Key == "throttle" && f.Value.(int64) > 0:
+			case p.Name() == schema.GPU && f.Key == schema.FieldThrottle && f.Value.(int64) > 0:
 				throttled++
 			}
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
+	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
 )
@@ -40,15 +41,15 @@ type srvWin struct {
 
 func weekWindows(t time.Time) []srvWin {
 	h := t.Hour()
-	llama := srvWin{"node-a", "llama", "0,1", "ok", 1000, 80, 16, 0}
+	llama := srvWin{"node-a", "llama", "0,1", schema.StateOK, 1000, 80, 16, 0}
 	if h < 8 {
-		llama = srvWin{"node-a", "llama", "0,1", "idle", 0, 2, 0, 0}
+		llama = srvWin{"node-a", "llama", "0,1", schema.StateIdle, 0, 2, 0, 0}
 	}
-	qwen := srvWin{"node-b", "qwen", "1", "ok", 2000, 95, 40, 0}
+	qwen := srvWin{"node-b", "qwen", "1", schema.StateOK, 2000, 95, 40, 0}
 	if h%2 == 0 {
-		qwen.state, qwen.waiting = "saturated", 6
+		qwen.state, qwen.waiting = schema.StateSaturated, 6
 	}
-	return []srvWin{llama, {"node-b", "mistral", "0", "queue_bound", 100, 40, 4, 5}, qwen}
+	return []srvWin{llama, {"node-b", "mistral", "0", schema.StateQueueBound, 100, 40, 4, 5}, qwen}
 }
 
 func writeWeek(t *testing.T, base, db string) {
@@ -65,24 +66,24 @@ func writeWeek(t *testing.T, base, db string) {
 			ngpu := float64(len(strings.Split(w.gpus, ",")))
 			tokens := int64(w.tps * weekWindow.Seconds())
 			energy := (100 + 5*w.util) * ngpu * weekWindow.Seconds()
-			f := map[string]any{"tokens": tokens, "system_tps": w.tps, "running": w.running, "waiting": w.waiting,
-				"gpu_util": w.util, "energy_j": energy, "state": w.state, "coverage": 1.0, "source": "metrics",
-				"tps_per_gpu": w.tps / ngpu}
+			f := map[string]any{schema.FieldTokens: tokens, schema.FieldSystemTPS: w.tps, schema.FieldRunning: w.running, schema.FieldWaiting: w.waiting,
+				schema.FieldGPUUtil: w.util, schema.FieldEnergyJ: energy, schema.FieldState: w.state, schema.FieldCoverage: 1.0, schema.FieldSource: schema.SourceMetrics,
+				schema.FieldTPSPerGPU: w.tps / ngpu}
 			if w.running > 0 {
-				f["per_user_tps"] = w.tps / w.running
+				f[schema.FieldPerUserTPS] = w.tps / w.running
 			}
-			p := write.NewPoint("tpsmon_server", map[string]string{"host": w.host, "server": w.server, "engine": "vllm", "gpus": w.gpus}, f, ts)
+			p := write.NewPoint(schema.Server, map[string]string{schema.TagHost: w.host, schema.TagServer: w.server, schema.TagEngine: "vllm", schema.TagGPUs: w.gpus}, f, ts)
 			if buf, err = enc.AppendWrite(buf, p); err != nil {
 				t.Fatal(err)
 			}
 			for _, g := range strings.Split(w.gpus, ",") {
-				gp := write.NewPoint("tpsmon_gpu", map[string]string{"host": w.host, "gpu": g, "uuid": w.host + "-" + g, "server": w.server},
-					map[string]any{"util": w.util, "util_max": w.util, "energy_j": energy / ngpu, "samples": int64(600), "coverage": 1.0}, ts)
+				gp := write.NewPoint(schema.GPU, map[string]string{schema.TagHost: w.host, schema.TagGPU: g, schema.TagUUID: w.host + "-" + g, schema.TagServer: w.server},
+					map[string]any{schema.FieldUtil: w.util, schema.FieldUtilMax: w.util, schema.FieldEnergyJ: energy / ngpu, schema.FieldSamples: int64(600), schema.FieldCoverage: 1.0}, ts)
 				buf, _ = enc.AppendWrite(buf, gp)
 			}
 		}
-		idle := write.NewPoint("tpsmon_gpu", map[string]string{"host": "node-a", "gpu": "2", "uuid": "node-a-2"},
-			map[string]any{"util": 1.0, "util_max": 3.0, "energy_j": 60000.0, "samples": int64(600), "coverage": 1.0}, ts)
+		idle := write.NewPoint(schema.GPU, map[string]string{schema.TagHost: "node-a", schema.TagGPU: "2", schema.TagUUID: "node-a-2"},
+			map[string]any{schema.FieldUtil: 1.0, schema.FieldUtilMax: 3.0, schema.FieldEnergyJ: 60000.0, schema.FieldSamples: int64(600), schema.FieldCoverage: 1.0}, ts)
 		buf, _ = enc.AppendWrite(buf, idle)
 		if len(buf) > 4<<20 {
 			if err := in.Write(context.Background(), buf); err != nil {
@@ -218,36 +219,36 @@ func TestDashboardQueriesOnAWeek(t *testing.T) {
 		if q.Text == "" || q.Name == GPUThrottle.Name {
 			continue
 		}
-		if n := len(run(q, "queue_bound")); n == 0 {
+		if n := len(run(q, schema.StateQueueBound)); n == 0 {
 			t.Errorf("%s returned nothing", q.Name)
 		}
 	}
 	perDay := 24 * 6
-	for _, s := range run(StateTime, "idle") {
-		if s.Tags["server"] != "llama" || val(s, "windows") != float64(7*8*6) {
+	for _, s := range run(StateTime, schema.StateIdle) {
+		if s.Tags[schema.TagServer] != "llama" || val(s, schema.FieldWindows) != float64(7*8*6) {
 			t.Errorf("idle windows %v %v", s.Tags, s.Rows())
 		}
 	}
-	for _, s := range run(StateTime, "saturated") {
-		if s.Tags["server"] != "qwen" || val(s, "windows") != float64(7*perDay/2) {
+	for _, s := range run(StateTime, schema.StateSaturated) {
+		if s.Tags[schema.TagServer] != "qwen" || val(s, schema.FieldWindows) != float64(7*perDay/2) {
 			t.Errorf("saturated windows %v %v", s.Tags, s.Rows())
 		}
 	}
 	for _, s := range run(UnusedGPUs, "") {
-		if s.Tags["host"] != "node-a" || s.Tags["gpu"] != "2" || val(s, "util") != 1 || val(s, "windows") != float64(7*perDay) {
+		if s.Tags[schema.TagHost] != "node-a" || s.Tags[schema.TagGPU] != "2" || val(s, schema.FieldUtil) != 1 || val(s, schema.FieldWindows) != float64(7*perDay) {
 			t.Errorf("unused GPUs %v %v", s.Tags, s.Rows())
 		}
 	}
 	for _, s := range run(Ranking, "") {
-		want := map[string]float64{"llama": 500 * 3600 * 16 / 24, "mistral": 100 * 3600, "qwen": 2000 * 3600}[s.Tags["server"]]
+		want := map[string]float64{"llama": 500 * 3600 * 16 / 24, "mistral": 100 * 3600, "qwen": 2000 * 3600}[s.Tags[schema.TagServer]]
 		if got := val(s, "tokens_per_gpu_hour"); abs(got-want) > 1e-6*want {
-			t.Errorf("%s tokens per GPU-hour %v, want %v", s.Tags["server"], got, want)
+			t.Errorf("%s tokens per GPU-hour %v, want %v", s.Tags[schema.TagServer], got, want)
 		}
 	}
 	for _, s := range run(TokensPerJoule, "") {
 		// mistral: 100 tok/s over (100+5*40) W on one GPU.
-		if s.Tags["server"] == "mistral" && abs(val(s, "tokens_per_joule")-100.0/300) > 1e-9 {
-			t.Errorf("mistral tokens/J %v", val(s, "tokens_per_joule"))
+		if s.Tags[schema.TagServer] == "mistral" && abs(val(s, schema.FieldTokensPerJoule)-100.0/300) > 1e-9 {
+			t.Errorf("mistral tokens/J %v", val(s, schema.FieldTokensPerJoule))
 		}
 	}
 	series := run(ServerSeries, "")
@@ -293,7 +294,7 @@ func TestReportOnAWeek(t *testing.T) {
 	// These points carry no window_s: their 10 minutes come from their
 	// spacing. llama idles 8 h a day on 2 GPUs; mistral is queue-bound 24 h
 	// on 1; gpu 2 of node-a serves nobody all week.
-	wantHours := map[string]float64{"idle": 7 * 8 * 2, "ok": 7*16*2 + 7*12, "queue_bound": 7 * 24, "saturated": 7 * 12, "unused": 7 * 24}
+	wantHours := map[string]float64{schema.StateIdle: 7 * 8 * 2, schema.StateOK: 7*16*2 + 7*12, schema.StateQueueBound: 7 * 24, schema.StateSaturated: 7 * 12, "unused": 7 * 24}
 	for st, h := range wantHours {
 		if abs(hours[st]-h) > 1e-9 {
 			t.Errorf("GPU-hours %s = %v, want %v", st, hours[st], h)

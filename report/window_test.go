@@ -33,23 +33,23 @@ func writeFiveSecond(t *testing.T, base, db string, start time.Time) {
 	}
 	const w = 5 * time.Second
 	for ts := start; ts.Before(start.Add(6 * time.Hour)); ts = ts.Add(w) {
-		state, tokens, util := "ok", int64(5000), 80.0
+		state, tokens, util := schema.StateOK, int64(5000), 80.0
 		if ts.Sub(start) >= 2*time.Hour {
-			state, tokens, util = "idle", 0, 1.0
+			state, tokens, util = schema.StateIdle, 0, 1.0
 		}
-		add(write.NewPoint(schema.Server, map[string]string{"host": "node-a", "server": "llama", "gpus": "0,1"},
-			map[string]any{"tokens": tokens, "system_tps": float64(tokens) / 5, "state": state, "coverage": 1.0,
-				"energy_j": 2 * 300 * 5.0, "tps_per_gpu": float64(tokens) / 10, "window_s": 5.0}, ts))
+		add(write.NewPoint(schema.Server, map[string]string{schema.TagHost: "node-a", schema.TagServer: "llama", schema.TagGPUs: "0,1"},
+			map[string]any{schema.FieldTokens: tokens, schema.FieldSystemTPS: float64(tokens) / 5, schema.FieldState: state, schema.FieldCoverage: 1.0,
+				schema.FieldEnergyJ: 2 * 300 * 5.0, schema.FieldTPSPerGPU: float64(tokens) / 10, schema.FieldWindowS: 5.0}, ts))
 		for _, g := range []string{"0", "1"} {
-			add(write.NewPoint(schema.GPU, map[string]string{"host": "node-a", "gpu": g, "uuid": "GPU-a" + g, "server": "llama", "name": "H100"},
-				map[string]any{"util": util, "util_max": util, "energy_j": 1500.0, "coverage": 1.0, "window_s": 5.0}, ts))
+			add(write.NewPoint(schema.GPU, map[string]string{schema.TagHost: "node-a", schema.TagGPU: g, schema.TagUUID: "GPU-a" + g, schema.TagServer: "llama", schema.TagName: "H100"},
+				map[string]any{schema.FieldUtil: util, schema.FieldUtilMax: util, schema.FieldEnergyJ: 1500.0, schema.FieldCoverage: 1.0, schema.FieldWindowS: 5.0}, ts))
 		}
-		add(write.NewPoint(schema.GPU, map[string]string{"host": "node-a", "gpu": "2", "uuid": "GPU-a2", "name": "H100"},
-			map[string]any{"util": 0.0, "util_max": 0.0, "energy_j": 300.0, "coverage": 1.0, "window_s": 5.0}, ts))
-		add(write.NewPoint(schema.Server, map[string]string{"host": "node-old", "server": "qwen", "gpus": "0"},
-			map[string]any{"tokens": int64(1000), "system_tps": 200.0, "state": "ok", "coverage": 1.0, "energy_j": 1000.0, "tps_per_gpu": 200.0}, ts))
-		add(write.NewPoint(schema.GPU, map[string]string{"host": "node-old", "gpu": "0", "uuid": "GPU-o0", "server": "qwen", "name": "L40S"},
-			map[string]any{"util": 60.0, "util_max": 70.0, "energy_j": 1000.0, "coverage": 1.0}, ts))
+		add(write.NewPoint(schema.GPU, map[string]string{schema.TagHost: "node-a", schema.TagGPU: "2", schema.TagUUID: "GPU-a2", schema.TagName: "H100"},
+			map[string]any{schema.FieldUtil: 0.0, schema.FieldUtilMax: 0.0, schema.FieldEnergyJ: 300.0, schema.FieldCoverage: 1.0, schema.FieldWindowS: 5.0}, ts))
+		add(write.NewPoint(schema.Server, map[string]string{schema.TagHost: "node-old", schema.TagServer: "qwen", schema.TagGPUs: "0"},
+			map[string]any{schema.FieldTokens: int64(1000), schema.FieldSystemTPS: 200.0, schema.FieldState: schema.StateOK, schema.FieldCoverage: 1.0, schema.FieldEnergyJ: 1000.0, schema.FieldTPSPerGPU: 200.0}, ts))
+		add(write.NewPoint(schema.GPU, map[string]string{schema.TagHost: "node-old", schema.TagGPU: "0", schema.TagUUID: "GPU-o0", schema.TagServer: "qwen", schema.TagName: "L40S"},
+			map[string]any{schema.FieldUtil: 60.0, schema.FieldUtilMax: 70.0, schema.FieldEnergyJ: 1000.0, schema.FieldCoverage: 1.0}, ts))
 		if len(buf) > 2<<20 {
 			if err := in.Write(context.Background(), buf); err != nil {
 				t.Fatal(err)
@@ -90,7 +90,7 @@ func TestFiveSecondWindowsWithoutConfig(t *testing.T) {
 	}
 	// node-a: llama ok 2 h and idle 4 h on 2 GPUs, GPU 2 unused 6 h;
 	// node-old (length from spacing): qwen ok 6 h on 1 GPU.
-	want := map[string]float64{"ok": 2*2 + 6, "idle": 4 * 2, "unused": 6}
+	want := map[string]float64{schema.StateOK: 2*2 + 6, schema.StateIdle: 4 * 2, "unused": 6}
 	for st, h := range want {
 		if abs(hours[st]-h) > 1e-9 {
 			t.Errorf("%s: %v GPU-hours, want %v", st, hours[st], h)
@@ -119,7 +119,7 @@ func TestFiveSecondWindowsWithoutConfig(t *testing.T) {
 		t.Fatalf("%d fleet points, want 72", len(r.Fleet))
 	}
 	if first, last := r.Fleet[0], r.Fleet[71]; abs(first.TPS-1200) > 1e-9 || abs(last.TPS-200) > 1e-9 ||
-		abs(first.GPUHours-4*5.0/60) > 1e-9 || abs(last.StateGPUHours["idle"]-2*5.0/60) > 1e-9 {
+		abs(first.GPUHours-4*5.0/60) > 1e-9 || abs(last.StateGPUHours[schema.StateIdle]-2*5.0/60) > 1e-9 {
 		t.Errorf("fleet first %+v last %+v", first, last)
 	}
 }

@@ -52,36 +52,36 @@ func writeDays(t *testing.T, base, db string, from, to int, w want) {
 	}
 	for ts := day0.Add(time.Duration(from) * 24 * time.Hour); ts.Before(day0.Add(time.Duration(to) * 24 * time.Hour)); ts = ts.Add(time.Minute) {
 		h, d := "1h|"+fmt.Sprint(ts.Truncate(time.Hour).Unix()), "1d|"+fmt.Sprint(ts.Truncate(24*time.Hour).Unix())
-		state, tokens := "ok", int64(6000)
+		state, tokens := schema.StateOK, int64(6000)
 		if ts.Hour()%3 == 0 {
-			state, tokens = "idle", 0
+			state, tokens = schema.StateIdle, 0
 		}
-		add(write.NewPoint(schema.Server, map[string]string{"host": "node-a", "server": "llama", "gpus": "0,1"},
-			map[string]any{"tokens": tokens, "system_tps": float64(tokens) / 60, "state": state, "coverage": 1.0, "energy_j": 36000.0, "window_s": 60.0}, ts))
+		add(write.NewPoint(schema.Server, map[string]string{schema.TagHost: "node-a", schema.TagServer: "llama", schema.TagGPUs: "0,1"},
+			map[string]any{schema.FieldTokens: tokens, schema.FieldSystemTPS: float64(tokens) / 60, schema.FieldState: state, schema.FieldCoverage: 1.0, schema.FieldEnergyJ: 36000.0, schema.FieldWindowS: 60.0}, ts))
 		for _, p := range []string{h, d} {
 			w.add(fmt.Sprint("llama|", p), w.tokens, float64(tokens))
 			w.add(fmt.Sprint("llama|", state, "|", p), w.secs, 60)
 		}
-		qstate := "ok"
+		qstate := schema.StateOK
 		if ts.Hour()%2 == 0 {
-			qstate = "saturated"
+			qstate = schema.StateSaturated
 		}
-		add(write.NewPoint(schema.Server, map[string]string{"host": "node-old", "server": "qwen", "gpus": "0"},
-			map[string]any{"tokens": int64(12000), "system_tps": 200.0, "state": qstate, "coverage": 1.0, "energy_j": 18000.0}, ts))
+		add(write.NewPoint(schema.Server, map[string]string{schema.TagHost: "node-old", schema.TagServer: "qwen", schema.TagGPUs: "0"},
+			map[string]any{schema.FieldTokens: int64(12000), schema.FieldSystemTPS: 200.0, schema.FieldState: qstate, schema.FieldCoverage: 1.0, schema.FieldEnergyJ: 18000.0}, ts))
 		for _, p := range []string{h, d} {
 			w.add(fmt.Sprint("qwen|", p), w.tokens, 12000)
 			w.add(fmt.Sprint("qwen|", qstate, "|", p), w.secs, 60)
 		}
 		for _, g := range []struct{ host, gpu, server string }{{"node-a", "0", "llama"}, {"node-a", "1", "llama"}, {"node-a", "2", ""}, {"node-old", "0", "qwen"}} {
-			f := map[string]any{"util": 50.0, "util_max": 60.0, "energy_j": 18000.0, "coverage": 1.0}
+			f := map[string]any{schema.FieldUtil: 50.0, schema.FieldUtilMax: 60.0, schema.FieldEnergyJ: 18000.0, schema.FieldCoverage: 1.0}
 			if g.host == "node-a" {
-				f["window_s"] = 60.0
+				f[schema.FieldWindowS] = 60.0
 			}
 			if g.server == "" {
-				f["util"] = 1.0
+				f[schema.FieldUtil] = 1.0
 			}
 			uuid := "GPU-" + g.host + "-" + g.gpu
-			add(write.NewPoint(schema.GPU, map[string]string{"host": g.host, "gpu": g.gpu, "uuid": uuid, "server": g.server}, f, ts))
+			add(write.NewPoint(schema.GPU, map[string]string{schema.TagHost: g.host, schema.TagGPU: g.gpu, schema.TagUUID: uuid, schema.TagServer: g.server}, f, ts))
 			for _, p := range []string{h, d} {
 				w.add(fmt.Sprint(uuid, "|", p), w.gpuSecs, 60)
 			}
@@ -135,11 +135,11 @@ func check(t *testing.T, base, db string, w want, lv string, every time.Duration
 	periods := 0
 	for _, s := range influxtest.Query(t, base, db, fmt.Sprintf(`SELECT * FROM "tpsmon_%s"."tpsmon_server_%s" WHERE time >= %dms AND time < %dms GROUP BY "server"`,
 		lv, lv, from.UnixMilli(), to.UnixMilli())) {
-		srv := s.Tags["server"]
+		srv := s.Tags[schema.TagServer]
 		for _, row := range s.Rows() {
 			p := lv + "|" + fmt.Sprint(int64(num(row["time"])))
 			periods++
-			if got, want := num(row["tokens"]), w.tokens[fmt.Sprint(srv, "|", p)]; got != want {
+			if got, want := num(row[schema.FieldTokens]), w.tokens[fmt.Sprint(srv, "|", p)]; got != want {
 				t.Errorf("%s %s at %s: tokens %v, raw %v", lv, srv, p, got, want)
 			}
 			ngpu := map[string]float64{"llama": 2, "qwen": 1, "late": 1}[srv]
@@ -158,8 +158,8 @@ func check(t *testing.T, base, db string, w want, lv string, every time.Duration
 		lv, lv, from.UnixMilli(), to.UnixMilli())) {
 		for _, row := range s.Rows() {
 			p := lv + "|" + fmt.Sprint(int64(num(row["time"])))
-			if got, want := num(row["seconds"]), w.gpuSecs[fmt.Sprint(s.Tags["uuid"], "|", p)]; got != want || num(row["windows"]) != want/60 {
-				t.Errorf("%s %s at %s: %v s over %v windows, raw %v s", lv, s.Tags["uuid"], p, got, num(row["windows"]), want)
+			if got, want := num(row[schema.FieldSeconds]), w.gpuSecs[fmt.Sprint(s.Tags[schema.TagUUID], "|", p)]; got != want || num(row[schema.FieldWindows]) != want/60 {
+				t.Errorf("%s %s at %s: %v s over %v windows, raw %v s", lv, s.Tags[schema.TagUUID], p, got, num(row[schema.FieldWindows]), want)
 			}
 		}
 	}
@@ -223,7 +223,7 @@ func TestRollupEqualsRawAfterDowntime(t *testing.T) {
 	check(t, base, db, w, "1h", time.Hour, day0, day0.Add(72*time.Hour), 1)
 	check(t, base, db, w, "1d", 24*time.Hour, day0, day0.Add(72*time.Hour), 1)
 	lateRow := influxtest.Query(t, base, db, `SELECT "tokens", "ok_seconds" FROM "tpsmon_1h"."tpsmon_server_1h" WHERE "server" = 'late'`)
-	if len(lateRow) != 1 || num(lateRow[0].Rows()[0]["tokens"]) != 777 || num(lateRow[0].Rows()[0]["time"]) != float64(day0.Add(23*time.Hour).Unix()) {
+	if len(lateRow) != 1 || num(lateRow[0].Rows()[0][schema.FieldTokens]) != 777 || num(lateRow[0].Rows()[0]["time"]) != float64(day0.Add(23*time.Hour).Unix()) {
 		t.Errorf("the late window's hour: %+v", lateRow)
 	}
 
@@ -261,7 +261,7 @@ func TestRollupEqualsRawAfterDowntime(t *testing.T) {
 		}
 	}
 	// 4 GPUs × 72 h; the late server's window adds a minute of one GPU.
-	if h := stateHours(reports[0]); reports[0].GPUHours != 4*72 || h["unused"] != 72 || h["idle"] != 2*24 {
+	if h := stateHours(reports[0]); reports[0].GPUHours != 4*72 || h["unused"] != 72 || h[schema.StateIdle] != 2*24 {
 		t.Errorf("raw report: %v GPU-hours, %v", reports[0].GPUHours, h)
 	}
 }

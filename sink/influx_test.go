@@ -13,6 +13,7 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
+	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
 )
 
@@ -28,8 +29,8 @@ func TestInfluxWriteReadBack(t *testing.T) {
 	ts := time.Unix(1_700_000_000, 0)
 	var lines []byte
 	for i := range 3 {
-		p := write.NewPoint("tpsmon_server", map[string]string{"host": "h", "server": "s"},
-			map[string]any{"tokens": int64(100 * i), "system_tps": 10.5 * float64(i), "state": "ok"},
+		p := write.NewPoint(schema.Server, map[string]string{schema.TagHost: "h", schema.TagServer: "s"},
+			map[string]any{schema.FieldTokens: int64(100 * i), schema.FieldSystemTPS: 10.5 * float64(i), schema.FieldState: schema.StateOK},
 			ts.Add(time.Duration(i)*10*time.Second))
 		if lines, err = enc.AppendWrite(lines, p); err != nil {
 			t.Fatal(err)
@@ -42,7 +43,7 @@ func TestInfluxWriteReadBack(t *testing.T) {
 	if len(rows) != 3 {
 		t.Fatalf("read back %d rows, want 3", len(rows))
 	}
-	if rows[2]["tokens"].(interface{ String() string }).String() != "200" || rows[2]["state"] != "ok" {
+	if rows[2][schema.FieldTokens].(interface{ String() string }).String() != "200" || rows[2][schema.FieldState] != schema.StateOK {
 		t.Errorf("row 2 = %v", rows[2])
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/internal/replay"
+	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink"
 )
 
@@ -33,7 +34,7 @@ func TestReplayMetricsDirAndGPUCSV(t *testing.T) {
 		if err := dec.Decode(&p); err != nil {
 			t.Fatal(err)
 		}
-		if p.Measurement == "tpsmon_server" {
+		if p.Measurement == schema.Server {
 			servers = append(servers, p)
 		} else {
 			gpus = append(gpus, p)
@@ -50,31 +51,31 @@ func TestReplayMetricsDirAndGPUCSV(t *testing.T) {
 			t.Errorf("window %d time %s", i, p.Time)
 		}
 		f := p.Fields
-		if f["tokens"] != wantTokens[i] || f["system_tps"] != 120.0 || f["per_user_tps"] != 20.0 {
-			t.Errorf("window %d: tokens %v tps %v per-user %v", i, f["tokens"], f["system_tps"], f["per_user_tps"])
+		if f[schema.FieldTokens] != wantTokens[i] || f[schema.FieldSystemTPS] != 120.0 || f[schema.FieldPerUserTPS] != 20.0 {
+			t.Errorf("window %d: tokens %v tps %v per-user %v", i, f[schema.FieldTokens], f[schema.FieldSystemTPS], f[schema.FieldPerUserTPS])
 		}
-		if kv, _ := f["kv_cache_usage"].(float64); f["prompt_tps"] != 300.0 || math.Abs(kv-0.4) > 1e-9 || f["state"] != "underutilized" {
+		if kv, _ := f[schema.FieldKVCacheUsage].(float64); f[schema.FieldPromptTPS] != 300.0 || math.Abs(kv-0.4) > 1e-9 || f[schema.FieldState] != schema.StateUnderutilized {
 			t.Errorf("window %d fields %v", i, f)
 		}
-		if p.Tags["model"] != "replay/model" || p.Tags["gpus"] != "0" || p.Tags["engine"] != "vllm" {
+		if p.Tags[schema.TagModel] != "replay/model" || p.Tags[schema.TagGPUs] != "0" || p.Tags[schema.TagEngine] != "vllm" {
 			t.Errorf("window %d tags %v", i, p.Tags)
 		}
 	}
 	for _, p := range gpus {
-		switch p.Tags["gpu"] {
+		switch p.Tags[schema.TagGPU] {
 		case "0":
-			if p.Fields["power_w"] != 250.0 || p.Fields["energy_j"] == nil || p.Tags["server"] != "r" {
+			if p.Fields[schema.FieldPowerW] != 250.0 || p.Fields[schema.FieldEnergyJ] == nil || p.Tags[schema.TagServer] != "r" {
 				t.Errorf("gpu 0 %v %v", p.Tags, p.Fields)
 			}
 		case "1":
 			// power.draw was [N/A]: absent, never zero.
-			if _, ok := p.Fields["power_w"]; ok {
+			if _, ok := p.Fields[schema.FieldPowerW]; ok {
 				t.Errorf("gpu 1 reports power it never had: %v", p.Fields)
 			}
-			if _, ok := p.Fields["energy_j"]; ok {
+			if _, ok := p.Fields[schema.FieldEnergyJ]; ok {
 				t.Errorf("gpu 1 reports energy it never had: %v", p.Fields)
 			}
-			if p.Tags["server"] != "" || p.Fields["util"] != 0.0 {
+			if p.Tags[schema.TagServer] != "" || p.Fields[schema.FieldUtil] != 0.0 {
 				t.Errorf("gpu 1 %v %v", p.Tags, p.Fields)
 			}
 		}
@@ -134,18 +135,18 @@ func TestReplayLogLinesOnWindowEdges(t *testing.T) {
 	}
 	for i, w := range want {
 		f := got[i].Fields
-		if got[i].Time != w.time || f["tokens"] != w.tokens || f["source"] != "log" || f["coverage"] != 1.0 {
+		if got[i].Time != w.time || f[schema.FieldTokens] != w.tokens || f[schema.FieldSource] != schema.SourceLog || f[schema.FieldCoverage] != 1.0 {
 			t.Errorf("window %d: %s %v", i, got[i].Time, f)
 		}
-		if f["prompt_tokens"] != 2*w.tokens || f["running"] != float64(i+1) {
-			t.Errorf("window %d: prompt %v running %v", i, f["prompt_tokens"], f["running"])
+		if f[schema.FieldPromptTokens] != 2*w.tokens || f[schema.FieldRunning] != float64(i+1) {
+			t.Errorf("window %d: prompt %v running %v", i, f[schema.FieldPromptTokens], f[schema.FieldRunning])
 		}
-		if got[i].Tags["engine"] != "vllm" {
-			t.Errorf("engine tag %q", got[i].Tags["engine"])
+		if got[i].Tags[schema.TagEngine] != "vllm" {
+			t.Errorf("engine tag %q", got[i].Tags[schema.TagEngine])
 		}
 	}
 	// A stat line gives the system rate; per-user is its share per running stream.
-	if pu := got[1].Fields["per_user_tps"]; pu != 100.0 {
+	if pu := got[1].Fields[schema.FieldPerUserTPS]; pu != 100.0 {
 		t.Errorf("per-user %v, want 200 tok/s over 2 streams", pu)
 	}
 }
@@ -159,7 +160,7 @@ func TestReplayLogWithoutTimestamps(t *testing.T) {
 }
 
 func TestReplayVerdicts(t *testing.T) {
-	for _, want := range []string{"idle", "queue_bound", "kv_bound", "underutilized", "saturated", "ok"} {
+	for _, want := range []string{schema.StateIdle, schema.StateQueueBound, schema.StateKVBound, schema.StateUnderutilized, schema.StateSaturated, schema.StateOK} {
 		t.Run(want, func(t *testing.T) {
 			dir := filepath.Join("testdata", "scenarios", want)
 			var out bytes.Buffer
@@ -175,12 +176,12 @@ func TestReplayVerdicts(t *testing.T) {
 				if err := dec.Decode(&p); err != nil {
 					t.Fatal(err)
 				}
-				if p.Measurement != "tpsmon_server" || p.Fields["coverage"] != 1.0 {
+				if p.Measurement != schema.Server || p.Fields[schema.FieldCoverage] != 1.0 {
 					continue
 				}
 				n++
-				if p.Fields["state"] != want {
-					t.Errorf("window %s: state %v, want %s (fields %v)", p.Time, p.Fields["state"], want, p.Fields)
+				if p.Fields[schema.FieldState] != want {
+					t.Errorf("window %s: state %v, want %s (fields %v)", p.Time, p.Fields[schema.FieldState], want, p.Fields)
 				}
 			}
 			if n < 5 {

@@ -164,11 +164,11 @@ func TestWindowsAPIOnDemo(t *testing.T) {
 				}
 			}
 		}
-		if p.Measurement == schema.GPU && p.Tags["server"] != "demo-vllm" {
-			t.Errorf("GPU %s serves %q, want demo-vllm", p.Tags["gpu"], p.Tags["server"])
+		if p.Measurement == schema.GPU && p.Tags[schema.TagServer] != "demo-vllm" {
+			t.Errorf("GPU %s serves %q, want demo-vllm", p.Tags[schema.TagGPU], p.Tags[schema.TagServer])
 		}
 		if p.Measurement == schema.Server {
-			if p.String("state") == "" {
+			if p.String(schema.FieldState) == "" {
 				t.Errorf("server window %v without a state", p.Time)
 			}
 			newest = p.Time
@@ -185,10 +185,10 @@ func TestWindowsAPIOnDemo(t *testing.T) {
 			srvOpen = &w.Open[i]
 		}
 	}
-	if srvOpen == nil || srvOpen.Tags["server"] != "demo-vllm" || srvOpen.Time.Before(newest.Add(time.Second)) {
+	if srvOpen == nil || srvOpen.Tags[schema.TagServer] != "demo-vllm" || srvOpen.Time.Before(newest.Add(time.Second)) {
 		t.Fatalf("open server point %+v, newest closed %v", srvOpen, newest)
 	}
-	if _, ok := srvOpen.Float("running"); !ok {
+	if _, ok := srvOpen.Float(schema.FieldRunning); !ok {
 		t.Errorf("open window without running requests: %v", srvOpen.Fields)
 	}
 	if n := count(w.Open, schema.GPU); n != 3 {
@@ -256,7 +256,7 @@ func TestWindowsAPIOnDaemon(t *testing.T) {
 	// A window wholly covered by scrapes.
 	full := func(w api.Windows) *api.Point {
 		for i, p := range w.Closed {
-			if cov, _ := p.Float("coverage"); p.Measurement == schema.Server && cov == 1 {
+			if cov, _ := p.Float(schema.FieldCoverage); p.Measurement == schema.Server && cov == 1 {
 				return &w.Closed[i]
 			}
 		}
@@ -264,15 +264,15 @@ func TestWindowsAPIOnDaemon(t *testing.T) {
 	}
 	w := waitWindows(t, c, 15*time.Second, func(w api.Windows) bool { return full(w) != nil })
 	p := full(w)
-	if tps, _ := p.Float("system_tps"); tps < rate*0.95 || tps > rate*1.05 {
+	if tps, _ := p.Float(schema.FieldSystemTPS); tps < rate*0.95 || tps > rate*1.05 {
 		t.Errorf("system_tps %v, want %v ±5%%", tps, rate)
 	}
-	if p.Tags["host"] != "api-node" || p.Tags["gpus"] != "0,1" || p.String("state") == "" {
+	if p.Tags[schema.TagHost] != "api-node" || p.Tags[schema.TagGPUs] != "0,1" || p.String(schema.FieldState) == "" {
 		t.Errorf("server window %+v", p)
 	}
 	for _, g := range w.Closed {
-		if g.Measurement == schema.GPU && g.Tags["server"] != "llm" {
-			t.Errorf("GPU %s: server %q, want llm", g.Tags["gpu"], g.Tags["server"])
+		if g.Measurement == schema.GPU && g.Tags[schema.TagServer] != "llm" {
+			t.Errorf("GPU %s: server %q, want llm", g.Tags[schema.TagGPU], g.Tags[schema.TagServer])
 		}
 	}
 	resp, err := http.Get("http://" + cfg.HTTP.Listen + "/metrics")
@@ -377,7 +377,10 @@ func TestTopInTmux(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	states := map[string]bool{"ok": true, "idle": true, "kv_bound": true, "queue_bound": true, "saturated": true, "underutilized": true}
+	states := map[string]bool{} // a server that answers: every state but down
+	for _, st := range schema.States {
+		states[st] = st != schema.StateDown
+	}
 	serverRow := func(s string) bool {
 		for _, l := range strings.Split(s, "\n") {
 			f := strings.Fields(l)

@@ -13,6 +13,7 @@ import (
 	"github.com/tpsmon/tpsmon/internal/config/configtest"
 	"github.com/tpsmon/tpsmon/internal/sim/gpusim"
 	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
+	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
 )
 
@@ -60,7 +61,7 @@ func TestRunAgainstRealInfluxDB(t *testing.T) {
 			for _, r := range s.Rows() {
 				rows++
 				ts := time.Unix(int64(influxtest.Num(t, r["time"])), 0)
-				if r["tokens"] != nil && influxtest.Num(t, r["coverage"]) >= 0.999 && !inWindow(resetAt, ts) {
+				if r[schema.FieldTokens] != nil && influxtest.Num(t, r[schema.FieldCoverage]) >= 0.999 && !inWindow(resetAt, ts) {
 					whole++
 				}
 			}
@@ -85,17 +86,17 @@ func TestRunAgainstRealInfluxDB(t *testing.T) {
 	full := 0
 	for _, r := range rows {
 		ts := time.Unix(int64(influxtest.Num(t, r["time"])), 0)
-		if r["host"] != "it-node" || r["engine"] != "vllm" || r["model"] != "test/model" || r["gpus"] != "0,1" {
+		if r[schema.TagHost] != "it-node" || r[schema.TagEngine] != "vllm" || r[schema.TagModel] != "test/model" || r[schema.TagGPUs] != "0,1" {
 			t.Errorf("window %v tags: %v", ts, r)
 		}
-		if r["tokens"] == nil {
+		if r[schema.FieldTokens] == nil {
 			continue // a partial first or last window may hold no rate
 		}
-		tokens := influxtest.Num(t, r["tokens"])
+		tokens := influxtest.Num(t, r[schema.FieldTokens])
 		if tokens < 0 {
 			t.Errorf("window %v: negative tokens %v", ts, tokens)
 		}
-		cov := influxtest.Num(t, r["coverage"])
+		cov := influxtest.Num(t, r[schema.FieldCoverage])
 		resetWindow := inWindow(resetAt, ts)
 		if cov < 0.999 {
 			continue
@@ -109,23 +110,23 @@ func TestRunAgainstRealInfluxDB(t *testing.T) {
 			continue
 		}
 		full++
-		tps := influxtest.Num(t, r["system_tps"])
+		tps := influxtest.Num(t, r[schema.FieldSystemTPS])
 		if math.Abs(tps-rate)/rate > 0.01 {
 			t.Errorf("window %v: system_tps %.2f, want %v within 1%%", ts, tps, rate)
 		}
 		if math.Abs(tokens-rate) > 3 {
 			t.Errorf("window %v: tokens %v, want %v", ts, tokens, rate)
 		}
-		if r["state"] != "ok" || influxtest.Num(t, r["running"]) != 10 || influxtest.Num(t, r["kv_cache_usage"]) != 0.5 {
-			t.Errorf("window %v: state %v running %v kv %v", ts, r["state"], r["running"], r["kv_cache_usage"])
+		if r[schema.FieldState] != schema.StateOK || influxtest.Num(t, r[schema.FieldRunning]) != 10 || influxtest.Num(t, r[schema.FieldKVCacheUsage]) != 0.5 {
+			t.Errorf("window %v: state %v running %v kv %v", ts, r[schema.FieldState], r[schema.FieldRunning], r[schema.FieldKVCacheUsage])
 		}
-		if e := influxtest.Num(t, r["energy_j"]); math.Abs(e-600) > 6 {
+		if e := influxtest.Num(t, r[schema.FieldEnergyJ]); math.Abs(e-600) > 6 {
 			t.Errorf("window %v: energy_j %v, want 600 (2 GPUs x 300 W x 1 s)", ts, e)
 		}
-		if tpj := influxtest.Num(t, r["tokens_per_joule"]); math.Abs(tpj-rate/600) > 0.01 {
+		if tpj := influxtest.Num(t, r[schema.FieldTokensPerJoule]); math.Abs(tpj-rate/600) > 0.01 {
 			t.Errorf("window %v: tokens_per_joule %v", ts, tpj)
 		}
-		if influxtest.Num(t, r["gpu_util"]) != 80 || influxtest.Num(t, r["power_w"]) != 600 || influxtest.Num(t, r["tps_per_gpu"]) < rate/2*0.99 {
+		if influxtest.Num(t, r[schema.FieldGPUUtil]) != 80 || influxtest.Num(t, r[schema.FieldPowerW]) != 600 || influxtest.Num(t, r[schema.FieldTPSPerGPU]) < rate/2*0.99 {
 			t.Errorf("window %v: gpu fields %v", ts, r)
 		}
 	}
@@ -137,7 +138,7 @@ func TestRunAgainstRealInfluxDB(t *testing.T) {
 	want := []string{"util", "util_max", "mem_util", "mem_used_bytes", "mem_total_bytes", "power_w", "energy_j",
 		"temp_c", "sm_clock_mhz", "throttle", "samples", "coverage", "host", "uuid", "name", "server"}
 	for _, r := range gpuRows {
-		if influxtest.Num(t, r["coverage"]) < 0.999 {
+		if influxtest.Num(t, r[schema.FieldCoverage]) < 0.999 {
 			continue
 		}
 		for _, k := range want {
@@ -145,7 +146,7 @@ func TestRunAgainstRealInfluxDB(t *testing.T) {
 				t.Errorf("tpsmon_gpu at %v lacks %s", r["time"], k)
 			}
 		}
-		if r["server"] != "llm" || r["uuid"] != "GPU-test-1" || influxtest.Num(t, r["throttle"]) != 4 {
+		if r[schema.TagServer] != "llm" || r[schema.TagUUID] != "GPU-test-1" || influxtest.Num(t, r[schema.FieldThrottle]) != 4 {
 			t.Errorf("gpu row %v", r)
 		}
 	}

@@ -67,26 +67,26 @@ func TestViewHistoryAndOpenWindow(t *testing.T) {
 			t.Errorf("closed points not oldest first: %v after %v", w.Closed[i].Time, w.Closed[i-1].Time)
 		}
 	}
-	if v, _ := w.Closed[3].Float("system_tps"); w.Closed[3].Measurement != schema.Server || v != 300 {
+	if v, _ := w.Closed[3].Float(schema.FieldSystemTPS); w.Closed[3].Measurement != schema.Server || v != 300 {
 		t.Errorf("newest server window: %+v", w.Closed[3])
 	}
 	if len(w.Open) != 2 {
 		t.Fatalf("open: %+v", w.Open)
 	}
 	srv, gpu := w.Open[0], w.Open[1]
-	if !srv.Time.Equal(t0.Add(30*time.Second)) || srv.Tags["server"] != "a" || srv.Tags["engine"] != "vllm" {
+	if !srv.Time.Equal(t0.Add(30*time.Second)) || srv.Tags[schema.TagServer] != "a" || srv.Tags[schema.TagEngine] != "vllm" {
 		t.Errorf("open server point: %+v", srv)
 	}
 	// 500 tokens over the 5 s since the last scrape before the window.
-	for k, want := range map[string]float64{"system_tps": 100, "tokens": 500, "prompt_tps": 10, "per_user_tps": 25, "running": 8} {
+	for k, want := range map[string]float64{schema.FieldSystemTPS: 100, schema.FieldTokens: 500, schema.FieldPromptTPS: 10, schema.FieldPerUserTPS: 25, schema.FieldRunning: 8} {
 		if got, ok := srv.Float(k); !ok || got != want {
 			t.Errorf("open %s = %v (%v), want %v", k, got, ok, want)
 		}
 	}
-	if got, _ := gpu.Float("util"); gpu.Tags["gpu"] != "0" || got != 77 {
+	if got, _ := gpu.Float(schema.FieldUtil); gpu.Tags[schema.TagGPU] != "0" || got != 77 {
 		t.Errorf("open GPU point: %+v", gpu)
 	}
-	if _, ok := gpu.Fields["power_w"]; ok {
+	if _, ok := gpu.Fields[schema.FieldPowerW]; ok {
 		t.Error("a reading the GPU does not have must be absent, not zero")
 	}
 
@@ -117,7 +117,7 @@ func TestViewCounterReset(t *testing.T) {
 	if !p.Time.Equal(t0) {
 		t.Errorf("before any window closed, the open window is the first reading's: %v, want %v", p.Time, t0)
 	}
-	if _, ok := p.Fields["system_tps"]; ok {
+	if _, ok := p.Fields[schema.FieldSystemTPS]; ok {
 		t.Errorf("a counter that went down (server restart) gives no rate, got %v", p.Fields)
 	}
 }
@@ -129,7 +129,7 @@ func TestViewForgetsGoneSeries(t *testing.T) {
 		v.WriteWindows([]window.Closed{closedServer("kept", t0.Add(time.Duration(i)*time.Second), 1)})
 	}
 	for _, p := range v.Snapshot(1).Closed {
-		if p.Tags["server"] == "gone" {
+		if p.Tags[schema.TagServer] == "gone" {
 			t.Error("a series silent for the whole history should be forgotten")
 		}
 	}

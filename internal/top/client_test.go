@@ -53,7 +53,7 @@ func TestClientAgainstLiveView(t *testing.T) {
 			t.Fatalf("%s: %+v", addr, w)
 		}
 		// JSON numbers come back as float64, int fields included.
-		if tok, ok := w.Closed[3].Float("tokens"); !ok || tok != 2000 {
+		if tok, ok := w.Closed[3].Float(schema.FieldTokens); !ok || tok != 2000 {
 			t.Errorf("tokens of the newest window: %v %v", tok, ok)
 		}
 	}

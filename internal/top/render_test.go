@@ -85,8 +85,8 @@ func TestRenderGolden(t *testing.T) {
 func TestFilterWithNothingToShow(t *testing.T) {
 	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 	w := api.Windows{Host: "n", Now: at.Add(12 * time.Second), WindowSeconds: 10, Closed: []api.Point{
-		{Measurement: schema.Server, Time: at, Tags: map[string]string{"server": "a"}, Fields: map[string]any{"state": "ok", "system_tps": 10.0}},
-		{Measurement: schema.GPU, Time: at, Tags: map[string]string{"gpu": "0", "server": "a"}, Fields: map[string]any{"util": 90.0, "throttle": 0.0}},
+		{Measurement: schema.Server, Time: at, Tags: map[string]string{schema.TagServer: "a"}, Fields: map[string]any{schema.FieldState: schema.StateOK, schema.FieldSystemTPS: 10.0}},
+		{Measurement: schema.GPU, Time: at, Tags: map[string]string{schema.TagGPU: "0", schema.TagServer: "a"}, Fields: map[string]any{schema.FieldUtil: 90.0, schema.FieldThrottle: 0.0}},
 	}}
 	got := Render(w, Options{Width: 100, Filter: true, Styles: plainStyles()})
 	for _, want := range []string{"(none of 1 servers needs a look: f shows all)", "(none of 1 GPUs needs a look: f shows all)"} {
