@@ -70,6 +70,9 @@ type Joiner struct {
 	late       uint64
 	lateTokens float64
 	skipped    uint64
+	// retired are servers a reload removed: written for the windows that
+	// hold what was observed of them, then forgotten.
+	retired []*serverState
 }
 
 type serverState struct {
@@ -136,16 +139,19 @@ func New(cfg Config, servers []Server) *Joiner {
 
 // SetServers replaces the monitored servers (a reload): servers kept by
 // name keep their series, so their windows go on unbroken; new ones start
-// empty; removed ones are forgotten with their open window.
+// empty; removed ones are still written for the open windows that hold
+// what was observed of them (the last one partial, by its coverage), then
+// forgotten.
 func (j *Joiner) SetServers(servers []Server, maxGap time.Duration) {
 	j.cfg.MaxGap = maxGap
 	old := j.byName
+	prev := append([]*serverState(nil), j.servers...)
 	j.servers = j.servers[:0]
 	j.byName = make(map[string]*serverState, len(servers))
 	for _, s := range servers {
 		st, ok := old[s.Name]
 		if !ok {
-			st = &serverState{}
+			st = j.unretire(s.Name)
 		}
 		model := st.Model
 		st.Server = s
@@ -155,6 +161,40 @@ func (j *Joiner) SetServers(servers []Server, maxGap time.Duration) {
 		j.servers = append(j.servers, st)
 		j.byName[s.Name] = st
 	}
+	for _, st := range prev {
+		if _, kept := j.byName[st.Name]; !kept && !st.lastSeen().Before(j.next) {
+			j.retired = append(j.retired, st)
+		}
+	}
+}
+
+// unretire takes back a removed server that a reload adds again before
+// its last window closed; a fresh state when there is none.
+func (j *Joiner) unretire(name string) *serverState {
+	for i, st := range j.retired {
+		if st.Name == name {
+			j.retired = append(j.retired[:i], j.retired[i+1:]...)
+			return st
+		}
+	}
+	return &serverState{}
+}
+
+// lastSeen is when the server was last heard of: a scrape, the start of
+// a window its log's intervals reached, a readable log.
+func (st *serverState) lastSeen() time.Time {
+	var last time.Time
+	for _, tl := range []timeline{st.seen, st.watched} {
+		if n := len(tl.ts); n > 0 && tl.ts[n-1].After(last) {
+			last = tl.ts[n-1]
+		}
+	}
+	for w := range st.acc {
+		if w.After(last) {
+			last = w
+		}
+	}
+	return last
 }
 
 // Rename gives a server a new name, its source unchanged (a reload that
@@ -434,6 +474,17 @@ func (j *Joiner) closeWindow(out []Closed, s time.Time) []Closed {
 	for _, st := range j.servers {
 		c.Servers = append(c.Servers, j.serverWindow(st, s, e, sums))
 	}
+	kept := j.retired[:0]
+	for _, st := range j.retired {
+		last := st.lastSeen()
+		if !last.Before(s) {
+			c.Servers = append(c.Servers, j.serverWindow(st, s, e, sums))
+		}
+		if !last.Before(e) {
+			kept = append(kept, st)
+		}
+	}
+	j.retired = kept
 	if len(c.GPUs) == 0 && len(c.Servers) == 0 {
 		return out
 	}

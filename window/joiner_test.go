@@ -465,3 +465,38 @@ func TestJoinerTokensPerJouleOnOneTimeBase(t *testing.T) {
 		t.Errorf("tokens_per_joule %v, want 2 (%+v)", tpj, w)
 	}
 }
+
+// A server a reload removes is written for the windows that hold what was
+// observed of it, the last one partial, then no more.
+func TestJoinerSetServersWritesRemovedServersLastWindows(t *testing.T) {
+	j := newJoiner(0)
+	both := []Server{{Name: "llm", Engine: "vllm"}, {Name: "gone", Engine: "vllm"}}
+	j.SetServers(both, 2500*time.Millisecond)
+	for _, s := range steady(0, 15, 1, 10, 0) {
+		j.AddServer("llm", sample(s))
+		j.AddServer("gone", sample(s))
+	}
+	j.SetServers(both[:1], 2500*time.Millisecond) // at 14.5: the window [0, 10) not yet written
+	for _, s := range steady(15, 31, 1, 10, 150) {
+		j.AddServer("llm", sample(s))
+	}
+	var gone []ServerWindow
+	for _, w := range servers(append(j.Flush(at(25)), j.Flush(at(35))...)) {
+		if w.Server == "gone" {
+			gone = append(gone, w)
+		}
+	}
+	if len(gone) != 2 {
+		t.Fatalf("%d windows of the removed server, want 2: %+v", len(gone), gone)
+	}
+	if gone[0].Tokens != Some[int64](100) || gone[0].Coverage != 1 {
+		t.Errorf("its whole window: %+v", gone[0])
+	}
+	if gone[1].Tokens != Some[int64](40) || gone[1].Coverage >= 1 || gone[1].Coverage < 0.3 {
+		t.Errorf("its last window, observed until the reload: tokens %v coverage %v", gone[1].Tokens, gone[1].Coverage)
+	}
+	j.SetServers(both, 2500*time.Millisecond) // back, with a new series
+	if n := len(j.retired); n != 0 {
+		t.Errorf("%d removed servers still kept after their last window", n)
+	}
+}
