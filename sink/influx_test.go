@@ -11,10 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/influxdata/influxdb-client-go/v2/api/write"
-
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
+	"github.com/tpsmon/tpsmon/window"
 )
 
 func TestInfluxWriteReadBack(t *testing.T) {
@@ -29,10 +28,10 @@ func TestInfluxWriteReadBack(t *testing.T) {
 	ts := time.Unix(1_700_000_000, 0)
 	var lines []byte
 	for i := range 3 {
-		p := write.NewPoint(schema.Server, map[string]string{schema.TagHost: "h", schema.TagServer: "s"},
-			map[string]any{schema.FieldTokens: int64(100 * i), schema.FieldSystemTPS: 10.5 * float64(i), schema.FieldState: schema.StateOK},
-			ts.Add(time.Duration(i)*10*time.Second))
-		if lines, err = enc.AppendWrite(lines, p); err != nil {
+		w := window.ServerWindow{Start: ts.Add(time.Duration(i) * 10 * time.Second), Length: 10 * time.Second,
+			Host: "h", Server: "s", Tokens: window.Some(int64(100 * i)), SystemTPS: window.Some(10.5 * float64(i)),
+			State: schema.StateOK, Source: schema.SourceMetrics}
+		if lines, err = enc.Append(lines, ServerPoint(w)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -50,13 +49,13 @@ func TestInfluxWriteReadBack(t *testing.T) {
 
 func TestEncoderRejectsNaN(t *testing.T) {
 	enc := NewEncoder()
-	good := write.NewPoint("m", map[string]string{"a": "b"}, map[string]any{"v": 1.0}, time.Unix(1, 0))
-	bad := write.NewPoint("m", map[string]string{"a": "b"}, map[string]any{"ok": 1.0, "v": nanValue()}, time.Unix(2, 0))
-	out, err := enc.AppendWrite(nil, good)
+	good := Point{Measurement: "m", Tags: []Tag{{"a", "b"}}, Fields: []Field{{"v", 1.0}}, Time: time.Unix(1, 0)}
+	bad := Point{Measurement: "m", Tags: []Tag{{"a", "b"}}, Fields: []Field{{"ok", 1.0}, {"v", nanValue()}}, Time: time.Unix(2, 0)}
+	out, err := enc.Append(nil, good)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out2, err := enc.AppendWrite(out, bad)
+	out2, err := enc.Append(out, bad)
 	if err == nil {
 		t.Fatal("NaN field encoded")
 	}

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/influxdata/influxdb-client-go/v2/api/write"
-
+	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
+	"github.com/tpsmon/tpsmon/window"
 )
 
 // hostile are label values and messages tpsmon can be handed: by a
@@ -37,10 +37,10 @@ var hostile = []struct {
 	{"unicode", "Llama-3.1-8B-Instruct ünï 模型", true},
 }
 
-// TestHostileValuesRoundTrip writes every hostile value as a tag and as a
-// string field to the real InfluxDB 1.8 and reads it back: InfluxDB takes
-// every line, and stores exactly what TagValue and StringValue say (the
-// value itself wherever line protocol can carry it).
+// TestHostileValuesRoundTrip writes every hostile value as a GPU window's
+// tags (name, server) and its error to the real InfluxDB 1.8 and reads it
+// back: InfluxDB takes every line, and stores exactly what TagValue and
+// StringValue say (the value itself wherever line protocol can carry it).
 func TestHostileValuesRoundTrip(t *testing.T) {
 	base := influxtest.URL(t)
 	db := influxtest.CreateDB(t, base, "hostile")
@@ -53,16 +53,17 @@ func TestHostileValuesRoundTrip(t *testing.T) {
 	ts := time.Unix(1_700_000_000, 0)
 	var lines []byte
 	for i, h := range hostile {
-		p := write.NewPoint("tpsmon_server", map[string]string{"host": "h", "model": h.value, "server": h.value},
-			map[string]any{"idx": int64(i), "error": h.value}, ts.Add(time.Duration(i)*time.Second))
-		if lines, err = enc.AppendWrite(lines, p); err != nil {
+		at := ts.Add(time.Duration(i) * time.Second)
+		w := window.GPUWindow{Start: at, Length: time.Second, Host: "h", Label: "0", UUID: "GPU-0", Name: h.value,
+			Server: h.value, Samples: int64(i), Error: window.Some(h.value)}
+		if lines, err = enc.Append(lines, GPUPoint(w)); err != nil {
 			t.Fatalf("%s: %v", h.name, err)
 		}
 	}
 	if err := in.Write(context.Background(), lines); err != nil {
 		t.Fatalf("InfluxDB refused the lines: %v\n%s", err, lines)
 	}
-	series := influxtest.Query(t, base, db, `SELECT idx, "error", model, server FROM tpsmon_server`)
+	series := influxtest.Query(t, base, db, `SELECT samples, "error", "name", server FROM tpsmon_gpu`)
 	if len(series) != 1 {
 		t.Fatalf("%d series", len(series))
 	}
@@ -71,19 +72,19 @@ func TestHostileValuesRoundTrip(t *testing.T) {
 		t.Fatalf("read back %d points, wrote %d", len(rows), len(hostile))
 	}
 	for _, r := range rows {
-		i := int(mustInt(t, r["idx"]))
+		i := int(mustInt(t, r[schema.FieldSamples]))
 		h := hostile[i]
 		str := func(k string) string {
 			s, _ := r[k].(string) // a missing tag reads as null
 			return s
 		}
-		if got, want := str("model"), TagValue(h.value); got != want {
+		if got, want := str(schema.TagName), TagValue(h.value); got != want {
 			t.Errorf("%s: tag read back %q, want %q", h.name, got, want)
 		}
-		if got, want := str("server"), TagValue(h.value); got != want {
+		if got, want := str(schema.TagServer), TagValue(h.value); got != want {
 			t.Errorf("%s: server tag read back %q, want %q", h.name, got, want)
 		}
-		if got, want := str("error"), StringValue(h.value); got != want {
+		if got, want := str(schema.FieldError), StringValue(h.value); got != want {
 			t.Errorf("%s: field read back %q, want %q", h.name, got, want)
 		}
 		if h.exact && (TagValue(h.value) != h.value || StringValue(h.value) != h.value) {
