@@ -23,7 +23,6 @@ import (
 // and rollups of the same six hours, and checks what comes back against
 // what was written.
 func TestDashboardQueriesReturnWhatWasWritten(t *testing.T) {
-	t.Parallel()
 	base := influxtest.URL(t)
 	db := influxtest.CreateDB(t, base, "dash")
 	for _, rp := range []string{"tpsmon_1h", "tpsmon_1d"} {

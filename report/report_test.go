@@ -188,7 +188,6 @@ func parseDashboard(t *testing.T, b []byte) dashboardJSON {
 }
 
 func TestDashboardQueriesOnAWeek(t *testing.T) {
-	t.Parallel()
 	base := influxtest.URL(t)
 	db := influxtest.CreateDB(t, base, "week")
 	writeWeek(t, base, db)
@@ -265,7 +264,6 @@ func abs(v float64) float64 {
 }
 
 func TestReportOnAWeek(t *testing.T) {
-	t.Parallel()
 	base := influxtest.URL(t)
 	db := influxtest.CreateDB(t, base, "reportweek")
 	writeWeek(t, base, db)

@@ -56,7 +56,6 @@ func writeSim(t *testing.T, base, bucket string, gen func(func(*write.Point) err
 // in headless Chromium: ten minutes of 5-second windows, a day of
 // 1-minute windows, 30 days of hourly and 90 days of daily rollups.
 func TestReportRanges(t *testing.T) {
-	t.Parallel()
 	base := influxtest.URL(t)
 	fleet := fleetsim.Fleet{Hosts: 12, GPUs: 4, Unused: 2, Model: "NVIDIA H100 80GB HBM3"}
 	end := time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
@@ -90,7 +89,6 @@ func TestReportRanges(t *testing.T) {
 		{"90d", db, 90 * 24 * time.Hour, Daily, 24 * time.Hour, 90},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel() // each waits on its own Chromium
 			c := NewClient(base, tc.db, "", 60*time.Second)
 			ctx := context.Background()
 			f, err := Plan(ctx, c, Filter{From: end.Add(-tc.span), To: end})
