@@ -62,7 +62,8 @@ systemd-nspawn -q -D "$root" -M tpsmon-systemd -b --register=no --keep-unit --co
 	>"$work/console.log" 2>&1 &
 nspawn=$!
 for _ in $(seq 1 60); do
-	init=$(ps -o pid= --ppid "$nspawn" | sed -n 1p | tr -d ' ')
+	# ps exits 1 while nspawn has no child yet: not an error under pipefail.
+	init=$(ps -o pid= --ppid "$nspawn" | sed -n 1p | tr -d ' ' || true)
 	[ -n "$init" ] && c systemctl is-system-running --wait 2>/dev/null | grep -Eq 'running|degraded' && break
 	init=""
 	sleep 1
