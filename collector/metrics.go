@@ -488,14 +488,8 @@ func splitValue(line []byte) (key, rest []byte) {
 // decimal numbers; anything else (NaN, Inf, hex, a stray character) is
 // left to expfmt.
 func plainValue(rest []byte) (float64, bool) {
-	// expfmt wants a timestamp after a blank that follows the value.
-	if len(rest) < 2 || (rest[0] != ' ' && rest[0] != '\t') || rest[len(rest)-1] == ' ' || rest[len(rest)-1] == '\t' {
+	if !plainText(rest) {
 		return 0, false
-	}
-	for _, b := range rest {
-		if !(b >= '0' && b <= '9' || b == '.' || b == '-' || b == '+' || b == 'e' || b == 'E' || b == ' ' || b == '\t') {
-			return 0, false
-		}
 	}
 	f := bytes.Fields(rest)
 	if len(f) == 0 || len(f) > 2 {
@@ -508,6 +502,16 @@ func plainValue(rest []byte) (float64, bool) {
 	}
 	v, err := strconv.ParseFloat(string(f[0]), 64)
 	return v, err == nil
+}
+
+// plainText tells whether rest starts with a blank, does not end with one
+// (expfmt then wants a timestamp) and holds only decimal numbers' bytes.
+func plainText(rest []byte) bool {
+	blank := func(b byte) bool { return b == ' ' || b == '\t' }
+	if len(rest) < 2 || !blank(rest[0]) || blank(rest[len(rest)-1]) {
+		return false
+	}
+	return len(bytes.TrimLeft(rest, "0123456789.+-eE \t")) == 0
 }
 
 // Read takes the dialect's series from a parsed page.
