@@ -1,71 +1,98 @@
 package wake
 
 import (
+	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
 func TestNext(t *testing.T) {
-	anchor := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	at := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
 	for _, tc := range []struct {
-		name string
-		now  time.Duration // after anchor
-		d    time.Duration
-		want time.Duration // after anchor
+		name, now string
+		d         time.Duration
+		want      string
 	}{
-		{"at the anchor: the next one, not now", 0, time.Second, time.Second},
-		{"just after", time.Nanosecond, time.Second, time.Second},
-		{"just before an instant", 3*time.Second - 1, time.Second, 3 * time.Second},
-		{"on an instant", 3 * time.Second, time.Second, 4 * time.Second},
-		{"5 s interval", 7 * time.Second, 5 * time.Second, 10 * time.Second},
-		{"sub-second interval", 1234 * time.Millisecond, 250 * time.Millisecond, 1250 * time.Millisecond},
-		{"interval not dividing a second", 1100 * time.Millisecond, 700 * time.Millisecond, 1400 * time.Millisecond},
-		{"before the anchor", -1500 * time.Millisecond, time.Second, -time.Second},
-		{"before the anchor, on an instant", -2 * time.Second, time.Second, -time.Second},
+		{"on an instant: the next one, not now", "2026-11-30T12:00:00Z", time.Second, "2026-11-30T12:00:01Z"},
+		{"just after", "2026-11-30T12:00:00.000000001Z", time.Second, "2026-11-30T12:00:01Z"},
+		{"just before", "2026-11-30T12:00:02.999999999Z", time.Second, "2026-11-30T12:00:03Z"},
+		{"5 s on multiples of 5 s", "2026-11-30T12:00:07Z", 5 * time.Second, "2026-11-30T12:00:10Z"},
+		{"250 ms", "2026-11-30T12:00:01.234Z", 250 * time.Millisecond, "2026-11-30T12:00:01.25Z"},
+		{"700 ms, from the epoch", "1970-01-01T00:00:01.1Z", 700 * time.Millisecond, "1970-01-01T00:00:01.4Z"},
+		{"a zone does not move it", "2026-11-30T13:00:00.5+01:00", time.Second, "2026-11-30T12:00:01Z"},
+		{"before the epoch", "1969-12-31T23:59:58.5Z", time.Second, "1969-12-31T23:59:59Z"},
+		{"before the epoch, on an instant", "1969-12-31T23:59:58Z", time.Second, "1969-12-31T23:59:59Z"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := next(anchor, anchor.Add(tc.now), tc.d).Sub(anchor)
-			if got != tc.want {
-				t.Errorf("next(anchor+%v, %v) = anchor+%v, want anchor+%v", tc.now, tc.d, got, tc.want)
+			if got := next(at(tc.now), tc.d); !got.Equal(at(tc.want)) {
+				t.Errorf("next(%s, %v) = %v, want %s", tc.now, tc.d, got.UTC(), tc.want)
 			}
 		})
 	}
 }
 
-// TestAnchorIsAWholeSecond: loops of 1 s and its divisors tick on whole
-// seconds of wall time, where windows begin.
-func TestAnchorIsAWholeSecond(t *testing.T) {
-	if ns := shared().UnixNano() % int64(time.Second); ns != 0 {
-		t.Errorf("anchor %v is %d ns past a whole second", shared(), ns)
-	}
-	if shared().After(time.Now()) {
-		t.Errorf("anchor %v is in the future", shared())
-	}
+// TestTickersStartedApartTickTogether: tickers made at different moments
+// tick at the same instants, whole multiples of their intervals (in a
+// bubble, where time moves only when every goroutine waits).
+func TestTickersStartedApartTickTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// run collects a ticker's ticks until 5 s after the bubble began.
+		end := time.Now().Add(5 * time.Second)
+		run := func(d time.Duration, out *[]time.Time) {
+			tk := NewTicker(d)
+			defer tk.Stop()
+			for {
+				tick := <-tk.C
+				tk.Next()
+				if tick.After(end) {
+					return
+				}
+				*out = append(*out, tick)
+			}
+		}
+		var a, b, c []time.Time
+		go run(time.Second, &a)
+		time.Sleep(1300 * time.Millisecond)
+		go run(time.Second, &b)
+		time.Sleep(400 * time.Millisecond)
+		go run(500*time.Millisecond, &c)
+		synctest.Wait()
+		time.Sleep(6 * time.Second)
+		synctest.Wait()
+		secs := func(ts []time.Time) (out []float64) {
+			for _, t := range ts {
+				out = append(out, float64(t.Sub(end.Add(-5*time.Second)))/float64(time.Second))
+			}
+			return out
+		}
+		want := map[string][]float64{"a": {1, 2, 3, 4, 5}, "b": {2, 3, 4, 5}, "c": {2, 2.5, 3, 3.5, 4, 4.5, 5}}
+		for name, got := range map[string][]float64{"a": secs(a), "b": secs(b), "c": secs(c)} {
+			if fmt.Sprint(got) != fmt.Sprint(want[name]) {
+				t.Errorf("ticker %s ticked at %v s, want %v s", name, got, want[name])
+			}
+		}
+	})
 }
 
-// TestTickersStartedApartTickTogether: a ticker made later delivers its
-// ticks at instants of one made earlier.
-func TestTickersStartedApartTickTogether(t *testing.T) {
-	const d = 200 * time.Millisecond
-	// due is the instant a tick was delivered for (delivery may be late,
-	// by less than d on any machine this runs on).
-	due := func(tick time.Time) time.Time { return next(shared(), tick, d).Add(-d) }
-	a := NewTicker(d)
-	defer a.Stop()
-	time.Sleep(67 * time.Millisecond)
-	b := NewTicker(d)
-	defer b.Stop()
-	want := due(<-b.C)
-	b.Next()
-	for range 4 {
-		got := due(<-a.C)
-		a.Next()
-		if !got.Before(want) {
-			if !got.Equal(want) {
-				t.Fatalf("the later ticker ticked for %v, which the earlier one skipped (it ticked for %v)", want, got)
-			}
-			return
+// TestNextSkipsMissedInstants: a receiver busy past several instants gets
+// one tick, at the next instant, not a backlog.
+func TestNextSkipsMissedInstants(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tk := NewTicker(time.Second)
+		defer tk.Stop()
+		first := <-tk.C
+		time.Sleep(3500 * time.Millisecond) // busy
+		tk.Next()
+		second := <-tk.C
+		if want := first.Add(4 * time.Second); !second.Equal(want) {
+			t.Errorf("after a busy 3.5 s the tick came at %v, want %v", second, want)
 		}
-	}
-	t.Fatalf("the earlier ticker never reached %v", want)
+	})
 }
