@@ -199,17 +199,28 @@ func start(name string, args ...string) (*proc, error) {
 	return &proc{cmd: cmd, start: time.Now(), log: &buf}, nil
 }
 
-// cpu reads the process's CPU time so far from /proc.
-func (p *proc) cpu() time.Duration {
+// cpu reads from /proc the CPU time so far of the process and of the
+// children it ran and waited for (Telegraf's nvidia_smi input runs its
+// binary every interval): the same account as the rusage of the whole run.
+func (p *proc) cpu() time.Duration { return p.ticks(11, 12, 13, 14) } // utime stime cutime cstime
+
+// cpuSelf is the process's own CPU time, without its children's.
+func (p *proc) cpuSelf() time.Duration { return p.ticks(11, 12) }
+
+// ticks sums fields of /proc/PID/stat (counted after the command name).
+func (p *proc) ticks(fields ...int) time.Duration {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
 	if err != nil {
 		return 0
 	}
 	i := bytes.LastIndexByte(b, ')')
 	f := strings.Fields(string(b[i+1:]))
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+	var n int64
+	for _, k := range fields {
+		v, _ := strconv.ParseInt(f[k], 10, 64)
+		n += v
+	}
+	return time.Duration(n) * time.Second / 100 // USER_HZ
 }
 
 // rss reads the resident set size now.
