@@ -295,22 +295,10 @@ func TestPartialLinesWaitAndHugeLinesAreBounded(t *testing.T) {
 // A line is read when the file changes, not at the next poll: its time is
 // when it was written, however long the poll.
 func TestLinesReadOnNotification(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "x.log")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	path, f := createLog(t)
 	lines := make(chan Line, 10)
-	tl := &Tailer{Path: path, Poll: time.Hour, FromStart: true}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		tl.Run(ctx, func(l Line) { lines <- l })
-		close(done)
-	}()
-	defer func() { cancel(); <-done }()
+	stop := follow(&Tailer{Path: path, Poll: time.Hour, FromStart: true}, func(l Line) { lines <- l })
+	defer stop()
 	time.Sleep(100 * time.Millisecond) // the tailer opens the file and watches
 	for i := range 3 {
 		written := time.Now()
@@ -326,28 +314,40 @@ func TestLinesReadOnNotification(t *testing.T) {
 	}
 }
 
-// TestAliveWhileNotified: a tick that follows notified reads skips the
-// read but still says the file is readable; lines written all the while
-// are all read once.
-func TestAliveWhileNotified(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "x.log")
+// createLog creates an empty log file, closed when the test ends.
+func createLog(t *testing.T) (string, *os.File) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "x.log")
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
+	return path, f
+}
+
+// follow runs tl until the returned stop, which waits for Run to end.
+func follow(tl *Tailer, emit func(Line)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		tl.Run(ctx, emit)
+		close(done)
+	}()
+	return func() { cancel(); <-done }
+}
+
+// TestAliveWhileNotified: a tick that follows notified reads skips the
+// read but still says the file is readable; lines written all the while
+// are all read once.
+func TestAliveWhileNotified(t *testing.T) {
+	path, f := createLog(t)
 	c := newCollector()
 	var mu sync.Mutex
 	alive := 0
 	tl := &Tailer{Path: path, Poll: 100 * time.Millisecond, FromStart: true,
 		Alive: func(time.Time) { mu.Lock(); alive++; mu.Unlock() }}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		tl.Run(ctx, c.emit)
-		close(done)
-	}()
+	stop := follow(tl, c.emit)
 	const total = 40
 	for i := range total {
 		fmt.Fprintf(f, "line %d\n", i)
@@ -361,8 +361,7 @@ func TestAliveWhileNotified(t *testing.T) {
 			break
 		}
 	}
-	cancel()
-	<-done
+	stop()
 	c.check(t, total)
 	mu.Lock()
 	defer mu.Unlock()
