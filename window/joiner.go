@@ -424,6 +424,9 @@ func (j *Joiner) Flush(now time.Time) []Closed {
 		skip := behind.Truncate(w) - (maxCatchUp-1)*w
 		j.skipped += uint64(skip / w)
 		j.next = j.next.Add(skip)
+		for _, st := range j.servers {
+			st.dropAccBefore(j.next)
+		}
 	}
 	var out []Closed
 	for !now.Before(j.next.Add(w + j.cfg.Grace)) {
@@ -822,19 +825,26 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 }
 
 // takeAcc removes and returns the intervals summed for the window at s
-// (empty when none), dropping those of any window skipped after a clock
-// jump.
+// (empty when none). Windows close in order and intervals reach only open
+// ones, so no window before s is left (Flush drops those it skips): no
+// pass over the map, which holds every window of a replay.
 func (st *serverState) takeAcc(s time.Time) *windowAcc {
 	acc := st.acc[s]
 	if acc == nil {
-		acc = &windowAcc{}
+		return &windowAcc{}
 	}
+	delete(st.acc, s)
+	return acc
+}
+
+// dropAccBefore drops the intervals of the windows before s, skipped
+// after a clock jump.
+func (st *serverState) dropAccBefore(s time.Time) {
 	for w := range st.acc {
-		if !w.After(s) {
+		if w.Before(s) {
 			delete(st.acc, w)
 		}
 	}
-	return acc
 }
 
 // fromMetrics measures a scraped window: counters' deltas, completion-time

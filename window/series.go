@@ -2,6 +2,7 @@ package window
 
 import (
 	"math"
+	"sort"
 	"time"
 )
 
@@ -211,12 +212,15 @@ func (tl *timeline) add(t time.Time) {
 }
 
 // covered returns how much of [s, e) lies between two consecutive
-// deliveries at most maxGap apart.
+// deliveries at most maxGap apart. The deliveries are in time order: only
+// those around [s, e) are looked at, so a replay that adds a recording's
+// every delivery before closing its windows costs no pass over all of
+// them per window.
 func (tl *timeline) covered(s, e time.Time, maxGap time.Duration) time.Duration {
 	var total time.Duration
-	for i := 1; i < len(tl.ts); i++ {
+	for i := max(1, tl.after(s)); i < len(tl.ts) && tl.ts[i-1].Before(e); i++ {
 		a, b := tl.ts[i-1], tl.ts[i]
-		if b.Sub(a) > maxGap || !b.After(s) || !a.Before(e) {
+		if b.Sub(a) > maxGap {
 			continue
 		}
 		lo, hi := a, b
@@ -231,23 +235,23 @@ func (tl *timeline) covered(s, e time.Time, maxGap time.Duration) time.Duration 
 	return total
 }
 
-// count returns the number of deliveries in [s, e).
-func (tl *timeline) count(s, e time.Time) int {
-	n := 0
-	for _, t := range tl.ts {
-		if !t.Before(s) && t.Before(e) {
-			n++
-		}
-	}
-	return n
+// after returns the index of the first delivery after t.
+func (tl *timeline) after(t time.Time) int {
+	return sort.Search(len(tl.ts), func(i int) bool { return tl.ts[i].After(t) })
 }
 
+// count returns the number of deliveries in [s, e).
+func (tl *timeline) count(s, e time.Time) int {
+	from := sort.Search(len(tl.ts), func(i int) bool { return !tl.ts[i].Before(s) })
+	to := sort.Search(len(tl.ts), func(i int) bool { return !tl.ts[i].Before(e) })
+	return max(0, to-from)
+}
+
+// prune forgets the deliveries before the last one at or before e. The
+// slice is cut at its front, not copied: the next appends that outgrow it
+// move what is left.
 func (tl *timeline) prune(e time.Time) {
-	i := 0
-	for i+1 < len(tl.ts) && !tl.ts[i+1].After(e) {
-		i++
-	}
-	if i > 0 {
-		tl.ts = append(tl.ts[:0], tl.ts[i:]...)
+	if i := tl.after(e) - 1; i > 0 {
+		tl.ts = tl.ts[i:]
 	}
 }

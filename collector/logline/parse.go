@@ -48,6 +48,7 @@ type Parser struct {
 	vllmKey   string
 	lastDate  time.Time // the last full date seen, for time-of-day-only stamps
 	stamps    stampCache
+	isoBuf    []byte // a stamp without its fraction
 	maxLine   int
 	needles   []anchorGroup
 	Skipped   uint64 // lines that looked like throughput lines but did not parse
@@ -97,44 +98,67 @@ var needles = map[string][]needle{
 // anchorGroup is the needles that share an anchor byte: one scan finds
 // each place any of them may start.
 type anchorGroup struct {
-	anchor byte
-	texts  []string
-	offs   []int // where the anchor sits in each text
+	anchor  byte
+	texts   []string
+	offs    []int    // where the anchor sits in each text
+	engines []parser // whose needle each text is
 }
+
+// parser is one of the engine parsers, as a bit of a set.
+type parser uint8
+
+// The parsers in the order they are tried.
+const (
+	parseLMDeploy parser = 1 << iota
+	parseVLLM
+	parseSGLang
+	parseLlamaCpp
+	parseTGI
+	parseTRTLLM
+	parseAll = 1<<iota - 1
+)
+
+var parserOf = map[string]parser{"lmdeploy": parseLMDeploy, "vllm": parseVLLM, "sglang": parseSGLang,
+	"llamacpp": parseLlamaCpp, "tgi": parseTGI, "trtllm": parseTRTLLM}
 
 // needleSets are the needles of each engine's parser, and of all ("").
 var needleSets = func() map[string][]anchorGroup {
 	sets := map[string][]anchorGroup{}
-	add := func(engine string, n needle) {
-		set := sets[engine]
+	add := func(set string, engine parser, n needle) {
+		gs := sets[set]
 		i := 0
-		for i < len(set) && set[i].anchor != n.anchor {
+		for i < len(gs) && gs[i].anchor != n.anchor {
 			i++
 		}
-		if i == len(set) {
-			set = append(set, anchorGroup{anchor: n.anchor})
+		if i == len(gs) {
+			gs = append(gs, anchorGroup{anchor: n.anchor})
 		}
-		set[i].texts = append(set[i].texts, n.text)
-		set[i].offs = append(set[i].offs, strings.IndexByte(n.text, n.anchor))
-		sets[engine] = set
+		gs[i].texts = append(gs[i].texts, n.text)
+		gs[i].offs = append(gs[i].offs, strings.IndexByte(n.text, n.anchor))
+		gs[i].engines = append(gs[i].engines, engine)
+		sets[set] = gs
 	}
 	for _, engine := range []string{"lmdeploy", "vllm", "sglang", "llamacpp", "tgi", "trtllm"} {
 		for _, n := range needles[engine] {
-			add(engine, n)
-			add("", n)
+			add(engine, parserOf[engine], n)
+			add("", parserOf[engine], n)
 		}
 	}
 	return sets
 }()
 
-// mayMatch tells whether one of the parsers may read line: a line with
-// none of their needles is passed over after a scan per anchor byte, with
-// no copy and no regexp. A parser without needles (tests) reads every
-// line.
-func (p *Parser) mayMatch(line []byte) bool {
+// mayMatch tells which of the parsers may read line: those whose needle
+// it holds. A line with none is passed over after a scan per anchor byte,
+// with no copy and no regexp. A parser without needles (tests) tries
+// every parser on every line.
+func (p *Parser) mayMatch(line []byte) parser {
 	if p.needles == nil {
-		return true
+		if p.engine != "" {
+			return parserOf[p.engine]
+		}
+		return parseAll
 	}
+	var found parser
 	for _, g := range p.needles {
 		for i := 0; i < len(line); i++ {
 			k := bytes.IndexByte(line[i:], g.anchor)
@@ -144,12 +168,12 @@ func (p *Parser) mayMatch(line []byte) bool {
 			i += k
 			for t, text := range g.texts {
 				if j := i - g.offs[t]; j >= 0 && j+len(text) <= len(line) && string(line[j:j+len(text)]) == text {
-					return true
+					found |= g.engines[t]
 				}
 			}
 		}
 	}
-	return false
+	return found
 }
 
 // anchored is a text found by one of its bytes, picked rare in log text
@@ -213,33 +237,42 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 			return r, ok
 		}
 	}
-	if !p.mayMatch(line) {
+	may := p.mayMatch(line)
+	if may == 0 {
 		return Record{}, false
 	}
-	if r, ok = p.match(line); !ok {
+	if r, ok = p.match(line, may); !ok {
 		return Record{}, false
 	}
 	return p.finish(r, line)
 }
 
-// match runs the parsers of p's engine over a line, the first that reads
-// it wins.
-func (p *Parser) match(line []byte) (r Record, ok bool) {
-	if p.engine == "llamacpp" {
-		return p.llamacpp(line) // read from the bytes: no copy
+// match runs the parsers whose needles the line holds (may: only p's
+// engine's are looked for), in turn; the first that reads it wins. Only llama.cpp's reads the bytes:
+// the others get a copy.
+func (p *Parser) match(line []byte, may parser) (r Record, ok bool) {
+	if may == parseLlamaCpp {
+		return p.llamacpp(line) // a busy llama-server's lines: no loop
 	}
-	s := string(line)
-	try := func(engine string, f func(string) (Record, bool)) bool {
-		if p.engine != "" && p.engine != engine {
-			return false
+	var s string
+	for _, c := range []struct {
+		engine parser
+		read   func(string) (Record, bool)
+	}{{parseLMDeploy, p.lmdeploy}, {parseVLLM, p.vllm}, {parseSGLang, p.sglang}, {parseLlamaCpp, nil}, {parseTGI, p.tgi}, {parseTRTLLM, p.trtllm}} {
+		switch {
+		case may&c.engine == 0:
+			continue
+		case c.read == nil:
+			r, ok = p.llamacpp(line)
+		default:
+			if s == "" {
+				s = string(line)
+			}
+			r, ok = c.read(s)
 		}
-		r, ok = f(s)
-		return ok
-	}
-	switch {
-	case try("lmdeploy", p.lmdeploy), try("vllm", p.vllm), try("sglang", p.sglang),
-		try("llamacpp", func(string) (Record, bool) { return p.llamacpp(line) }), try("tgi", p.tgi), try("trtllm", p.trtllm):
-		return r, true
+		if ok {
+			return r, true
+		}
 	}
 	return Record{}, false
 }

@@ -27,6 +27,10 @@ const FarLimit = 2 * time.Second
 //     than FarLimit apart, the lines count as Far.
 type Placer struct {
 	P *Parser
+	// Emit, when set, is handed each record as it is placed, in the
+	// order Close would return them, and Close returns none: a long log's
+	// records need not be kept.
+	Emit func(Placed)
 
 	out     []Placed
 	pending []Record  // untimed records waiting for evidence
@@ -58,7 +62,7 @@ func (pl *Placer) Line(line []byte) {
 	rec, ok := pl.P.Parse(line)
 	if ok && !rec.Time.IsZero() {
 		pl.resolve(rec.Time)
-		pl.out = append(pl.out, Placed{rec, rec.Time})
+		pl.put(Placed{rec, rec.Time})
 		pl.stamp(rec.Time)
 		return
 	}
@@ -79,7 +83,7 @@ func (pl *Placer) Line(line []byte) {
 				end := pl.requestEnd(sec, dur)
 				pl.ByGIN += len(pl.pending)
 				for _, r := range pl.pending {
-					pl.out = append(pl.out, Placed{r, end})
+					pl.put(Placed{r, end})
 				}
 				pl.pending = pl.pending[:0]
 			}
@@ -92,6 +96,15 @@ func (pl *Placer) Line(line []byte) {
 		}
 		pl.stamp(t)
 	}
+}
+
+// put hands a placed record on, or keeps it for Close.
+func (pl *Placer) put(p Placed) {
+	if pl.Emit != nil {
+		pl.Emit(p)
+		return
+	}
+	pl.out = append(pl.out, p)
 }
 
 func (pl *Placer) stamp(t time.Time) {
@@ -147,14 +160,14 @@ func (pl *Placer) resolve(next time.Time) {
 	}
 	for i, r := range pl.pending {
 		t := prev.Add(gap * time.Duration(i+1) / time.Duration(n+1))
-		pl.out = append(pl.out, Placed{r, t})
+		pl.put(Placed{r, t})
 	}
 	pl.pending = pl.pending[:0]
 }
 
 // Close ends the log: records still waiting have no evidence after them
 // and take the last timestamp before them (Far), or none (Untimed). It
-// returns every placed record in time order of the log.
+// returns every placed record in time order of the log (none with Emit).
 func (pl *Placer) Close() []Placed {
 	for _, r := range pl.pending {
 		if pl.prev.IsZero() {
@@ -162,7 +175,7 @@ func (pl *Placer) Close() []Placed {
 			continue
 		}
 		pl.Far++
-		pl.out = append(pl.out, Placed{r, pl.prev})
+		pl.put(Placed{r, pl.prev})
 	}
 	pl.pending = nil
 	return pl.out

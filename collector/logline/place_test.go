@@ -1,6 +1,7 @@
 package logline
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -127,6 +128,17 @@ func TestPlacer(t *testing.T) {
 			pl.Line([]byte(l))
 		}
 		got := pl.Close()
+		// Handed over as placed, the records come in the same order.
+		p2, _ := NewParser("auto")
+		p2.Timestamps = true
+		var emitted []Placed
+		pl2 := &Placer{P: p2, Emit: func(pr Placed) { emitted = append(emitted, pr) }}
+		for _, l := range c.lines {
+			pl2.Line([]byte(l))
+		}
+		if rest := pl2.Close(); len(rest) != 0 || !reflect.DeepEqual(emitted, got) {
+			t.Errorf("%s: emitted %+v (and %d at Close), Close alone returns %+v", c.name, emitted, len(rest), got)
+		}
 		if len(got) != len(c.want) || pl.Far != c.far || pl.ByGIN != c.gins {
 			t.Errorf("%s: %d placed, %d far, %d by GIN; want %d, %d, %d", c.name, len(got), pl.Far, pl.ByGIN, len(c.want), c.far, c.gins)
 			continue

@@ -87,7 +87,17 @@ func (p *Parser) stampISO(b []byte) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	// Both patterns start with the date: no match starts before it.
-	if m := rfc3339.Find(b[c:]); m != nil {
+	if n, fs, fe := rfc3339At(b[c:]); n > 0 {
+		// The stamp without its fraction is cached: lines within one
+		// second share it however fine their fractions (docker -t's are
+		// nanoseconds). A second holds no zone change, so the fraction
+		// is added after.
+		m := b[c : c+n]
+		p.isoBuf = append(append(p.isoBuf[:0], m[:fs]...), m[fe:]...)
+		if t, ok := p.cached(kindRFC3339, p.isoBuf, p.parseRFC3339); ok {
+			return t.Add(fraction(m[fs:fe])), true
+		}
+	} else if m := rfc3339.Find(b[c:]); m != nil {
 		if t, ok := p.cached(kindRFC3339, m, p.parseRFC3339); ok {
 			return t, true
 		}
@@ -98,6 +108,58 @@ func (p *Parser) stampISO(b []byte) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// rfc3339At matches the rfc3339 regexp at the start of b, by hand: n is
+// the match's length (0: none here, the regexp may still match further
+// on), [fs, fe) its fraction with the point (empty when it has none).
+func rfc3339At(b []byte) (n, fs, fe int) {
+	const shape = "dddd-dd-ddTdd:dd:dd"
+	if len(b) < len(shape) {
+		return 0, 0, 0
+	}
+	for i := range len(shape) {
+		if shape[i] == 'd' && !isDigit(b[i]) || shape[i] != 'd' && b[i] != shape[i] {
+			return 0, 0, 0
+		}
+	}
+	n = len(shape)
+	fs, fe = n, n
+	if n+1 < len(b) && b[n] == '.' && isDigit(b[n+1]) {
+		fe = n + 2
+		for fe < len(b) && isDigit(b[fe]) {
+			fe++
+		}
+		n = fe
+	}
+	switch {
+	case n < len(b) && b[n] == 'Z':
+		n++
+	case n+5 <= len(b) && (b[n] == '+' || b[n] == '-') && isDigit(b[n+1]) && isDigit(b[n+2]):
+		if z := b[n+3:]; z[0] == ':' && len(z) >= 3 && isDigit(z[1]) && isDigit(z[2]) {
+			n += 6
+		} else if isDigit(z[0]) && isDigit(z[1]) {
+			n += 5
+		}
+	}
+	return n, fs, fe
+}
+
+// fraction is the time a fraction of a second (".123") says, its digits
+// past the ninth cut as time.Parse cuts them.
+func fraction(f []byte) time.Duration {
+	if len(f) < 2 {
+		return 0
+	}
+	var ns time.Duration
+	digits := f[1:min(len(f), 10)]
+	for _, c := range digits {
+		ns = ns*10 + time.Duration(c-'0')
+	}
+	for range 9 - len(digits) {
+		ns *= 10
+	}
+	return ns
 }
 
 func (p *Parser) parseRFC3339(s string) (time.Time, bool) {

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -126,13 +127,18 @@ func (rec *recording) addLog(o Options, loc *time.Location, warn io.Writer) erro
 		fmt.Fprintf(warn, "tpsmon: replay: %d requests were cancelled by the server and printed no timing line: their tokens are not in the log (its metrics count them: replay --metrics-dir, or metrics_url live)\n", lr.canceled)
 	}
 	rec.servers[0].Engine, rec.servers[0].Model = lr.id.Engine, lr.id.Model
+	spans, silences, longest := watchedSpans(ivs)
+	n := len(ivs)
+	for _, sp := range spans {
+		n += int(sp.to.Sub(sp.from)/time.Second) + 1
+	}
+	rec.inputs = slices.Grow(rec.inputs, n) // grown once, not copied ever more
 	for i := range ivs {
 		rec.inputs = append(rec.inputs, timed{t: ivs[i].End, log: &ivs[i]})
 	}
 	// The log was watched from its first line to its last: a silent
 	// stretch is an idle server, not a missing one, unless it is longer
 	// than unwatchedAfter (a restarted server, logs of two runs in one file).
-	spans, silences, longest := watchedSpans(ivs)
 	for _, sp := range spans {
 		for t := sp.from; !t.After(sp.to); t = t.Add(time.Second) {
 			rec.inputs = append(rec.inputs, timed{t: t, watch: true})
@@ -228,7 +234,7 @@ func (rec *recording) addGPUs(path string, loc *time.Location) error {
 // nobody's watch are neither written nor held.
 func (rec *recording) join(ctx context.Context, o Options) ([]window.Closed, error) {
 	inputs := rec.inputs
-	sort.SliceStable(inputs, func(a, b int) bool { return inputs[a].t.Before(inputs[b].t) })
+	slices.SortStableFunc(inputs, func(a, b timed) int { return a.t.Compare(b.t) })
 	maxGap := maxGapOf(rec.gaps)
 	var cs []window.Closed
 	for len(inputs) > 0 {
@@ -474,7 +480,24 @@ func readLog(path, engine string, loc *time.Location, year int, startedAt time.T
 		return out, fmt.Errorf("--log: %w", err)
 	}
 	defer f.Close()
-	pl := &logline.Placer{P: p}
+	var st logline.Stream
+	timed := 0
+	// Each record becomes an interval as it is placed: a long log's
+	// records are not kept.
+	pl := &logline.Placer{P: p, Emit: func(pr logline.Placed) {
+		if pr.Kind == logline.Cancelled {
+			return
+		}
+		timed++
+		if iv, ok := st.Interval(pr.Record, pr.Time); ok {
+			if len(out.ivs) == cap(out.ivs) {
+				// Doubled: append's slower growth of a long slice
+				// copies it over and over.
+				out.ivs = slices.Grow(out.ivs, max(len(out.ivs), 1024))
+			}
+			out.ivs = append(out.ivs, iv)
+		}
+	}}
 	r := bufio.NewReaderSize(f, 64<<10)
 	var long []byte
 	for {
@@ -489,18 +512,7 @@ func readLog(path, engine string, loc *time.Location, year int, startedAt time.T
 			return out, fmt.Errorf("--log %s: %w", path, err)
 		}
 	}
-	placed := pl.Close()
-	var st logline.Stream
-	timed := 0
-	for _, pr := range placed {
-		if pr.Kind == logline.Cancelled {
-			continue
-		}
-		timed++
-		if iv, ok := st.Interval(pr.Record, pr.Time); ok {
-			out.ivs = append(out.ivs, iv)
-		}
-	}
+	pl.Close()
 	if timed == 0 {
 		switch {
 		case p.Relative > 0:
@@ -514,7 +526,10 @@ func readLog(path, engine string, loc *time.Location, year int, startedAt time.T
 		// Every line would pile up at the few timestamps there are.
 		return out, fmt.Errorf("--log %s: none of its %d throughput lines has a timestamp within %v; replay needs them (docker logs -t or journalctl -o short-iso add them)", path, timed, logline.FarLimit)
 	}
-	sort.SliceStable(out.ivs, func(a, b int) bool { return out.ivs[a].End.Before(out.ivs[b].End) })
+	byEnd := func(a, b collector.Interval) int { return a.End.Compare(b.End) }
+	if !slices.IsSortedFunc(out.ivs, byEnd) {
+		slices.SortStableFunc(out.ivs, byEnd)
+	}
 	out.id = p.Identity()
 	if engine != "auto" && engine != "" {
 		out.id.Engine = engine
