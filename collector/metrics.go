@@ -385,6 +385,10 @@ func (d *Dialect) parseFiltered(page []byte, cache *seriesCache) (Page, error) {
 	wanted := d.names()
 	out := make(Page, len(wanted))
 	var missed bytes.Buffer
+	// A page prints a family's series together (a histogram's buckets),
+	// so the last name's verdict is asked first.
+	var last []byte
+	lastWanted := false
 	for len(page) > 0 {
 		line := page
 		if i := bytes.IndexByte(page, '\n'); i >= 0 {
@@ -392,15 +396,18 @@ func (d *Dialect) parseFiltered(page []byte, cache *seriesCache) (Page, error) {
 		} else {
 			page = nil
 		}
-		t := bytes.TrimLeft(line, " \t")
+		t := line
+		for len(t) > 0 && (t[0] == ' ' || t[0] == '\t') {
+			t = t[1:]
+		}
 		if len(t) == 0 || t[0] == '#' {
 			continue
 		}
-		end := bytes.IndexAny(t, "{ \t")
-		if end < 0 {
-			end = len(t)
+		name := t[:nameEnd(t)]
+		if !bytes.Equal(name, last) {
+			last, lastWanted = name, wanted[string(name)]
 		}
-		if !wanted[string(t[:end])] {
+		if !lastWanted {
 			continue
 		}
 		if cache != nil {
@@ -416,6 +423,17 @@ func (d *Dialect) parseFiltered(page []byte, cache *seriesCache) (Page, error) {
 		return out, nil
 	}
 	return ParsePage(&missed)
+}
+
+// nameEnd returns where a sample line's metric name ends: at its labels
+// or the first blank.
+func nameEnd(t []byte) int {
+	for i, c := range t {
+		if c == '{' || c == ' ' || c == '\t' {
+			return i
+		}
+	}
+	return len(t)
 }
 
 // seriesCache remembers, per server, the series of each line kept from
