@@ -107,8 +107,48 @@ func (c timeChart) svg() template.HTML {
 	if span <= 0 {
 		span = time.Second
 	}
-	plotW, plotH := chartW-padL-padR, chartH-padT-padB
-	sx := func(t time.Time) float64 { return padL + float64(t.Sub(x0))/float64(span)*plotW }
+	ticks := niceTicks(c.highest(), 4)
+	p := plotArea{x0: x0, span: span, w: chartW - padL - padR, h: chartH - padT - padB, top: ticks[len(ticks)-1]}
+	// Y axis: gridlines, values, unit.
+	for _, v := range ticks {
+		y := p.sy(v)
+		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" class="g"/>`, padL, y, chartW-padR, y)
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" class="l" text-anchor="end">%s</text>`, padL-4, y+3, short(v))
+	}
+	fmt.Fprintf(&b, `<text x="4" y="%.0f" class="u" transform="rotate(-90 10 %.0f)">%s</text>`, padT+p.h/2+30, padT+p.h/2, template.HTMLEscapeString(c.unit))
+	layout := c.xAxis(&b, p, x1)
+	if c.stacked {
+		c.bars(&b, p, layout)
+	} else {
+		c.paths(&b, p)
+	}
+	// Legend when there is more than one series.
+	if len(c.lines) > 1 {
+		x := padL
+		for _, l := range c.lines {
+			fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="8" height="8" fill="%s"/><text x="%.0f" y="%.0f" class="l">%s</text>`,
+				x, chartH-11, l.color, x+10, chartH-4, template.HTMLEscapeString(l.name))
+			x += 14 + 5.5*float64(len(l.name))
+		}
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
+// plotArea maps times and values to the chart's plot coordinates.
+type plotArea struct {
+	x0   time.Time
+	span time.Duration
+	w, h float64 // plot width and height
+	top  float64 // the value at the plot's top
+}
+
+func (p plotArea) sx(t time.Time) float64 { return padL + float64(t.Sub(p.x0))/float64(p.span)*p.w }
+func (p plotArea) sy(v float64) float64   { return padT + p.h - v/p.top*p.h }
+
+// highest is the largest value drawn: a bucket's sum when stacked, else
+// any one series' value.
+func (c timeChart) highest() float64 {
 	hi := 0.0
 	for i := range c.ts {
 		sum := 0.0
@@ -125,77 +165,67 @@ func (c timeChart) svg() template.HTML {
 		}
 		hi = math.Max(hi, sum)
 	}
-	ticks := niceTicks(hi, 4)
-	top := ticks[len(ticks)-1]
-	sy := func(v float64) float64 { return padT + plotH - v/top*plotH }
-	// Y axis: gridlines, values, unit.
-	for _, v := range ticks {
-		y := sy(v)
-		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" class="g"/>`, padL, y, chartW-padR, y)
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" class="l" text-anchor="end">%s</text>`, padL-4, y+3, short(v))
-	}
-	fmt.Fprintf(&b, `<text x="4" y="%.0f" class="u" transform="rotate(-90 10 %.0f)">%s</text>`, padT+plotH/2+30, padT+plotH/2, template.HTMLEscapeString(c.unit))
-	// X axis: ticks on round times, at most 6.
+	return hi
+}
+
+// xAxis draws the time axis up to x1, ticks on round times, at most 6, and
+// returns the time layout its labels use.
+func (c timeChart) xAxis(b *strings.Builder, p plotArea, x1 time.Time) string {
 	tstep := tickSteps[len(tickSteps)-1]
 	for _, s := range tickSteps {
-		if span/s <= 6 {
+		if p.span/s <= 6 {
 			tstep = s
 			break
 		}
 	}
-	layout := timeLayout(span)
-	for t := x0.Truncate(tstep); !t.After(x1); t = t.Add(tstep) {
-		x := sx(t)
-		if t.Before(x0) || x > chartW-padR-22 {
+	layout := timeLayout(p.span)
+	for t := p.x0.Truncate(tstep); !t.After(x1); t = t.Add(tstep) {
+		x := p.sx(t)
+		if t.Before(p.x0) || x > chartW-padR-22 {
 			continue // a label past the edge would be cut
 		}
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" class="a"/>`, x, padT+plotH, x, padT+plotH+4)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" class="l" text-anchor="middle">%s</text>`, x, padT+plotH+15, t.UTC().Format(layout))
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" class="a"/>`, x, padT+p.h, x, padT+p.h+4)
+		fmt.Fprintf(b, `<text x="%.1f" y="%.0f" class="l" text-anchor="middle">%s</text>`, x, padT+p.h+15, t.UTC().Format(layout))
 	}
-	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" class="a"/>`, padL, padT+plotH, chartW-padR, padT+plotH)
-	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" class="l" text-anchor="end">UTC, %s buckets</text>`, chartW-padR, chartH-3, c.step)
-	if c.stacked {
-		bw := math.Max(1, float64(c.step)/float64(span)*plotW-0.5)
+	fmt.Fprintf(b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" class="a"/>`, padL, padT+p.h, chartW-padR, padT+p.h)
+	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" class="l" text-anchor="end">UTC, %s buckets</text>`, chartW-padR, chartH-3, c.step)
+	return layout
+}
+
+// bars draws the series stacked, one bar per bucket.
+func (c timeChart) bars(b *strings.Builder, p plotArea, layout string) {
+	bw := math.Max(1, float64(c.step)/float64(p.span)*p.w-0.5)
+	for i, t := range c.ts {
+		base := 0.0
+		for _, l := range c.lines {
+			v := l.ys[i]
+			if math.IsNaN(v) || v <= 0 {
+				continue
+			}
+			fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s %s: %s %s</title></rect>`,
+				p.sx(t), p.sy(base+v), bw, p.sy(base)-p.sy(base+v), l.color, t.UTC().Format(layout), l.name, short(v), c.unit)
+			base += v
+		}
+	}
+}
+
+// paths draws each series as a line, broken where a bucket has no value.
+func (c timeChart) paths(b *strings.Builder, p plotArea) {
+	for _, l := range c.lines {
+		var path strings.Builder
+		pen := "M"
 		for i, t := range c.ts {
-			base := 0.0
-			for _, l := range c.lines {
-				v := l.ys[i]
-				if math.IsNaN(v) || v <= 0 {
-					continue
-				}
-				fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s %s: %s %s</title></rect>`,
-					sx(t), sy(base+v), bw, sy(base)-sy(base+v), l.color, t.UTC().Format(layout), l.name, short(v), c.unit)
-				base += v
+			v := l.ys[i]
+			if math.IsNaN(v) {
+				pen = "M"
+				continue
 			}
+			// Each bucket is drawn at its middle.
+			fmt.Fprintf(&path, "%s%.1f %.1f ", pen, p.sx(t.Add(c.step/2)), p.sy(v))
+			pen = "L"
 		}
-	} else {
-		for _, l := range c.lines {
-			var path strings.Builder
-			pen := "M"
-			for i, t := range c.ts {
-				v := l.ys[i]
-				if math.IsNaN(v) {
-					pen = "M"
-					continue
-				}
-				// Each bucket is drawn at its middle.
-				fmt.Fprintf(&path, "%s%.1f %.1f ", pen, sx(t.Add(c.step/2)), sy(v))
-				pen = "L"
-			}
-			fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="%s" stroke-width="1.6"/>`, strings.TrimSpace(path.String()), l.color)
-		}
+		fmt.Fprintf(b, `<path d="%s" fill="none" stroke="%s" stroke-width="1.6"/>`, strings.TrimSpace(path.String()), l.color)
 	}
-	// Legend when there is more than one series.
-	if len(c.lines) > 1 {
-		x := padL
-		for _, l := range c.lines {
-			fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="8" height="8" fill="%s"/><text x="%.0f" y="%.0f" class="l">%s</text>`,
-				x, chartH-11, l.color, x+10, chartH-4, template.HTMLEscapeString(l.name))
-			x += 14 + 5.5*float64(len(l.name))
-		}
-	}
-	b.WriteString(`</svg>`)
-	return template.HTML(b.String())
 }
 
 // scatter draws GPU utilization against system TPS, one dot per interval.

@@ -46,17 +46,9 @@ func newView(r *Report) (*view, error) {
 	if err != nil || step <= 0 {
 		return nil, fmt.Errorf("report: interval %q: %v", r.Interval, err)
 	}
-	var grid []time.Time
+	g := timeGrid{step: step}
 	for t := r.From.Truncate(step); t.Before(r.To); t = t.Add(step) {
-		grid = append(grid, t)
-	}
-	idx := func(t time.Time) int { return int(t.Sub(grid[0]) / step) }
-	nan := func() []float64 {
-		s := make([]float64, len(grid))
-		for i := range s {
-			s[i] = math.NaN()
-		}
-		return s
+		g.ts = append(g.ts, t)
 	}
 	occurred := map[string]bool{}
 	for _, s := range r.Waste {
@@ -67,41 +59,7 @@ func newView(r *Report) (*view, error) {
 			v.States = append(v.States, st)
 		}
 	}
-
-	// The fleet.
-	tps, perHour, perJ := nan(), nan(), nan()
-	byState := map[string][]float64{}
-	for _, st := range v.States {
-		byState[st] = nan()
-	}
-	for _, p := range r.Fleet {
-		i := idx(p.Time)
-		if i < 0 || i >= len(grid) {
-			continue
-		}
-		tps[i] = p.TPS
-		if p.TokensPerGPUHour != nil {
-			perHour[i] = *p.TokensPerGPUHour
-		}
-		if p.TokensPerJoule != nil {
-			perJ[i] = *p.TokensPerJoule
-		}
-		for st, h := range p.StateGPUHours {
-			if byState[st] != nil {
-				byState[st][i] = h
-			}
-		}
-	}
-	var stacks []line
-	for _, st := range v.States {
-		stacks = append(stacks, line{name: st, color: stateColor[st], ys: byState[st]})
-	}
-	v.Fleet = []template.HTML{
-		timeChart{title: "Fleet tokens per second (all servers)", unit: "tokens/s", ts: grid, step: step, lines: []line{{"tokens/s", "#2f6fd6", tps}}}.svg(),
-		timeChart{title: "Tokens per GPU-hour (all GPUs, used or not)", unit: "tokens/GPU-h", ts: grid, step: step, lines: []line{{"tokens/GPU-hour", "#2f9d6a", perHour}}}.svg(),
-		timeChart{title: "Tokens per joule (all GPUs' energy)", unit: "tokens/J", ts: grid, step: step, lines: []line{{"tokens/J", "#b03a48", perJ}}}.svg(),
-		timeChart{title: "GPU-hours per state, per bucket", unit: "GPU-hours", ts: grid, step: step, lines: stacks, stacked: true}.svg(),
-	}
+	v.Fleet = fleetCharts(r.Fleet, v.States, g)
 
 	// Worst servers: lowest tokens per GPU-hour first; servers without a
 	// rate (no GPUs or no tokens) last.
@@ -125,30 +83,99 @@ func newView(r *Report) (*view, error) {
 			v.MoreCharts = len(servers) - i
 			break
 		}
-		cols := map[string][]float64{"sys": nan(), "user": nan(), "run": nan(), "util": nan()}
-		for _, p := range s.Series {
-			k := idx(p.Time)
-			if k < 0 || k >= len(grid) {
-				continue
-			}
-			for c, val := range map[string]float64{"sys": p.SystemTPS, "user": p.PerUserTPS, "run": p.Running, "util": p.GPUUtil} {
-				if val >= 0 {
-					cols[c][k] = val
-				}
-			}
-		}
-		v.ServerCharts = append(v.ServerCharts, serverCharts{
-			Title: fmt.Sprintf("%s on %s (GPUs %s)", s.Server, s.Host, s.GPUs),
-			Charts: []template.HTML{
-				timeChart{title: "System tokens/s (all requests)", unit: "tokens/s", ts: grid, step: step, lines: []line{{"system", "#2f6fd6", cols["sys"]}}}.svg(),
-				timeChart{title: "Per-user tokens/s (one stream)", unit: "tokens/s", ts: grid, step: step, lines: []line{{"per user", "#d6762f", cols["user"]}}}.svg(),
-				timeChart{title: "Running requests (concurrency)", unit: "requests", ts: grid, step: step, lines: []line{{"running", "#2f9d6a", cols["run"]}}}.svg(),
-				timeChart{title: "GPU utilization", unit: "%", ts: grid, step: step, lines: []line{{"util", "#b03a48", cols["util"]}}}.svg(),
-				scatter(s.Series),
-			},
-		})
+		v.ServerCharts = append(v.ServerCharts, serverChartsOf(s, g))
 	}
 	return v, nil
+}
+
+// timeGrid is the report's buckets, step apart.
+type timeGrid struct {
+	ts   []time.Time
+	step time.Duration
+}
+
+// idx is t's bucket; out of range when t is outside the grid.
+func (g timeGrid) idx(t time.Time) (int, bool) {
+	i := int(t.Sub(g.ts[0]) / g.step)
+	return i, i >= 0 && i < len(g.ts)
+}
+
+// nan is a series with no value in any bucket.
+func (g timeGrid) nan() []float64 {
+	s := make([]float64, len(g.ts))
+	for i := range s {
+		s[i] = math.NaN()
+	}
+	return s
+}
+
+func (g timeGrid) chart(title, unit string, lines ...line) timeChart {
+	return timeChart{title: title, unit: unit, ts: g.ts, step: g.step, lines: lines}
+}
+
+// fleetCharts are the fleet's rate, efficiency and per-state charts.
+func fleetCharts(fleet []FleetPoint, states []string, g timeGrid) []template.HTML {
+	tps, perHour, perJ := g.nan(), g.nan(), g.nan()
+	byState := map[string][]float64{}
+	for _, st := range states {
+		byState[st] = g.nan()
+	}
+	for _, p := range fleet {
+		i, ok := g.idx(p.Time)
+		if !ok {
+			continue
+		}
+		tps[i] = p.TPS
+		if p.TokensPerGPUHour != nil {
+			perHour[i] = *p.TokensPerGPUHour
+		}
+		if p.TokensPerJoule != nil {
+			perJ[i] = *p.TokensPerJoule
+		}
+		for st, h := range p.StateGPUHours {
+			if byState[st] != nil {
+				byState[st][i] = h
+			}
+		}
+	}
+	var stacks []line
+	for _, st := range states {
+		stacks = append(stacks, line{name: st, color: stateColor[st], ys: byState[st]})
+	}
+	stacked := g.chart("GPU-hours per state, per bucket", "GPU-hours", stacks...)
+	stacked.stacked = true
+	return []template.HTML{
+		g.chart("Fleet tokens per second (all servers)", "tokens/s", line{"tokens/s", "#2f6fd6", tps}).svg(),
+		g.chart("Tokens per GPU-hour (all GPUs, used or not)", "tokens/GPU-h", line{"tokens/GPU-hour", "#2f9d6a", perHour}).svg(),
+		g.chart("Tokens per joule (all GPUs' energy)", "tokens/J", line{"tokens/J", "#b03a48", perJ}).svg(),
+		stacked.svg(),
+	}
+}
+
+// serverChartsOf are one server's rate, concurrency and utilization charts.
+func serverChartsOf(s ServerReport, g timeGrid) serverCharts {
+	cols := map[string][]float64{"sys": g.nan(), "user": g.nan(), "run": g.nan(), "util": g.nan()}
+	for _, p := range s.Series {
+		k, ok := g.idx(p.Time)
+		if !ok {
+			continue
+		}
+		for c, val := range map[string]float64{"sys": p.SystemTPS, "user": p.PerUserTPS, "run": p.Running, "util": p.GPUUtil} {
+			if val >= 0 {
+				cols[c][k] = val
+			}
+		}
+	}
+	return serverCharts{
+		Title: fmt.Sprintf("%s on %s (GPUs %s)", s.Server, s.Host, s.GPUs),
+		Charts: []template.HTML{
+			g.chart("System tokens/s (all requests)", "tokens/s", line{"system", "#2f6fd6", cols["sys"]}).svg(),
+			g.chart("Per-user tokens/s (one stream)", "tokens/s", line{"per user", "#d6762f", cols["user"]}).svg(),
+			g.chart("Running requests (concurrency)", "requests", line{"running", "#2f9d6a", cols["run"]}).svg(),
+			g.chart("GPU utilization", "%", line{"util", "#b03a48", cols["util"]}).svg(),
+			scatter(s.Series),
+		},
+	}
 }
 
 // money writes an amount with thousands separators and cents.

@@ -408,51 +408,71 @@ func readGPUCSV(path string, loc *time.Location) ([]gpu.Sample, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--gpu-csv %s: %w", path, err)
 		}
-		get := func(name string) (string, bool) {
-			i, ok := col[name]
-			if !ok || i >= len(rec) {
-				return "", false
-			}
-			v := strings.TrimSpace(rec[i])
-			if v == "" || strings.HasPrefix(v, "[") {
-				return "", false
-			}
-			return v, true
-		}
-		num := func(name, unit string) (float64, bool) {
-			v, ok := get(name)
-			if !ok {
-				return 0, false
-			}
-			x, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(v, unit)), 64)
-			return x, err == nil
-		}
-		ts, _ := get("timestamp")
-		t, err := time.ParseInLocation("2006/01/02 15:04:05.000", ts, loc)
+		s, err := csvRow{col: col, rec: rec}.sample(loc)
 		if err != nil {
-			return nil, fmt.Errorf("--gpu-csv %s line %d: timestamp %q: want YYYY/MM/DD HH:MM:SS.mmm", path, line, ts)
-		}
-		idx, _ := num("index", "")
-		uuid, _ := get("uuid")
-		name, _ := get("name")
-		s := gpu.Sample{Time: t, Index: int(idx), UUID: uuid, Name: name}
-		if v, ok := num("utilization.gpu", "%"); ok {
-			s.UtilPct, s.Has = v, s.Has|gpu.FieldUtil
-		}
-		if v, ok := num("utilization.memory", "%"); ok {
-			s.MemUtilPct, s.Has = v, s.Has|gpu.FieldMemUtil
-		}
-		used, okU := num("memory.used", "MiB")
-		total, okT := num("memory.total", "MiB")
-		if okU && okT {
-			s.MemUsedBytes, s.MemTotalBytes, s.Has = int64(used*(1<<20)), int64(total*(1<<20)), s.Has|gpu.FieldMemory
-		}
-		if v, ok := num("power.draw", "W"); ok {
-			s.PowerW, s.Has = v, s.Has|gpu.FieldPower
+			return nil, fmt.Errorf("--gpu-csv %s line %d: %w", path, line, err)
 		}
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// csvRow is one record of the GPU CSV, read by header name.
+type csvRow struct {
+	col map[string]int
+	rec []string
+}
+
+// get is the named column's value; empty and bracketed ("[N/A]") values
+// are absent.
+func (c csvRow) get(name string) (string, bool) {
+	i, ok := c.col[name]
+	if !ok || i >= len(c.rec) {
+		return "", false
+	}
+	v := strings.TrimSpace(c.rec[i])
+	if v == "" || strings.HasPrefix(v, "[") {
+		return "", false
+	}
+	return v, true
+}
+
+// num is the named column as a number, its unit suffix dropped.
+func (c csvRow) num(name, unit string) (float64, bool) {
+	v, ok := c.get(name)
+	if !ok {
+		return 0, false
+	}
+	x, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(v, unit)), 64)
+	return x, err == nil
+}
+
+// sample is the row as a GPU sample; fields the row lacks are not in Has.
+func (c csvRow) sample(loc *time.Location) (gpu.Sample, error) {
+	ts, _ := c.get("timestamp")
+	t, err := time.ParseInLocation("2006/01/02 15:04:05.000", ts, loc)
+	if err != nil {
+		return gpu.Sample{}, fmt.Errorf("timestamp %q: want YYYY/MM/DD HH:MM:SS.mmm", ts)
+	}
+	idx, _ := c.num("index", "")
+	uuid, _ := c.get("uuid")
+	name, _ := c.get("name")
+	s := gpu.Sample{Time: t, Index: int(idx), UUID: uuid, Name: name}
+	if v, ok := c.num("utilization.gpu", "%"); ok {
+		s.UtilPct, s.Has = v, s.Has|gpu.FieldUtil
+	}
+	if v, ok := c.num("utilization.memory", "%"); ok {
+		s.MemUtilPct, s.Has = v, s.Has|gpu.FieldMemUtil
+	}
+	used, okU := c.num("memory.used", "MiB")
+	total, okT := c.num("memory.total", "MiB")
+	if okU && okT {
+		s.MemUsedBytes, s.MemTotalBytes, s.Has = int64(used*(1<<20)), int64(total*(1<<20)), s.Has|gpu.FieldMemory
+	}
+	if v, ok := c.num("power.draw", "W"); ok {
+		s.PowerW, s.Has = v, s.Has|gpu.FieldPower
+	}
+	return s, nil
 }
 
 // logRead is what replay took from a server log.

@@ -231,33 +231,11 @@ func Render(w api.Windows, o Options) string { return render(build(w), o) }
 
 func render(f frame, o Options) string {
 	st := o.Styles
-	loc := o.Loc
-	if loc == nil {
-		loc = time.Local
-	}
 	width := o.Width
 	if width <= 0 {
 		width = 120
 	}
-	var lines []string
-	title := "tpsmon top"
-	if f.host != "" {
-		title += " · " + f.host
-	}
-	if f.window > 0 {
-		title += " · window " + f.window.String()
-	}
-	if !f.lastClosed.IsZero() {
-		end := f.lastClosed.Add(f.window)
-		title += fmt.Sprintf(" · closed %s (%s ago)", end.In(loc).Format("15:04:05"), f.now.Sub(end).Truncate(100*time.Millisecond))
-	} else {
-		title += " · no window closed yet"
-	}
-	keys := fmt.Sprintf("q quit · s sort:%s · f %s", o.Sort, map[bool]string{false: "all", true: "needs a look"}[o.Filter])
-	if o.Keys && ansi.StringWidth(title)+2+ansi.StringWidth(keys) <= width {
-		title += strings.Repeat(" ", width-ansi.StringWidth(title)-ansi.StringWidth(keys)) + keys
-	}
-	lines = append(lines, st.title.Render(ansi.Truncate(title, width, "…")))
+	lines := []string{st.title.Render(ansi.Truncate(titleLine(f, o, width), width, "…"))}
 	if o.Status != "" {
 		lines = append(lines, st.bad.Render(ansi.Truncate(o.Status, width, "…")))
 	}
@@ -274,68 +252,8 @@ func render(f frame, o Options) string {
 	for _, r := range servers {
 		nameW = max(nameW, min(20, ansi.StringWidth(r.name)))
 	}
-	scols := []column[serverRow]{
-		{title: "SERVER", width: nameW, prio: 0, left: true, cell: func(r serverRow) string { return r.name }},
-		{title: "STATE", width: 13, prio: 0, left: true, cell: func(r serverRow) string { return r.state },
-			style: func(r serverRow, s string) string { return st.state(r.state).Render(s) }},
-		{title: "TOK/S", width: 8, prio: 0, cell: func(r serverRow) string { return f1(r.tps, 1) }},
-		{title: "NOW", width: 8, prio: 3, cell: func(r serverRow) string { return f1(r.now, 1) }},
-		{title: "USER/S", width: 7, prio: 1, cell: func(r serverRow) string { return f1(r.user, 1) }},
-		{title: "RUN", width: 5, prio: 1, cell: func(r serverRow) string { return f1(r.running, 0) }},
-		{title: "WAIT", width: 5, prio: 1, cell: func(r serverRow) string { return f1(r.waiting, 1) }},
-		{title: "KV%", width: 4, prio: 2, cell: func(r serverRow) string { return pct(r.kv) }},
-		{title: "PROMPT/S", width: 8, prio: 4, cell: func(r serverRow) string { return f1(r.prompt, 0) }},
-		{title: "TOK/J", width: 6, prio: 3, cell: func(r serverRow) string { return f1(r.tpj, 2) }},
-		{title: "GPUS", width: 5, prio: 5, left: true, cell: func(r serverRow) string { return r.gpus }},
-	}
-	scols = fit(scols, width)
-	used := 0
-	for _, c := range scols {
-		used += c.width + 1
-	}
-	if spark := min(width-used, 60); spark >= 8 {
-		scols = append(scols, column[serverRow]{title: "HISTORY", width: spark, left: true,
-			cell: func(r serverRow) string { return sparkline(r.history, spark, o.ASCII) }})
-	}
-	serverLines := table(scols, servers, st)
-
-	gcols := []column[gpuRow]{
-		{title: "GPU", width: 5, prio: 0, left: true, cell: func(r gpuRow) string { return r.label }},
-		{title: "UTIL%", width: 5, prio: 0, cell: func(r gpuRow) string { return f1(r.util, 0) }},
-		{title: "NOW", width: 4, prio: 3, cell: func(r gpuRow) string { return f1(r.now, 0) }},
-		{title: "SM%", width: 4, prio: 1, cell: func(r gpuRow) string { return f1(r.sm, 0) }},
-		{title: "MEM", width: 10, prio: 1, cell: func(r gpuRow) string { return memText(r.memUsed, r.memTotal) }},
-		{title: "POWER", width: 6, prio: 1, cell: func(r gpuRow) string { return unit(r.power, 0, "W") }},
-		{title: "TEMP", width: 5, prio: 2, cell: func(r gpuRow) string { return unit(r.temp, 0, "C") }},
-		{title: "THROTTLE", width: 16, prio: 2, left: true, cell: func(r gpuRow) string { return throttleText(r.throttle) },
-			style: func(r gpuRow, s string) string {
-				if r.throttle > 0 && r.throttle&^idleBits != 0 {
-					return st.warn.Render(s)
-				}
-				return s
-			}},
-		{title: "SERVER", width: nameW, prio: 0, left: true, cell: func(r gpuRow) string {
-			switch {
-			case r.err != "":
-				return "ERROR " + r.err
-			case !r.closed:
-				return "-"
-			case r.server == "":
-				return "UNUSED"
-			}
-			return r.server
-		}, style: func(r gpuRow, s string) string {
-			switch {
-			case r.err != "":
-				return st.bad.Render(s)
-			case r.closed && r.server == "":
-				return st.unused.Render(s)
-			}
-			return s
-		}},
-		{title: "NAME", width: 24, prio: 4, left: true, cell: func(r gpuRow) string { return r.name }},
-	}
-	gpuLines := table(fit(gcols, width), gpus, st)
+	serverLines := table(serverColumns(nameW, width, o), servers, st)
+	gpuLines := table(fit(gpuColumns(nameW, st), width), gpus, st)
 
 	switch {
 	case len(f.servers) == 0:
@@ -359,6 +277,107 @@ func render(f frame, o Options) string {
 	lines = append(lines, "")
 	lines = append(lines, gpuLines...)
 	return strings.Join(lines, "\n")
+}
+
+// titleLine is the first line before truncation: host, window, the last
+// closed window's age and, where they fit, the keys.
+func titleLine(f frame, o Options, width int) string {
+	loc := o.Loc
+	if loc == nil {
+		loc = time.Local
+	}
+	title := "tpsmon top"
+	if f.host != "" {
+		title += " · " + f.host
+	}
+	if f.window > 0 {
+		title += " · window " + f.window.String()
+	}
+	if !f.lastClosed.IsZero() {
+		end := f.lastClosed.Add(f.window)
+		title += fmt.Sprintf(" · closed %s (%s ago)", end.In(loc).Format("15:04:05"), f.now.Sub(end).Truncate(100*time.Millisecond))
+	} else {
+		title += " · no window closed yet"
+	}
+	keys := fmt.Sprintf("q quit · s sort:%s · f %s", o.Sort, map[bool]string{false: "all", true: "needs a look"}[o.Filter])
+	if o.Keys && ansi.StringWidth(title)+2+ansi.StringWidth(keys) <= width {
+		title += strings.Repeat(" ", width-ansi.StringWidth(title)-ansi.StringWidth(keys)) + keys
+	}
+	return title
+}
+
+// serverColumns are the server table's columns that fit width, then a
+// history sparkline in what is left.
+func serverColumns(nameW, width int, o Options) []column[serverRow] {
+	st := o.Styles
+	scols := []column[serverRow]{
+		{title: "SERVER", width: nameW, prio: 0, left: true, cell: func(r serverRow) string { return r.name }},
+		{title: "STATE", width: 13, prio: 0, left: true, cell: func(r serverRow) string { return r.state },
+			style: func(r serverRow, s string) string { return st.state(r.state).Render(s) }},
+		{title: "TOK/S", width: 8, prio: 0, cell: func(r serverRow) string { return f1(r.tps, 1) }},
+		{title: "NOW", width: 8, prio: 3, cell: func(r serverRow) string { return f1(r.now, 1) }},
+		{title: "USER/S", width: 7, prio: 1, cell: func(r serverRow) string { return f1(r.user, 1) }},
+		{title: "RUN", width: 5, prio: 1, cell: func(r serverRow) string { return f1(r.running, 0) }},
+		{title: "WAIT", width: 5, prio: 1, cell: func(r serverRow) string { return f1(r.waiting, 1) }},
+		{title: "KV%", width: 4, prio: 2, cell: func(r serverRow) string { return pct(r.kv) }},
+		{title: "PROMPT/S", width: 8, prio: 4, cell: func(r serverRow) string { return f1(r.prompt, 0) }},
+		{title: "TOK/J", width: 6, prio: 3, cell: func(r serverRow) string { return f1(r.tpj, 2) }},
+		{title: "GPUS", width: 5, prio: 5, left: true, cell: func(r serverRow) string { return r.gpus }},
+	}
+	scols = fit(scols, width)
+	used := 0
+	for _, c := range scols {
+		used += c.width + 1
+	}
+	if spark := min(width-used, 60); spark >= 8 {
+		scols = append(scols, column[serverRow]{title: "HISTORY", width: spark, left: true,
+			cell: func(r serverRow) string { return sparkline(r.history, spark, o.ASCII) }})
+	}
+	return scols
+}
+
+// gpuColumns are the GPU table's columns before fitting.
+func gpuColumns(nameW int, st Styles) []column[gpuRow] {
+	return []column[gpuRow]{
+		{title: "GPU", width: 5, prio: 0, left: true, cell: func(r gpuRow) string { return r.label }},
+		{title: "UTIL%", width: 5, prio: 0, cell: func(r gpuRow) string { return f1(r.util, 0) }},
+		{title: "NOW", width: 4, prio: 3, cell: func(r gpuRow) string { return f1(r.now, 0) }},
+		{title: "SM%", width: 4, prio: 1, cell: func(r gpuRow) string { return f1(r.sm, 0) }},
+		{title: "MEM", width: 10, prio: 1, cell: func(r gpuRow) string { return memText(r.memUsed, r.memTotal) }},
+		{title: "POWER", width: 6, prio: 1, cell: func(r gpuRow) string { return unit(r.power, 0, "W") }},
+		{title: "TEMP", width: 5, prio: 2, cell: func(r gpuRow) string { return unit(r.temp, 0, "C") }},
+		{title: "THROTTLE", width: 16, prio: 2, left: true, cell: func(r gpuRow) string { return throttleText(r.throttle) },
+			style: func(r gpuRow, s string) string {
+				if r.throttle > 0 && r.throttle&^idleBits != 0 {
+					return st.warn.Render(s)
+				}
+				return s
+			}},
+		{title: "SERVER", width: nameW, prio: 0, left: true, cell: gpuRow.serverText, style: func(r gpuRow, s string) string {
+			switch {
+			case r.err != "":
+				return st.bad.Render(s)
+			case r.closed && r.server == "":
+				return st.unused.Render(s)
+			}
+			return s
+		}},
+		{title: "NAME", width: 24, prio: 4, left: true, cell: func(r gpuRow) string { return r.name }},
+	}
+}
+
+// serverText is what the GPU table's SERVER column says: the server the
+// GPU served, or why there is none.
+func (r gpuRow) serverText() string {
+	switch {
+	case r.err != "":
+		return "ERROR " + r.err
+	case !r.closed:
+		return "-"
+	case r.server == "":
+		return "UNUSED"
+	}
+	return r.server
 }
 
 // clip fits two tables into room lines, cutting the second first; a cut
