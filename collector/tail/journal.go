@@ -92,13 +92,7 @@ func (j *Journal) Run(ctx context.Context, emit func(Line)) error {
 	t := wake.NewTicker(poll)
 	defer t.Stop()
 	for {
-		args := []string{"-o", "json", "--no-pager", "--show-cursor", "-u", j.Unit}
-		if cursor != "" {
-			args = append(args, "--after-cursor="+cursor)
-		} else {
-			args = append(args, "-n", "0")
-		}
-		last, err := j.read(ctx, cmdName, args, emit)
+		last, err := j.read(ctx, cmdName, j.args(cursor), emit)
 		if j.Flush != nil {
 			j.Flush()
 		}
@@ -108,23 +102,7 @@ func (j *Journal) Run(ctx context.Context, emit func(Line)) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		switch {
-		case err != nil && err.Error() != failing:
-			failing = err.Error()
-			j.Log.Warn("journal unreadable", "unit", j.Unit, "err", err)
-			if j.Failed != nil {
-				j.Failed(err)
-			}
-		case err == nil && failing != "":
-			failing = ""
-			j.Log.Info("journal readable again", "unit", j.Unit)
-			if j.Failed != nil {
-				j.Failed(nil)
-			}
-		}
-		if err == nil && j.Alive != nil {
-			j.Alive(time.Now())
-		}
+		failing = j.report(err, failing)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -132,6 +110,40 @@ func (j *Journal) Run(ctx context.Context, emit func(Line)) error {
 			t.Next()
 		}
 	}
+}
+
+// args are journalctl's arguments to read on after cursor, or, without
+// one, to start at the journal's end.
+func (j *Journal) args(cursor string) []string {
+	args := []string{"-o", "json", "--no-pager", "--show-cursor", "-u", j.Unit}
+	if cursor != "" {
+		return append(args, "--after-cursor="+cursor)
+	}
+	return append(args, "-n", "0")
+}
+
+// report says when a read's outcome changed: a new error, or readable
+// again after failing (the error it last said); it returns the error
+// now said, "" when readable.
+func (j *Journal) report(err error, failing string) string {
+	switch {
+	case err != nil && err.Error() != failing:
+		failing = err.Error()
+		j.Log.Warn("journal unreadable", "unit", j.Unit, "err", err)
+		if j.Failed != nil {
+			j.Failed(err)
+		}
+	case err == nil && failing != "":
+		failing = ""
+		j.Log.Info("journal readable again", "unit", j.Unit)
+		if j.Failed != nil {
+			j.Failed(nil)
+		}
+	}
+	if err == nil && j.Alive != nil {
+		j.Alive(time.Now())
+	}
+	return failing
 }
 
 // read runs journalctl once and returns the cursor it ended at.

@@ -156,17 +156,7 @@ func readHead(f *os.File) []byte {
 func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
 	ctx, cancel := context.WithCancel(ctx) // ends the watcher with Run
 	defer cancel()
-	if t.Poll <= 0 {
-		// Windows wait seconds for late lines anyway; polling faster only
-		// costs wakeups.
-		t.Poll = time.Second
-	}
-	if t.Now == nil {
-		t.Now = time.Now
-	}
-	if t.Log == nil {
-		t.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	t.setDefaults()
 	t.buf = make([]byte, 64<<10)
 	defer func() {
 		if t.f != nil {
@@ -192,44 +182,13 @@ func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
 	} else {
 		changed = w
 	}
-	for t.f == nil {
-		if err := t.open(saved, have, emit); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		if t.f != nil {
-			break
-		}
-		// Created after we started: all of it is new.
-		t.created = true
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-			tick.Next()
-		case <-changed:
-		}
+	if open, err := t.awaitFile(ctx, saved, have, tick, changed, emit); !open {
+		return err
 	}
 	ticked := true
 	var notifiedAt time.Time // the last notified read without error
 	for {
-		switch now := t.Now(); {
-		case ticked && now.Sub(notifiedAt) < t.Poll:
-			// A notified read since the last tick left nothing to find:
-			// the tick only says the file is still readable.
-			if t.Alive != nil {
-				t.Alive(now)
-			}
-		default:
-			if err := t.poll(emit); err != nil {
-				t.Log.Warn("tail: read failed", "path", t.Path, "err", err)
-				break
-			}
-			if !ticked {
-				notifiedAt = now
-			} else if t.Alive != nil {
-				t.Alive(now)
-			}
-		}
+		notifiedAt = t.step(ticked, notifiedAt, emit)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -240,6 +199,67 @@ func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
 			ticked = false
 		}
 	}
+}
+
+func (t *Tailer) setDefaults() {
+	if t.Poll <= 0 {
+		// Windows wait seconds for late lines anyway; polling faster only
+		// costs wakeups.
+		t.Poll = time.Second
+	}
+	if t.Now == nil {
+		t.Now = time.Now
+	}
+	if t.Log == nil {
+		t.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// awaitFile opens the file, waiting for it to be created; false when ctx
+// ended or opening failed (then with the error) first.
+func (t *Tailer) awaitFile(ctx context.Context, saved Position, have bool, tick *wake.Ticker, changed <-chan struct{}, emit func(Line)) (bool, error) {
+	for t.f == nil {
+		if err := t.open(saved, have, emit); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, err
+		}
+		if t.f != nil {
+			break
+		}
+		// Created after we started: all of it is new.
+		t.created = true
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case <-tick.C:
+			tick.Next()
+		case <-changed:
+		}
+	}
+	return true, nil
+}
+
+// step reads what the file gained after a tick (ticked) or a notification,
+// and returns the time of the last notified read without error.
+func (t *Tailer) step(ticked bool, notifiedAt time.Time, emit func(Line)) time.Time {
+	now := t.Now()
+	if ticked && now.Sub(notifiedAt) < t.Poll {
+		// A notified read since the last tick left nothing to find:
+		// the tick only says the file is still readable.
+		if t.Alive != nil {
+			t.Alive(now)
+		}
+		return notifiedAt
+	}
+	if err := t.poll(emit); err != nil {
+		t.Log.Warn("tail: read failed", "path", t.Path, "err", err)
+		return notifiedAt
+	}
+	if !ticked {
+		notifiedAt = now
+	} else if t.Alive != nil {
+		t.Alive(now)
+	}
+	return notifiedAt
 }
 
 // watch notifies of changes to the file's directory entry and contents:
