@@ -69,113 +69,149 @@ func checkArgs(cmd *cobra.Command) []string {
 
 // check probes everything the daemon needs and returns the problems found.
 func check(ctx context.Context, cfg *config.Config, w io.Writer) int {
-	problems := 0
-	report := func(err error, okMsg string, args ...any) {
-		if err != nil {
-			problems++
-			fmt.Fprintf(w, "FAIL  %s\n", redact.Text(err.Error()))
-			return
-		}
-		fmt.Fprintf(w, "%s", redact.Text(fmt.Sprintf("ok    "+okMsg+"\n", args...)))
-	}
-	var gpus []gpumap.GPU // with the processes on each, for attribution
-	if open := agent.OpenBackend(cfg, nil); open != nil {
-		g, err := open()
-		if err == nil {
-			smp := g.Sample(time.Now())
-			n := len(smp)
-			gpus = gpusWithProcesses(g, smp)
-			g.Close()
-			report(nil, "gpu backend %s: %d GPUs", cfg.GPU.Backend, n)
-		} else {
-			report(fmt.Errorf("gpu backend %s: %w", cfg.GPU.Backend, err), "")
-		}
-	} else {
-		report(nil, "gpu backend none: GPUs are not sampled")
-	}
+	c := &checker{w: w}
+	gpus := c.gpuBackend(cfg)
 	client := &http.Client{Timeout: 5 * time.Second}
 	servers := cfg.Servers
 	if len(servers) == 0 && cfg.Discovery.Enabled {
 		servers = agent.Discover(ctx, client, cfg.Discovery.Ports, logging.Quiet())
 		if len(servers) == 0 {
-			report(fmt.Errorf("servers: none configured and none found on ports %v", cfg.Discovery.Ports), "")
+			c.report(fmt.Errorf("servers: none configured and none found on ports %v", cfg.Discovery.Ports), "")
 		}
 	}
 	for _, s := range servers {
-		switch {
-		case s.Log.File != "":
-			f, err := os.Open(s.Log.File)
-			if err == nil {
-				f.Close()
-			} else {
-				err = fmt.Errorf("server %s: log unreadable: %w", s.Name, err)
-			}
-			report(err, "server %s: log %s readable", s.Name, s.Log.File)
-		case s.Log.JournalUnit != "":
-			_, err := exec.LookPath("journalctl")
-			if err != nil {
-				err = fmt.Errorf("server %s: journal_unit %s needs journalctl: %w", s.Name, s.Log.JournalUnit, err)
-			} else if err = journalReadable(s.Log.JournalUnit); err != nil {
-				err = fmt.Errorf("server %s: %w", s.Name, err)
-			}
-			report(err, "server %s: journal of %s readable (journalctl -o json, no libsystemd needed)", s.Name, s.Log.JournalUnit)
-		}
-		if s.MetricsURL == "" {
-			continue
-		}
-		d, err := collector.DialectFor(s.Engine)
-		if err != nil {
-			report(fmt.Errorf("server %s: %w", s.Name, err), "")
-			continue
-		}
-		sc := &collector.Scraper{Server: s.Name, URL: s.MetricsURL, Interval: time.Second, Dialect: d, Client: client}
-		r := sc.Scrape(ctx)
-		report(r.Err, "server %s: %s metrics at %s (model %q)", s.Name, r.Sample.Engine, s.MetricsURL, r.Sample.Model)
+		c.serverLog(s)
+		c.serverMetrics(ctx, client, s)
 	}
-	problems += checkAttribution(w, servers, gpus)
+	c.problems += checkAttribution(w, servers, gpus)
 	if cfg.Sink.Influx.URL == "" {
-		switch cfg.Sink.File.Path {
-		case config.NoFileSink:
-			report(errors.New("sink: no InfluxDB configured (sink.influx.url) and sink.file.path is none: points are written nowhere"), "")
-		case "-", "":
-			report(nil, "influx: none configured; points go to stdout")
-		default:
-			err := fileSinkWritable(cfg.Sink.File.Path)
-			if err == nil && asService() && !underStateDir(cfg.Sink.File.Path) {
-				err = fmt.Errorf("sink.file.path %s: tpsmon.service may write only under %s (ProtectSystem=strict); the service would not start", cfg.Sink.File.Path, stateDir)
-			}
-			report(err, "influx: none configured; points go to %s (writable)", cfg.Sink.File.Path)
-		}
-		return problems
+		c.fileSink(cfg)
+		return c.problems
 	}
+	c.influx(ctx, cfg)
+	return c.problems
+}
+
+// checker writes one line per probe and counts the failed ones.
+type checker struct {
+	w        io.Writer
+	problems int
+}
+
+// report says FAIL with err, or ok with okMsg formatted with args.
+func (c *checker) report(err error, okMsg string, args ...any) {
+	if err != nil {
+		c.problems++
+		fmt.Fprintf(c.w, "FAIL  %s\n", redact.Text(err.Error()))
+		return
+	}
+	fmt.Fprintf(c.w, "%s", redact.Text(fmt.Sprintf("ok    "+okMsg+"\n", args...)))
+}
+
+// gpuBackend opens the configured backend once and returns the GPUs it
+// samples with the processes on each, for attribution.
+func (c *checker) gpuBackend(cfg *config.Config) []gpumap.GPU {
+	open := agent.OpenBackend(cfg, nil)
+	if open == nil {
+		c.report(nil, "gpu backend none: GPUs are not sampled")
+		return nil
+	}
+	g, err := open()
+	if err != nil {
+		c.report(fmt.Errorf("gpu backend %s: %w", cfg.GPU.Backend, err), "")
+		return nil
+	}
+	smp := g.Sample(time.Now())
+	n := len(smp)
+	gpus := gpusWithProcesses(g, smp)
+	g.Close()
+	c.report(nil, "gpu backend %s: %d GPUs", cfg.GPU.Backend, n)
+	return gpus
+}
+
+// serverLog checks that the server's log file or journal can be read.
+func (c *checker) serverLog(s config.ServerConfig) {
+	switch {
+	case s.Log.File != "":
+		f, err := os.Open(s.Log.File)
+		if err == nil {
+			f.Close()
+		} else {
+			err = fmt.Errorf("server %s: log unreadable: %w", s.Name, err)
+		}
+		c.report(err, "server %s: log %s readable", s.Name, s.Log.File)
+	case s.Log.JournalUnit != "":
+		_, err := exec.LookPath("journalctl")
+		if err != nil {
+			err = fmt.Errorf("server %s: journal_unit %s needs journalctl: %w", s.Name, s.Log.JournalUnit, err)
+		} else if err = journalReadable(s.Log.JournalUnit); err != nil {
+			err = fmt.Errorf("server %s: %w", s.Name, err)
+		}
+		c.report(err, "server %s: journal of %s readable (journalctl -o json, no libsystemd needed)", s.Name, s.Log.JournalUnit)
+	}
+}
+
+// serverMetrics scrapes the server's metrics once, where it has any.
+func (c *checker) serverMetrics(ctx context.Context, client *http.Client, s config.ServerConfig) {
+	if s.MetricsURL == "" {
+		return
+	}
+	d, err := collector.DialectFor(s.Engine)
+	if err != nil {
+		c.report(fmt.Errorf("server %s: %w", s.Name, err), "")
+		return
+	}
+	sc := &collector.Scraper{Server: s.Name, URL: s.MetricsURL, Interval: time.Second, Dialect: d, Client: client}
+	r := sc.Scrape(ctx)
+	c.report(r.Err, "server %s: %s metrics at %s (model %q)", s.Name, r.Sample.Engine, s.MetricsURL, r.Sample.Model)
+}
+
+// fileSink checks where points go without InfluxDB.
+func (c *checker) fileSink(cfg *config.Config) {
+	switch cfg.Sink.File.Path {
+	case config.NoFileSink:
+		c.report(errors.New("sink: no InfluxDB configured (sink.influx.url) and sink.file.path is none: points are written nowhere"), "")
+	case "-", "":
+		c.report(nil, "influx: none configured; points go to stdout")
+	default:
+		err := fileSinkWritable(cfg.Sink.File.Path)
+		if err == nil && asService() && !underStateDir(cfg.Sink.File.Path) {
+			err = fmt.Errorf("sink.file.path %s: tpsmon.service may write only under %s (ProtectSystem=strict); the service would not start", cfg.Sink.File.Path, stateDir)
+		}
+		c.report(err, "influx: none configured; points go to %s (writable)", cfg.Sink.File.Path)
+	}
+}
+
+// influx checks the token, that InfluxDB answers and takes it, and the
+// spool behind it.
+func (c *checker) influx(ctx context.Context, cfg *config.Config) {
 	switch tokenFrom(cfg) {
 	case "":
-		fmt.Fprintf(w, "note  influx token: none (sink.influx.token_file is empty and there is no credential %s): writes go unauthenticated\n", credentialSource)
+		fmt.Fprintf(c.w, "note  influx token: none (sink.influx.token_file is empty and there is no credential %s): writes go unauthenticated\n", credentialSource)
 	case "credential":
-		fmt.Fprintf(w, "ok    influx token: the influx-token credential (LoadCredential= from %s)\n", credentialSource)
+		fmt.Fprintf(c.w, "ok    influx token: the influx-token credential (LoadCredential= from %s)\n", credentialSource)
 	default:
-		report(tokenFileMode(cfg), "influx token file %s: readable here, not by other users", cfg.Sink.Influx.TokenFile)
+		c.report(tokenFileMode(cfg), "influx token file %s: readable here, not by other users", cfg.Sink.Influx.TokenFile)
 	}
 	// The probe writes nothing, so there is nothing to compress.
 	probe := *cfg
 	probe.Sink.Influx.GZip = false
 	in, err := probe.InfluxClient("tpsmon/" + version)
 	if err != nil {
-		report(err, "")
-		return problems
+		c.report(err, "")
+		return
 	}
 	defer in.Close()
 	if err := in.Ping(ctx); err != nil {
-		report(err, "")
-		return problems
+		c.report(err, "")
+		return
 	}
-	report(probeError(in.Probe(ctx), cfg), "influx %s: reachable, token and bucket %q accepted", cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket)
+	c.report(probeError(in.Probe(ctx), cfg), "influx %s: reachable, token and bucket %q accepted", cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket)
 	if _, err := os.Stat(stateDir); asService() && errors.Is(err, os.ErrNotExist) && underStateDir(cfg.Sink.Spool.Dir) {
-		fmt.Fprintf(w, "ok    spool %s: systemd creates %s for the service (StateDirectory=)\n", cfg.Sink.Spool.Dir, stateDir)
+		fmt.Fprintf(c.w, "ok    spool %s: systemd creates %s for the service (StateDirectory=)\n", cfg.Sink.Spool.Dir, stateDir)
 	} else {
-		report(spoolWritable(cfg.Sink.Spool.Dir), "spool %s writable", cfg.Sink.Spool.Dir)
+		c.report(spoolWritable(cfg.Sink.Spool.Dir), "spool %s writable", cfg.Sink.Spool.Dir)
 	}
-	return problems
 }
 
 // gpusWithProcesses lists the GPUs sampled with the processes NVML sees

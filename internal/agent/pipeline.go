@@ -283,24 +283,12 @@ func (p *pipeline) run(ctx context.Context) error {
 	cfg := p.cfg
 	p.reportGap()
 	start := p.now()
-	grace := cfg.Grace
-	if p.logGrace == 0 {
-		p.logGrace = defaultLogGrace
-	}
-	for _, s := range cfg.Servers {
-		if (s.Log.File != "" || s.Log.JournalUnit != "") && grace < p.logGrace {
-			// A stat line reports the interval before it: windows wait for
-			// the line that covers their end.
-			grace = p.logGrace
-			p.log.Info("grace raised for log sources", "grace", grace)
-		}
-	}
 	p.logPos, p.logDirty = map[string]tail.Position{}, map[string]bool{}
 	p.gpuErr = map[string]bool{}
 	p.placed = map[string][]string{}
 	th := cfg.Thresholds
 	j := window.New(window.Config{
-		Window: cfg.Window, Grace: grace, MaxGap: maxGapOfConfig(cfg), Host: cfg.Host, Start: start,
+		Window: cfg.Window, Grace: p.grace(cfg), MaxGap: maxGapOfConfig(cfg), Host: cfg.Host, Start: start,
 		Thresholds: window.Thresholds{KVBound: th.KVBound, QueueUtil: th.QueueUtil, UnderUtil: th.UnderUtil,
 			SaturatedUtil: th.SaturatedUtil, Waiting: th.Waiting},
 	}, serversOf(cfg))
@@ -313,82 +301,29 @@ func (p *pipeline) run(ctx context.Context) error {
 		return err
 	}
 	down := make(map[string]bool)
-	// drain takes what stopped sources had already handed over.
-	drain := func() {
-		for {
-			select {
-			case m := <-msgs:
-				m.apply(p, j, down)
-			default:
-				return
-			}
-		}
-	}
-
 	tickEvery := min(cfg.Window/10, time.Second)
 	tick := wake.NewTicker(tickEvery)
 	defer tick.Stop()
 	p.loopAt.Store(p.now().UnixNano())
-	readyTold := false
-	tellReady := func() {
-		if !readyTold && p.ready != nil {
-			p.ready()
-		}
-		readyTold = true
-	}
 	for {
 		select {
 		case <-opened:
 			// Ready once the GPU backend was tried, so the first status
 			// says how many GPUs are sampled.
-			tellReady()
+			if p.ready != nil {
+				p.ready()
+			}
 			opened = nil
 		case m := <-msgs:
 			m.apply(p, j, down)
 		case <-tick.C:
 			tick.Next()
-			pts := j.Flush(p.now())
-			p.emit(pts)
-			p.metrics.joined(j)
-			if len(pts) > 0 {
-				// Positions move when windows are written, not every
-				// second: lines after them belong to the open window,
-				// which a crash loses anyway, so reading them again after
-				// one counts them once.
-				p.savePositions()
-			}
-			p.loopAt.Store(p.now().UnixNano())
+			p.flush(j)
 		case nc := <-p.reconf:
 			src.stop()
-			drain()
-			for from, to := range renamed(p.cfg, nc) {
-				// The same source under a new name: its open window is
-				// the new name's, and so is its log position.
-				j.Rename(from, to)
-				if pos, ok := p.logPos[from]; ok {
-					p.logPos[to], p.logDirty[to] = pos, p.logDirty[from]
-					delete(p.logPos, from)
-					delete(p.logDirty, from)
-				}
-				if f := p.positionFile(from); f != "" {
-					if err := os.Rename(f, p.positionFile(to)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-						p.log.Warn("log position not carried to the new name; its log is read from its end", "server", to, "err", err)
-					}
-				}
-				p.log.Info("server renamed; its open window goes on under the new name", "from", from, "to", to)
-			}
-			p.srcErrMu.Lock()
-			clear(p.srcErr) // the sources start again below and say anew
-			clear(p.unplaced)
-			p.srcErrMu.Unlock()
-			p.cfg = nc
-			p.servers.Store(int64(len(nc.Servers)))
-			j.SetServers(serversOf(nc), maxGapOfConfig(nc))
-			clear(p.placed)
-			for name := range down {
-				delete(down, name)
-			}
-			p.unreadable.Store(0)
+			p.drain(msgs, j, down)
+			p.reconfigure(nc, j)
+			clear(down)
 			if src, _, err = p.startSources(ctx, nc, msgs); err != nil {
 				return err
 			}
@@ -398,7 +333,7 @@ func (p *pipeline) run(ctx context.Context) error {
 				p.stopping()
 			}
 			src.stop()
-			drain()
+			p.drain(msgs, j, down)
 			p.emit(j.Close(p.now()))
 			p.savePositions()
 			p.metrics.joined(j)
@@ -407,6 +342,85 @@ func (p *pipeline) run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// grace is how long windows wait for late data: the configured grace, or
+// the log grace where a server is read from its log.
+func (p *pipeline) grace(cfg *config.Config) time.Duration {
+	grace := cfg.Grace
+	if p.logGrace == 0 {
+		p.logGrace = defaultLogGrace
+	}
+	for _, s := range cfg.Servers {
+		if (s.Log.File != "" || s.Log.JournalUnit != "") && grace < p.logGrace {
+			// A stat line reports the interval before it: windows wait for
+			// the line that covers their end.
+			grace = p.logGrace
+			p.log.Info("grace raised for log sources", "grace", grace)
+		}
+	}
+	return grace
+}
+
+// drain takes what stopped sources had already handed over.
+func (p *pipeline) drain(msgs <-chan message, j *window.Joiner, down map[string]bool) {
+	for {
+		select {
+		case m := <-msgs:
+			m.apply(p, j, down)
+		default:
+			return
+		}
+	}
+}
+
+// flush writes the windows that closed by now.
+func (p *pipeline) flush(j *window.Joiner) {
+	pts := j.Flush(p.now())
+	p.emit(pts)
+	p.metrics.joined(j)
+	if len(pts) > 0 {
+		// Positions move when windows are written, not every
+		// second: lines after them belong to the open window,
+		// which a crash loses anyway, so reading them again after
+		// one counts them once.
+		p.savePositions()
+	}
+	p.loopAt.Store(p.now().UnixNano())
+}
+
+// reconfigure moves the stopped pipeline to nc: renamed servers keep their
+// open windows and log positions, and what the sources said is forgotten.
+func (p *pipeline) reconfigure(nc *config.Config, j *window.Joiner) {
+	for from, to := range renamed(p.cfg, nc) {
+		p.rename(j, from, to)
+	}
+	p.srcErrMu.Lock()
+	clear(p.srcErr) // the sources start again and say anew
+	clear(p.unplaced)
+	p.srcErrMu.Unlock()
+	p.cfg = nc
+	p.servers.Store(int64(len(nc.Servers)))
+	j.SetServers(serversOf(nc), maxGapOfConfig(nc))
+	clear(p.placed)
+	p.unreadable.Store(0)
+}
+
+// rename carries a server's open window and log position to its new name:
+// the same source under a new name.
+func (p *pipeline) rename(j *window.Joiner, from, to string) {
+	j.Rename(from, to)
+	if pos, ok := p.logPos[from]; ok {
+		p.logPos[to], p.logDirty[to] = pos, p.logDirty[from]
+		delete(p.logPos, from)
+		delete(p.logDirty, from)
+	}
+	if f := p.positionFile(from); f != "" {
+		if err := os.Rename(f, p.positionFile(to)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			p.log.Warn("log position not carried to the new name; its log is read from its end", "server", to, "err", err)
+		}
+	}
+	p.log.Info("server renamed; its open window goes on under the new name", "from", from, "to", to)
 }
 
 func (m placedMsg) apply(p *pipeline, j *window.Joiner, _ map[string]bool) {
