@@ -2,7 +2,6 @@ package collector
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -16,6 +15,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/tpsmon/tpsmon/collector/engine"
 )
 
 // Ref names one exposed series: a metric name, optionally narrowed by
@@ -252,27 +253,27 @@ var LMDeploy = Dialect{
 // dialects is the detection order: prefixed engines before NIM's bare names.
 var dialects = []*Dialect{&VLLM, &SGLang, &LMDeploy, &LlamaCPP, &TGI, &Triton, &TRTLLM, &NIM}
 
-// ErrUnknownEngine marks an engine name tpsmon has no metrics dialect for.
-var ErrUnknownEngine = errors.New("unknown engine")
-
-// Engines lists the engine names tpsmon knows.
-var Engines = []string{"vllm", "sglang", "tgi", "llamacpp", "trtllm", "triton", "nim", "lmdeploy", "ollama"}
-
-// DialectFor returns the metrics dialect of an engine; nil for "auto",
-// which detects it from the first page.
-func DialectFor(engine string) (*Dialect, error) {
-	if engine == "auto" {
+// DialectFor returns the metrics dialect of an engine named as the
+// registry knows it (a name or an alias); nil for engine.Auto, which
+// detects it from the first page.
+func DialectFor(name string) (*Dialect, error) {
+	if name == engine.Auto {
 		return nil, nil
 	}
+	e, err := engine.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.CheckMetrics(); err != nil {
+		return nil, err
+	}
 	for _, d := range dialects {
-		if d.Engine == engine {
+		if d.Engine == e.Name {
 			return d, nil
 		}
 	}
-	if engine == "ollama" {
-		return nil, fmt.Errorf("ollama serves no Prometheus metrics: read its log instead (log.journal_unit or log.file)")
-	}
-	return nil, fmt.Errorf("%w %q (known: auto, %s)", ErrUnknownEngine, engine, strings.Join(Engines, ", "))
+	// The registry and dialects are tied by a test: this is a bug.
+	return nil, fmt.Errorf("engine %s: the registry claims metrics but collector has no dialect", e.Name)
 }
 
 // series is one exposed sample: its labels and value.

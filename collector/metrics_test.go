@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tpsmon/tpsmon/collector/engine"
 )
 
 // stripSource drops the "# source:" provenance lines of the fixtures.
@@ -142,10 +144,10 @@ func TestParseErrors(t *testing.T) {
 	if _, err := Detect(p); !errors.Is(err, ErrNoEngineMetrics) {
 		t.Errorf("detect on a non-engine page: %v", err)
 	}
-	if _, err := DialectFor("ollama"); err == nil || !strings.Contains(err.Error(), "log") {
+	if _, err := DialectFor("ollama"); !errors.Is(err, engine.ErrNoMetrics) || !strings.Contains(err.Error(), "log") {
 		t.Errorf("ollama: %v", err)
 	}
-	if _, err := DialectFor("vllm2"); !errors.Is(err, ErrUnknownEngine) {
+	if _, err := DialectFor("vllm2"); !errors.Is(err, engine.ErrUnknown) {
 		t.Errorf("vllm2: %v", err)
 	}
 }
@@ -242,4 +244,22 @@ func TestDeriver(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The dialects are the registry's engines that serve metrics, no more, no
+// fewer.
+func TestDialectsMatchRegistry(t *testing.T) {
+	have := map[string]bool{}
+	for _, d := range dialects {
+		e, err := engine.Lookup(d.Engine)
+		if err != nil || e.Name != d.Engine || !e.Metrics {
+			t.Errorf("dialect %s: registry says %+v (%v)", d.Engine, e, err)
+		}
+		have[d.Engine] = true
+	}
+	for _, e := range engine.All {
+		if e.Metrics && !have[e.Name] {
+			t.Errorf("%s: the registry says it serves metrics; no dialect reads them", e.Name)
+		}
+	}
 }

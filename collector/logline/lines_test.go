@@ -2,9 +2,12 @@ package logline
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"testing"
 	"time"
+
+	"github.com/tpsmon/tpsmon/collector/engine"
 )
 
 func TestParseLines(t *testing.T) {
@@ -87,8 +90,28 @@ func TestHugeLineBounded(t *testing.T) {
 }
 
 func TestNewParserUnknown(t *testing.T) {
-	if _, err := NewParser("gpt"); err == nil {
-		t.Error("unknown engine accepted")
+	if _, err := NewParser("gpt"); !errors.Is(err, engine.ErrUnknown) {
+		t.Errorf("unknown engine: %v", err)
+	}
+}
+
+// The log formats are those the registry's engines are read with, no
+// more, no fewer.
+func TestFormatsMatchRegistry(t *testing.T) {
+	used := map[string]bool{}
+	for _, e := range engine.All {
+		if e.Log == "" {
+			continue
+		}
+		used[e.Log] = true
+		if _, ok := needles[e.Log]; !ok {
+			t.Errorf("%s: the registry reads its log as %q; logline has no such format", e.Name, e.Log)
+		}
+	}
+	for f := range needles {
+		if !used[f] {
+			t.Errorf("log format %s: no engine of the registry is read with it", f)
+		}
 	}
 }
 

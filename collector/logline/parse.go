@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/collector/tail"
 )
 
@@ -16,7 +17,7 @@ import (
 // (llama.cpp prints a header, then its figures on lines of their own), so
 // each server's log needs its own Parser.
 type Parser struct {
-	engine string // "" = any
+	engine string // the log format read; "" = any
 	// Loc and Year place timestamps that lack them (replay): vLLM has no
 	// year, none of the engines a time zone.
 	Loc  *time.Location
@@ -55,26 +56,26 @@ type Parser struct {
 	Truncated uint64 // lines cut at the maximum length
 }
 
-// Engines whose logs tpsmon reads.
-var Engines = []string{"vllm", "sglang", "llamacpp", "ollama", "tgi", "lmdeploy", "trtllm", "triton", "nim"}
-
-// NewParser returns a parser for one engine's log; "auto" or "" tries every
-// engine's lines.
-func NewParser(engine string) (*Parser, error) {
-	switch engine {
-	case "", "auto":
-		engine = ""
-	case "ollama":
-		engine = "llamacpp" // Ollama >= 0.30 relays llama-server's lines
-	case "nim":
-		engine = "vllm" // NIM's vLLM backend prints vLLM's stat line
-	case "triton":
-		engine = "trtllm"
-	case "vllm", "sglang", "llamacpp", "tgi", "lmdeploy", "trtllm":
-	default:
-		return nil, fmt.Errorf("no log parser for engine %q (known: auto, %s)", engine, strings.Join(Engines, ", "))
+// NewParser returns a parser for one engine's log, the engine named as
+// the registry knows it; engine.Auto or "" tries every format's lines.
+func NewParser(name string) (*Parser, error) {
+	format := ""
+	if name != "" && name != engine.Auto {
+		e, err := engine.Lookup(name)
+		if err != nil {
+			return nil, err
+		}
+		if err := e.CheckLog(); err != nil {
+			return nil, err
+		}
+		format = e.Log
 	}
-	return &Parser{engine: engine, Loc: time.UTC, maxLine: tail.MaxLine, needles: needleSets[engine]}, nil
+	set, ok := needleSets[format]
+	if !ok {
+		// The registry and the formats are tied by a test: this is a bug.
+		return nil, fmt.Errorf("engine %s: the registry names log format %q, which logline has no parser for", name, format)
+	}
+	return &Parser{engine: format, Loc: time.UTC, maxLine: tail.MaxLine, needles: set}, nil
 }
 
 // needle is a text that every line one parser reads holds (see each

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/collector/tail"
 )
 
@@ -211,7 +212,7 @@ func TestNeedlesPassOverNothing(t *testing.T) {
 	for _, l := range stampLines {
 		lines = append(lines, []byte(l))
 	}
-	for _, engine := range append([]string{"auto"}, Engines...) {
+	for _, engine := range append([]string{engine.Auto}, engine.Names()...) {
 		fast, _ := NewParser(engine)
 		slow, _ := NewParser(engine)
 		fast.Timestamps, slow.Timestamps, fast.Year, slow.Year = true, true, 2026, 2026

@@ -23,7 +23,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/tpsmon/tpsmon/collector"
-	"github.com/tpsmon/tpsmon/collector/logline"
+	"github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/internal/redact"
 	"github.com/tpsmon/tpsmon/sink"
 )
@@ -441,18 +441,24 @@ func (c *Config) validateServers() error {
 // validate checks one server; at names it in errors.
 func (s *ServerConfig) validate(at string) error {
 	if s.Engine == "" {
-		s.Engine = "auto"
+		s.Engine = engine.Auto
 	}
-	if _, err := collector.DialectFor(s.Engine); err != nil && s.Engine != "ollama" {
-		return fmt.Errorf("%s.engine: %w", at, err)
+	// auto may turn out to be any engine: nothing to check before.
+	e := engine.Engine{Metrics: true, Log: engine.Auto}
+	if s.Engine != engine.Auto {
+		var err error
+		if e, err = engine.Lookup(s.Engine); err != nil {
+			return fmt.Errorf("%s.engine: %w", at, err)
+		}
+		s.Engine = e.Name // aliases are spelled one way from here on
 	}
 	hasLog := s.Log.File != "" || s.Log.JournalUnit != ""
 	if s.Log.File != "" && s.Log.JournalUnit != "" {
 		return fmt.Errorf("%s.log: give file or journal_unit, not both", at)
 	}
 	if hasLog {
-		if _, err := logline.NewParser(s.Engine); err != nil {
-			return fmt.Errorf("%s.engine: %w", at, err)
+		if err := e.CheckLog(); err != nil {
+			return fmt.Errorf("%s.log: %w", at, err)
 		}
 	}
 	if s.MetricsURL == "" && !hasLog {
@@ -462,8 +468,8 @@ func (s *ServerConfig) validate(at string) error {
 		if err := checkURL(at+".metrics_url", s.MetricsURL); err != nil {
 			return err
 		}
-		if s.Engine == "ollama" {
-			return fmt.Errorf("%s.metrics_url: ollama serves no Prometheus metrics; read its log (log.journal_unit: ollama.service)", at)
+		if err := e.CheckMetrics(); err != nil {
+			return fmt.Errorf("%s.metrics_url: %w", at, err)
 		}
 	}
 	if s.ScrapeInterval == 0 {

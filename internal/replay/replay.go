@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/collector/logline"
 	"github.com/tpsmon/tpsmon/collector/tail"
@@ -488,9 +489,9 @@ type logRead struct {
 // readLog parses a server log into intervals. Each line's time is its most
 // precise timestamp (design §3); a line without one takes the best
 // evidence around it (logline.Placer).
-func readLog(path, engine string, loc *time.Location, year int, startedAt time.Time) (logRead, error) {
+func readLog(path, engineName string, loc *time.Location, year int, startedAt time.Time) (logRead, error) {
 	var out logRead
-	p, err := logline.NewParser(engine)
+	p, err := logline.NewParser(engineName)
 	if err != nil {
 		return out, fmt.Errorf("--engine: %w", err)
 	}
@@ -551,8 +552,12 @@ func readLog(path, engine string, loc *time.Location, year int, startedAt time.T
 		slices.SortStableFunc(out.ivs, byEnd)
 	}
 	out.id = p.Identity()
-	if engine != "auto" && engine != "" {
-		out.id.Engine = engine
+	if engineName != engine.Auto && engineName != "" {
+		e, err := engine.Lookup(engineName)
+		if err != nil {
+			return out, fmt.Errorf("--engine: %w", err)
+		}
+		out.id.Engine = e.Name
 	}
 	out.skipped, out.far, out.byGIN, out.canceled = p.Skipped, pl.Far, pl.ByGIN, p.Cancelled
 	return out, nil

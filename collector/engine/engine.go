@@ -1,0 +1,99 @@
+// Package engine is the one list of inference engines tpsmon reads: each
+// engine's canonical name, the other spellings accepted for it, and which
+// of its outputs (a Prometheus metrics page, a log format) tpsmon knows.
+// Config validation, the scraper's dialects, the log parsers and replay
+// all resolve engine names here.
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Auto asks tpsmon to find the engine itself: from the first metrics page
+// that names one, or from the log lines. It is no engine of the list.
+const Auto = "auto"
+
+// Engine is one inference engine.
+type Engine struct {
+	// Name is canonical: the engine tag and the detected engine say it.
+	Name string
+	// Aliases are other spellings a config or --engine may give.
+	Aliases []string
+	// Metrics: tpsmon reads the engine's Prometheus page (collector has
+	// its dialect).
+	Metrics bool
+	// Log is the log format its lines are read with: its own name, or
+	// that of the engine whose lines it prints; "" when tpsmon reads no
+	// log of it.
+	Log string
+	// Instead tells a user asking for what tpsmon does not read what to
+	// read instead.
+	Instead string
+}
+
+// All lists the engines, in the order help texts name them.
+var All = []Engine{
+	{Name: "vllm", Metrics: true, Log: "vllm"},
+	{Name: "sglang", Metrics: true, Log: "sglang"},
+	{Name: "tgi", Aliases: []string{"text-generation-inference"}, Metrics: true, Log: "tgi"},
+	{Name: "llamacpp", Aliases: []string{"llama.cpp", "llama-server"}, Metrics: true, Log: "llamacpp"},
+	{Name: "trtllm", Aliases: []string{"tensorrt-llm", "trtllm-serve"}, Metrics: true, Log: "trtllm"},
+	// Triton's TensorRT-LLM backend prints TensorRT-LLM's iteration lines.
+	{Name: "triton", Metrics: true, Log: "trtllm"},
+	// NIM's vLLM backend prints vLLM's stat line.
+	{Name: "nim", Metrics: true, Log: "vllm"},
+	{Name: "lmdeploy", Metrics: true, Log: "lmdeploy"},
+	// Ollama >= 0.30 relays llama-server's lines; it serves no metrics page.
+	{Name: "ollama", Log: "llamacpp", Instead: "read its log (log.journal_unit: ollama.service, or log.file)"},
+}
+
+// ErrUnknown marks an engine name that is neither an engine's name nor
+// one of its aliases.
+var ErrUnknown = errors.New("unknown engine")
+
+// ErrNoMetrics marks an engine whose metrics page tpsmon does not read.
+var ErrNoMetrics = errors.New("serves no Prometheus metrics tpsmon reads")
+
+// ErrNoLog marks an engine whose log tpsmon does not read.
+var ErrNoLog = errors.New("has no log format tpsmon reads")
+
+// Lookup finds an engine by its name or an alias. Auto is not one: callers
+// decide what it means to them first.
+func Lookup(name string) (Engine, error) {
+	for _, e := range All {
+		if e.Name == name || slices.Contains(e.Aliases, name) {
+			return e, nil
+		}
+	}
+	return Engine{}, fmt.Errorf("%w %q (known: %s, %s)", ErrUnknown, name, Auto, strings.Join(Names(), ", "))
+}
+
+// Names returns the canonical names, in the order of All.
+func Names() []string {
+	out := make([]string, len(All))
+	for i, e := range All {
+		out[i] = e.Name
+	}
+	return out
+}
+
+// CheckMetrics returns an error wrapping ErrNoMetrics unless tpsmon reads
+// the engine's metrics page.
+func (e Engine) CheckMetrics() error {
+	if e.Metrics {
+		return nil
+	}
+	return fmt.Errorf("%s %w: %s", e.Name, ErrNoMetrics, e.Instead)
+}
+
+// CheckLog returns an error wrapping ErrNoLog unless tpsmon reads the
+// engine's log.
+func (e Engine) CheckLog() error {
+	if e.Log != "" {
+		return nil
+	}
+	return fmt.Errorf("%s %w: %s", e.Name, ErrNoLog, e.Instead)
+}

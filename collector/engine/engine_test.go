@@ -1,0 +1,130 @@
+package engine_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/collector/engine"
+	"github.com/tpsmon/tpsmon/collector/logline"
+)
+
+// Each engine's smallest metrics page and one of the lines its log prints.
+var samples = map[string]struct{ page, line string }{
+	"vllm": {"vllm:generation_tokens_total 5\n",
+		"INFO 01-28 05:07:10 [loggers.py:271] Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 500.5 tokens/s, Running: 7 reqs, Waiting: 2 reqs, GPU KV cache usage: 91.0%"},
+	"sglang": {"sglang:num_running_reqs 1\n",
+		"[2026-04-08 14:05:21 DP1 TP0] Decode batch, #running-req: 5, #token: 20800, full token usage: 0.29, cuda graph: True, gen throughput (token/s): 144.95, #queue-req: 2, "},
+	"tgi": {"tgi_queue_size 0\n",
+		`2024-12-10T21:50:03.478010Z  INFO generate_stream{total_time="2.5s" validation_time="12us" queue_time="3.1ms" inference_time="2s" time_per_token="20ms" seed="None"}: text_generation_router::server: router/src/server.rs:500: Success`},
+	"llamacpp": {"llamacpp:requests_processing 1\n",
+		"slot print_timing: id  0 | task 160 |        eval time =    5729.20 ms /    96 tokens (   60.31 ms per token,    16.58 tokens per second)"},
+	"trtllm": {"trtllm_num_requests_running 1\n",
+		"[TRT-LLM] [I] iter = 120, global_rank = 0, rank = 0, currank_total_requests = 8/8, host_step_time = 25.0ms, prev_device_step_time = 24 ms, timestamp = 2026-05-01 10:00:00, num_scheduled_requests: 8, states = {'num_ctx_requests': 0, 'num_ctx_tokens': 0, 'num_generation_tokens': 8}"},
+	"triton": {"nv_llm_output_token_len_sum 5\n",
+		"[TRT-LLM] [I] iter = 120, global_rank = 0, rank = 0, currank_total_requests = 8/8, host_step_time = 25.0ms, prev_device_step_time = 24 ms, timestamp = 2026-05-01 10:00:00, num_scheduled_requests: 8, states = {'num_ctx_requests': 0, 'num_ctx_tokens': 0, 'num_generation_tokens': 8}"},
+	"nim": {"generation_tokens_total 5\n",
+		"INFO 01-28 05:07:10 [loggers.py:271] Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 500.5 tokens/s, Running: 7 reqs, Waiting: 2 reqs, GPU KV cache usage: 91.0%"},
+	"lmdeploy": {"lmdeploy:num_requests_running 1\n",
+		"[2026-03-01 08:00:10 DP0] Avg thr (in/out): 10.0 / 250.5 tokens/s, Server (succeeded/failed/routed/waiting): 5 / 0 / 12 / 1, Engine (running/waiting): 12 / 1, KV cache: 30.0%, "},
+	"ollama": {"",
+		"slot print_timing: id  0 | task 160 |        eval time =    5729.20 ms /    96 tokens (   60.31 ms per token,    16.58 tokens per second)"},
+}
+
+// Every engine, by its name and each alias, resolves in the metrics path
+// where the registry says it serves metrics, and in the log path where it
+// says its log is read; where not, the path says why, and never that the
+// engine is unknown (the two paths once kept lists of their own, and
+// disagreed about ollama).
+func TestEveryEngineResolvesInBothPaths(t *testing.T) {
+	for _, e := range engine.All {
+		smp, ok := samples[e.Name]
+		if !ok {
+			t.Errorf("%s: no sample page and line in this test", e.Name)
+			continue
+		}
+		for _, name := range append([]string{e.Name}, e.Aliases...) {
+			t.Run(name, func(t *testing.T) {
+				d, err := collector.DialectFor(name)
+				switch {
+				case e.Metrics && err != nil:
+					t.Errorf("metrics: %v", err)
+				case e.Metrics:
+					checkMetrics(t, e, d, smp.page)
+				case !errors.Is(err, engine.ErrNoMetrics) || errors.Is(err, engine.ErrUnknown):
+					t.Errorf("metrics: %v, want %v", err, engine.ErrNoMetrics)
+				}
+				p, err := logline.NewParser(name)
+				switch {
+				case e.Log != "" && err != nil:
+					t.Errorf("log: %v", err)
+				case e.Log != "":
+					if _, ok := p.Parse([]byte(smp.line)); !ok {
+						t.Errorf("log: %s's parser read nothing of %q", name, smp.line)
+					}
+				case !errors.Is(err, engine.ErrNoLog) || errors.Is(err, engine.ErrUnknown):
+					t.Errorf("log: %v, want %v", err, engine.ErrNoLog)
+				}
+			})
+		}
+	}
+}
+
+// checkMetrics reads the engine's page with its dialect, and detects the
+// same dialect from it.
+func checkMetrics(t *testing.T, e engine.Engine, d *collector.Dialect, page string) {
+	t.Helper()
+	if d.Engine != e.Name {
+		t.Errorf("metrics: dialect of %s", d.Engine)
+	}
+	if _, err := d.Parse(strings.NewReader(page)); err != nil {
+		t.Errorf("metrics: %v", err)
+	}
+	p, err := collector.ParsePage(strings.NewReader(page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := collector.Detect(p); err != nil || got != d {
+		t.Errorf("metrics: page detected as %v (%v)", got, err)
+	}
+}
+
+// An unknown name is unknown to both paths alike, and the error lists
+// the names there are.
+func TestUnknownEngineListsNames(t *testing.T) {
+	_, errM := collector.DialectFor("vllm2")
+	_, errL := logline.NewParser("vllm2")
+	for _, err := range []error{errM, errL} {
+		if !errors.Is(err, engine.ErrUnknown) {
+			t.Fatalf("vllm2: %v, want %v", err, engine.ErrUnknown)
+		}
+		for _, n := range append(engine.Names(), engine.Auto) {
+			if !strings.Contains(err.Error(), n) {
+				t.Errorf("%q does not name %s", err, n)
+			}
+		}
+	}
+	if errM.Error() != errL.Error() {
+		t.Errorf("metrics and log paths disagree: %q, %q", errM, errL)
+	}
+}
+
+func TestNamesAreUnique(t *testing.T) {
+	seen := map[string]string{engine.Auto: "auto"}
+	for _, e := range engine.All {
+		for _, n := range append([]string{e.Name}, e.Aliases...) {
+			if other, ok := seen[n]; ok {
+				t.Errorf("%q names %s and %s", n, other, e.Name)
+			}
+			seen[n] = e.Name
+		}
+		if e.Log != "" && !slices.Contains(engine.Names(), e.Log) {
+			t.Errorf("%s: log format %q is no engine's", e.Name, e.Log)
+		}
+		if (!e.Metrics || e.Log == "") && e.Instead == "" {
+			t.Errorf("%s: no hint what to read instead", e.Name)
+		}
+	}
+}
