@@ -533,6 +533,48 @@ func plainText(rest []byte) bool {
 	return len(bytes.TrimLeft(rest, "0123456789.+-eE \t")) == 0
 }
 
+// ReadPage reads one metrics page: with dialect d, or, when d is nil,
+// with the dialect detected from the page, which then needs every name.
+// It returns the dialect it used (nil when none was detected), and the
+// sample named for its engine. Replay reads its pages here, the live
+// scraper through readPage with its series cache.
+func ReadPage(body []byte, d *Dialect) (Sample, *Dialect, error) {
+	return readPage(body, d, nil)
+}
+
+func readPage(body []byte, d *Dialect, cache *seriesCache) (Sample, *Dialect, error) {
+	var page Page
+	var err error
+	if d != nil {
+		if page, err = d.parseFiltered(body, cache); err != nil {
+			err = pageError(body, err)
+		}
+	} else {
+		page, err = ParsePage(bytes.NewReader(body))
+	}
+	if err != nil {
+		return Sample{}, d, err
+	}
+	if d == nil {
+		if d, err = Detect(page); err != nil {
+			return Sample{}, nil, err
+		}
+	}
+	smp, err := d.Read(page)
+	smp.Engine = d.Engine
+	return smp, d, err
+}
+
+// pageError says where in the page it went wrong: the filtered parse saw
+// only some of its lines, and numbered them from 1. An error, so the
+// second parse costs nothing that matters.
+func pageError(page []byte, err error) error {
+	if _, perr := ParsePage(bytes.NewReader(page)); perr != nil {
+		return perr
+	}
+	return err
+}
+
 // Read takes the dialect's series from a parsed page.
 func (d *Dialect) Read(p Page) (Sample, error) {
 	var s Sample

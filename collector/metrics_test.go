@@ -263,3 +263,23 @@ func TestDialectsMatchRegistry(t *testing.T) {
 		}
 	}
 }
+
+// ReadPage detects the dialect when given none, reads with the one given
+// otherwise, and a malformed page's error names the line of the page.
+func TestReadPage(t *testing.T) {
+	page := []byte("# HELP go_goroutines Goroutines.\ngo_goroutines 7\nvllm:num_requests_running 2\nvllm:generation_tokens_total 10\n")
+	s, d, err := ReadPage(page, nil)
+	if err != nil || d != &VLLM || s.Engine != "vllm" {
+		t.Fatalf("detect: %v %+v (%v)", d, s, err)
+	}
+	if !s.HasCounter[GenerationTokens] || s.Counter[GenerationTokens] != 10 {
+		t.Errorf("generation tokens: %+v", s)
+	}
+	if _, d, err := ReadPage(page, &SGLang); d != &SGLang || !errors.Is(err, ErrNoEngineMetrics) {
+		t.Errorf("given SGLang on a vLLM page: %v (%v)", d, err)
+	}
+	bad := []byte("go_goroutines 7\nprocess_cpu_seconds_total 3\n\nvllm:generation_tokens_total{model_name=\"m\" 1\n")
+	if _, _, err := ReadPage(bad, &VLLM); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "line 4") {
+		t.Errorf("malformed: %v, want the page's line 4", err)
+	}
+}

@@ -168,27 +168,13 @@ func (s *Scraper) fetch(ctx context.Context, client *http.Client) (Sample, error
 	if s.body.Cap() > 4*max(s.body.Len(), 64<<10) {
 		s.body = bytes.Buffer{} // one huge page does not stay for good
 	}
-	var page Page
-	if s.Dialect != nil {
-		page, err = s.Dialect.parseFiltered(body, &s.cache)
-	} else {
-		page, err = ParsePage(bytes.NewReader(body)) // detection needs every name
-	}
-	if err != nil {
-		return Sample{}, err
-	}
-	if s.Dialect == nil {
-		d, err := Detect(page)
-		if err != nil {
-			return Sample{}, err
-		}
+	smp, d, err := readPage(body, s.Dialect, &s.cache)
+	if s.Dialect == nil && d != nil {
 		s.Dialect = d
 		if s.Detected != nil {
 			s.Detected(d.Engine)
 		}
 	}
-	smp, err := s.Dialect.Read(page)
-	smp.Engine = s.Dialect.Engine
 	return smp, err
 }
 

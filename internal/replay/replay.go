@@ -356,20 +356,15 @@ func readMetricsDir(dir string, d *collector.Dialect) (out []collector.Sample, s
 		if err != nil {
 			return nil, nil, err
 		}
-		page, err := collector.ParsePage(bytes.NewReader(b))
-		if err == nil && d == nil {
-			d, err = collector.Detect(page)
-		}
-		var s collector.Sample
-		if err == nil {
-			s, err = d.Read(page)
-		}
+		// As the live scraper reads a page: the dialect detected from the
+		// first page that names one is kept.
+		s, used, err := collector.ReadPage(b, d)
+		d = used
 		if err != nil {
 			skipped = append(skipped, fmt.Sprintf("%s: %v", f.name, err))
 			continue
 		}
 		s.Time = time.UnixMilli(f.ms)
-		s.Engine = d.Engine
 		out = append(out, der.Derive(s))
 	}
 	return out, skipped, nil
