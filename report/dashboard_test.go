@@ -12,6 +12,7 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
+	"github.com/tpsmon/tpsmon/internal/influxql"
 	"github.com/tpsmon/tpsmon/internal/sim/fleetsim"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
@@ -43,7 +44,7 @@ func TestDashboardQueriesReturnWhatWasWritten(t *testing.T) {
 	d := parseDashboard(t, b)
 	c := NewClient(base, db, "", 30*time.Second)
 	ctx := context.Background()
-	results := map[string][]Series{}
+	results := map[string][]influxql.Series{}
 	for _, level := range []string{"1h", "1d"} {
 		for _, p := range d.Panels {
 			for i, tg := range p.Targets {
@@ -69,7 +70,7 @@ func TestDashboardQueriesReturnWhatWasWritten(t *testing.T) {
 		var v float64
 		for _, s := range results[key] {
 			for _, row := range s.Rows() {
-				x, _ := Num(row[col])
+				x, _ := influxql.Num(row[col])
 				v += x
 			}
 		}

@@ -2,13 +2,15 @@ package report
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/tpsmon/tpsmon/internal/influxql"
 )
 
 // Client runs InfluxQL on /query: InfluxDB 1.8's own, and the 1.x
@@ -21,27 +23,6 @@ type Client struct {
 	HTTP  *http.Client
 }
 
-// Series is one series of a result.
-type Series struct {
-	Name    string            `json:"name"`
-	Tags    map[string]string `json:"tags"`
-	Columns []string          `json:"columns"`
-	Values  [][]any           `json:"values"`
-}
-
-// Rows returns each row as a map of column to value.
-func (s Series) Rows() []map[string]any {
-	out := make([]map[string]any, len(s.Values))
-	for i, v := range s.Values {
-		m := make(map[string]any, len(v))
-		for j, c := range s.Columns {
-			m[c] = v[j]
-		}
-		out[i] = m
-	}
-	return out
-}
-
 // NewClient splits a bucket ("db/rp" or "db") for /query.
 func NewClient(baseURL, bucket, token string, timeout time.Duration) *Client {
 	db, rp, _ := strings.Cut(bucket, "/")
@@ -49,7 +30,7 @@ func NewClient(baseURL, bucket, token string, timeout time.Duration) *Client {
 }
 
 // Query runs one InfluxQL statement; times come back as Unix seconds.
-func (c *Client) Query(ctx context.Context, q string) ([]Series, error) {
+func (c *Client) Query(ctx context.Context, q string) ([]influxql.Series, error) {
 	v := url.Values{"q": {q}, "db": {c.DB}, "epoch": {"s"}}
 	if c.RP != "" {
 		v.Set("rp", c.RP)
@@ -68,36 +49,12 @@ func (c *Client) Query(ctx context.Context, q string) ([]Series, error) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
-	var out struct {
-		Results []struct {
-			Series []Series `json:"series"`
-			Error  string   `json:"error"`
-		} `json:"results"`
-		Error string `json:"error"`
-	}
-	if err := json.Unmarshal(body, &out); err != nil {
+	series, err := influxql.Decode(body)
+	if errors.Is(err, influxql.ErrUndecodable) {
 		return nil, fmt.Errorf("influx query: HTTP %s: %.200s", resp.Status, body)
 	}
-	if out.Error != "" {
-		return nil, fmt.Errorf("influx query: %s", out.Error)
+	if err != nil {
+		return nil, fmt.Errorf("influx query: %w", err)
 	}
-	if len(out.Results) == 0 {
-		return nil, nil
-	}
-	if e := out.Results[0].Error; e != "" {
-		return nil, fmt.Errorf("influx query: %s", e)
-	}
-	return out.Results[0].Series, nil
-}
-
-// Num reads a numeric cell of a result.
-func Num(v any) (float64, bool) {
-	switch x := v.(type) {
-	case float64:
-		return x, true
-	case json.Number:
-		f, err := x.Float64()
-		return f, err == nil
-	}
-	return 0, false
+	return series, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tpsmon/tpsmon/internal/influxql"
 	"github.com/tpsmon/tpsmon/schema"
 )
 
@@ -82,7 +83,7 @@ func DataWindow(ctx context.Context, c querier, from, to time.Time) (time.Durati
 		return 0, fmt.Errorf("report: window length: %w", err)
 	}
 	if len(s) > 0 && len(s[0].Values) > 0 {
-		if v, ok := Num(s[0].Rows()[0]["w"]); ok && v > 0 {
+		if v, ok := influxql.Num(s[0].Rows()[0]["w"]); ok && v > 0 {
 			return time.Duration(v * float64(time.Second)), nil
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tpsmon/tpsmon/internal/influxql"
 	"github.com/tpsmon/tpsmon/schema"
 )
 
@@ -107,7 +108,7 @@ type GPUReport struct {
 
 // querier runs InfluxQL.
 type querier interface {
-	Query(ctx context.Context, q string) ([]Series, error)
+	Query(ctx context.Context, q string) ([]influxql.Series, error)
 }
 
 // Options are the report's settings beyond the filter.
@@ -126,7 +127,7 @@ type builder struct {
 	lens map[string]map[string]time.Duration // measurement -> host -> window
 }
 
-func (b *builder) run(q Query, state string) ([]Series, error) {
+func (b *builder) run(q Query, state string) ([]influxql.Series, error) {
 	text, err := b.f.Render(q, state)
 	if err != nil {
 		return nil, err
@@ -142,9 +143,9 @@ func (b *builder) run(q Query, state string) ([]Series, error) {
 // length) into observed seconds: untimed windows count at the host's
 // window length read from the data of measurement m.
 func (b *builder) seconds(m, host string, row map[string]any) (float64, error) {
-	n, _ := Num(row["windows"])
-	s, _ := Num(row["seconds"])
-	timed, _ := Num(row["timed"])
+	n, _ := influxql.Num(row["windows"])
+	s, _ := influxql.Num(row["seconds"])
+	timed, _ := influxql.Num(row["timed"])
 	if timed >= n {
 		return s, nil
 	}
@@ -259,15 +260,15 @@ func (b *builder) build(o Options) error {
 	for _, s := range series {
 		for _, row := range s.Rows() {
 			g := gpu(s.Tags)
-			n, _ := Num(row["windows"])
+			n, _ := influxql.Num(row["windows"])
 			secs, err := b.seconds(schema.GPU, g.Host, row)
 			if err != nil {
 				return err
 			}
 			g.Windows += int(n)
 			g.Hours += secs / 3600
-			g.MeanUtil, _ = Num(row["util"])
-			g.EnergyJ, _ = Num(row["energy_j"])
+			g.MeanUtil, _ = influxql.Num(row["util"])
+			g.EnergyJ, _ = influxql.Num(row["energy_j"])
 			gpuSecs += secs
 			gpuEnergy += g.EnergyJ
 			if g.Server == "" {
@@ -282,7 +283,7 @@ func (b *builder) build(o Options) error {
 	for _, s := range series {
 		for _, row := range s.Rows() {
 			g := gpu(s.Tags)
-			n, _ := Num(row["idle_windows"])
+			n, _ := influxql.Num(row["idle_windows"])
 			if g.Windows > 0 {
 				g.IdleShare = n / float64(g.Windows)
 			}
@@ -322,7 +323,7 @@ func (b *builder) build(o Options) error {
 	}
 	for _, s := range series {
 		for _, row := range s.Rows() {
-			if v, ok := Num(row["tokens_per_joule"]); ok {
+			if v, ok := influxql.Num(row["tokens_per_joule"]); ok {
 				server(s.Tags).TokensPerJoule = &v
 			}
 		}
@@ -333,7 +334,7 @@ func (b *builder) build(o Options) error {
 	for _, s := range series {
 		for _, row := range s.Rows() {
 			sr := server(s.Tags)
-			sr.Tokens, _ = Num(row["tokens"])
+			sr.Tokens, _ = influxql.Num(row["tokens"])
 			r.Tokens += sr.Tokens
 			if sr.GPUHours > 0 {
 				v := sr.Tokens / sr.GPUHours
@@ -355,10 +356,10 @@ func (b *builder) build(o Options) error {
 	for _, s := range series {
 		sr := server(s.Tags)
 		for _, row := range s.Rows() {
-			t, _ := Num(row["time"])
+			t, _ := influxql.Num(row["time"])
 			p := Point{Time: time.Unix(int64(t), 0).UTC(), SystemTPS: -1, PerUserTPS: -1, Running: -1, GPUUtil: -1}
 			for col, dst := range map[string]*float64{"system_tps": &p.SystemTPS, "per_user_tps": &p.PerUserTPS, "running": &p.Running, "gpu_util": &p.GPUUtil} {
-				if v, ok := Num(row[col]); ok {
+				if v, ok := influxql.Num(row[col]); ok {
 					*dst = v
 				}
 			}
@@ -417,7 +418,7 @@ func describeLengths(m map[string]time.Duration) string {
 func (b *builder) fleet() error {
 	pts := map[int64]*FleetPoint{}
 	at := func(row map[string]any) *FleetPoint {
-		t, _ := Num(row["time"])
+		t, _ := influxql.Num(row["time"])
 		p, ok := pts[int64(t)]
 		if !ok {
 			p = &FleetPoint{Time: time.Unix(int64(t), 0).UTC(), StateGPUHours: map[string]float64{}}
@@ -433,7 +434,7 @@ func (b *builder) fleet() error {
 	}
 	for _, s := range series {
 		for _, row := range s.Rows() {
-			v, _ := Num(row["tokens"])
+			v, _ := influxql.Num(row["tokens"])
 			p := at(row)
 			tokens[p.Time.Unix()] += v
 		}
@@ -449,7 +450,7 @@ func (b *builder) fleet() error {
 			}
 			p := at(row)
 			p.GPUHours += secs / 3600
-			e, _ := Num(row["energy_j"])
+			e, _ := influxql.Num(row["energy_j"])
 			energy[p.Time.Unix()] += e
 		}
 	}
@@ -623,7 +624,7 @@ func WindowLengths(ctx context.Context, q querier, m, tf string) (map[string]tim
 	out := map[string]time.Duration{}
 	for _, x := range s {
 		for _, row := range x.Rows() {
-			if v, ok := Num(row["d"]); ok && v > 0 {
+			if v, ok := influxql.Num(row["d"]); ok && v > 0 {
 				out[x.Tags[schema.TagHost]] = time.Duration(v) * time.Millisecond
 			}
 		}

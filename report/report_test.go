@@ -16,6 +16,7 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
+	"github.com/tpsmon/tpsmon/internal/influxql"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
@@ -194,7 +195,7 @@ func TestDashboardQueriesOnAWeek(t *testing.T) {
 	c := NewClient(base, db, "", 30*time.Second)
 	ctx := context.Background()
 	f := weekFilter()
-	run := func(q Query, state string) []Series {
+	run := func(q Query, state string) []influxql.Series {
 		text, err := f.Render(q, state)
 		if err != nil {
 			t.Fatal(err)
@@ -205,8 +206,8 @@ func TestDashboardQueriesOnAWeek(t *testing.T) {
 		}
 		return s
 	}
-	val := func(s Series, col string) float64 {
-		v, ok := Num(s.Rows()[0][col])
+	val := func(s influxql.Series, col string) float64 {
+		v, ok := influxql.Num(s.Rows()[0][col])
 		if !ok {
 			t.Fatalf("%s has no %s: %v", s.Tags, col, s.Rows()[0])
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
+	"github.com/tpsmon/tpsmon/internal/influxql"
 	"github.com/tpsmon/tpsmon/report"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink"
@@ -24,7 +25,7 @@ import (
 
 // Querier runs InfluxQL on the v1 /query API.
 type Querier interface {
-	Query(ctx context.Context, q string) ([]report.Series, error)
+	Query(ctx context.Context, q string) ([]influxql.Series, error)
 }
 
 // Writer stores line protocol in one bucket.
@@ -152,11 +153,11 @@ func (j *Job) firstRaw(ctx context.Context) (time.Time, error) {
 	return first, nil
 }
 
-func firstTime(s []report.Series) (time.Time, bool) {
+func firstTime(s []influxql.Series) (time.Time, bool) {
 	if len(s) == 0 || len(s[0].Values) == 0 {
 		return time.Time{}, false
 	}
-	v, ok := report.Num(s[0].Values[0][0])
+	v, ok := influxql.Num(s[0].Values[0][0])
 	if !ok {
 		return time.Time{}, false
 	}
@@ -196,7 +197,7 @@ func (j *Job) rollRange(ctx context.Context, l Level, a, b time.Time) (int, erro
 					if len(fields) == 0 {
 						continue
 					}
-					t, _ := report.Num(row["time"])
+					t, _ := influxql.Num(row["time"])
 					p := write.NewPoint(m+l.Suffix, s.Tags, fields, time.Unix(int64(t), 0))
 					if buf, err = enc.AppendWrite(buf, p); err != nil {
 						return 0, err
@@ -244,8 +245,8 @@ func (s spec) selectList() string {
 }
 
 func needsLength(row map[string]any) bool {
-	n, _ := report.Num(row["n"])
-	wn, _ := report.Num(row["wn"])
+	n, _ := influxql.Num(row["n"])
+	wn, _ := influxql.Num(row["wn"])
 	return wn < n
 }
 
@@ -268,17 +269,17 @@ func gpuCount(m string, tags map[string]string) int {
 func (s spec) fields(row map[string]any, derived time.Duration, gpus int) map[string]any {
 	out := map[string]any{}
 	for _, a := range s.aggs {
-		if v, ok := report.Num(row[a.as]); ok {
+		if v, ok := influxql.Num(row[a.as]); ok {
 			out[a.as] = v
 		}
 	}
-	n, _ := report.Num(row["n"])
+	n, _ := influxql.Num(row["n"])
 	if n == 0 {
 		return out
 	}
 	out[s.prefix+schema.FieldWindows] = int64(n)
-	ws, _ := report.Num(row["ws"])
-	wn, _ := report.Num(row["wn"])
+	ws, _ := influxql.Num(row["ws"])
+	wn, _ := influxql.Num(row["wn"])
 	if wn < n && derived <= 0 {
 		// No length is known for these windows: leave the seconds out
 		// rather than guess.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
+	"github.com/tpsmon/tpsmon/internal/influxql"
 	"github.com/tpsmon/tpsmon/report"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink"
@@ -166,12 +167,12 @@ func check(t *testing.T, base, db string, w want, lv string, every time.Duration
 }
 
 func num0(v any) float64 {
-	f, _ := report.Num(v)
+	f, _ := influxql.Num(v)
 	return f
 }
 
 func num(v any) float64 {
-	f, ok := report.Num(v)
+	f, ok := influxql.Num(v)
 	if !ok {
 		return math.NaN()
 	}

@@ -5,8 +5,8 @@ package influxtest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tpsmon/tpsmon/internal/influxql"
 )
 
 // URL returns the base URL of a running InfluxDB, starting one if needed.
@@ -153,30 +155,9 @@ func CreateDB(t testing.TB, base, prefix string) string {
 	return name
 }
 
-// Series is one series of a query result.
-type Series struct {
-	Name    string            `json:"name"`
-	Tags    map[string]string `json:"tags"`
-	Columns []string          `json:"columns"`
-	Values  [][]any           `json:"values"`
-}
-
-// Rows returns the series' values as maps from column to value.
-func (s Series) Rows() []map[string]any {
-	out := make([]map[string]any, len(s.Values))
-	for i, v := range s.Values {
-		m := make(map[string]any, len(v))
-		for j, c := range s.Columns {
-			m[c] = v[j]
-		}
-		out[i] = m
-	}
-	return out
-}
-
 // Query runs InfluxQL against db (epoch in seconds) and returns the series
 // of its first statement.
-func Query(t testing.TB, base, db, q string) []Series {
+func Query(t testing.TB, base, db, q string) []influxql.Series {
 	t.Helper()
 	v := url.Values{"q": {q}, "epoch": {"s"}}
 	if db != "" {
@@ -191,26 +172,13 @@ func Query(t testing.TB, base, db, q string) []Series {
 		t.Fatalf("query %q: %v", q, err)
 	}
 	defer resp.Body.Close()
-	var out struct {
-		Results []struct {
-			Series []Series `json:"series"`
-			Error  string   `json:"error"`
-		} `json:"results"`
-		Error string `json:"error"`
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("query %q: %v", q, err)
 	}
-	dec := json.NewDecoder(resp.Body)
-	dec.UseNumber()
-	if err := dec.Decode(&out); err != nil {
-		t.Fatalf("query %q: decode: %v", q, err)
+	series, err := influxql.Decode(body)
+	if err != nil {
+		t.Fatalf("query %q: %v", q, err)
 	}
-	if out.Error != "" {
-		t.Fatalf("query %q: %s", q, out.Error)
-	}
-	if len(out.Results) == 0 {
-		return nil
-	}
-	if e := out.Results[0].Error; e != "" {
-		t.Fatalf("query %q: %s", q, e)
-	}
-	return out.Results[0].Series
+	return series
 }
