@@ -721,84 +721,119 @@ func (d *Deriver) Derive(s Sample) Sample {
 	if s.HasCounter[GenerationTokens] {
 		return s
 	}
+	// Without a previous sample, prev is the zero Sample: it has no
+	// series, and dt is 0.
 	dt := 0.0
 	if ok {
 		dt = s.Time.Sub(prev.Time).Seconds()
 	}
-	live, hasLive := 0.0, true // tokens made since prev, by the live signal
+	if live, hasLive := d.live(&s, prev, dt); hasLive {
+		d.reconcile(&s, prev, live)
+		return s
+	}
+	spreadCompletions(&s, prev, dt)
+	return s
+}
+
+// live returns the tokens made since prev by the engine's live signal,
+// and whether it has one: decode calls times the slots per call, a
+// throughput gauge, or iterations times the generating requests.
+func (d *Deriver) live(s *Sample, prev Sample, dt float64) (float64, bool) {
 	switch {
 	case s.HasCounter[Decodes] && s.HasGauge[SlotsPerDecode]:
-		if ok && prev.HasCounter[Decodes] && prev.HasGauge[SlotsPerDecode] {
-			cur := s.Counter[Decodes] * s.Gauge[SlotsPerDecode]
-			if s.Counter[Decodes] < prev.Counter[Decodes] {
-				live = cur // restarted
-			} else {
-				// The gauge is printed with 6 digits: the product may dip
-				// by a fraction between scrapes, which the output absorbs.
-				live = cur - prev.Counter[Decodes]*prev.Gauge[SlotsPerDecode]
-			}
-		}
+		return decodeTokens(s, prev), true
 	case s.HasGauge[GenRate]:
 		// The gauge keeps its last value when idle: only count it while
 		// requests run.
-		if ok && dt > 0 && (!s.HasGauge[Running] || s.Gauge[Running] > 0) {
-			live = s.Gauge[GenRate] * dt
+		if dt > 0 && (!s.HasGauge[Running] || s.Gauge[Running] > 0) {
+			return s.Gauge[GenRate] * dt, true
 		}
+		return 0, true
 	case s.HasCounter[Iterations] && s.HasGauge[GenRequests]:
-		if ok && dt > 0 && prev.HasCounter[Iterations] {
-			iters := increase(prev.Counter[Iterations], s.Counter[Iterations])
-			gen := (prev.Gauge[GenRequests] + s.Gauge[GenRequests]) / 2
-			live = iters * gen
-			if gen > 0 {
-				d.userTok += iters
-				d.userSec += dt
-			}
-		}
-		if !s.HasCounter[ITLSum] {
-			s.SetCounter(ITLSum, d.userSec)
-			s.SetCounter(ITLCount, d.userTok)
-		}
-	default:
-		hasLive = false
+		return d.iterationTokens(s, prev, dt), true
 	}
-	if hasLive {
-		if s.HasCounter[CompletionTokens] {
-			done := 0.0
-			if ok && prev.HasCounter[CompletionTokens] {
-				done = increase(prev.Counter[CompletionTokens], s.Counter[CompletionTokens])
-			}
-			idle := s.HasGauge[Running] && s.Gauge[Running] == 0
-			d.tokens = d.rec.add(live, done, idle)
-		} else {
-			d.tokens += max(0, live)
-		}
-		s.SetCounter(GenerationTokens, d.tokens)
-		return s
+	return 0, false
+}
+
+// decodeTokens is the growth of decode calls times busy slots per call.
+func decodeTokens(s *Sample, prev Sample) float64 {
+	if !prev.HasCounter[Decodes] || !prev.HasGauge[SlotsPerDecode] {
+		return 0
 	}
-	if s.HasCounter[CompletionTokens] && ok && prev.HasCounter[CompletionTokens] {
-		tok := increase(prev.Counter[CompletionTokens], s.Counter[CompletionTokens])
-		if tok <= 0 {
-			return s
-		}
-		spread := time.Duration(dt * float64(time.Second))
-		if s.HasCounter[CompletionSeconds] && prev.HasCounter[CompletionSeconds] {
-			secs := increase(prev.Counter[CompletionSeconds], s.Counter[CompletionSeconds])
-			reqs := 0.0
-			if s.HasCounter[CompletionRequests] && prev.HasCounter[CompletionRequests] {
-				reqs = increase(prev.Counter[CompletionRequests], s.Counter[CompletionRequests])
-			} else if s.HasGauge[Running] || prev.HasGauge[Running] {
-				// Summed per-slot seconds of concurrent requests: divide by
-				// how many ran side by side.
-				reqs = math.Max(prev.Gauge[Running], s.Gauge[Running])
-			}
-			spread = time.Duration(secs / math.Max(1, reqs) * float64(time.Second))
-		}
-		spread = min(max(spread, 0), maxSpread)
-		iv := Unknown(s.Time.Add(-spread), s.Time)
-		iv.Tokens = tok
-		s.Intervals = append(s.Intervals, iv)
+	cur := s.Counter[Decodes] * s.Gauge[SlotsPerDecode]
+	if s.Counter[Decodes] < prev.Counter[Decodes] {
+		return cur // restarted
 	}
-	return s
+	// The gauge is printed with 6 digits: the product may dip by a
+	// fraction between scrapes, which the output absorbs.
+	return cur - prev.Counter[Decodes]*prev.Gauge[SlotsPerDecode]
+}
+
+// iterationTokens is iterations times the requests generating in them;
+// the iteration rate while any generate is also the per-user speed, given
+// to s where the engine has no inter-token latency of its own.
+func (d *Deriver) iterationTokens(s *Sample, prev Sample, dt float64) float64 {
+	live := 0.0
+	if dt > 0 && prev.HasCounter[Iterations] {
+		iters := increase(prev.Counter[Iterations], s.Counter[Iterations])
+		gen := (prev.Gauge[GenRequests] + s.Gauge[GenRequests]) / 2
+		live = iters * gen
+		if gen > 0 {
+			d.userTok += iters
+			d.userSec += dt
+		}
+	}
+	if !s.HasCounter[ITLSum] {
+		s.SetCounter(ITLSum, d.userSec)
+		s.SetCounter(ITLCount, d.userTok)
+	}
+	return live
+}
+
+// reconcile builds s's output counter from the live tokens, kept in step
+// with the completion-time count where the engine has one.
+func (d *Deriver) reconcile(s *Sample, prev Sample, live float64) {
+	if s.HasCounter[CompletionTokens] {
+		done := 0.0
+		if prev.HasCounter[CompletionTokens] {
+			done = increase(prev.Counter[CompletionTokens], s.Counter[CompletionTokens])
+		}
+		idle := s.HasGauge[Running] && s.Gauge[Running] == 0
+		d.tokens = d.rec.add(live, done, idle)
+	} else {
+		d.tokens += max(0, live)
+	}
+	s.SetCounter(GenerationTokens, d.tokens)
+}
+
+// spreadCompletions spreads the tokens of the requests completed since
+// prev back over their mean duration (bounded by maxSpread), for engines
+// with no live signal.
+func spreadCompletions(s *Sample, prev Sample, dt float64) {
+	if !s.HasCounter[CompletionTokens] || !prev.HasCounter[CompletionTokens] {
+		return
+	}
+	tok := increase(prev.Counter[CompletionTokens], s.Counter[CompletionTokens])
+	if tok <= 0 {
+		return
+	}
+	spread := time.Duration(dt * float64(time.Second))
+	if s.HasCounter[CompletionSeconds] && prev.HasCounter[CompletionSeconds] {
+		secs := increase(prev.Counter[CompletionSeconds], s.Counter[CompletionSeconds])
+		reqs := 0.0
+		if s.HasCounter[CompletionRequests] && prev.HasCounter[CompletionRequests] {
+			reqs = increase(prev.Counter[CompletionRequests], s.Counter[CompletionRequests])
+		} else if s.HasGauge[Running] || prev.HasGauge[Running] {
+			// Summed per-slot seconds of concurrent requests: divide by
+			// how many ran side by side.
+			reqs = math.Max(prev.Gauge[Running], s.Gauge[Running])
+		}
+		spread = time.Duration(secs / math.Max(1, reqs) * float64(time.Second))
+	}
+	spread = min(max(spread, 0), maxSpread)
+	iv := Unknown(s.Time.Add(-spread), s.Time)
+	iv.Tokens = tok
+	s.Intervals = append(s.Intervals, iv)
 }
 
 // increase is a counter's growth, the new value after a reset.

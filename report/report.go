@@ -125,6 +125,14 @@ type builder struct {
 	f    Filter
 	r    *Report
 	lens map[string]map[string]time.Duration // measurement -> host -> window
+
+	servers map[string]*ServerReport // by host/server
+	gpus    map[string]*GPUReport    // by host/uuid/gpu/server
+	// GPU-seconds per state, and GPU-hours per state of each server
+	// (host NUL server) or unused GPU (host NUL NUL gpu NUL uuid).
+	stateSecs map[string]float64
+	byState   map[string]map[string]float64
+	gpuEnergy float64 // joules of every GPU
 }
 
 func (b *builder) run(q Query, state string) ([]influxql.Series, error) {
@@ -179,31 +187,69 @@ func Build(ctx context.Context, c querier, f Filter, o Options) (*Report, error)
 		f.Level = Raw
 	}
 	r := &Report{From: f.From, To: f.To, Host: f.Host, Server: f.Server, Level: f.Level, Interval: f.Interval.String()}
-	b := &builder{ctx: ctx, c: c, f: f, r: r, lens: map[string]map[string]time.Duration{}}
+	b := &builder{ctx: ctx, c: c, f: f, r: r, lens: map[string]map[string]time.Duration{},
+		servers: map[string]*ServerReport{}, gpus: map[string]*GPUReport{},
+		stateSecs: map[string]float64{}, byState: map[string]map[string]float64{}}
 	if err := b.build(o); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
+// build runs the report's queries in turn, each filling its part.
 func (b *builder) build(o Options) error {
-	r := b.r
-	servers := map[string]*ServerReport{}
-	server := func(tags map[string]string) *ServerReport {
-		k := tags["host"] + "/" + tags["server"]
-		s, ok := servers[k]
-		if !ok {
-			s = &ServerReport{Host: tags["host"], Server: tags["server"], StateShare: map[string]float64{}}
-			servers[k] = s
+	for _, step := range []func() error{b.stateTime, b.gpuTime, b.gpuIdle} {
+		if err := step(); err != nil {
+			return err
 		}
-		if tags["gpus"] != "" {
-			s.GPUs = tags["gpus"]
-		}
-		return s
 	}
-	// Each server's time per state; its GPUs' time takes its state.
-	stateSecs := map[string]float64{}
-	byState := map[string]map[string]float64{}
+	b.waste()
+	for _, step := range []func() error{b.efficiency, b.serverSeries, b.fleet} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	r := b.r
+	if m := b.lens[schema.Server]; len(m) > 0 {
+		r.Window = describeLengths(m)
+	}
+	b.collect()
+	b.price(o.Prices)
+	r.Findings = findings(r)
+	return nil
+}
+
+// server is the report of the server the tags name.
+func (b *builder) server(tags map[string]string) *ServerReport {
+	k := tags["host"] + "/" + tags["server"]
+	s, ok := b.servers[k]
+	if !ok {
+		s = &ServerReport{Host: tags["host"], Server: tags["server"], StateShare: map[string]float64{}}
+		b.servers[k] = s
+	}
+	if tags["gpus"] != "" {
+		s.GPUs = tags["gpus"]
+	}
+	return s
+}
+
+// gpu is the report of the GPU (and the server it served) the tags name.
+func (b *builder) gpu(tags map[string]string) *GPUReport {
+	k := tags["host"] + "/" + tags["uuid"] + "/" + tags["gpu"] + "/" + tags["server"]
+	g, ok := b.gpus[k]
+	if !ok {
+		g = &GPUReport{Host: tags["host"], GPU: tags["gpu"], UUID: tags["uuid"], Server: tags["server"]}
+		b.gpus[k] = g
+	}
+	if tags["name"] != "" {
+		g.Model = tags["name"]
+	}
+	return g
+}
+
+// stateTime reads each server's time per state; its GPUs' time takes its
+// state.
+func (b *builder) stateTime() error {
 	serverSecs := map[string]float64{}
 	for _, st := range States {
 		series, err := b.run(StateTime, st)
@@ -216,50 +262,41 @@ func (b *builder) build(o Options) error {
 				if err != nil {
 					return err
 				}
-				sr := server(s.Tags)
+				sr := b.server(s.Tags)
 				sr.StateShare[st] += secs
 				serverSecs[sr.Host+"/"+sr.Server] += secs
 				g := secs * float64(gpuCount(s.Tags[schema.TagGPUs]))
 				sr.GPUHours += g / 3600
-				stateSecs[st] += g
-				if byState[st] == nil {
-					byState[st] = map[string]float64{}
+				b.stateSecs[st] += g
+				if b.byState[st] == nil {
+					b.byState[st] = map[string]float64{}
 				}
-				byState[st][sr.Host+"\x00"+sr.Server] += g / 3600
+				b.byState[st][sr.Host+"\x00"+sr.Server] += g / 3600
 			}
 		}
 	}
-	for k, s := range servers {
+	for k, s := range b.servers {
 		for st := range s.StateShare {
 			if serverSecs[k] > 0 {
 				s.StateShare[st] /= serverSecs[k]
 			}
 		}
 	}
+	return nil
+}
 
-	// GPUs: observed time, idleness, whom they served.
-	gpus := map[string]*GPUReport{}
-	gpu := func(tags map[string]string) *GPUReport {
-		k := tags["host"] + "/" + tags["uuid"] + "/" + tags["gpu"] + "/" + tags["server"]
-		g, ok := gpus[k]
-		if !ok {
-			g = &GPUReport{Host: tags["host"], GPU: tags["gpu"], UUID: tags["uuid"], Server: tags["server"]}
-			gpus[k] = g
-		}
-		if tags["name"] != "" {
-			g.Model = tags["name"]
-		}
-		return g
-	}
+// gpuTime reads the GPUs' observed time and energy, and whom they served;
+// a GPU that served no server is unused.
+func (b *builder) gpuTime() error {
 	series, err := b.run(GPUTime, "")
 	if err != nil {
 		return err
 	}
-	var gpuSecs, gpuEnergy float64
+	var gpuSecs float64
 	unused := map[string]float64{}
 	for _, s := range series {
 		for _, row := range s.Rows() {
-			g := gpu(s.Tags)
+			g := b.gpu(s.Tags)
 			n, _ := influxql.Num(row["windows"])
 			secs, err := b.seconds(schema.GPU, g.Host, row)
 			if err != nil {
@@ -270,29 +307,42 @@ func (b *builder) build(o Options) error {
 			g.MeanUtil, _ = influxql.Num(row["util"])
 			g.EnergyJ, _ = influxql.Num(row["energy_j"])
 			gpuSecs += secs
-			gpuEnergy += g.EnergyJ
+			b.gpuEnergy += g.EnergyJ
 			if g.Server == "" {
 				unused[g.Host+"\x00\x00"+g.GPU+"\x00"+g.UUID] += secs / 3600
-				stateSecs[Unused] += secs
+				b.stateSecs[Unused] += secs
 			}
 		}
 	}
-	if series, err = b.run(GPUIdle, ""); err != nil {
+	b.byState[Unused] = unused
+	b.r.GPUHours = gpuSecs / 3600
+	return nil
+}
+
+// gpuIdle reads each GPU's share of idle windows.
+func (b *builder) gpuIdle() error {
+	series, err := b.run(GPUIdle, "")
+	if err != nil {
 		return err
 	}
 	for _, s := range series {
 		for _, row := range s.Rows() {
-			g := gpu(s.Tags)
+			g := b.gpu(s.Tags)
 			n, _ := influxql.Num(row["idle_windows"])
 			if g.Windows > 0 {
 				g.IdleShare = n / float64(g.Windows)
 			}
 		}
 	}
-	byState[Unused] = unused
-	r.GPUHours = gpuSecs / 3600
+	return nil
+}
+
+// waste draws the GPU-hours of each state and who spent them, largest
+// first.
+func (b *builder) waste() {
+	r := b.r
 	for _, st := range append(append([]string{}, States...), Unused) {
-		h := stateSecs[st] / 3600
+		h := b.stateSecs[st] / 3600
 		if h == 0 {
 			continue // a state that did not occur is no row
 		}
@@ -300,7 +350,7 @@ func (b *builder) build(o Options) error {
 		if r.GPUHours > 0 {
 			sh.Share = h / r.GPUHours
 		}
-		for k, v := range byState[st] {
+		for k, v := range b.byState[st] {
 			p := strings.Split(k, "\x00")
 			w := Who{Host: p[0], Server: p[1], GPUHours: v}
 			if len(p) == 4 {
@@ -317,14 +367,20 @@ func (b *builder) build(o Options) error {
 		})
 		r.Waste = append(r.Waste, sh)
 	}
+}
 
-	if series, err = b.run(TokensPerJoule, ""); err != nil {
+// efficiency reads tokens per joule and the servers' tokens, and draws
+// tokens per GPU-hour and per joule, per server and in all.
+func (b *builder) efficiency() error {
+	r := b.r
+	series, err := b.run(TokensPerJoule, "")
+	if err != nil {
 		return err
 	}
 	for _, s := range series {
 		for _, row := range s.Rows() {
 			if v, ok := influxql.Num(row["tokens_per_joule"]); ok {
-				server(s.Tags).TokensPerJoule = &v
+				b.server(s.Tags).TokensPerJoule = &v
 			}
 		}
 	}
@@ -333,7 +389,7 @@ func (b *builder) build(o Options) error {
 	}
 	for _, s := range series {
 		for _, row := range s.Rows() {
-			sr := server(s.Tags)
+			sr := b.server(s.Tags)
 			sr.Tokens, _ = influxql.Num(row["tokens"])
 			r.Tokens += sr.Tokens
 			if sr.GPUHours > 0 {
@@ -346,15 +402,21 @@ func (b *builder) build(o Options) error {
 		v := r.Tokens / r.GPUHours
 		r.TokensPerGPUHour = &v
 	}
-	if gpuEnergy > 0 {
-		v := r.Tokens / gpuEnergy
+	if b.gpuEnergy > 0 {
+		v := r.Tokens / b.gpuEnergy
 		r.TokensPerJoule = &v
 	}
-	if series, err = b.run(ServerSeries, ""); err != nil {
+	return nil
+}
+
+// serverSeries reads each server's rates per interval.
+func (b *builder) serverSeries() error {
+	series, err := b.run(ServerSeries, "")
+	if err != nil {
 		return err
 	}
 	for _, s := range series {
-		sr := server(s.Tags)
+		sr := b.server(s.Tags)
 		for _, row := range s.Rows() {
 			t, _ := influxql.Num(row["time"])
 			p := Point{Time: time.Unix(int64(t), 0).UTC(), SystemTPS: -1, PerUserTPS: -1, Running: -1, GPUUtil: -1}
@@ -366,20 +428,19 @@ func (b *builder) build(o Options) error {
 			sr.Series = append(sr.Series, p)
 		}
 	}
-	if err := b.fleet(); err != nil {
-		return err
-	}
-	if m := b.lens[schema.Server]; len(m) > 0 {
-		r.Window = describeLengths(m)
-	}
+	return nil
+}
 
-	for _, s := range servers {
+// collect puts the servers and GPUs into the report, in a stable order.
+func (b *builder) collect() {
+	r := b.r
+	for _, s := range b.servers {
 		r.Servers = append(r.Servers, *s)
 	}
 	sort.Slice(r.Servers, func(a, b int) bool {
 		return r.Servers[a].Host+"/"+r.Servers[a].Server < r.Servers[b].Host+"/"+r.Servers[b].Server
 	})
-	for _, g := range gpus {
+	for _, g := range b.gpus {
 		r.GPUs = append(r.GPUs, *g)
 	}
 	sort.Slice(r.GPUs, func(a, b int) bool {
@@ -392,9 +453,6 @@ func (b *builder) build(o Options) error {
 		}
 		return x.Server < y.Server
 	})
-	b.price(o.Prices)
-	r.Findings = findings(r)
-	return nil
 }
 
 func describeLengths(m map[string]time.Duration) string {
@@ -414,20 +472,53 @@ func describeLengths(m map[string]time.Duration) string {
 	return strings.Join(s, ", ")
 }
 
+// fleetSums gathers the fleet's figures per interval start (Unix s).
+type fleetSums struct {
+	pts            map[int64]*FleetPoint
+	tokens, energy map[int64]float64
+}
+
+// at is the point of the interval a row is of.
+func (f *fleetSums) at(row map[string]any) *FleetPoint {
+	t, _ := influxql.Num(row["time"])
+	p, ok := f.pts[int64(t)]
+	if !ok {
+		p = &FleetPoint{Time: time.Unix(int64(t), 0).UTC(), StateGPUHours: map[string]float64{}}
+		f.pts[int64(t)] = p
+	}
+	return p
+}
+
 // fleet fills the fleet's series per interval.
 func (b *builder) fleet() error {
-	pts := map[int64]*FleetPoint{}
-	at := func(row map[string]any) *FleetPoint {
-		t, _ := influxql.Num(row["time"])
-		p, ok := pts[int64(t)]
-		if !ok {
-			p = &FleetPoint{Time: time.Unix(int64(t), 0).UTC(), StateGPUHours: map[string]float64{}}
-			pts[int64(t)] = p
+	f := &fleetSums{pts: map[int64]*FleetPoint{}, tokens: map[int64]float64{}, energy: map[int64]float64{}}
+	for _, step := range []func(*fleetSums) error{b.fleetTokens, b.fleetGPU, b.fleetStates} {
+		if err := step(f); err != nil {
+			return err
 		}
-		return p
 	}
-	tokens := map[int64]float64{}
-	energy := map[int64]float64{}
+	iv := b.f.Interval.Seconds()
+	for k, p := range f.pts {
+		tok := f.tokens[k]
+		if iv > 0 {
+			p.TPS = tok / iv
+		}
+		if p.GPUHours > 0 {
+			v := tok / p.GPUHours
+			p.TokensPerGPUHour = &v
+		}
+		if f.energy[k] > 0 {
+			v := tok / f.energy[k]
+			p.TokensPerJoule = &v
+		}
+		b.r.Fleet = append(b.r.Fleet, *p)
+	}
+	sort.Slice(b.r.Fleet, func(i, j int) bool { return b.r.Fleet[i].Time.Before(b.r.Fleet[j].Time) })
+	return nil
+}
+
+// fleetTokens reads the fleet's tokens per interval.
+func (b *builder) fleetTokens(f *fleetSums) error {
 	series, err := b.run(FleetTokens, "")
 	if err != nil {
 		return err
@@ -435,11 +526,17 @@ func (b *builder) fleet() error {
 	for _, s := range series {
 		for _, row := range s.Rows() {
 			v, _ := influxql.Num(row["tokens"])
-			p := at(row)
-			tokens[p.Time.Unix()] += v
+			p := f.at(row)
+			f.tokens[p.Time.Unix()] += v
 		}
 	}
-	if series, err = b.run(FleetGPU, ""); err != nil {
+	return nil
+}
+
+// fleetGPU reads the fleet's GPU-hours and energy per interval.
+func (b *builder) fleetGPU(f *fleetSums) error {
+	series, err := b.run(FleetGPU, "")
+	if err != nil {
 		return err
 	}
 	for _, s := range series {
@@ -448,14 +545,22 @@ func (b *builder) fleet() error {
 			if err != nil {
 				return err
 			}
-			p := at(row)
+			p := f.at(row)
 			p.GPUHours += secs / 3600
 			e, _ := influxql.Num(row["energy_j"])
-			energy[p.Time.Unix()] += e
+			f.energy[p.Time.Unix()] += e
 		}
 	}
+	return nil
+}
+
+// fleetStates reads the GPU-hours of each state per interval: the
+// servers' GPUs take their server's state, and GPUs that served none are
+// unused.
+func (b *builder) fleetStates(f *fleetSums) error {
 	for _, st := range States {
-		if series, err = b.run(StateTrend, st); err != nil {
+		series, err := b.run(StateTrend, st)
+		if err != nil {
 			return err
 		}
 		for _, s := range series {
@@ -464,11 +569,12 @@ func (b *builder) fleet() error {
 				if err != nil {
 					return err
 				}
-				at(row).StateGPUHours[st] += secs * float64(gpuCount(s.Tags[schema.TagGPUs])) / 3600
+				f.at(row).StateGPUHours[st] += secs * float64(gpuCount(s.Tags[schema.TagGPUs])) / 3600
 			}
 		}
 	}
-	if series, err = b.run(UnusedTrend, ""); err != nil {
+	series, err := b.run(UnusedTrend, "")
+	if err != nil {
 		return err
 	}
 	for _, s := range series {
@@ -477,26 +583,9 @@ func (b *builder) fleet() error {
 			if err != nil {
 				return err
 			}
-			at(row).StateGPUHours[Unused] += secs / 3600
+			f.at(row).StateGPUHours[Unused] += secs / 3600
 		}
 	}
-	iv := b.f.Interval.Seconds()
-	for k, p := range pts {
-		tok := tokens[k]
-		if iv > 0 {
-			p.TPS = tok / iv
-		}
-		if p.GPUHours > 0 {
-			v := tok / p.GPUHours
-			p.TokensPerGPUHour = &v
-		}
-		if energy[k] > 0 {
-			v := tok / energy[k]
-			p.TokensPerJoule = &v
-		}
-		b.r.Fleet = append(b.r.Fleet, *p)
-	}
-	sort.Slice(b.r.Fleet, func(i, j int) bool { return b.r.Fleet[i].Time.Before(b.r.Fleet[j].Time) })
 	return nil
 }
 
