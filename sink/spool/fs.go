@@ -1,6 +1,7 @@
 package spool
 
 import (
+	"errors"
 	"io"
 	"io/fs"
 	"os"
@@ -45,6 +46,26 @@ func (OS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, newp
 
 // Remove removes a file.
 func (OS) Remove(name string) error { return os.Remove(name) }
+
+// replaceFile replaces path by data: a temporary file beside it, fsync,
+// rename. These are statefile.WriteAtomic's steps, taken through fsys so
+// that tests can fail any of them; a temporary file a crash left is
+// overwritten, a link in its place refused (OS opens with O_NOFOLLOW).
+func replaceFile(fsys FS, path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(data)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		fsys.Remove(tmp)
+		return err
+	}
+	return fsys.Rename(tmp, path)
+}
 
 // openNoFollow opens a spool file for reading; a symbolic link in its
 // place is refused, never followed.

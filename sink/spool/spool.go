@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/tpsmon/tpsmon/internal/statefile"
@@ -270,22 +269,9 @@ func countPoints(b []byte) int {
 	return n
 }
 
-// rewrite replaces a segment by the records kept: a temporary file,
-// fsync, rename.
+// rewrite replaces a segment by the records kept.
 func (s *Spool) rewrite(path string, kept []byte) error {
-	tmp := path + ".tmp"
-	f, err := s.opts.FS.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return fmt.Errorf("spool: rewriting %s: %w", filepath.Base(path), err)
-	}
-	_, werr := f.Write(kept)
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		s.opts.FS.Remove(tmp)
-		return fmt.Errorf("spool: rewriting %s: %w", filepath.Base(path), err)
-	}
-	if err := s.opts.FS.Rename(tmp, path); err != nil {
+	if err := replaceFile(s.opts.FS, path, kept); err != nil {
 		return fmt.Errorf("spool: rewriting %s: %w", filepath.Base(path), err)
 	}
 	return nil
@@ -332,24 +318,14 @@ func (s *Spool) readCursor() (uint64, int64) {
 	return seq, off
 }
 
-// saveCursor writes the cursor atomically: a temporary file, fsync, rename.
+// saveCursor writes the cursor atomically.
 func (s *Spool) saveCursor() error {
 	var seq uint64
 	if len(s.segs) > 0 {
 		seq = s.segs[0].seq
 	}
-	tmp := filepath.Join(s.opts.Dir, cursorName+".tmp")
-	f, err := s.opts.FS.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("spool cursor: %w", err)
-	}
-	_, werr := fmt.Fprintf(f, "%d %d\n", seq, s.off)
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		return fmt.Errorf("spool cursor: %w", err)
-	}
-	if err := s.opts.FS.Rename(tmp, filepath.Join(s.opts.Dir, cursorName)); err != nil {
+	cursor := fmt.Appendf(nil, "%d %d\n", seq, s.off)
+	if err := replaceFile(s.opts.FS, filepath.Join(s.opts.Dir, cursorName), cursor); err != nil {
 		return fmt.Errorf("spool cursor: %w", err)
 	}
 	return nil

@@ -110,6 +110,10 @@ func TestRecoveryQuarantinesCorruptTail(t *testing.T) {
 		damage func(path string, size int64)
 	}{
 		{"truncated record", func(p string, size int64) { os.Truncate(p, size-7) }},
+		{"truncated record, a crashed rewrite's file left", func(p string, size int64) {
+			os.Truncate(p, size-7)
+			os.WriteFile(p+".tmp", []byte("half a rewrite"), 0o600)
+		}},
 		{"random bytes appended", func(p string, size int64) {
 			f, _ := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
 			f.Write([]byte("\x00\xff garbage \x13\x37 not a record"))
