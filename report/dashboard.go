@@ -93,7 +93,9 @@ func sortedTable(title, desc, unit string, pos dashboard.GridPos, sortField stri
 // Dashboard returns the Grafana dashboard (packaging/grafana/tpsmon.json),
 // built with Grafana's Go builders: every panel runs one of Queries, word
 // for word, through an InfluxDB data source in InfluxQL mode (1.8+, and
-// 2.x/3.x with DBRP mappings).
+// 2.x/3.x with DBRP mappings). It is one builder chain, long on purpose:
+// panels read in the grid order they are placed in, each gridPos beside
+// its neighbours, which split into functions would be apart.
 func Dashboard() ([]byte, error) {
 	variable := func(name, label, query string) *dashboard.QueryVariableBuilder {
 		return dashboard.NewQueryVariableBuilder(name).Label(label).Datasource(ds).

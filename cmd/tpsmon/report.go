@@ -68,25 +68,7 @@ The InfluxDB settings come from the configuration; the flags override them.`,
 			if err != nil {
 				return err
 			}
-			var w io.Writer = cmd.OutOrStdout()
-			if format == "html" || cmd.Flags().Changed("output") {
-				file, err := os.Create(output)
-				if err != nil {
-					return fmt.Errorf("--output: %w", err)
-				}
-				defer file.Close()
-				w = file
-			}
-			if format == "json" {
-				enc := json.NewEncoder(w)
-				enc.SetIndent("", "  ")
-				return enc.Encode(r)
-			}
-			if err := report.WriteHTML(w, r); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "tpsmon: report written to %s (%d findings)\n", output, len(r.Findings))
-			return nil
+			return writeReport(cmd, r, format, output)
 		},
 	}
 	f := cmd.Flags()
@@ -100,6 +82,30 @@ The InfluxDB settings come from the configuration; the flags override them.`,
 	f.StringP("config", "c", config.DefaultPath, "configuration file (YAML)")
 	addInfluxFlags(cmd)
 	return cmd
+}
+
+// writeReport writes r as JSON or HTML: HTML always to output, JSON to
+// stdout unless --output was given.
+func writeReport(cmd *cobra.Command, r *report.Report, format, output string) error {
+	var w io.Writer = cmd.OutOrStdout()
+	if format == "html" || cmd.Flags().Changed("output") {
+		file, err := os.Create(output)
+		if err != nil {
+			return fmt.Errorf("--output: %w", err)
+		}
+		defer file.Close()
+		w = file
+	}
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	if err := report.WriteHTML(w, r); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "tpsmon: report written to %s (%d findings)\n", output, len(r.Findings))
+	return nil
 }
 
 // parsePrices reads --price MODEL=PRICE pairs.

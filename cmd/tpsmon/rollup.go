@@ -47,33 +47,17 @@ rollup (windows delivered late) and walks to the last complete period.`,
 			if err != nil {
 				return err
 			}
-			db, _, hasRP := strings.Cut(ic.Bucket, "/")
-			def := func(rp string) string {
-				if hasRP {
-					return db + "/" + rp // 1.x: database/retention policy
-				}
-				return rp // 2.x: a bucket of that name, DBRP-mapped to db/rp
-			}
 			if hourlyBucket == "" {
-				hourlyBucket = def(hourlyRP)
+				hourlyBucket = rollupBucket(ic.Bucket, hourlyRP)
 			}
 			if dailyBucket == "" {
-				dailyBucket = def(dailyRP)
+				dailyBucket = rollupBucket(ic.Bucket, dailyRP)
 			}
-			level := func(every time.Duration, lv, bucket, rp string) (rollup.Level, error) {
-				out, err := sink.NewInflux(sink.InfluxConfig{URL: ic.URL, Org: ic.Org, Bucket: bucket, Token: token,
-					Timeout: ic.Timeout, GZip: ic.GZip, CAFile: ic.TLS.CAFile, InsecureSkipVerify: ic.TLS.InsecureSkipVerify,
-					UserAgent: "tpsmon/" + version})
-				if err != nil {
-					return rollup.Level{}, err
-				}
-				return rollup.Level{Every: every, Suffix: "_" + lv, RP: rp, Out: out, Recheck: recheck}, nil
-			}
-			h, err := level(time.Hour, report.Hourly, hourlyBucket, hourlyRP)
+			h, err := rollupLevel(ic, token, time.Hour, report.Hourly, hourlyBucket, hourlyRP, recheck)
 			if err != nil {
 				return err
 			}
-			d, err := level(24*time.Hour, report.Daily, dailyBucket, dailyRP)
+			d, err := rollupLevel(ic, token, 24*time.Hour, report.Daily, dailyBucket, dailyRP, recheck)
 			if err != nil {
 				return err
 			}
@@ -100,4 +84,24 @@ rollup (windows delivered late) and walks to the last complete period.`,
 	f.StringP("config", "c", config.DefaultPath, "configuration file (YAML)")
 	addInfluxFlags(cmd)
 	return cmd
+}
+
+// rollupBucket is the default bucket a level's series are written to,
+// beside the raw windows' bucket.
+func rollupBucket(raw, rp string) string {
+	if db, _, hasRP := strings.Cut(raw, "/"); hasRP {
+		return db + "/" + rp // 1.x: database/retention policy
+	}
+	return rp // 2.x: a bucket of that name, DBRP-mapped to db/rp
+}
+
+// rollupLevel is one level of the rollup job, writing to bucket.
+func rollupLevel(ic config.InfluxConfig, token string, every time.Duration, lv, bucket, rp string, recheck int) (rollup.Level, error) {
+	out, err := sink.NewInflux(sink.InfluxConfig{URL: ic.URL, Org: ic.Org, Bucket: bucket, Token: token,
+		Timeout: ic.Timeout, GZip: ic.GZip, CAFile: ic.TLS.CAFile, InsecureSkipVerify: ic.TLS.InsecureSkipVerify,
+		UserAgent: "tpsmon/" + version})
+	if err != nil {
+		return rollup.Level{}, err
+	}
+	return rollup.Level{Every: every, Suffix: "_" + lv, RP: rp, Out: out, Recheck: recheck}, nil
 }
