@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/collector"
+	enginereg "github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/collector/gpumap"
 	"github.com/tpsmon/tpsmon/collector/logline"
@@ -195,7 +196,7 @@ func serversOf(cfg *config.Config) []window.Server {
 			}
 		}
 		engine := s.Engine
-		if engine == "auto" {
+		if engine == enginereg.Auto {
 			engine = "" // named by the first sample
 		}
 		source := schema.SourceMetrics
