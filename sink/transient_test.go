@@ -16,20 +16,21 @@ import (
 	"github.com/tpsmon/tpsmon/sink/spool"
 )
 
-// TestProxy413IsTransient puts a proxy that answers 413 to every write for
-// half a second in front of the real InfluxDB: the points are kept and
-// retried, the health says why meanwhile, and all of them arrive, none
-// quarantined.
+// TestProxy413IsTransient puts a proxy that answers 413 to every write in
+// front of the real InfluxDB until the sender's health says why: the points
+// are kept and retried meanwhile, and all of them arrive, none quarantined.
 func TestProxy413IsTransient(t *testing.T) {
 	base := influxtest.URL(t)
 	db := influxtest.CreateDB(t, base, "proxy413")
 	target, _ := url.Parse(base)
 	rp := httputil.NewSingleHostReverseProxy(target)
-	var until atomic.Int64
-	until.Store(time.Now().Add(500 * time.Millisecond).UnixNano())
+	// Refusing until the health was seen to say so, not for a fixed time:
+	// a loaded machine may take longer than any fixed time to get there.
+	var refusing atomic.Bool
+	refusing.Store(true)
 	var refused atomic.Int64
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/write") && time.Now().UnixNano() < until.Load() {
+		if strings.HasSuffix(r.URL.Path, "/write") && refusing.Load() {
 			refused.Add(1)
 			http.Error(w, "<html>413 Request Entity Too Large</html>", http.StatusRequestEntityTooLarge)
 			return
@@ -59,6 +60,7 @@ func TestProxy413IsTransient(t *testing.T) {
 	for ctx.Err() == nil {
 		if h := s.Health(); strings.Contains(h.LastError, "413") && strings.Contains(h.LastError, "too large") {
 			sawReason = true
+			refusing.Store(false)
 		}
 		if sp.Stats().Points == 0 {
 			break
