@@ -187,15 +187,34 @@ func (h *harness) s1(d time.Duration, runs int) (string, error) {
 			h.createDB(db)
 			logPath := filepath.Join(h.work, name+"-s1.log")
 			os.WriteFile(logPath, nil, 0o644)
-			var p *proc
-			httpConf, pprofAddr := `{listen: ""}`, ""
-			if h.profile != "" {
+			pprofAddr := ""
+			if h.profile != "" && name == "tpsmon" {
 				pprofAddr = freePort()
-				httpConf = fmt.Sprintf("{listen: %q, pprof: true}", pprofAddr)
 			}
-			if name == "tpsmon" {
-				cfg := filepath.Join(h.work, "tpsmon-s1.yaml")
-				os.WriteFile(cfg, []byte(fmt.Sprintf(`window: 10s
+			p, err := h.startS1(name, run, base, smi, logPath, db, pprofAddr)
+			if err != nil {
+				return "", err
+			}
+			sd, err := h.measureS1(p, name, run, d, logPath, db, pprofAddr)
+			if err != nil {
+				return "", err
+			}
+			sides[name] = append(sides[name], sd)
+		}
+	}
+	return s1Table(sides, d, runs), nil
+}
+
+// startS1 starts one side of S1 on its own database; pprofAddr, when set,
+// is where tpsmon serves its profiles.
+func (h *harness) startS1(name string, run int, base, smi, logPath, db, pprofAddr string) (*proc, error) {
+	httpConf := `{listen: ""}`
+	if pprofAddr != "" {
+		httpConf = fmt.Sprintf("{listen: %q, pprof: true}", pprofAddr)
+	}
+	if name == "tpsmon" {
+		cfg := filepath.Join(h.work, "tpsmon-s1.yaml")
+		os.WriteFile(cfg, []byte(fmt.Sprintf(`window: 10s
 gpu: {backend: sim, sim_gpus: 8, interval: 1s}
 discovery: {enabled: false}
 servers:
@@ -208,10 +227,10 @@ sink:
 http: %s
 log: {level: warn}
 `, base, base, logPath, h.influx, db, filepath.Join(h.work, fmt.Sprintf("s1-state-%d", run), "spool"), httpConf)), 0o644)
-				p, err = start(h.tpsmon, "run", "--config", cfg)
-			} else {
-				cfg := filepath.Join(h.work, "telegraf-s1.conf")
-				os.WriteFile(cfg, []byte(fmt.Sprintf(`[agent]
+		return start(h.tpsmon, "run", "--config", cfg)
+	}
+	cfg := filepath.Join(h.work, "telegraf-s1.conf")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`[agent]
   interval = "1s"
   flush_interval = "10s"
   metric_buffer_limit = 100000
@@ -230,35 +249,38 @@ log: {level: warn}
   data_format = "grok"
   grok_patterns = ['%%{GREEDYDATA}Avg prompt throughput: %%{NUMBER:prompt_tps:float} tokens/s, Avg generation throughput: %%{NUMBER:gen_tps:float} tokens/s, Running: %%{NUMBER:running:int} reqs, Waiting: %%{NUMBER:waiting:int} reqs, GPU KV cache usage: %%{NUMBER:kv:float}%%%%%%{GREEDYDATA}']
 `, h.influx, db, smi, base, base, logPath)), 0o644)
-				p, err = start(h.telegraf, "--config", cfg)
-			}
-			if err != nil {
-				return "", err
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			go writeEverySecond(ctx, logPath)
-			log.Printf("S1 %s for %v", name, d)
-			t0 := time.Now()
-			time.Sleep(warmUp)
-			warm, warmSelf := p.cpu(), p.cpuSelf()
-			if name == "tpsmon" && pprofAddr != "" {
-				// Returns once the CPU profile (the steady span less
-				// a margin) and the allocations are read.
-				h.profileSteady(pprofAddr, fmt.Sprintf("s1-run%d", run+1), d-warmUp-5*time.Second)
-			}
-			time.Sleep(time.Until(t0.Add(d)))
-			steady, steadySelf := p.cpu()-warm, p.cpuSelf()-warmSelf
-			cancel()
-			u, err := p.stop()
-			if err != nil {
-				return "", err
-			}
-			time.Sleep(2 * time.Second)
-			sd := side{name: name, u: u, points: h.points(db), steady: steady, steadySelf: steadySelf, span: d - warmUp}
-			log.Printf("S1 %s run %d: cpu %v, steady %v (itself %v), peak RSS %d MiB, %d points; log tail:\n%s", name, run+1, u.cpu, steady, steadySelf, u.maxRSS>>20, sd.points, tail(p.log.String(), 5))
-			sides[name] = append(sides[name], sd)
-		}
+	return start(h.telegraf, "--config", cfg)
+}
+
+// measureS1 runs one side for d, writing the log a line a second, and
+// returns what it cost.
+func (h *harness) measureS1(p *proc, name string, run int, d time.Duration, logPath, db, pprofAddr string) (side, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go writeEverySecond(ctx, logPath)
+	log.Printf("S1 %s for %v", name, d)
+	t0 := time.Now()
+	time.Sleep(warmUp)
+	warm, warmSelf := p.cpu(), p.cpuSelf()
+	if name == "tpsmon" && pprofAddr != "" {
+		// Returns once the CPU profile (the steady span less
+		// a margin) and the allocations are read.
+		h.profileSteady(pprofAddr, fmt.Sprintf("s1-run%d", run+1), d-warmUp-5*time.Second)
 	}
+	time.Sleep(time.Until(t0.Add(d)))
+	steady, steadySelf := p.cpu()-warm, p.cpuSelf()-warmSelf
+	cancel()
+	u, err := p.stop()
+	if err != nil {
+		return side{}, err
+	}
+	time.Sleep(2 * time.Second)
+	sd := side{name: name, u: u, points: h.points(db), steady: steady, steadySelf: steadySelf, span: d - warmUp}
+	log.Printf("S1 %s run %d: cpu %v, steady %v (itself %v), peak RSS %d MiB, %d points; log tail:\n%s", name, run+1, u.cpu, steady, steadySelf, u.maxRSS>>20, sd.points, tail(p.log.String(), 5))
+	return sd, nil
+}
+
+// s1Table formats S1's sides as min / median / max and ratios.
+func s1Table(sides map[string][]side, d time.Duration, runs int) string {
 	t, g := sides["tpsmon"], sides["telegraf"]
 	col := func(ss []side, f func(side) float64, format string) string {
 		return spread(each(ss, f), format)
@@ -296,7 +318,7 @@ sample (each input every second), unjoined: the point counts differ by design.
 		d-warmUp, col(t, steady, "%.2f"), col(g, steady, "%.2f"), rat(steady),
 		col(t, steadySelf, "%.2f"), col(g, steadySelf, "%.2f"), rat(steadySelf),
 		col(t, rss, "%.1f"), col(g, rss, "%.1f"), rat(rss),
-		col(t, points, "%.0f"), col(g, points, "%.0f")), nil
+		col(t, points, "%.0f"), col(g, points, "%.0f"))
 }
 
 // each applies f to every side.
