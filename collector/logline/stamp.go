@@ -115,34 +115,54 @@ func (p *Parser) stampISO(b []byte) (time.Time, bool) {
 // on), [fs, fe) its fraction with the point (empty when it has none).
 func rfc3339At(b []byte) (n, fs, fe int) {
 	const shape = "dddd-dd-ddTdd:dd:dd"
-	if len(b) < len(shape) {
+	if !hasShape(b, shape) {
 		return 0, 0, 0
+	}
+	fs = len(shape)
+	fe = fractionEnd(b, fs)
+	return fe + zoneLen(b[fe:]), fs, fe
+}
+
+// hasShape tells whether b starts as shape does, 'd' standing for a digit.
+func hasShape(b []byte, shape string) bool {
+	if len(b) < len(shape) {
+		return false
 	}
 	for i := range len(shape) {
 		if shape[i] == 'd' && !isDigit(b[i]) || shape[i] != 'd' && b[i] != shape[i] {
-			return 0, 0, 0
+			return false
 		}
 	}
-	n = len(shape)
-	fs, fe = n, n
-	if n+1 < len(b) && b[n] == '.' && isDigit(b[n+1]) {
-		fe = n + 2
-		for fe < len(b) && isDigit(b[fe]) {
-			fe++
-		}
-		n = fe
+	return true
+}
+
+// fractionEnd returns where a fraction (".123") starting at i ends; i when
+// none starts there.
+func fractionEnd(b []byte, i int) int {
+	if i+1 >= len(b) || b[i] != '.' || !isDigit(b[i+1]) {
+		return i
 	}
+	e := i + 2
+	for e < len(b) && isDigit(b[e]) {
+		e++
+	}
+	return e
+}
+
+// zoneLen is the length of the zone ("Z", "+07:00", "+0700") z starts
+// with; 0 for none.
+func zoneLen(z []byte) int {
 	switch {
-	case n < len(b) && b[n] == 'Z':
-		n++
-	case n+5 <= len(b) && (b[n] == '+' || b[n] == '-') && isDigit(b[n+1]) && isDigit(b[n+2]):
-		if z := b[n+3:]; z[0] == ':' && len(z) >= 3 && isDigit(z[1]) && isDigit(z[2]) {
-			n += 6
-		} else if isDigit(z[0]) && isDigit(z[1]) {
-			n += 5
+	case len(z) > 0 && z[0] == 'Z':
+		return 1
+	case len(z) >= 5 && (z[0] == '+' || z[0] == '-') && isDigit(z[1]) && isDigit(z[2]):
+		if m := z[3:]; m[0] == ':' && len(m) >= 3 && isDigit(m[1]) && isDigit(m[2]) {
+			return 6
+		} else if isDigit(m[0]) && isDigit(m[1]) {
+			return 5
 		}
 	}
-	return n, fs, fe
+	return 0
 }
 
 // fraction is the time a fraction of a second (".123") says, its digits
