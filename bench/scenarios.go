@@ -365,63 +365,14 @@ func (h *harness) s2(n, runs int) (string, error) {
 			llog := filepath.Join(h.work, name+"-s2-llama.log")
 			os.WriteFile(vlog, nil, 0o644)
 			os.WriteFile(llog, nil, 0o644)
-			var p *proc
-			var err error
-			if name == "tpsmon" {
-				cfg := filepath.Join(h.work, "tpsmon-s2.yaml")
-				os.WriteFile(cfg, []byte(fmt.Sprintf(`window: 10s
-gpu: {backend: none}
-discovery: {enabled: false}
-servers:
-  - {name: vllm, engine: vllm, log: {file: "%s"}}
-  - {name: llama, engine: llamacpp, log: {file: "%s"}}
-sink: {file: {path: "%s"}}
-http: {listen: ""}
-log: {level: warn}
-`, vlog, llog, filepath.Join(h.work, "s2.lp"))), 0o644)
-				p, err = start(h.tpsmon, "run", "--config", cfg)
-			} else {
-				cfg := filepath.Join(h.work, "telegraf-s2.conf")
-				os.WriteFile(cfg, []byte(fmt.Sprintf(`[agent]
-  interval = "1s"
-  flush_interval = "1s"
-  metric_buffer_limit = 1000000
-[[outputs.influxdb_v2]]
-  urls = ["%s"]
-  token = ""
-  organization = ""
-  bucket = "s2_telegraf"
-[[inputs.tail]]
-  files = ["%s", "%s"]
-  from_beginning = false
-  data_format = "grok"
-  grok_patterns = ['%%{GREEDYDATA}Avg prompt throughput: %%{NUMBER:prompt_tps:float} tokens/s, Avg generation throughput: %%{NUMBER:gen_tps:float} tokens/s, Running: %%{NUMBER:running:int} reqs, Waiting: %%{NUMBER:waiting:int} reqs, GPU KV cache usage: %%{NUMBER:kv:float}%%%%%%{GREEDYDATA}', '%%{GREEDYDATA}eval time = +%%{NUMBER:eval_ms:float} ms / +%%{NUMBER:tokens:int} tokens \(%%{GREEDYDATA}, +%%{NUMBER:tps:float} tokens per second\)']
-`, h.influx, vlog, llog)), 0o644)
-				h.createDB("s2_telegraf")
-				p, err = start(h.telegraf, "--config", cfg)
-			}
+			p, err := h.startS2(name, vlog, llog)
 			if err != nil {
 				return "", err
 			}
 			time.Sleep(3 * time.Second) // both start reading at the end of the (empty) files
 			before := p.cpu()
 			log.Printf("S2 %s: appending %d lines to each log", name, n)
-			var wg sync.WaitGroup
-			for _, f := range []struct {
-				path string
-				line func(int) string
-			}{{vlog, func(i int) string { return vllmLine(time.Unix(1_700_000_000+int64(i), 0), float64(i%2000)) }}, {llog, llamaLine}} {
-				wg.Go(func() {
-					fh, _ := os.OpenFile(f.path, os.O_WRONLY|os.O_APPEND, 0)
-					w := bufio.NewWriterSize(fh, 1<<20)
-					for i := range n {
-						w.WriteString(f.line(i))
-					}
-					w.Flush()
-					fh.Close()
-				})
-			}
-			wg.Wait()
+			appendS2(vlog, llog, n)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			p.quiet(ctx)
 			cancel()
@@ -455,6 +406,62 @@ Each cell is min / median / max over the runs (a single value for one run).
 The parser alone: `+"`go test -bench Parse ./collector/logline`"+`; the log path end to end without the harness:
 `+"`go test -run XXX -bench LogPath ./internal/agent`"+` (lines per CPU second).
 `, n, n, runs, spread(t, "%.2f"), spread(g, "%.2f"), spread(perSec(t), "%.0f"), spread(perSec(g), "%.0f"), spread(rs, "%.2f")), nil
+}
+
+// startS2 starts one side of S2 following the two logs.
+func (h *harness) startS2(name, vlog, llog string) (*proc, error) {
+	if name == "tpsmon" {
+		cfg := filepath.Join(h.work, "tpsmon-s2.yaml")
+		os.WriteFile(cfg, []byte(fmt.Sprintf(`window: 10s
+gpu: {backend: none}
+discovery: {enabled: false}
+servers:
+  - {name: vllm, engine: vllm, log: {file: "%s"}}
+  - {name: llama, engine: llamacpp, log: {file: "%s"}}
+sink: {file: {path: "%s"}}
+http: {listen: ""}
+log: {level: warn}
+`, vlog, llog, filepath.Join(h.work, "s2.lp"))), 0o644)
+		return start(h.tpsmon, "run", "--config", cfg)
+	}
+	cfg := filepath.Join(h.work, "telegraf-s2.conf")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`[agent]
+  interval = "1s"
+  flush_interval = "1s"
+  metric_buffer_limit = 1000000
+[[outputs.influxdb_v2]]
+  urls = ["%s"]
+  token = ""
+  organization = ""
+  bucket = "s2_telegraf"
+[[inputs.tail]]
+  files = ["%s", "%s"]
+  from_beginning = false
+  data_format = "grok"
+  grok_patterns = ['%%{GREEDYDATA}Avg prompt throughput: %%{NUMBER:prompt_tps:float} tokens/s, Avg generation throughput: %%{NUMBER:gen_tps:float} tokens/s, Running: %%{NUMBER:running:int} reqs, Waiting: %%{NUMBER:waiting:int} reqs, GPU KV cache usage: %%{NUMBER:kv:float}%%%%%%{GREEDYDATA}', '%%{GREEDYDATA}eval time = +%%{NUMBER:eval_ms:float} ms / +%%{NUMBER:tokens:int} tokens \(%%{GREEDYDATA}, +%%{NUMBER:tps:float} tokens per second\)']
+`, h.influx, vlog, llog)), 0o644)
+	h.createDB("s2_telegraf")
+	return start(h.telegraf, "--config", cfg)
+}
+
+// appendS2 appends n lines to each log as fast as it can, both at once.
+func appendS2(vlog, llog string, n int) {
+	var wg sync.WaitGroup
+	for _, f := range []struct {
+		path string
+		line func(int) string
+	}{{vlog, func(i int) string { return vllmLine(time.Unix(1_700_000_000+int64(i), 0), float64(i%2000)) }}, {llog, llamaLine}} {
+		wg.Go(func() {
+			fh, _ := os.OpenFile(f.path, os.O_WRONLY|os.O_APPEND, 0)
+			w := bufio.NewWriterSize(fh, 1<<20)
+			for i := range n {
+				w.WriteString(f.line(i))
+			}
+			w.Flush()
+			fh.Close()
+		})
+	}
+	wg.Wait()
 }
 
 // s3 runs tpsmon with 64 GPUs and 16 servers for d, sampling its CPU
