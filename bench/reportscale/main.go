@@ -36,6 +36,10 @@ func main() {
 	}
 }
 
+// run is one straight script (load the three datasets, build the report
+// over each range, rewrite the results section) whose steps share its
+// flags, client and timings; cut into functions they would only pass
+// those along, so it stays whole.
 func run() error {
 	hosts := flag.Int("hosts", 500, "simulated hosts")
 	gpus := flag.Int("gpus", 8, "GPUs per host")
