@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"image/png"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -349,32 +348,6 @@ func TestReportOnAWeek(t *testing.T) {
 	shot := filepath.Join(dir, "report.png")
 	screenshot(t, html, shot)
 	checkNotBlank(t, shot)
-}
-
-// screenshot renders a page with headless Chromium.
-func screenshot(t *testing.T, page, out string) {
-	t.Helper()
-	bin := ""
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			bin = p
-			break
-		}
-	}
-	if bin == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("no chromium on PATH, and CI must run this test: `make chromium` (as root) installs it")
-		}
-		t.Skip("no chromium on PATH and not installable here: `make chromium` installs it as root")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-		"--disable-component-update", "--disable-sync", "--no-first-run", "--user-data-dir="+t.TempDir(),
-		"--hide-scrollbars", "--window-size=1280,2400", "--screenshot="+out, "file://"+page)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("chromium: %v\n%s", err, b)
-	}
 }
 
 // checkNotBlank wants a picture with many colours, most of it not white.
