@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/internal/preflight"
 	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/internal/tpsmonbin"
 )
@@ -23,12 +24,12 @@ func TestCheckAsRootSaysFailedOnce(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("check probes as the service user only when root runs it (it changes uid); CI runs the tests as root")
 	}
-	if _, err := user.Lookup(serviceUser); err != nil {
+	if _, err := user.Lookup(preflight.ServiceUser); err != nil {
 		// As the package makes it (sysusers: a system user, no home).
-		if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", serviceUser).CombinedOutput(); err != nil {
-			t.Fatalf("useradd %s: %v\n%s", serviceUser, err, out)
+		if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", preflight.ServiceUser).CombinedOutput(); err != nil {
+			t.Fatalf("useradd %s: %v\n%s", preflight.ServiceUser, err, out)
 		}
-		t.Cleanup(func() { exec.Command("userdel", serviceUser).Run() })
+		t.Cleanup(func() { exec.Command("userdel", preflight.ServiceUser).Run() })
 	}
 	// The binary and its configuration where the service user may read.
 	dir, err := os.MkdirTemp("", "tpsmon-check-")
@@ -64,8 +65,8 @@ func TestCheckAsRootSaysFailedOnce(t *testing.T) {
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Fatalf("check: %v, want exit status 1\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "probing as the service does, as user "+serviceUser) {
-		t.Fatalf("check did not run as %s:\n%s", serviceUser, out)
+	if !strings.Contains(string(out), "probing as the service does, as user "+preflight.ServiceUser) {
+		t.Fatalf("check did not run as %s:\n%s", preflight.ServiceUser, out)
 	}
 	if n := strings.Count(string(out), "check failed"); n != 1 {
 		t.Errorf("%q said %d times, want once:\n%s", "check failed", n, out)

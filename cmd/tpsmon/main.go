@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/preflight"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=…".
@@ -30,10 +31,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := newRoot().ExecuteContext(ctx)
 	stop()
-	var told reported
+	var told preflight.Reported
 	switch {
 	case errors.As(err, &told):
-		os.Exit(max(told.code, 1))
+		os.Exit(max(told.Code, 1))
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "tpsmon:", err)
 		os.Exit(1)

@@ -1,4 +1,4 @@
-package main
+package preflight
 
 import (
 	"errors"
@@ -17,7 +17,7 @@ import (
 // same user and groups, with the token passed the way LoadCredential=
 // passes it, so it says what the service will meet.
 const (
-	serviceUser = "tpsmon"
+	ServiceUser = "tpsmon"
 	// stateDir is the unit's StateDirectory=: the only place it may write
 	// (ProtectSystem=strict); systemd creates it at start.
 	stateDir = "/var/lib/tpsmon"
@@ -30,25 +30,25 @@ const (
 // serviceGroups are the unit's SupplementaryGroups=.
 var serviceGroups = []string{"systemd-journal", "adm"}
 
-// asService reports whether this check runs as the service user for root.
-func asService() bool { return os.Getenv(asServiceEnv) != "" }
+// AsService reports whether this check runs as the service user for root.
+func AsService() bool { return os.Getenv(asServiceEnv) != "" }
 
-// checkAsServiceUser re-runs `tpsmon check` as the service user when root
+// AsServiceUser re-runs `tpsmon` with args as the service user when root
 // runs it and that user exists. ran is false when it did not (not root,
 // no such user): then the caller checks as itself.
-func checkAsServiceUser(w io.Writer, args []string) (ran bool, err error) {
-	if os.Geteuid() != 0 || asService() {
+func AsServiceUser(w io.Writer, args []string) (ran bool, err error) {
+	if os.Geteuid() != 0 || AsService() {
 		return false, nil
 	}
-	u, err := user.Lookup(serviceUser)
+	u, err := user.Lookup(ServiceUser)
 	if err != nil {
-		fmt.Fprintf(w, "note  running as root and there is no %s user: the probes see what root sees, not the service\n", serviceUser)
+		fmt.Fprintf(w, "note  running as root and there is no %s user: the probes see what root sees, not the service\n", ServiceUser)
 		return false, nil
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	groups := []uint32{uint32(gid)}
-	names := []string{serviceUser}
+	names := []string{ServiceUser}
 	for _, g := range serviceGroups {
 		if grp, err := user.LookupGroup(g); err == nil {
 			id, _ := strconv.Atoi(grp.Gid)
@@ -73,7 +73,7 @@ func checkAsServiceUser(w io.Writer, args []string) (ran bool, err error) {
 			env = append(env, "CREDENTIALS_DIRECTORY="+dir)
 		}
 	}
-	fmt.Fprintf(w, "note  running as root: probing as the service does, as user %s (groups %s)\n", serviceUser, strings.Join(names, ", "))
+	fmt.Fprintf(w, "note  running as root: probing as the service does, as user %s (groups %s)\n", ServiceUser, strings.Join(names, ", "))
 	cmd := exec.Command(exe, args...)
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, w, os.Stderr
@@ -85,19 +85,19 @@ func checkAsServiceUser(w io.Writer, args []string) (ran bool, err error) {
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
 		// It said "check failed" itself: only its exit status is passed on.
-		return true, reported{code: exit.ExitCode()}
+		return true, Reported{Code: exit.ExitCode()}
 	}
 	if err != nil {
-		return true, fmt.Errorf("check as %s: %w", serviceUser, err)
+		return true, fmt.Errorf("check as %s: %w", ServiceUser, err)
 	}
 	return true, nil
 }
 
-// reported is a failure a child process already told the user; main
+// Reported is a failure a child process already told the user; main
 // exits with its status without a word of its own.
-type reported struct{ code int }
+type Reported struct{ Code int }
 
-func (r reported) Error() string { return fmt.Sprintf("exit status %d", r.code) }
+func (r Reported) Error() string { return fmt.Sprintf("exit status %d", r.Code) }
 
 // credentialCopy copies the unit's credential source into a private
 // directory owned by the service user; "" when there is no such file.
