@@ -147,6 +147,23 @@ func (b *builder) run(q Query, state string) ([]influxql.Series, error) {
 	return s, nil
 }
 
+// rows runs q for state and hands each row of each series, with the
+// series' tags, to each; an error from each ends it.
+func (b *builder) rows(q Query, state string, each func(tags map[string]string, row map[string]any) error) error {
+	series, err := b.run(q, state)
+	if err != nil {
+		return err
+	}
+	for _, s := range series {
+		for _, row := range s.Rows() {
+			if err := each(s.Tags, row); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // seconds turns a row of windows, seconds and timed (windows with a known
 // length) into observed seconds: untimed windows count at the host's
 // window length read from the data of measurement m.
@@ -252,27 +269,25 @@ func (b *builder) gpu(tags map[string]string) *GPUReport {
 func (b *builder) stateTime() error {
 	serverSecs := map[string]float64{}
 	for _, st := range States {
-		series, err := b.run(StateTime, st)
+		err := b.rows(StateTime, st, func(tags map[string]string, row map[string]any) error {
+			secs, err := b.seconds(schema.Server, tags[schema.TagHost], row)
+			if err != nil {
+				return err
+			}
+			sr := b.server(tags)
+			sr.StateShare[st] += secs
+			serverSecs[sr.Host+"/"+sr.Server] += secs
+			g := secs * float64(gpuCount(tags[schema.TagGPUs]))
+			sr.GPUHours += g / 3600
+			b.stateSecs[st] += g
+			if b.byState[st] == nil {
+				b.byState[st] = map[string]float64{}
+			}
+			b.byState[st][sr.Host+"\x00"+sr.Server] += g / 3600
+			return nil
+		})
 		if err != nil {
 			return err
-		}
-		for _, s := range series {
-			for _, row := range s.Rows() {
-				secs, err := b.seconds(schema.Server, s.Tags[schema.TagHost], row)
-				if err != nil {
-					return err
-				}
-				sr := b.server(s.Tags)
-				sr.StateShare[st] += secs
-				serverSecs[sr.Host+"/"+sr.Server] += secs
-				g := secs * float64(gpuCount(s.Tags[schema.TagGPUs]))
-				sr.GPUHours += g / 3600
-				b.stateSecs[st] += g
-				if b.byState[st] == nil {
-					b.byState[st] = map[string]float64{}
-				}
-				b.byState[st][sr.Host+"\x00"+sr.Server] += g / 3600
-			}
 		}
 	}
 	for k, s := range b.servers {
@@ -288,31 +303,29 @@ func (b *builder) stateTime() error {
 // gpuTime reads the GPUs' observed time and energy, and whom they served;
 // a GPU that served no server is unused.
 func (b *builder) gpuTime() error {
-	series, err := b.run(GPUTime, "")
-	if err != nil {
-		return err
-	}
 	var gpuSecs float64
 	unused := map[string]float64{}
-	for _, s := range series {
-		for _, row := range s.Rows() {
-			g := b.gpu(s.Tags)
-			n, _ := influxql.Num(row["windows"])
-			secs, err := b.seconds(schema.GPU, g.Host, row)
-			if err != nil {
-				return err
-			}
-			g.Windows += int(n)
-			g.Hours += secs / 3600
-			g.MeanUtil, _ = influxql.Num(row["util"])
-			g.EnergyJ, _ = influxql.Num(row["energy_j"])
-			gpuSecs += secs
-			b.gpuEnergy += g.EnergyJ
-			if g.Server == "" {
-				unused[g.Host+"\x00\x00"+g.GPU+"\x00"+g.UUID] += secs / 3600
-				b.stateSecs[Unused] += secs
-			}
+	err := b.rows(GPUTime, "", func(tags map[string]string, row map[string]any) error {
+		g := b.gpu(tags)
+		n, _ := influxql.Num(row["windows"])
+		secs, err := b.seconds(schema.GPU, g.Host, row)
+		if err != nil {
+			return err
 		}
+		g.Windows += int(n)
+		g.Hours += secs / 3600
+		g.MeanUtil, _ = influxql.Num(row["util"])
+		g.EnergyJ, _ = influxql.Num(row["energy_j"])
+		gpuSecs += secs
+		b.gpuEnergy += g.EnergyJ
+		if g.Server == "" {
+			unused[g.Host+"\x00\x00"+g.GPU+"\x00"+g.UUID] += secs / 3600
+			b.stateSecs[Unused] += secs
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	b.byState[Unused] = unused
 	b.r.GPUHours = gpuSecs / 3600
@@ -321,20 +334,14 @@ func (b *builder) gpuTime() error {
 
 // gpuIdle reads each GPU's share of idle windows.
 func (b *builder) gpuIdle() error {
-	series, err := b.run(GPUIdle, "")
-	if err != nil {
-		return err
-	}
-	for _, s := range series {
-		for _, row := range s.Rows() {
-			g := b.gpu(s.Tags)
-			n, _ := influxql.Num(row["idle_windows"])
-			if g.Windows > 0 {
-				g.IdleShare = n / float64(g.Windows)
-			}
+	return b.rows(GPUIdle, "", func(tags map[string]string, row map[string]any) error {
+		g := b.gpu(tags)
+		n, _ := influxql.Num(row["idle_windows"])
+		if g.Windows > 0 {
+			g.IdleShare = n / float64(g.Windows)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // waste draws the GPU-hours of each state and who spent them, largest
@@ -373,30 +380,27 @@ func (b *builder) waste() {
 // tokens per GPU-hour and per joule, per server and in all.
 func (b *builder) efficiency() error {
 	r := b.r
-	series, err := b.run(TokensPerJoule, "")
+	err := b.rows(TokensPerJoule, "", func(tags map[string]string, row map[string]any) error {
+		if v, ok := influxql.Num(row["tokens_per_joule"]); ok {
+			b.server(tags).TokensPerJoule = &v
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	for _, s := range series {
-		for _, row := range s.Rows() {
-			if v, ok := influxql.Num(row["tokens_per_joule"]); ok {
-				b.server(s.Tags).TokensPerJoule = &v
-			}
+	err = b.rows(Ranking, "", func(tags map[string]string, row map[string]any) error {
+		sr := b.server(tags)
+		sr.Tokens, _ = influxql.Num(row["tokens"])
+		r.Tokens += sr.Tokens
+		if sr.GPUHours > 0 {
+			v := sr.Tokens / sr.GPUHours
+			sr.TokensPerGPUHour = &v
 		}
-	}
-	if series, err = b.run(Ranking, ""); err != nil {
+		return nil
+	})
+	if err != nil {
 		return err
-	}
-	for _, s := range series {
-		for _, row := range s.Rows() {
-			sr := b.server(s.Tags)
-			sr.Tokens, _ = influxql.Num(row["tokens"])
-			r.Tokens += sr.Tokens
-			if sr.GPUHours > 0 {
-				v := sr.Tokens / sr.GPUHours
-				sr.TokensPerGPUHour = &v
-			}
-		}
 	}
 	if r.GPUHours > 0 {
 		v := r.Tokens / r.GPUHours
@@ -519,39 +523,26 @@ func (b *builder) fleet() error {
 
 // fleetTokens reads the fleet's tokens per interval.
 func (b *builder) fleetTokens(f *fleetSums) error {
-	series, err := b.run(FleetTokens, "")
-	if err != nil {
-		return err
-	}
-	for _, s := range series {
-		for _, row := range s.Rows() {
-			v, _ := influxql.Num(row["tokens"])
-			p := f.at(row)
-			f.tokens[p.Time.Unix()] += v
-		}
-	}
-	return nil
+	return b.rows(FleetTokens, "", func(_ map[string]string, row map[string]any) error {
+		v, _ := influxql.Num(row["tokens"])
+		f.tokens[f.at(row).Time.Unix()] += v
+		return nil
+	})
 }
 
 // fleetGPU reads the fleet's GPU-hours and energy per interval.
 func (b *builder) fleetGPU(f *fleetSums) error {
-	series, err := b.run(FleetGPU, "")
-	if err != nil {
-		return err
-	}
-	for _, s := range series {
-		for _, row := range s.Rows() {
-			secs, err := b.seconds(schema.GPU, s.Tags[schema.TagHost], row)
-			if err != nil {
-				return err
-			}
-			p := f.at(row)
-			p.GPUHours += secs / 3600
-			e, _ := influxql.Num(row["energy_j"])
-			f.energy[p.Time.Unix()] += e
+	return b.rows(FleetGPU, "", func(tags map[string]string, row map[string]any) error {
+		secs, err := b.seconds(schema.GPU, tags[schema.TagHost], row)
+		if err != nil {
+			return err
 		}
-	}
-	return nil
+		p := f.at(row)
+		p.GPUHours += secs / 3600
+		e, _ := influxql.Num(row["energy_j"])
+		f.energy[p.Time.Unix()] += e
+		return nil
+	})
 }
 
 // fleetStates reads the GPU-hours of each state per interval: the
@@ -559,34 +550,26 @@ func (b *builder) fleetGPU(f *fleetSums) error {
 // unused.
 func (b *builder) fleetStates(f *fleetSums) error {
 	for _, st := range States {
-		series, err := b.run(StateTrend, st)
-		if err != nil {
-			return err
-		}
-		for _, s := range series {
-			for _, row := range s.Rows() {
-				secs, err := b.seconds(schema.Server, s.Tags[schema.TagHost], row)
-				if err != nil {
-					return err
-				}
-				f.at(row).StateGPUHours[st] += secs * float64(gpuCount(s.Tags[schema.TagGPUs])) / 3600
-			}
-		}
-	}
-	series, err := b.run(UnusedTrend, "")
-	if err != nil {
-		return err
-	}
-	for _, s := range series {
-		for _, row := range s.Rows() {
-			secs, err := b.seconds(schema.GPU, s.Tags[schema.TagHost], row)
+		err := b.rows(StateTrend, st, func(tags map[string]string, row map[string]any) error {
+			secs, err := b.seconds(schema.Server, tags[schema.TagHost], row)
 			if err != nil {
 				return err
 			}
-			f.at(row).StateGPUHours[Unused] += secs / 3600
+			f.at(row).StateGPUHours[st] += secs * float64(gpuCount(tags[schema.TagGPUs])) / 3600
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
-	return nil
+	return b.rows(UnusedTrend, "", func(tags map[string]string, row map[string]any) error {
+		secs, err := b.seconds(schema.GPU, tags[schema.TagHost], row)
+		if err != nil {
+			return err
+		}
+		f.at(row).StateGPUHours[Unused] += secs / 3600
+		return nil
+	})
 }
 
 // price turns GPU-hours into cost by each GPU's model.
