@@ -5,20 +5,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/internal/cpuclock"
 	"github.com/tpsmon/tpsmon/internal/sim/logsim"
 )
-
-// cpuTime is what this process has spent so far, user and system: on a
-// shared machine wall time says more about the neighbours.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // BenchmarkReplayLog replays logs with the engine detected, and reports
 // lines per CPU second: vllm-noisy is 1,000,000 lines of a busy vLLM V1
@@ -72,7 +64,7 @@ func BenchmarkReplayLog(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
-			start := cpuTime()
+			start := cpuclock.Self()
 			for range b.N {
 				out, _ := newOutput("lp", io.Discard)
 				if err := runReplay(replayOpts{logFile: tc.path, year: 2026, window: 10 * time.Second, server: "r", engine: "auto",
@@ -80,7 +72,7 @@ func BenchmarkReplayLog(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			cpu := cpuTime() - start
+			cpu := cpuclock.Self() - start
 			b.ReportMetric(float64(tc.lines*b.N)/cpu.Seconds(), "lines/cpu-s")
 			b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
 		})

@@ -5,23 +5,15 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/cpuclock"
 	"github.com/tpsmon/tpsmon/internal/sim/logsim"
 	"github.com/tpsmon/tpsmon/sink"
 )
-
-// cpuTime is what this process has spent so far, user and system: on a
-// shared machine wall time says more about the neighbours.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 func writeLog(b *testing.B, path string, n int, line func(int) string) {
 	f, err := os.Create(path)
@@ -109,7 +101,7 @@ func runLogPath(b *testing.B, logs map[string]string) time.Duration {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	time.Sleep(300 * time.Millisecond) // the tailers wait for their files
-	start := cpuTime()
+	start := cpuclock.Self()
 	for engine, src := range logs {
 		if err := os.Link(src, filepath.Join(dir, engine+".log")); err != nil {
 			b.Fatal(err)
@@ -129,7 +121,7 @@ func runLogPath(b *testing.B, logs map[string]string) time.Duration {
 			b.Fatal("the logs were not read within 5 minutes")
 		}
 	}
-	used := cpuTime() - start
+	used := cpuclock.Self() - start
 	cancel()
 	if err := <-done; err != nil {
 		b.Fatal(err)
