@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"io"
 	"os"
 	"path/filepath"
@@ -23,18 +22,9 @@ func BenchmarkReplayLog(b *testing.B) {
 	start := time.Date(2026, 5, 19, 10, 0, 0, 0, time.UTC)
 	write := func(name string, n int, line func(i int) string) string {
 		path := filepath.Join(dir, name)
-		f, err := os.Create(path)
-		if err != nil {
+		if err := logsim.WriteFile(path, n, line); err != nil {
 			b.Fatal(err)
 		}
-		w := bufio.NewWriterSize(f, 1<<20)
-		for i := range n {
-			w.WriteString(line(i))
-		}
-		if err := w.Flush(); err != nil {
-			b.Fatal(err)
-		}
-		f.Close()
 		return path
 	}
 	noisy := filepath.Join(dir, "noisy.log")

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bufio"
 	"context"
 	"os"
 	"path/filepath"
@@ -16,18 +15,9 @@ import (
 )
 
 func writeLog(b *testing.B, path string, n int, line func(int) string) {
-	f, err := os.Create(path)
-	if err != nil {
+	if err := logsim.WriteFile(path, n, line); err != nil {
 		b.Fatal(err)
 	}
-	w := bufio.NewWriterSize(f, 1<<20)
-	for i := range n {
-		w.WriteString(line(i))
-	}
-	if err := w.Flush(); err != nil {
-		b.Fatal(err)
-	}
-	f.Close()
 }
 
 // BenchmarkLogPath runs the daemon's log path end to end (tailer, parser,

@@ -5,8 +5,10 @@ package logsim
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 )
 
@@ -49,4 +51,17 @@ func NoisyVLLM(w io.Writer, n int, start time.Time) error {
 		}
 	}
 	return bw.Flush()
+}
+
+// WriteFile writes line(0) … line(n-1) to a new file at path.
+func WriteFile(path string, n int, line func(i int) string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	for i := range n {
+		bw.WriteString(line(i))
+	}
+	return errors.Join(bw.Flush(), f.Close())
 }
