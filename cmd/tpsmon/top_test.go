@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"github.com/tpsmon/tpsmon/internal/api"
 	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/internal/config/configtest"
+	"github.com/tpsmon/tpsmon/internal/loopback"
 	"github.com/tpsmon/tpsmon/internal/sim/gpusim"
 	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/internal/top"
@@ -219,17 +219,6 @@ func TestWindowsAPIOnDemo(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address nothing listens on now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestWindowsAPIOnDaemon: the daemon serves the API on http.listen beside
 // its /metrics; a server made to produce 400 tokens/s shows 400 tokens/s.
 func TestWindowsAPIOnDaemon(t *testing.T) {
@@ -239,7 +228,7 @@ func TestWindowsAPIOnDaemon(t *testing.T) {
 	srv := httptest.NewServer(&vllmsim.Driven{Rate: rate, Start: start.Add(-time.Hour), ResetAt: start.Add(time.Hour)})
 	defer srv.Close()
 	cfg := configtest.Private(t)
-	cfg.HTTP.Listen = freeAddr(t)
+	cfg.HTTP.Listen = loopback.FreeAddr(t)
 	cfg.Host = "api-node"
 	cfg.Window, cfg.Grace = time.Second, 300*time.Millisecond
 	cfg.GPU.Interval = 100 * time.Millisecond
@@ -293,7 +282,7 @@ func TestWindowsAPIOnDaemon(t *testing.T) {
 // TestTopNothingListening: one line that says what to check, exit 1.
 func TestTopNothingListening(t *testing.T) {
 	t.Parallel()
-	addr := freeAddr(t)
+	addr := loopback.FreeAddr(t)
 	for _, args := range [][]string{{"top", "--addr", addr}, {"top", "--once", "--addr", addr}} {
 		cmd := tpsmonCmd(t, args...)
 		var stdout, stderr strings.Builder
@@ -333,7 +322,7 @@ func TestTopInTmux(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := loopback.FreeAddr(t)
 	c, _ := top.NewClient(addr, &http.Client{Timeout: time.Second})
 	startDemo := func() *exec.Cmd {
 		t.Helper()

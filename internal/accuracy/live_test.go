@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +20,7 @@ import (
 
 	protocol "github.com/influxdata/line-protocol"
 
+	"github.com/tpsmon/tpsmon/internal/loopback"
 	"github.com/tpsmon/tpsmon/internal/tokentruth"
 	"github.com/tpsmon/tpsmon/sink"
 )
@@ -42,21 +42,11 @@ func llamaServerDir(t *testing.T) string {
 	return lines[len(lines)-1]
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // startLlamaServer runs a real llama-server on loopback with 4 slots and
 // its --metrics, logging to logFile; it stops with the test.
 func startLlamaServer(t *testing.T, dir, logFile string) string {
 	t.Helper()
-	port := freePort(t)
+	port := loopback.FreePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	cmd := exec.Command(filepath.Join(dir, "bin", "llama-server"), "-m", filepath.Join(dir, "tiny.gguf"),
 		"--host", "127.0.0.1", "--port", fmt.Sprint(port), "--metrics", "-np", "4", "-c", "4096",

@@ -26,6 +26,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/loopback"
 	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/nvml"
 )
@@ -206,16 +207,6 @@ func line(t *testing.T, sc *bufio.Scanner) string {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // daemonLog collects the daemon's JSON log lines.
 type daemonLog struct {
 	mu    sync.Mutex
@@ -318,7 +309,7 @@ func TestAttributionAsServiceUser(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var servers, onGPU []string
 			for i, s := range tt.servers {
-				port := freePort(t)
+				port := loopback.FreePort(t)
 				args := []string{"serve"}
 				if s.namesPort {
 					args = append(args, "--port", strconv.Itoa(port))

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,21 +12,10 @@ import (
 
 	"github.com/tpsmon/tpsmon/internal/api"
 	"github.com/tpsmon/tpsmon/internal/live"
+	"github.com/tpsmon/tpsmon/internal/loopback"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/window"
 )
-
-// freeAddr returns a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
 
 func TestClientAgainstLiveView(t *testing.T) {
 	t0 := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
@@ -79,7 +67,7 @@ func TestClientAgainstLiveView(t *testing.T) {
 func TestClientErrors(t *testing.T) {
 	other := httptest.NewServer(http.NotFoundHandler())
 	defer other.Close()
-	gone := freeAddr(t)
+	gone := loopback.FreeAddr(t)
 	for _, tc := range []struct {
 		addr     string
 		is       error

@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/internal/influxql"
+	"github.com/tpsmon/tpsmon/internal/loopback"
 )
 
 // URL returns the base URL of a running InfluxDB, starting one if needed.
@@ -50,7 +50,7 @@ func Start(t testing.TB, env ...string) *Server {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	httpAddr, rpcAddr := freeAddr(t), freeAddr(t)
+	httpAddr, rpcAddr := loopback.FreeAddr(t), loopback.FreeAddr(t)
 	s := &Server{URL: "http://" + httpAddr, t: t, bin: bin, dir: dir, env: append(os.Environ(),
 		"INFLUXDB_REPORTING_DISABLED=true",
 		"INFLUXDB_BIND_ADDRESS="+rpcAddr,
@@ -119,16 +119,6 @@ func findInfluxd() (string, error) {
 	}
 	return "", fmt.Errorf("influxd not found on PATH or in $(go env GOPATH)/bin: run `make influxd` " +
 		"(go install github.com/influxdata/influxdb/cmd/influxd@v1.8.10), or set TPSMON_TEST_INFLUX_URL")
-}
-
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // WaitReady polls /ping until the server answers or timeout passes.
