@@ -127,12 +127,7 @@ func (p *pipeline) sourceFailed(server string, err error) {
 func (p *pipeline) sourceErrors() []string {
 	p.srcErrMu.Lock()
 	defer p.srcErrMu.Unlock()
-	out := make([]string, 0, len(p.srcErr))
-	for s, e := range p.srcErr {
-		out = append(out, s+": "+e)
-	}
-	sort.Strings(out)
-	return out
+	return reasons(p.srcErr)
 }
 
 // unattributed lists "server: reason" for every server with gpus: auto
@@ -140,8 +135,13 @@ func (p *pipeline) sourceErrors() []string {
 func (p *pipeline) unattributed() []string {
 	p.srcErrMu.Lock()
 	defer p.srcErrMu.Unlock()
-	out := make([]string, 0, len(p.unplaced))
-	for s, why := range p.unplaced {
+	return reasons(p.unplaced)
+}
+
+// reasons lists "server: reason" for each entry of m, sorted.
+func reasons(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for s, why := range m {
 		out = append(out, s+": "+why)
 	}
 	sort.Strings(out)
