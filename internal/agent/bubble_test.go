@@ -1,14 +1,18 @@
 package agent
 
 import (
+	"bytes"
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/internal/config/configtest"
+	"github.com/tpsmon/tpsmon/sink"
 )
 
 // Daemon tests run in a testing/synctest bubble where they can: the
@@ -74,4 +78,24 @@ func (n *notes) count(from, to int, prefix string) int {
 		}
 	}
 	return c
+}
+
+// runOneServer runs the daemon in the test's bubble for d against one
+// vLLM-format server served by h, with 500 ms windows and 50 ms scrapes,
+// and returns the agent and the line protocol it wrote.
+func runOneServer(t *testing.T, name string, h http.Handler, d time.Duration) (*Agent, string) {
+	t.Helper()
+	client := handlerClient(h)
+	client.Timeout = time.Second
+	cfg := bubbleConfig(t)
+	cfg.Window, cfg.Grace = 500*time.Millisecond, 100*time.Millisecond
+	cfg.Servers = []config.ServerConfig{{Name: name, Engine: "vllm", MetricsURL: "http://" + name + "/metrics", GPUs: []string{"auto"}, ScrapeInterval: 50 * time.Millisecond}}
+	var out bytes.Buffer
+	a := New(cfg, Options{Outputs: []WindowWriter{sink.NewLPWriter(&out)}, Client: client})
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := a.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return a, out.String()
 }

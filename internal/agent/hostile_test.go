@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,9 +15,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/collector"
-	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/internal/config/configtest"
-	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -73,27 +70,16 @@ func TestOneBadSampleDoesNotCorrupt(t *testing.T) {
 var tokensRe = regexp.MustCompile(`tokens=(-?\d+)i`)
 
 func oneBadSample(t *testing.T, bad string, reason collector.Reason) {
-	client := handlerClient(&glitchingVLLM{start: time.Now(), bad: bad})
-	client.Timeout = time.Second
-	cfg := bubbleConfig(t)
-	cfg.Window, cfg.Grace = 500*time.Millisecond, 100*time.Millisecond
-	cfg.Servers = []config.ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: "http://llm/metrics", GPUs: []string{"auto"}, ScrapeInterval: 50 * time.Millisecond}}
-	var out bytes.Buffer
-	a := New(cfg, Options{Outputs: []WindowWriter{sink.NewLPWriter(&out)}, Client: client})
-	ctx, cancel := context.WithTimeout(context.Background(), 2600*time.Millisecond)
-	defer cancel()
-	if err := a.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ms := tokensRe.FindAllStringSubmatch(out.String(), -1)
+	a, out := runOneServer(t, "llm", &glitchingVLLM{start: time.Now(), bad: bad}, 2600*time.Millisecond)
+	ms := tokensRe.FindAllStringSubmatch(out, -1)
 	if len(ms) < 4 {
-		t.Fatalf("%d windows with tokens:\n%s", len(ms), out.String())
+		t.Fatalf("%d windows with tokens:\n%s", len(ms), out)
 	}
 	// The first window and the last (cut by shutdown) are partial.
 	for i, m := range ms[1 : len(ms)-1] {
 		n, _ := strconv.Atoi(m[1])
 		if n < 35 || n > 65 {
-			t.Errorf("window %d: tokens=%d, the server made 50:\n%s", i+1, n, out.String())
+			t.Errorf("window %d: tokens=%d, the server made 50:\n%s", i+1, n, out)
 		}
 	}
 	got := map[collector.Reason]uint64{}
