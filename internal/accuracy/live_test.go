@@ -326,7 +326,10 @@ func TestLiveAgainstRealLlamaServer(t *testing.T) {
 	logFile := filepath.Join(t.TempDir(), "server.log")
 	base := startLlamaServer(t, dir, logFile)
 
-	const window = 5 * time.Second
+	// Short windows with scrapes at a fifth of them: each phase still
+	// spans four loaded windows, in half the time (and the CPU the
+	// server burns generating) of 5 s windows.
+	const window, scrape, phase = 2500 * time.Millisecond, 500 * time.Millisecond, 10 * time.Second
 	telemetry, stop := startTpsmon(t, fmt.Sprintf(`host: it
 window: %v
 grace: 1s
@@ -338,27 +341,27 @@ servers:
   - name: llm-m
     engine: auto
     metrics_url: %s/metrics
-    scrape_interval: 1s
+    scrape_interval: %v
     log: {file: %s}
   - name: llm-l
     engine: auto
     log: {file: %s}
 sink:
   file: {path: OUT}
-`, window, base, logFile, logFile))
+`, window, base, scrape, logFile, logFile))
 
 	c := &client{base: base}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	time.Sleep(3 * time.Second) // idle: sources up, engines named
-	if err := c.load(ctx, 1, time.Now().Add(20*time.Second), 0); err != nil {
+	time.Sleep(4 * scrape) // idle: sources up, engines named
+	if err := c.load(ctx, 1, time.Now().Add(phase), 0); err != nil {
 		t.Fatal(err)
 	}
 	// Four streams; every seventh request of each is hung up on.
-	if err := c.load(ctx, 4, time.Now().Add(20*time.Second), 7); err != nil {
+	if err := c.load(ctx, 4, time.Now().Add(phase), 7); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second)
+	time.Sleep(4 * scrape) // the last tokens scraped and their log lines read
 	unseen := scrapeCounter(t, telemetry, "tpsmon_log_requests_unseen_total")
 	pts := stop()
 
