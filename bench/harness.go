@@ -58,18 +58,27 @@ func goEnv(name string) string {
 
 // build compiles tpsmon, and Telegraf unless it is already there.
 func (h *harness) build() error {
-	h.tpsmon = filepath.Join(h.work, "tpsmon")
+	built := filepath.Join(h.work, "build", "tpsmon")
 	log.Printf("building tpsmon")
-	if out, err := exec.Command("go", "build", "-o", h.tpsmon, "./cmd/tpsmon").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", built, "./cmd/tpsmon").CombinedOutput(); err != nil {
 		return fmt.Errorf("build tpsmon: %v\n%s", err, out)
 	}
-	h.telegraf = filepath.Join(goEnv("GOPATH"), "bin", "telegraf")
-	if _, err := os.Stat(h.telegraf); err != nil && h.runs("telegraf") {
+	telegraf := filepath.Join(goEnv("GOPATH"), "bin", "telegraf")
+	if _, err := os.Stat(telegraf); err != nil && h.runs("telegraf") {
 		log.Printf("building Telegraf (go install -tags %q %s; a few minutes the first time)", telegrafTags, telegrafPkg)
 		cmd := exec.Command("go", "install", "-tags", telegrafTags, telegrafPkg)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("build telegraf: %w", err)
+		}
+	}
+	var err error
+	if h.tpsmon, err = install(built, h.work); err != nil {
+		return err
+	}
+	if _, err := os.Stat(telegraf); err == nil {
+		if h.telegraf, err = install(telegraf, h.work); err != nil {
+			return err
 		}
 	}
 	influxd := filepath.Join(goEnv("GOPATH"), "bin", "influxd")
@@ -81,6 +90,34 @@ func (h *harness) build() error {
 		}
 	}
 	return h.startInflux(influxd)
+}
+
+// install copies the binary at src into dir with plain writes (as dpkg
+// does; not copy_file_range), as a package manager puts it on a node. Go's linker writes its output through
+// a shared mapping, which leaves the file in the page cache as large
+// folios; a process mapping such a file gets whole 2 MiB pieces of it
+// resident, touched or not (tpsmon's peak RSS read 23.4 MiB run from its
+// build output, 18.4 MiB run from a copy, the same with a cold cache).
+// Both daemons run from copies, so that RSS compares what they touch.
+func install(src, dir string) (string, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return "", fmt.Errorf("install: %w", err)
+	}
+	defer in.Close()
+	dst := filepath.Join(dir, filepath.Base(src))
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	if err != nil {
+		return "", fmt.Errorf("install: %w", err)
+	}
+	if _, err := io.Copy(struct{ io.Writer }{out}, in); err != nil {
+		out.Close()
+		return "", fmt.Errorf("install %s: %w", dst, err)
+	}
+	if err := out.Close(); err != nil {
+		return "", fmt.Errorf("install %s: %w", dst, err)
+	}
+	return dst, nil
 }
 
 func freePort() string {

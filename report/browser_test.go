@@ -62,6 +62,27 @@ func startBrowser(bin string) error {
 	return nil
 }
 
+// warmBrowser starts the shared browser in the background, where
+// Chromium is installed, so that its start overlaps the test's writes;
+// a screenshot waits for it (the lock is taken before this returns).
+// A failed start shows at the screenshot, which tries again.
+func warmBrowser() {
+	bin := chromiumBin()
+	if bin == "" {
+		return
+	}
+	locked := make(chan struct{})
+	go func() {
+		browser.Lock()
+		close(locked)
+		defer browser.Unlock()
+		if browser.tab == nil {
+			startBrowser(bin)
+		}
+	}()
+	<-locked
+}
+
 // closeBrowser stops the shared browser, if one runs.
 func closeBrowser() {
 	browser.Lock()

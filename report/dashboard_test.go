@@ -24,6 +24,7 @@ import (
 // and rollups of the same six hours, and checks what comes back against
 // what was written.
 func TestDashboardQueriesReturnWhatWasWritten(t *testing.T) {
+	t.Parallel()
 	base := influxtest.URL(t)
 	db := influxtest.CreateDB(t, base, "dash")
 	for _, rp := range []string{"tpsmon_1h", "tpsmon_1d"} {
@@ -33,9 +34,10 @@ func TestDashboardQueriesReturnWhatWasWritten(t *testing.T) {
 	fleet := fleetsim.Fleet{Hosts: 5, GPUs: 4, Unused: 2, Model: "H100"}
 	from := time.Date(2026, 11, 10, 0, 0, 0, 0, time.UTC)
 	to := from.Add(24 * time.Hour)
-	writeSim(t, base, db, func(e func(*write.Point) error) error { return fleet.Raw(from, to, time.Minute, e) })
-	writeSim(t, base, db+"/tpsmon_1h", func(e func(*write.Point) error) error { return fleet.Rollups(from, to, time.Hour, "_1h", e) })
-	writeSim(t, base, db+"/tpsmon_1d", func(e func(*write.Point) error) error { return fleet.Rollups(from, to, 24*time.Hour, "_1d", e) })
+	writeSims(t, base,
+		simWrite{db, func(e func(*write.Point) error) error { return fleet.Raw(from, to, time.Minute, e) }},
+		simWrite{db + "/tpsmon_1h", func(e func(*write.Point) error) error { return fleet.Rollups(from, to, time.Hour, "_1h", e) }},
+		simWrite{db + "/tpsmon_1d", func(e func(*write.Point) error) error { return fleet.Rollups(from, to, 24*time.Hour, "_1d", e) }})
 
 	b, err := os.ReadFile(filepath.Join("..", "packaging", "grafana", "tpsmon.json"))
 	if err != nil {

@@ -188,6 +188,7 @@ func parseDashboard(t *testing.T, b []byte) dashboardJSON {
 }
 
 func TestDashboardQueriesOnAWeek(t *testing.T) {
+	t.Parallel()
 	base := influxtest.URL(t)
 	db := influxtest.CreateDB(t, base, "week")
 	writeWeek(t, base, db)
@@ -264,6 +265,8 @@ func abs(v float64) float64 {
 }
 
 func TestReportOnAWeek(t *testing.T) {
+	t.Parallel()
+	warmBrowser()
 	base := influxtest.URL(t)
 	db := influxtest.CreateDB(t, base, "reportweek")
 	writeWeek(t, base, db)

@@ -2,12 +2,14 @@ package report
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,12 +22,31 @@ import (
 
 var shots = flag.String("shots", "", "also save the range screenshots of TestReportRanges in this directory")
 
-// writeSim writes what emit-style generator gen produces into bucket.
-func writeSim(t *testing.T, base, bucket string, gen func(func(*write.Point) error) error) {
+// simWrite is one generator and the bucket it goes to.
+type simWrite struct {
+	bucket string
+	gen    func(func(*write.Point) error) error
+}
+
+// writeSims writes each generator's points at once: InfluxDB ingests
+// them on as many cores as there are, the test's process encodes them.
+func writeSims(t *testing.T, base string, ws ...simWrite) {
 	t.Helper()
+	errs := make([]error, len(ws))
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Go(func() { errs[i] = sendSim(base, w.bucket, w.gen) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sendSim(base, bucket string, gen func(func(*write.Point) error) error) error {
 	in, err := sink.NewInflux(sink.InfluxConfig{URL: base, Bucket: bucket, Timeout: 60 * time.Second})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer in.Close()
 	enc := sink.NewEncoder()
@@ -48,32 +69,36 @@ func writeSim(t *testing.T, base, bucket string, gen func(func(*write.Point) err
 		err = flush()
 	}
 	if err != nil {
-		t.Fatal(err)
+		return fmt.Errorf("write %s: %w", bucket, err)
 	}
+	return nil
 }
 
 // TestReportRanges renders the report of a simulated fleet at four ranges
 // in headless Chromium: ten minutes of 5-second windows, a day of
 // 1-minute windows, 30 days of hourly and 90 days of daily rollups.
 func TestReportRanges(t *testing.T) {
+	t.Parallel()
+	warmBrowser()
 	base := influxtest.URL(t)
 	fleet := fleetsim.Fleet{Hosts: 12, GPUs: 4, Unused: 2, Model: "NVIDIA H100 80GB HBM3"}
 	end := time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
 	short := influxtest.CreateDB(t, base, "shots10m")
-	writeSim(t, base, short, func(e func(*write.Point) error) error {
-		return fleet.Raw(end.Add(-10*time.Minute), end, 5*time.Second, e)
-	})
 	db := influxtest.CreateDB(t, base, "shots")
 	for _, rp := range []string{"tpsmon_1h", "tpsmon_1d"} {
 		influxtest.Query(t, base, db, fmt.Sprintf(`CREATE RETENTION POLICY "%s" ON "%s" DURATION 0s REPLICATION 1`, rp, db))
 	}
-	writeSim(t, base, db, func(e func(*write.Point) error) error { return fleet.Raw(end.Add(-24*time.Hour), end, time.Minute, e) })
-	writeSim(t, base, db+"/tpsmon_1h", func(e func(*write.Point) error) error {
-		return fleet.Rollups(end.Add(-30*24*time.Hour), end, time.Hour, "_1h", e)
-	})
-	writeSim(t, base, db+"/tpsmon_1d", func(e func(*write.Point) error) error {
-		return fleet.Rollups(end.Add(-90*24*time.Hour), end, 24*time.Hour, "_1d", e)
-	})
+	writeSims(t, base,
+		simWrite{short, func(e func(*write.Point) error) error {
+			return fleet.Raw(end.Add(-10*time.Minute), end, 5*time.Second, e)
+		}},
+		simWrite{db, func(e func(*write.Point) error) error { return fleet.Raw(end.Add(-24*time.Hour), end, time.Minute, e) }},
+		simWrite{db + "/tpsmon_1h", func(e func(*write.Point) error) error {
+			return fleet.Rollups(end.Add(-30*24*time.Hour), end, time.Hour, "_1h", e)
+		}},
+		simWrite{db + "/tpsmon_1d", func(e func(*write.Point) error) error {
+			return fleet.Rollups(end.Add(-90*24*time.Hour), end, 24*time.Hour, "_1d", e)
+		}})
 	prices := Options{Prices: map[string]float64{"NVIDIA H100 80GB HBM3": 2.5}}
 	for _, tc := range []struct {
 		name      string
@@ -89,6 +114,7 @@ func TestReportRanges(t *testing.T) {
 		{"90d", db, 90 * 24 * time.Hour, Daily, 24 * time.Hour, 90},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			c := NewClient(base, tc.db, "", 60*time.Second)
 			ctx := context.Background()
 			f, err := Plan(ctx, c, Filter{From: end.Add(-tc.span), To: end})

@@ -66,6 +66,7 @@ func writeFiveSecond(t *testing.T, base, db string, start time.Time) {
 // daemon's configuration; six hours of 5-second windows on two GPUs are 12
 // GPU-hours, and the GPU no server uses adds its 6 hours as unused.
 func TestFiveSecondWindowsWithoutConfig(t *testing.T) {
+	t.Parallel()
 	base := influxtest.URL(t)
 	db := influxtest.CreateDB(t, base, "five")
 	start := time.Date(2026, 11, 3, 0, 0, 0, 0, time.UTC)

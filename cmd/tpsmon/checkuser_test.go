@@ -24,6 +24,7 @@ func TestCheckAsRootSaysFailedOnce(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("check probes as the service user only when root runs it (it changes uid); CI runs the tests as root")
 	}
+	t.Parallel()
 	if _, err := user.Lookup(preflight.ServiceUser); err != nil {
 		// As the package makes it (sysusers: a system user, no home).
 		if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", preflight.ServiceUser).CombinedOutput(); err != nil {

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
 
+	"github.com/tpsmon/tpsmon/internal/testparallel"
 	"github.com/tpsmon/tpsmon/internal/tpsmonbin"
 )
 
@@ -18,6 +20,11 @@ func TestMain(m *testing.M) {
 	if os.Getenv(runMain) == "1" {
 		main()
 		os.Exit(0)
+	}
+	// The parallel tests wait on the processes they start.
+	if err := testparallel.AtLeast(8); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	code := m.Run()
 	tpsmonbin.Remove()

@@ -123,6 +123,7 @@ func TestRotation(t *testing.T) {
 	}
 	for name, rotate := range rotations {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // each waits on its rotations' polls, not the CPU
 			dir := t.TempDir()
 			w := &writer{path: filepath.Join(dir, "server.log")}
 			w.open(t)

@@ -28,6 +28,7 @@ import (
 	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/internal/loopback"
 	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
+	"github.com/tpsmon/tpsmon/internal/testparallel"
 	"github.com/tpsmon/tpsmon/nvml"
 )
 
@@ -39,6 +40,11 @@ const roleEnv = "TPSMON_TEST_ROLE"
 func TestMain(m *testing.M) {
 	switch os.Getenv(roleEnv) {
 	case "":
+		// The parallel tests wait on daemons and real time.
+		if err := testparallel.AtLeast(8); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
 		os.Exit(m.Run())
 	case "server":
 		err := runServerRole()
