@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/tpsmon/tpsmon/internal/testparallel"
-	"github.com/tpsmon/tpsmon/internal/tpsmonbin"
 )
 
 // runMain in the environment makes this test binary run tpsmon's main:
@@ -26,9 +25,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	code := m.Run()
-	tpsmonbin.Remove()
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // tpsmonCmd is tpsmon with args as a process: this test binary in main.

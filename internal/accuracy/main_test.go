@@ -16,12 +16,6 @@ import (
 	"github.com/tpsmon/tpsmon/internal/tpsmonbin"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	tpsmonbin.Remove()
-	os.Exit(code)
-}
-
 // tpsmonBin is the tpsmon binary the tests run: built once, or another
 // build's (TPSMON_ACCURACY_BIN) for before/after tables.
 func tpsmonBin(t *testing.T) string {

@@ -1,6 +1,6 @@
-// Package tpsmonbin builds the tpsmon command once per test binary, for
-// tests that run it as a process: linking it (cgo) costs seconds, so each
-// test building its own copy was most of a package's test time.
+// Package tpsmonbin builds the tpsmon command for tests that run it as a
+// process: linking it (cgo) costs seconds, so each test building its own
+// copy was most of a package's test time.
 package tpsmonbin
 
 import (
@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -17,7 +18,6 @@ const Version = "9.9.9-test"
 
 var (
 	once sync.Once
-	dir  string
 	path string
 	err  error
 )
@@ -26,26 +26,39 @@ var (
 // fails every test that asks, with the compiler's output.
 func Path(t testing.TB) string {
 	t.Helper()
-	once.Do(func() {
-		dir, err = os.MkdirTemp("", "tpsmonbin")
-		if err != nil {
-			return
-		}
-		path = filepath.Join(dir, "tpsmon")
-		cmd := exec.Command("go", "build", "-ldflags", "-X main.version="+Version, "-o", path, "github.com/tpsmon/tpsmon/cmd/tpsmon")
-		if out, berr := cmd.CombinedOutput(); berr != nil {
-			err = fmt.Errorf("building tpsmon: %w\n%s", berr, out)
-		}
-	})
+	once.Do(func() { path, err = build() })
 	if err != nil {
 		t.Fatal(err)
 	}
 	return path
 }
 
-// Remove deletes the binary; TestMain calls it after the tests ran.
-func Remove() {
-	if dir != "" {
-		os.RemoveAll(dir)
+// build links tpsmon into the user's cache directory. The go command
+// leaves a binary there alone when it is up to date with the sources, so
+// the test processes that run tpsmon (often at once, under go test ./...)
+// link it once between changes, not once each; a lock file makes them
+// take turns.
+func build() (string, error) {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
 	}
+	dir := filepath.Join(base, "tpsmon-test")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("building tpsmon: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "build.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("building tpsmon: %w", err)
+	}
+	defer lock.Close() // releases the lock
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("building tpsmon: lock %s: %w", lock.Name(), err)
+	}
+	bin := filepath.Join(dir, "tpsmon")
+	cmd := exec.Command("go", "build", "-ldflags", "-X main.version="+Version, "-o", bin, "github.com/tpsmon/tpsmon/cmd/tpsmon")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building tpsmon: %w\n%s", err, out)
+	}
+	return bin, nil
 }
