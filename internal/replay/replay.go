@@ -62,6 +62,9 @@ type recording struct {
 	inputs  []timed
 	servers []window.Server
 	gaps    []time.Duration
+	// watched are the stretches the log was watched; join adds a watch
+	// input every second of them, made as they are fed (see feed).
+	watched []span
 }
 
 // Run joins the recorded inputs of o and writes the windows to out;
@@ -128,23 +131,17 @@ func (rec *recording) addLog(o Options, loc *time.Location, warn io.Writer) erro
 		fmt.Fprintf(warn, "tpsmon: replay: %d requests were cancelled by the server and printed no timing line: their tokens are not in the log (its metrics count them: replay --metrics-dir, or metrics_url live)\n", lr.canceled)
 	}
 	rec.servers[0].Engine, rec.servers[0].Model = lr.id.Engine, lr.id.Model
-	spans, silences, longest := watchedSpans(ivs)
-	n := len(ivs)
-	for _, sp := range spans {
-		n += int(sp.to.Sub(sp.from)/time.Second) + 1
-	}
-	rec.inputs = slices.Grow(rec.inputs, n) // grown once, not copied ever more
-	for i := range ivs {
-		rec.inputs = append(rec.inputs, timed{t: ivs[i].End, log: &ivs[i]})
+	rec.inputs = slices.Grow(rec.inputs, ivs.len()) // grown once, not copied ever more
+	for _, chunk := range ivs {
+		for i := range chunk {
+			rec.inputs = append(rec.inputs, timed{t: chunk[i].End, log: &chunk[i]})
+		}
 	}
 	// The log was watched from its first line to its last: a silent
 	// stretch is an idle server, not a missing one, unless it is longer
 	// than unwatchedAfter (a restarted server, logs of two runs in one file).
-	for _, sp := range spans {
-		for t := sp.from; !t.After(sp.to); t = t.Add(time.Second) {
-			rec.inputs = append(rec.inputs, timed{t: t, watch: true})
-		}
-	}
+	spans, silences, longest := watchedSpans(ivs)
+	rec.watched = spans
 	if len(spans) > 0 {
 		rec.gaps = append(rec.gaps, time.Second)
 	}
@@ -165,13 +162,15 @@ type span struct{ from, to time.Time }
 
 // watchedSpans merges the intervals of a log, in time order, into the
 // stretches it was watched, split at silences longer than unwatchedAfter.
-func watchedSpans(ivs []collector.Interval) (spans []span, silences int, longest time.Duration) {
-	if len(ivs) == 0 {
+func watchedSpans(ivs intervals) (spans []span, silences int, longest time.Duration) {
+	if ivs.len() == 0 {
 		return nil, 0, 0
 	}
-	byStart := make([]span, len(ivs))
-	for i, iv := range ivs {
-		byStart[i] = span{iv.Start, iv.End}
+	byStart := make([]span, 0, ivs.len())
+	for _, chunk := range ivs {
+		for _, iv := range chunk {
+			byStart = append(byStart, span{iv.Start, iv.End})
+		}
 	}
 	sort.Slice(byStart, func(a, b int) bool { return byStart[a].from.Before(byStart[b].from) })
 	cur := byStart[0]
@@ -234,18 +233,19 @@ func (rec *recording) addGPUs(path string, loc *time.Location) error {
 // unwatchedAfter ends one joiner and starts the next, so the windows of
 // nobody's watch are neither written nor held.
 func (rec *recording) join(ctx context.Context, o Options) ([]window.Closed, error) {
-	inputs := rec.inputs
-	slices.SortStableFunc(inputs, func(a, b timed) int { return a.t.Compare(b.t) })
+	byTime := func(a, b timed) int { return a.t.Compare(b.t) }
+	if !slices.IsSortedFunc(rec.inputs, byTime) { // a log alone is
+		slices.SortStableFunc(rec.inputs, byTime)
+	}
 	maxGap := maxGapOf(rec.gaps)
 	var cs []window.Closed
-	for len(inputs) > 0 {
-		n := segmentLen(inputs)
-		seg, err := rec.joinSegment(ctx, o, maxGap, inputs[:n])
+	for f := newFeed(rec.inputs, rec.watched); !f.done(); {
+		n, start, end := f.segment()
+		seg, err := rec.joinSegment(ctx, o, maxGap, &f, n, start, end)
 		if err != nil {
 			return nil, err
 		}
 		cs = append(cs, seg...)
-		inputs = inputs[n:]
 	}
 	return cs, nil
 }
@@ -268,40 +268,18 @@ func (in timed) end() time.Time {
 	return in.t
 }
 
-// segmentLen is how many of the time-ordered inputs come before the first
-// silence longer than unwatchedAfter.
-func segmentLen(inputs []timed) int {
-	end := inputs[0].end()
-	for i, in := range inputs[1:] {
-		if in.begin().Sub(end) > unwatchedAfter {
-			return i + 1
-		}
-		if e := in.end(); e.After(end) {
-			end = e
-		}
-	}
-	return len(inputs)
-}
-
-// joinSegment joins time-ordered inputs with no long silence in them.
-func (rec *recording) joinSegment(ctx context.Context, o Options, maxGap time.Duration, inputs []timed) ([]window.Closed, error) {
-	start, end := inputs[0].begin(), inputs[0].end()
-	for _, in := range inputs {
-		if b := in.begin(); b.Before(start) {
-			start = b
-		}
-		if e := in.end(); e.After(end) {
-			end = e
-		}
-	}
+// joinSegment joins the next n inputs of f, which span [start, end]
+// with no long silence in them.
+func (rec *recording) joinSegment(ctx context.Context, o Options, maxGap time.Duration, f *feed, n int, start, end time.Time) ([]window.Closed, error) {
 	j := window.New(window.Config{Window: o.Window, Grace: 0, MaxGap: maxGap, Host: o.Host,
 		Start: start}, rec.servers)
-	for i, in := range inputs {
+	for i := range n {
 		if i%4096 == 0 {
 			if err := ctx.Err(); err != nil {
 				return nil, fmt.Errorf("replay: %w", err)
 			}
 		}
+		in := f.next()
 		switch {
 		case in.server != nil:
 			j.AddServer(o.Server, *in.server)
@@ -473,7 +451,7 @@ func (c csvRow) sample(loc *time.Location) (gpu.Sample, error) {
 
 // logRead is what replay took from a server log.
 type logRead struct {
-	ivs      []collector.Interval
+	ivs      intervals
 	id       logline.Identity
 	skipped  uint64
 	far      int    // lines placed by timestamps far from them
@@ -506,12 +484,7 @@ func readLog(path, engineName string, loc *time.Location, year int, startedAt ti
 		}
 		timed++
 		if iv, ok := st.Interval(pr.Record, pr.Time); ok {
-			if len(out.ivs) == cap(out.ivs) {
-				// Doubled: append's slower growth of a long slice
-				// copies it over and over.
-				out.ivs = slices.Grow(out.ivs, max(len(out.ivs), 1024))
-			}
-			out.ivs = append(out.ivs, iv)
+			out.ivs.add(iv)
 		}
 	}}
 	r := bufio.NewReaderSize(f, 64<<10)
@@ -542,10 +515,7 @@ func readLog(path, engineName string, loc *time.Location, year int, startedAt ti
 		// Every line would pile up at the few timestamps there are.
 		return out, fmt.Errorf("--log %s: none of its %d throughput lines has a timestamp within %v; replay needs them (docker logs -t or journalctl -o short-iso add them)", path, timed, logline.FarLimit)
 	}
-	byEnd := func(a, b collector.Interval) int { return a.End.Compare(b.End) }
-	if !slices.IsSortedFunc(out.ivs, byEnd) {
-		slices.SortStableFunc(out.ivs, byEnd)
-	}
+	out.ivs.sortByEnd()
 	out.id = p.Identity()
 	if engineName != engine.Auto && engineName != "" {
 		e, err := engine.Lookup(engineName)

@@ -41,7 +41,7 @@ func TestWatchedSpans(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			spans, silences, longest := watchedSpans(tc.ivs)
+			spans, silences, longest := watchedSpans(intervals{tc.ivs})
 			if len(spans) != len(tc.spans) {
 				t.Fatalf("spans %v, want %v", spans, tc.spans)
 			}
