@@ -21,28 +21,30 @@ type LPWriter struct {
 // NewLPWriter writes line protocol to w.
 func NewLPWriter(w io.Writer) *LPWriter { return &LPWriter{w: w, enc: NewEncoder()} }
 
+// lpChunk is how much line protocol LPWriter holds before it writes: a
+// replay's many windows go out in pieces rather than as one buffer grown
+// (and copied) to the size of the whole output.
+const lpChunk = 64 << 10
+
 // WriteWindows writes the points of cs; a point that cannot be encoded is
 // reported, the others still go out.
 func (o *LPWriter) WriteWindows(cs []window.Closed) error {
-	b, err := encodeAll(o.enc, o.buf[:0], Points(cs))
-	o.buf = b
-	if _, werr := o.w.Write(b); werr != nil {
-		return werr
-	}
-	return err
-}
-
-// encodeAll encodes every point it can; a point that cannot be encoded is
-// reported, the others still go out.
-func encodeAll(enc *Encoder, dst []byte, pts []Point) ([]byte, error) {
 	var first error
-	for _, p := range pts {
+	b := o.buf[:0]
+	for i := range cs {
 		var err error
-		if dst, err = enc.Append(dst, p); err != nil && first == nil {
+		if b, err = o.enc.appendWindow(b, &cs[i]); err != nil && first == nil {
 			first = err
 		}
+		if len(b) >= lpChunk || i == len(cs)-1 {
+			if _, werr := o.w.Write(b); werr != nil {
+				return werr
+			}
+			b = b[:0]
+		}
 	}
-	return dst, first
+	o.buf = b
+	return first
 }
 
 // JSONWriter writes one JSON object per point (design §7).
@@ -133,7 +135,14 @@ func NewSpoolWriter(sp *spool.Spool, s *Sender) *SpoolWriter {
 
 // WriteWindows spools the points of cs.
 func (o *SpoolWriter) WriteWindows(cs []window.Closed) error {
-	b, encErr := encodeAll(o.enc, o.buf[:0], Points(cs))
+	var encErr error
+	b := o.buf[:0]
+	for i := range cs {
+		var err error
+		if b, err = o.enc.appendWindow(b, &cs[i]); err != nil && encErr == nil {
+			encErr = err
+		}
+	}
 	o.buf = b
 	// A failed append is counted as dropped by the spool; the daemon goes on.
 	err := o.Spool.Append(b)

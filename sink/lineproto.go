@@ -10,6 +10,9 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 	"github.com/influxdata/line-protocol/v2/lineprotocol"
+
+	"github.com/tpsmon/tpsmon/schema"
+	"github.com/tpsmon/tpsmon/window"
 )
 
 // Precision of the timestamps tpsmon writes. Window starts are whole
@@ -23,6 +26,9 @@ const Precision = time.Millisecond
 type Encoder struct {
 	enc     lineprotocol.Encoder
 	scratch []byte
+	// A window's tags and fields, reused from point to point.
+	tags   []Tag
+	fields fields
 }
 
 // NewEncoder returns an Encoder.
@@ -36,28 +42,80 @@ func NewEncoder() *Encoder {
 // encoded (a NaN or infinite field, a time out of range) leaves dst as it
 // was.
 func (e *Encoder) Append(dst []byte, p Point) ([]byte, error) {
+	e.start(p.Measurement, p.Tags)
+	for _, f := range p.Fields {
+		v, ok := fieldValue(f.Value)
+		if !ok {
+			return dst, badField(p.Measurement, p.Time, f.Key, f.Value)
+		}
+		e.enc.AddField(f.Key, v)
+	}
+	return e.end(dst, p.Measurement, p.Time)
+}
+
+// appendTyped encodes a window's point from its tags and typed fields, as
+// Append encodes the Point they make, without building it.
+func (e *Encoder) appendTyped(dst []byte, measurement string, tags []Tag, fs fields, t time.Time) ([]byte, error) {
+	e.start(measurement, tags)
+	for _, f := range fs {
+		v, ok := f.lineValue()
+		if !ok {
+			return dst, badField(measurement, t, f.key, f.value())
+		}
+		e.enc.AddField(f.key, v)
+	}
+	return e.end(dst, measurement, t)
+}
+
+// appendWindow encodes the points of one closed window, as Append encodes
+// Points(c), and appends the lines it could encode to dst; the error is
+// the first point's that could not be.
+func (e *Encoder) appendWindow(dst []byte, c *window.Closed) ([]byte, error) {
+	var first error
+	keep := func(b []byte, err error) {
+		dst = b
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	for i := range c.GPUs {
+		g := &c.GPUs[i]
+		e.tags, e.fields = gpuTags(e.tags[:0], *g), gpuFields(e.fields[:0], *g)
+		keep(e.appendTyped(dst, schema.GPU, e.tags, e.fields, g.Start))
+	}
+	for i := range c.Servers {
+		s := &c.Servers[i]
+		e.tags, e.fields = serverTags(e.tags[:0], *s), serverFields(e.fields[:0], *s)
+		keep(e.appendTyped(dst, schema.Server, e.tags, e.fields, s.Start))
+	}
+	return dst, first
+}
+
+// start begins a line in the scratch buffer with its measurement and tags.
+func (e *Encoder) start(measurement string, tags []Tag) {
 	e.enc.SetBuffer(e.scratch[:0])
-	e.enc.StartLine(p.Measurement)
-	for _, t := range p.Tags {
+	e.enc.StartLine(measurement)
+	for _, t := range tags {
 		// An empty tag is no tag: InfluxDB reads a missing tag as "".
 		if v := TagValue(t.Value); v != "" {
 			e.enc.AddTag(t.Key, v)
 		}
 	}
-	for _, f := range p.Fields {
-		v, ok := fieldValue(f.Value)
-		if !ok {
-			return dst, fmt.Errorf("encode %s point at %s: field %s: %v is not a finite number, an integer, a bool or a string",
-				p.Measurement, p.Time.UTC().Format(time.RFC3339), f.Key, f.Value)
-		}
-		e.enc.AddField(f.Key, v)
-	}
-	e.enc.EndLine(p.Time)
+}
+
+// end ends the line at t and appends it to dst, unless it failed.
+func (e *Encoder) end(dst []byte, measurement string, t time.Time) ([]byte, error) {
+	e.enc.EndLine(t)
 	e.scratch = e.enc.Bytes()
 	if err := e.enc.Err(); err != nil {
-		return dst, fmt.Errorf("encode %s point at %s: %w", p.Measurement, p.Time.UTC().Format(time.RFC3339), err)
+		return dst, fmt.Errorf("encode %s point at %s: %w", measurement, t.UTC().Format(time.RFC3339), err)
 	}
 	return append(dst, e.scratch...), nil
+}
+
+func badField(measurement string, t time.Time, key string, v any) error {
+	return fmt.Errorf("encode %s point at %s: field %s: %v is not a finite number, an integer, a bool or a string",
+		measurement, t.UTC().Format(time.RFC3339), key, v)
 }
 
 // AppendWrite encodes a point built with influxdb-client-go (rollups,
@@ -73,6 +131,17 @@ func (e *Encoder) AppendWrite(dst []byte, p *write.Point) ([]byte, error) {
 	}
 	pt.Tags = sortedTags(pt.Tags)
 	return e.Append(dst, pt)
+}
+
+// lineValue is the field's value as fieldValue makes it of value().
+func (t typed) lineValue() (lineprotocol.Value, bool) {
+	switch t.kind {
+	case 'f':
+		return lineprotocol.FloatValue(t.f)
+	case 'i':
+		return lineprotocol.IntValue(t.i), true
+	}
+	return lineprotocol.StringValue(StringValue(t.s))
 }
 
 func fieldValue(x any) (lineprotocol.Value, bool) {

@@ -2,6 +2,8 @@ package sink
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -107,4 +109,55 @@ func mustInt(t *testing.T, v any) int64 {
 		t.Fatal(err)
 	}
 	return i
+}
+
+// TestWindowsEncodeAsTheirPoints: LPWriter encodes windows straight from
+// their typed values; its lines and its error are what encoding Points
+// gives, for windows with every value present, hostile tags and strings,
+// and values line protocol refuses.
+func TestWindowsEncodeAsTheirPoints(t *testing.T) {
+	var full window.ServerWindow
+	present(&full)
+	full.Start, full.Length, full.State, full.GPUs = time.Unix(1_700_000_000, 0), 10*time.Second, schema.StateOK, []string{"0", "1"}
+	full.SystemTPS.V, full.Tokens.V = 1234.5, 12345
+	var gpu window.GPUWindow
+	present(&gpu)
+	gpu.Start, gpu.Length, gpu.Util.V, gpu.EnergySource.V = full.Start, full.Length, 99.5, schema.EnergyCounter
+	var cs []window.Closed
+	for i, h := range hostile {
+		s, g := full, gpu
+		s.Start = s.Start.Add(time.Duration(i) * 10 * time.Second)
+		g.Start = s.Start
+		s.Model, s.Host, g.Name, g.Error = h.value, h.value, h.value, window.Some(h.value)
+		cs = append(cs, window.Closed{Start: s.Start, GPUs: []window.GPUWindow{g}, Servers: []window.ServerWindow{s}})
+	}
+	nan := full
+	nan.SystemTPS = window.Some(math.NaN())
+	inf := gpu
+	inf.PowerW = window.Some(math.Inf(1))
+	cs = append(cs, window.Closed{Start: nan.Start, GPUs: []window.GPUWindow{inf, gpu}, Servers: []window.ServerWindow{nan, full}})
+	for _, tc := range []struct {
+		name string
+		cs   []window.Closed
+	}{{"hostile", cs[:len(hostile)]}, {"refused values", cs}, {"none", nil}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got strings.Builder
+			gotErr := NewLPWriter(&got).WriteWindows(tc.cs)
+			var want []byte
+			var wantErr error
+			enc := NewEncoder()
+			for _, p := range Points(tc.cs) {
+				var err error
+				if want, err = enc.Append(want, p); err != nil && wantErr == nil {
+					wantErr = err
+				}
+			}
+			if got.String() != string(want) {
+				t.Errorf("lines:\n%s\nPoints encode as:\n%s", got.String(), want)
+			}
+			if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+				t.Errorf("error %v, Points give %v", gotErr, wantErr)
+			}
+		})
+	}
 }

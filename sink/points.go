@@ -44,30 +44,61 @@ func Points(cs []window.Closed) []Point {
 	return out
 }
 
+// typed is one field of a window with its value as it was measured: the
+// line protocol encoder takes it as it is, where a Field's any would cost
+// an allocation per number.
+type typed struct {
+	key  string
+	kind byte // 'f', 'i' or 's'
+	f    float64
+	i    int64
+	s    string
+}
+
+// value is the field's value as a Field holds it.
+func (t typed) value() any {
+	switch t.kind {
+	case 'f':
+		return t.f
+	case 'i':
+		return t.i
+	}
+	return t.s
+}
+
 // fields collects the present values of a window, then sorts them.
-type fields []Field
+type fields []typed
 
 func (f *fields) float(k string, v window.Opt[float64]) {
 	if v.OK {
-		*f = append(*f, Field{k, v.V})
+		*f = append(*f, typed{key: k, kind: 'f', f: v.V})
 	}
 }
 
 func (f *fields) int(k string, v window.Opt[int64]) {
 	if v.OK {
-		*f = append(*f, Field{k, v.V})
+		*f = append(*f, typed{key: k, kind: 'i', i: v.V})
 	}
 }
 
 func (f *fields) str(k string, v window.Opt[string]) {
 	if v.OK {
-		*f = append(*f, Field{k, v.V})
+		*f = append(*f, typed{key: k, kind: 's', s: v.V})
 	}
 }
 
-func (f fields) sorted() []Field {
-	slices.SortFunc(f, func(a, b Field) int { return cmp.Compare(a.Key, b.Key) })
+func (f fields) sorted() fields {
+	slices.SortFunc(f, func(a, b typed) int { return cmp.Compare(a.key, b.key) })
 	return f
+}
+
+// boxed is f as a Point's fields.
+func (f fields) boxed() []Field {
+	out := make([]Field, len(f))
+	for i, t := range f {
+		out[i] = Field{t.key, t.value()}
+	}
+	return out
 }
 
 func sortedTags(t []Tag) []Tag {
@@ -77,7 +108,19 @@ func sortedTags(t []Tag) []Tag {
 
 // ServerPoint is the tpsmon_server point of a server's window.
 func ServerPoint(w window.ServerWindow) Point {
-	f := make(fields, 0, len(schema.ServerFields))
+	return Point{Measurement: schema.Server, Tags: serverTags(nil, w),
+		Fields: serverFields(make(fields, 0, len(schema.ServerFields)), w).boxed(), Time: w.Start}
+}
+
+// serverTags appends the tags of a server's window to dst, sorted.
+func serverTags(dst []Tag, w window.ServerWindow) []Tag {
+	return sortedTags(append(dst, Tag{schema.TagHost, w.Host}, Tag{schema.TagServer, w.Server},
+		Tag{schema.TagEngine, w.Engine}, Tag{schema.TagModel, w.Model}, Tag{schema.TagGPUs, strings.Join(w.GPUs, ",")}))
+}
+
+// serverFields appends the present fields of a server's window to f,
+// sorted.
+func serverFields(f fields, w window.ServerWindow) fields {
 	f.int(schema.FieldTokens, w.Tokens)
 	f.float(schema.FieldSystemTPS, w.SystemTPS)
 	f.float(schema.FieldPerUserTPS, w.PerUserTPS)
@@ -102,14 +145,23 @@ func ServerPoint(w window.ServerWindow) Point {
 	// from the data, not from their own configuration.
 	f.float(schema.FieldWindowS, window.Some(w.Length.Seconds()))
 	f.str(schema.FieldSource, window.Some(w.Source))
-	tags := []Tag{{schema.TagHost, w.Host}, {schema.TagServer, w.Server}, {schema.TagEngine, w.Engine},
-		{schema.TagModel, w.Model}, {schema.TagGPUs, strings.Join(w.GPUs, ",")}}
-	return Point{Measurement: schema.Server, Tags: sortedTags(tags), Fields: f.sorted(), Time: w.Start}
+	return f.sorted()
 }
 
 // GPUPoint is the tpsmon_gpu point of a GPU's window.
 func GPUPoint(w window.GPUWindow) Point {
-	f := make(fields, 0, len(schema.GPUFields))
+	return Point{Measurement: schema.GPU, Tags: gpuTags(nil, w),
+		Fields: gpuFields(make(fields, 0, len(schema.GPUFields)), w).boxed(), Time: w.Start}
+}
+
+// gpuTags appends the tags of a GPU's window to dst, sorted.
+func gpuTags(dst []Tag, w window.GPUWindow) []Tag {
+	return sortedTags(append(dst, Tag{schema.TagHost, w.Host}, Tag{schema.TagGPU, w.Label}, Tag{schema.TagUUID, w.UUID},
+		Tag{schema.TagName, w.Name}, Tag{schema.TagServer, w.Server}))
+}
+
+// gpuFields appends the present fields of a GPU's window to f, sorted.
+func gpuFields(f fields, w window.GPUWindow) fields {
 	f.float(schema.FieldUtil, w.Util)
 	f.float(schema.FieldUtilMax, w.UtilMax)
 	f.float(schema.FieldMemUtil, w.MemUtil)
@@ -129,9 +181,7 @@ func GPUPoint(w window.GPUWindow) Point {
 	f.float(schema.FieldCoverage, window.Some(w.Coverage))
 	f.float(schema.FieldWindowS, window.Some(w.Length.Seconds()))
 	f.str(schema.FieldError, w.Error)
-	tags := []Tag{{schema.TagHost, w.Host}, {schema.TagGPU, w.Label}, {schema.TagUUID, w.UUID},
-		{schema.TagName, w.Name}, {schema.TagServer, w.Server}}
-	return Point{Measurement: schema.GPU, Tags: sortedTags(tags), Fields: f.sorted(), Time: w.Start}
+	return f.sorted()
 }
 
 // TagMap returns p's tags by key, empty ones included.

@@ -218,11 +218,27 @@ func (p *Parser) stampVLLM(b []byte) (time.Time, bool) {
 	if m == nil {
 		return time.Time{}, false
 	}
-	return p.cached(kindVLLM, m, func(s string) (time.Time, bool) {
-		t, err := time.ParseInLocation("01-02 15:04:05", s, p.Loc)
-		return t.AddDate(p.year(), 0, 0), err == nil
-	})
+	return p.cached(kindVLLM, m, func(string) (time.Time, bool) { return p.vllmDate(m) })
 }
+
+// vllmDate is the time of a "MM-DD hh:mm:ss" whose digits vllmStampIn
+// checked, in the year of year(): what time.ParseInLocation("01-02
+// 15:04:05") and AddDate(year) give (a new second each line made them a
+// quarter of a vLLM stat line's cost), with the same ranges refused. Like
+// them, February 29th is read in the leap year 0 and so becomes March 1st
+// in a common year.
+func (p *Parser) vllmDate(m []byte) (time.Time, bool) {
+	num := func(i int) int { return int(m[i]-'0')*10 + int(m[i+1]-'0') }
+	month, day, hour, minute, sec := num(0), num(3), num(6), num(9), num(12)
+	if month < 1 || month > 12 || day < 1 || day > daysIn0[month-1] || hour > 23 || minute > 59 || sec > 59 {
+		return time.Time{}, false
+	}
+	return time.Date(p.year(), time.Month(month), day, hour, minute, sec, 0, p.Loc), true
+}
+
+// daysIn0 are the months' lengths in year 0, a leap year, in which
+// time.Parse checks a date that has no year.
+var daysIn0 = [12]int{31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31}
 
 // stampGlog reads glog's "I1120 02:29:01.795279 " at the line's start.
 func (p *Parser) stampGlog(b []byte) (time.Time, bool) {
