@@ -77,7 +77,8 @@ release: $(ZIG)
 		$(GO) build -trimpath -buildmode=pie -ldflags "-s -w $(LDFLAGS)" -o $(RELEASE) ./cmd/tpsmon
 	strip --remove-section=.comment $(RELEASE)
 	bash packaging/check-glibc.sh $(RELEASE) $(GLIBC_FLOOR)
-	bash packaging/gen-docs.sh $(RELEASE) $(VERSION) build/docs
+	$(GO) build -tags manpages -ldflags "$(LDFLAGS)" -o build/tpsmon-docs ./cmd/tpsmon
+	bash packaging/gen-docs.sh build/tpsmon-docs $(VERSION) build/docs
 
 package: release
 	mkdir -p $(DIST)

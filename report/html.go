@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"sort"
+	"sync"
 	"time"
 )
 
@@ -205,25 +206,29 @@ func headOf[T any](s []T, n int) ([]T, int) {
 	return s[:n], len(s) - n
 }
 
-var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"pct": func(v float64) string { return fmt.Sprintf("%.0f%%", 100*v) },
-	"f1":  func(v float64) string { return fmt.Sprintf("%.1f", v) },
-	"num": short,
-	"opt": func(v *float64) string {
-		if v == nil {
-			return "–"
-		}
-		return short(*v)
-	},
-	"money": money,
-	"color": func(s string) string { return stateColor[s] },
-	"share": func(m map[string]float64, st string) string {
-		if m[st] == 0 {
-			return ""
-		}
-		return fmt.Sprintf("%.0f%%", 100*m[st])
-	},
-}).Parse(`<!doctype html>
+// page is parsed on first use: the daemon links this package (its
+// commands share one binary) and would otherwise keep the parsed template
+// on its heap for nothing.
+var page = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("report").Funcs(template.FuncMap{
+		"pct": func(v float64) string { return fmt.Sprintf("%.0f%%", 100*v) },
+		"f1":  func(v float64) string { return fmt.Sprintf("%.1f", v) },
+		"num": short,
+		"opt": func(v *float64) string {
+			if v == nil {
+				return "–"
+			}
+			return short(*v)
+		},
+		"money": money,
+		"color": func(s string) string { return stateColor[s] },
+		"share": func(m map[string]float64, st string) string {
+			if m[st] == 0 {
+				return ""
+			}
+			return fmt.Sprintf("%.0f%%", 100*m[st])
+		},
+	}).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>tpsmon report {{.From.Format "2006-01-02 15:04"}} – {{.To.Format "2006-01-02 15:04"}}</title>
 <style>
 body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d2330;background:#fff;max-width:1120px}
@@ -267,6 +272,7 @@ td:first-child{white-space:nowrap}td,th{padding:3px 10px;border-bottom:1px solid
 {{if .MoreCharts}}<p class="more">Charts for {{.MoreCharts}} more servers: use --server or --format json.</p>{{end}}
 </body></html>
 `))
+})
 
 // WriteHTML writes the report as one self-contained page: no script, no
 // network resource, charts as inline SVG.
@@ -275,5 +281,5 @@ func WriteHTML(w io.Writer, r *Report) error {
 	if err != nil {
 		return err
 	}
-	return page.Execute(w, v)
+	return page().Execute(w, v)
 }

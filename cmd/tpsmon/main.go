@@ -21,6 +21,9 @@ import (
 // version is stamped at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
+// extraCommands are commands only some builds carry (man: -tags manpages).
+var extraCommands []func() *cobra.Command
+
 func main() {
 	// One P: the daemon's work is small and steady, and with more, every
 	// wakeup hands goroutines between threads, which costs more CPU than
@@ -50,7 +53,7 @@ func newRoot() *cobra.Command {
 		Version:       version,
 	}
 	root.SetVersionTemplate(versionLine())
-	root.AddCommand(newRunCmd(), newDemoCmd(), newReplayCmd(), newCheckCmd(), newReportCmd(), newRollupCmd(), newTopCmd(), newManCmd(), &cobra.Command{
+	root.AddCommand(newRunCmd(), newDemoCmd(), newReplayCmd(), newCheckCmd(), newReportCmd(), newRollupCmd(), newTopCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
@@ -58,6 +61,9 @@ func newRoot() *cobra.Command {
 			fmt.Fprint(cmd.OutOrStdout(), versionLine())
 		},
 	})
+	for _, c := range extraCommands {
+		root.AddCommand(c())
+	}
 	return root
 }
 

@@ -1,3 +1,5 @@
+//go:build manpages
+
 package main
 
 import (
@@ -7,6 +9,11 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 )
+
+// The man page writer is in the build packaging makes its pages with
+// (-tags manpages), not in the daemon: its Markdown renderer alone kept
+// ~200 KB of tables on every node's heap from start to exit.
+func init() { extraCommands = append(extraCommands, newManCmd) }
 
 // newManCmd writes the man pages of every command; packaging runs it at
 // build time, so the pages always match the flags.
