@@ -56,47 +56,62 @@ func (ivs *intervals) sortByEnd() {
 	}
 }
 
-// feed hands out a recording's inputs in time order with a watch input
-// for every second of the log's watched spans merged in, made as they are
-// handed out rather than held: the order is the one a stable sort by time
-// of the inputs' log intervals, then the watch inputs, then the scrapes
-// and GPU readings would give.
-type feed struct {
-	inputs []timed // in time order
-	spans  []span  // in time order, disjoint
-	tick   time.Time
+// at is the i-th interval: every chunk but the last is full, unless
+// sortByEnd made them one.
+func (ivs intervals) at(i int) *collector.Interval {
+	if len(ivs) == 1 {
+		return &ivs[0][i]
+	}
+	return &ivs[i/ivChunk][i%ivChunk]
 }
 
-func newFeed(inputs []timed, spans []span) feed {
-	f := feed{inputs: inputs, spans: spans}
+// feed hands out a recording's inputs in time order: the log's intervals
+// (by their ends), a watch input for every second of the log's watched
+// spans, made as they are handed out rather than held, and the scrapes and
+// GPU readings. The order is the one a stable sort by time of the
+// intervals, then the watch inputs, then the rest would give.
+type feed struct {
+	logs    intervals
+	logNext int // index of the next interval in logs
+	logLen  int
+	others  []timed // in time order
+	spans   []span  // in time order, disjoint
+	tick    time.Time
+}
+
+func newFeed(logs intervals, others []timed, spans []span) feed {
+	f := feed{logs: logs, logLen: logs.len(), others: others, spans: spans}
 	if len(spans) > 0 {
 		f.tick = spans[0].from
 	}
 	return f
 }
 
-func (f *feed) done() bool { return len(f.inputs) == 0 && len(f.spans) == 0 }
-
-// tickFirst says whether the next watch input comes before the next input:
-// at the same time, after a log interval and before anything else.
-func (f *feed) tickFirst() bool {
-	if len(f.spans) == 0 {
-		return false
-	}
-	if len(f.inputs) == 0 {
-		return true
-	}
-	in := f.inputs[0]
-	return f.tick.Before(in.t) || f.tick.Equal(in.t) && in.log == nil
+func (f *feed) done() bool {
+	return f.logNext == f.logLen && len(f.others) == 0 && len(f.spans) == 0
 }
 
 // next hands out the next input; the feed must not be done.
 func (f *feed) next() timed {
-	if !f.tickFirst() {
-		in := f.inputs[0]
-		f.inputs = f.inputs[1:]
-		return in
+	var log *collector.Interval
+	if f.logNext < f.logLen {
+		log = f.logs.at(f.logNext)
 	}
+	// At the same time a log interval comes first, then a watch input.
+	tick := len(f.spans) > 0 && (log == nil || f.tick.Before(log.End))
+	switch {
+	case len(f.others) > 0 && (log == nil || f.others[0].t.Before(log.End)) && (!tick || f.others[0].t.Before(f.tick)):
+		in := f.others[0]
+		f.others = f.others[1:]
+		return in
+	case tick:
+		return f.nextTick()
+	}
+	f.logNext++
+	return timed{t: log.End, log: log}
+}
+
+func (f *feed) nextTick() timed {
 	in := timed{t: f.tick, watch: true}
 	f.tick = f.tick.Add(time.Second)
 	if f.tick.After(f.spans[0].to) {
@@ -108,23 +123,34 @@ func (f *feed) next() timed {
 	return in
 }
 
-// segment is how many of the next inputs come before the first silence
+// segment is a stretch of the inputs with no long silence in them.
+type segment struct {
+	n          int // inputs, watch inputs included
+	start, end time.Time
+	// reach is how long before its own time an input's observation
+	// begins, at most.
+	reach time.Duration
+}
+
+// segment says how many of the next inputs come before the first silence
 // longer than unwatchedAfter, and when they begin and end; f is not moved
 // on. The feed must not be done.
-func (f feed) segment() (n int, start, end time.Time) {
+func (f feed) segment() segment {
 	first := f.next()
-	start, end = first.begin(), first.end()
-	for n = 1; !f.done(); n++ {
+	sg := segment{start: first.begin(), end: first.end(), reach: first.t.Sub(first.begin())}
+	for sg.n = 1; !f.done(); sg.n++ {
 		in := f.next()
-		if in.begin().Sub(end) > unwatchedAfter {
+		b := in.begin()
+		if b.Sub(sg.end) > unwatchedAfter {
 			break
 		}
-		if b := in.begin(); b.Before(start) {
-			start = b
+		if b.Before(sg.start) {
+			sg.start = b
 		}
-		if e := in.end(); e.After(end) {
-			end = e
+		if e := in.end(); e.After(sg.end) {
+			sg.end = e
 		}
+		sg.reach = max(sg.reach, in.t.Sub(b))
 	}
-	return n, start, end
+	return sg
 }

@@ -59,12 +59,14 @@ type Options struct {
 
 // recording is what the inputs hold, in time order once sorted.
 type recording struct {
-	inputs  []timed
+	logs    intervals // in the order of their ends
+	inputs  []timed   // scrapes and GPU readings
 	servers []window.Server
 	gaps    []time.Duration
 	// watched are the stretches the log was watched; join adds a watch
 	// input every second of them, made as they are fed (see feed).
 	watched []span
+	sampled bool // scrapes or GPU readings are among the inputs
 }
 
 // Run joins the recorded inputs of o and writes the windows to out;
@@ -103,14 +105,10 @@ func Run(ctx context.Context, o Options, out Writer, warn io.Writer) error {
 			return err
 		}
 	}
-	if len(rec.inputs) == 0 {
+	if len(rec.inputs) == 0 && rec.logs.len() == 0 {
 		return errors.New("replay: the inputs hold no samples")
 	}
-	cs, err := rec.join(ctx, o)
-	if err != nil {
-		return err
-	}
-	return out.WriteWindows(cs)
+	return rec.join(ctx, o, out)
 }
 
 // addLog takes the intervals of a server's log, and the time it was
@@ -131,12 +129,7 @@ func (rec *recording) addLog(o Options, loc *time.Location, warn io.Writer) erro
 		fmt.Fprintf(warn, "tpsmon: replay: %d requests were cancelled by the server and printed no timing line: their tokens are not in the log (its metrics count them: replay --metrics-dir, or metrics_url live)\n", lr.canceled)
 	}
 	rec.servers[0].Engine, rec.servers[0].Model = lr.id.Engine, lr.id.Model
-	rec.inputs = slices.Grow(rec.inputs, ivs.len()) // grown once, not copied ever more
-	for _, chunk := range ivs {
-		for i := range chunk {
-			rec.inputs = append(rec.inputs, timed{t: chunk[i].End, log: &chunk[i]})
-		}
-	}
+	rec.logs = ivs
 	// The log was watched from its first line to its last: a silent
 	// stretch is an idle server, not a missing one, unless it is longer
 	// than unwatchedAfter (a restarted server, logs of two runs in one file).
@@ -163,18 +156,34 @@ type span struct{ from, to time.Time }
 // watchedSpans merges the intervals of a log, in time order, into the
 // stretches it was watched, split at silences longer than unwatchedAfter.
 func watchedSpans(ivs intervals) (spans []span, silences int, longest time.Duration) {
-	if ivs.len() == 0 {
+	n := ivs.len()
+	if n == 0 {
 		return nil, 0, 0
 	}
-	byStart := make([]span, 0, ivs.len())
-	for _, chunk := range ivs {
-		for _, iv := range chunk {
-			byStart = append(byStart, span{iv.Start, iv.End})
-		}
+	// An index in the order of the starts, not a copy of every interval:
+	// and none at all when they are in that order already (stat lines).
+	var byStart []int
+	sortedByStart := true
+	for i := 1; i < n && sortedByStart; i++ {
+		sortedByStart = !ivs.at(i).Start.Before(ivs.at(i - 1).Start)
 	}
-	sort.Slice(byStart, func(a, b int) bool { return byStart[a].from.Before(byStart[b].from) })
-	cur := byStart[0]
-	for _, sp := range byStart[1:] {
+	if !sortedByStart {
+		byStart = make([]int, n)
+		for i := range byStart {
+			byStart[i] = i
+		}
+		slices.SortFunc(byStart, func(a, b int) int { return ivs.at(a).Start.Compare(ivs.at(b).Start) })
+	}
+	nth := func(i int) span {
+		if byStart != nil {
+			i = byStart[i]
+		}
+		iv := ivs.at(i)
+		return span{iv.Start, iv.End}
+	}
+	cur := nth(0)
+	for i := 1; i < n; i++ {
+		sp := nth(i)
 		if gap := sp.from.Sub(cur.to); gap > unwatchedAfter {
 			spans = append(spans, cur)
 			silences++
@@ -202,6 +211,7 @@ func (rec *recording) addMetrics(o Options, warn io.Writer) error {
 	for _, s := range skipped {
 		fmt.Fprintf(warn, "tpsmon: replay: skipped %s\n", s)
 	}
+	rec.sampled = rec.sampled || len(ms) > 0
 	for i := range ms {
 		rec.inputs = append(rec.inputs, timed{t: ms[i].Time, server: &ms[i]})
 		if i > 0 {
@@ -217,6 +227,7 @@ func (rec *recording) addGPUs(path string, loc *time.Location) error {
 	if err != nil {
 		return err
 	}
+	rec.sampled = rec.sampled || len(gs) > 0
 	last := map[string]time.Time{}
 	for i := range gs {
 		rec.inputs = append(rec.inputs, timed{t: gs[i].Time, gpu: &gs[i]})
@@ -228,26 +239,57 @@ func (rec *recording) addGPUs(path string, loc *time.Location) error {
 	return nil
 }
 
-// join feeds the inputs to a joiner in time order and closes every
-// window at the end of observation. A silence of every input longer than
-// unwatchedAfter ends one joiner and starts the next, so the windows of
-// nobody's watch are neither written nor held.
-func (rec *recording) join(ctx context.Context, o Options) ([]window.Closed, error) {
+// join feeds the inputs to a joiner in time order, closes every window
+// at the end of observation and writes them to out as they close, a batch
+// at a time. A silence of every input longer than unwatchedAfter ends one
+// joiner and starts the next, so the windows of nobody's watch are neither
+// written nor held.
+func (rec *recording) join(ctx context.Context, o Options, out Writer) error {
 	byTime := func(a, b timed) int { return a.t.Compare(b.t) }
-	if !slices.IsSortedFunc(rec.inputs, byTime) { // a log alone is
-		slices.SortStableFunc(rec.inputs, byTime)
-	}
+	slices.SortStableFunc(rec.inputs, byTime)
+	w := batcher{out: out}
 	maxGap := maxGapOf(rec.gaps)
-	var cs []window.Closed
-	for f := newFeed(rec.inputs, rec.watched); !f.done(); {
-		n, start, end := f.segment()
-		seg, err := rec.joinSegment(ctx, o, maxGap, &f, n, start, end)
-		if err != nil {
-			return nil, err
+	for f := newFeed(rec.logs, rec.inputs, rec.watched); !f.done(); {
+		if err := rec.joinSegment(ctx, o, maxGap, &f, f.segment(), &w); err != nil {
+			return err
 		}
-		cs = append(cs, seg...)
 	}
-	return cs, nil
+	return w.flush()
+}
+
+// batcher hands closed windows to a Writer a batch at a time: a long
+// replay's windows are written as it goes, not held to its end.
+type batcher struct {
+	out     Writer
+	pending []window.Closed
+	err     error
+}
+
+// batchWindows is how many closed windows a batch holds.
+const batchWindows = 256
+
+func (b *batcher) add(cs []window.Closed) {
+	b.pending = append(b.pending, cs...)
+	if len(b.pending) >= batchWindows {
+		b.write()
+	}
+}
+
+// write writes what is pending. A writer's error (a point it could not
+// encode) does not stop the replay: the other windows still go out, and
+// flush returns the first.
+func (b *batcher) write() {
+	if err := b.out.WriteWindows(b.pending); err != nil && b.err == nil {
+		b.err = err
+	}
+	b.pending = b.pending[:0]
+}
+
+// flush writes what is pending, even when nothing is, so that a table's
+// header is written; it returns the first error of every write.
+func (b *batcher) flush() error {
+	b.write()
+	return b.err
 }
 
 // begin is when an input's observation begins: a log line's interval
@@ -268,18 +310,29 @@ func (in timed) end() time.Time {
 	return in.t
 }
 
-// joinSegment joins the next n inputs of f, which span [start, end]
-// with no long silence in them.
-func (rec *recording) joinSegment(ctx context.Context, o Options, maxGap time.Duration, f *feed, n int, start, end time.Time) ([]window.Closed, error) {
+// joinSegment joins the inputs of the next segment of f.
+func (rec *recording) joinSegment(ctx context.Context, o Options, maxGap time.Duration, f *feed, sg segment, out *batcher) error {
 	j := window.New(window.Config{Window: o.Window, Grace: 0, MaxGap: maxGap, Host: o.Host,
-		Start: start}, rec.servers)
-	for i := range n {
+		Start: sg.start}, rec.servers)
+	// A log's windows are closed as the feed passes them, so that the
+	// joiner holds a few windows rather than the whole recording: a window
+	// is done once no input to come reaches back into it (none begins more
+	// than sg.reach before its time) and the watch inputs its coverage
+	// looks at past its end (up to maxGap) are in. Scrapes and GPU readings
+	// keep every window open to the end: a counter's window needs its next
+	// reading, and a scrape may name the model the windows are tagged with.
+	behind := max(sg.reach, maxGap) + o.Window
+	for i := range sg.n {
 		if i%4096 == 0 {
 			if err := ctx.Err(); err != nil {
-				return nil, fmt.Errorf("replay: %w", err)
+				return fmt.Errorf("replay: %w", err)
 			}
 		}
 		in := f.next()
+		if !rec.sampled {
+			// Close ends the windows that began before its time.
+			out.add(j.Close(in.t.Add(-behind)))
+		}
 		switch {
 		case in.server != nil:
 			j.AddServer(o.Server, *in.server)
@@ -291,7 +344,8 @@ func (rec *recording) joinSegment(ctx context.Context, o Options, maxGap time.Du
 			j.Watch(o.Server, in.t)
 		}
 	}
-	return j.Close(end), nil
+	out.add(j.Close(sg.end))
+	return nil
 }
 
 // maxGapOf allows 2.5 times the typical interval of the recording.

@@ -4,11 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/internal/sim/logsim"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -95,5 +101,72 @@ func TestReplayStopsWhenCancelled(t *testing.T) {
 	}
 	if n := window.Count(out); n != 0 {
 		t.Errorf("%d points written after cancel", n)
+	}
+}
+
+// TestClosingAsTheFeedPassesChangesNothing: the windows of a log closed as
+// the feed passes them are those closed all at its end, for logs whose
+// lines reach back (llama.cpp requests) or hardly at all, whose stat
+// lines come a second apart, that are mostly noise, that fall silent for
+// months, and the parser's fixtures.
+func TestClosingAsTheFeedPassesChangesNothing(t *testing.T) {
+	logs, _ := filepath.Glob("../../collector/logline/testdata/*.log")
+	logs = append(logs, "testdata/vllm_two_runs_months_apart.log")
+	dir := t.TempDir()
+	start := time.Date(2026, 5, 19, 10, 0, 0, 0, time.UTC)
+	sim := map[string]func(i int) string{
+		"stats.log": func(i int) string { return logsim.VLLMStat(start.Add(time.Duration(i)*time.Second), float64(i%200)) },
+		"llama.log": func(i int) string {
+			// Requests of 5.7 s every 20 ms, and a pause now and then.
+			at := start.Add(time.Duration(i)*20*time.Millisecond + time.Duration(i/500)*time.Minute)
+			return at.Format(time.RFC3339Nano) + " " + logsim.LlamaEval(i)
+		},
+	}
+	sim["short.log"] = func(i int) string {
+		// Requests of 50 ms, shorter than the coverage's longest gap.
+		at := start.Add(time.Duration(i)*700*time.Millisecond + 250*time.Millisecond)
+		return at.Format(time.RFC3339Nano) + fmt.Sprintf(" slot print_timing: id  0 | task %d |        eval time =      50.00 ms /     3 tokens (   16.67 ms per token,    60.00 tokens per second)\n", i)
+	}
+	for name, line := range sim {
+		if err := logsim.WriteFile(filepath.Join(dir, name), 3000, line); err != nil {
+			t.Fatal(err)
+		}
+		logs = append(logs, filepath.Join(dir, name))
+	}
+	f, err := os.Create(filepath.Join(dir, "noisy.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(logsim.NoisyVLLM(f, 30_000, start), f.Close()); err != nil {
+		t.Fatal(err)
+	}
+	logs = append(logs, f.Name())
+	many := 0
+	for _, path := range logs {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			o := Options{LogFile: path, Engine: "auto", Year: 2026, Window: 10 * time.Second, Server: "s", Host: "h", TZ: "UTC"}
+			var got [2][]window.Closed
+			for i, sampled := range []bool{false, true} {
+				rec := recording{servers: []window.Server{{Name: o.Server, GPUs: []string{"*"}}}}
+				if err := rec.addLog(o, time.UTC, io.Discard); err != nil {
+					return // a log replay refuses (no timestamps): other tests see to that
+				}
+				rec.sampled = sampled // as if scrapes were in: every window closed at the end
+				var cs closed
+				if err := rec.join(context.Background(), o, &cs); err != nil {
+					t.Fatal(err)
+				}
+				got[i] = cs
+			}
+			if !reflect.DeepEqual(got[0], got[1]) {
+				t.Errorf("closed as the feed passed them:\n%+v\nall at the end:\n%+v", got[0], got[1])
+			}
+			if len(got[0]) > 12 {
+				many++
+			}
+		})
+	}
+	if many < 4 {
+		t.Errorf("only %d logs made more than 12 windows", many)
 	}
 }
