@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -208,7 +207,7 @@ func indexAnchored(b []byte, text string, off int) int {
 	return -1
 }
 
-var ansi = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
+var ansi = lazy(`\x1b\[[0-9;]*[A-Za-z]`)
 
 // Parse reads one line (without its newline). ok is false for lines that
 // carry no throughput.
@@ -313,7 +312,7 @@ func num(s string) float64 {
 
 // --- vLLM ------------------------------------------------------------------
 
-var vllmStat = regexp.MustCompile(`(?:(?:Engine (\d+)|(\d+) Engines Aggregated): )?Avg prompt throughput: ([0-9.]+) tokens/s, Avg generation throughput: ([0-9.]+) tokens/s, Running: (\d+) reqs, (?:Swapped: (\d+) reqs, Pending: (\d+) reqs|Waiting: (\d+) reqs)(?:, Preemptions: (\d+))?(?:, GPU KV cache usage: ([0-9.]+)%)?`)
+var vllmStat = lazy(`(?:(?:Engine (\d+)|(\d+) Engines Aggregated): )?Avg prompt throughput: ([0-9.]+) tokens/s, Avg generation throughput: ([0-9.]+) tokens/s, Running: (\d+) reqs, (?:Swapped: (\d+) reqs, Pending: (\d+) reqs|Waiting: (\d+) reqs)(?:, Preemptions: (\d+))?(?:, GPU KV cache usage: ([0-9.]+)%)?`)
 
 func (p *Parser) vllm(s string) (Record, bool) {
 	if !strings.Contains(s, "Avg generation throughput") || lmdeployPrefix.MatchString(s) {
@@ -351,11 +350,11 @@ func (p *Parser) vllm(s string) (Record, bool) {
 // --- SGLang ----------------------------------------------------------------
 
 var (
-	sglDecode  = regexp.MustCompile(`Decode batch(?: \[\d+\])?[.,] #running-req: (\d+), (.*?)gen throughput \(token/s\): ([0-9.]+), #queue-req: (\d+)`)
-	sglPrefill = regexp.MustCompile(`Prefill batch(?: \[\d+\])?[.,] #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), (?:full )?token usage: ([0-9.]+), #running-req: (\d+), #queue-req: (\d+)`)
-	sglUsage   = regexp.MustCompile(`token usage: ([0-9.]+)`)
-	sglPrefix  = regexp.MustCompile(`\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|\d\d:\d\d:\d\d)((?: (?:NP|DP|PP|TP|EP)\d+)*)\] `)
-	sglRank    = regexp.MustCompile(`(DP|TP)(\d+)`)
+	sglDecode  = lazy(`Decode batch(?: \[\d+\])?[.,] #running-req: (\d+), (.*?)gen throughput \(token/s\): ([0-9.]+), #queue-req: (\d+)`)
+	sglPrefill = lazy(`Prefill batch(?: \[\d+\])?[.,] #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), (?:full )?token usage: ([0-9.]+), #running-req: (\d+), #queue-req: (\d+)`)
+	sglUsage   = lazy(`token usage: ([0-9.]+)`)
+	sglPrefix  = lazy(`\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|\d\d:\d\d:\d\d)((?: (?:NP|DP|PP|TP|EP)\d+)*)\] `)
+	sglRank    = lazy(`(DP|TP)(\d+)`)
 )
 
 func (p *Parser) sglang(s string) (Record, bool) {
@@ -404,8 +403,8 @@ func (p *Parser) sglang(s string) (Record, bool) {
 // --- llama.cpp (and Ollama >= 0.30) ----------------------------------------
 
 var (
-	llamaHeader   = regexp.MustCompile(`slot print_timing: id +(\d+) \| task (-?\d+) \|\s*$`)
-	llamaProgress = regexp.MustCompile(`n_(?:decoded|gen) = +(\d+), tg = +([0-9.]+) t/s(?:, tg_3s = +([0-9.]+) t/s)?`)
+	llamaHeader   = lazy(`slot print_timing: id +(\d+) \| task (-?\d+) \|\s*$`)
+	llamaProgress = lazy(`n_(?:decoded|gen) = +(\d+), tg = +([0-9.]+) t/s(?:, tg_3s = +([0-9.]+) t/s)?`)
 )
 
 var (
@@ -528,7 +527,7 @@ func (p *Parser) llamaJSON(line []byte) (Record, bool) {
 
 // --- TGI -------------------------------------------------------------------
 
-var tgiSuccess = regexp.MustCompile(`(\w+)\{(?:parameters=.*? )?total_time="([^"]+)" validation_time="([^"]+)" queue_time="([^"]+)" inference_time="([^"]+)" time_per_token="([^"]+)"[^}]*\}: text_generation_router::server: \S+: Success`)
+var tgiSuccess = lazy(`(\w+)\{(?:parameters=.*? )?total_time="([^"]+)" validation_time="([^"]+)" queue_time="([^"]+)" inference_time="([^"]+)" time_per_token="([^"]+)"[^}]*\}: text_generation_router::server: \S+: Success`)
 
 func (p *Parser) tgi(s string) (Record, bool) {
 	if !strings.Contains(s, "Success") || !strings.Contains(s, "time_per_token=") {
@@ -557,9 +556,9 @@ func (p *Parser) tgi(s string) (Record, bool) {
 // --- LMDeploy --------------------------------------------------------------
 
 var (
-	lmdeployPrefix = regexp.MustCompile(`\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) DP(\d+)\] `)
-	lmdeployNew    = regexp.MustCompile(`Avg thr \(in/out\): ([0-9.]+) / ([0-9.]+) tokens/s, .*?Engine \(running/waiting\): (\d+) / (\d+), KV cache: ([0-9.]+)%`)
-	lmdeployOld    = regexp.MustCompile(`Avg prompt throughput: ([0-9.]+) tokens/s, Avg generation throughput: ([0-9.]+) tokens/s, Finished: (\d+) reqs, Unfinished: (\d+) reqs, Running: (\d+) reqs, Waiting: (\d+) reqs, GPU KV cache usage: ([0-9.]+)%`)
+	lmdeployPrefix = lazy(`\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) DP(\d+)\] `)
+	lmdeployNew    = lazy(`Avg thr \(in/out\): ([0-9.]+) / ([0-9.]+) tokens/s, .*?Engine \(running/waiting\): (\d+) / (\d+), KV cache: ([0-9.]+)%`)
+	lmdeployOld    = lazy(`Avg prompt throughput: ([0-9.]+) tokens/s, Avg generation throughput: ([0-9.]+) tokens/s, Finished: (\d+) reqs, Unfinished: (\d+) reqs, Running: (\d+) reqs, Waiting: (\d+) reqs, GPU KV cache usage: ([0-9.]+)%`)
 )
 
 func (p *Parser) lmdeploy(s string) (Record, bool) {
@@ -591,9 +590,9 @@ func (p *Parser) lmdeploy(s string) (Record, bool) {
 // --- TensorRT-LLM ----------------------------------------------------------
 
 var (
-	trtIterJSON = regexp.MustCompile(`\{"Active Request Count":(\d+),.*?"Iteration Counter":(\d+).*?\}`)
-	trtIterLog  = regexp.MustCompile(`iter = (\d+),.*?host_step_time = ([0-9.]+) ?ms.*?'num_generation_tokens': (\d+)`)
-	trtStamp    = regexp.MustCompile(`"Timestamp":"(\d\d-\d\d-\d{4} \d\d:\d\d:\d\d)"`)
+	trtIterJSON = lazy(`\{"Active Request Count":(\d+),.*?"Iteration Counter":(\d+).*?\}`)
+	trtIterLog  = lazy(`iter = (\d+),.*?host_step_time = ([0-9.]+) ?ms.*?'num_generation_tokens': (\d+)`)
+	trtStamp    = lazy(`"Timestamp":"(\d\d-\d\d-\d{4} \d\d:\d\d:\d\d)"`)
 )
 
 func (p *Parser) trtllm(s string) (Record, bool) {

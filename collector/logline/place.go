@@ -2,7 +2,6 @@ package logline
 
 import (
 	"bytes"
-	"regexp"
 	"time"
 )
 
@@ -52,7 +51,7 @@ type start struct {
 
 var ginMark = []byte("[GIN] ")
 
-var ginLine = regexp.MustCompile(`\[GIN\] (\d{4}/\d\d/\d\d - \d\d:\d\d:\d\d) \| +\d{3} \| +(\S+) \| +\S* \| +POST +"([^"]+)"`)
+var ginLine = lazy(`\[GIN\] (\d{4}/\d\d/\d\d - \d\d:\d\d:\d\d) \| +\d{3} \| +(\S+) \| +\S* \| +POST +"([^"]+)"`)
 
 // maxStarts bounds the timestamps kept as request-start candidates.
 const maxStarts = 256

@@ -2,19 +2,18 @@ package logline
 
 import (
 	"bytes"
-	"regexp"
 	"time"
 )
 
 // Timestamps, most precise first: an RFC3339 prefix added by docker -t,
 // journalctl -o short-iso or TGI itself; then the engines' own.
 var (
-	rfc3339     = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?`)
-	isoSpace    = regexp.MustCompile(`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?`)
-	syslogStamp = regexp.MustCompile(`^(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-9]\d \d\d:\d\d:\d\d`)
-	glogStamp   = regexp.MustCompile(`^[IWEF](\d{4} \d\d:\d\d:\d\d\.\d+) `)
-	timeOfDay   = regexp.MustCompile(`^\[(\d\d:\d\d:\d\d)[ \]]`)
-	pyLogComma  = regexp.MustCompile(`,(\d{3})$`)
+	rfc3339     = lazy(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?`)
+	isoSpace    = lazy(`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?`)
+	syslogStamp = lazy(`^(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-9]\d \d\d:\d\d:\d\d`)
+	glogStamp   = lazy(`^[IWEF](\d{4} \d\d:\d\d:\d\d\.\d+) `)
+	timeOfDay   = lazy(`^\[(\d\d:\d\d:\d\d)[ \]]`)
+	pyLogComma  = lazy(`,(\d{3})$`)
 )
 
 // Stamp returns the most precise timestamp on a line that carries no
