@@ -499,6 +499,9 @@ func (j *Joiner) sortedGPUs() []*gpuState {
 	for _, g := range j.gpus {
 		out = append(out, g)
 	}
+	if len(out) < 2 {
+		return out // sort.Slice allocates even for nothing to sort
+	}
 	sort.Slice(out, func(a, b int) bool {
 		if out[a].index != out[b].index {
 			return out[a].index < out[b].index
@@ -524,6 +527,9 @@ func (j *Joiner) gpusOf(st *serverState) []*gpuState {
 
 // gpuUsers maps each GPU's UUID to the comma-joined servers using it.
 func (j *Joiner) gpuUsers() map[string]string {
+	if len(j.gpus) == 0 {
+		return nil // a log's replay closes many windows with no GPU
+	}
 	users := make(map[string]string)
 	for _, st := range j.servers {
 		for _, g := range j.gpusOf(st) {

@@ -104,3 +104,40 @@ func TestShortWindowRates(t *testing.T) {
 		})
 	}
 }
+
+// TestTimelinePrune: a pruned timeline keeps the deliveries from the last
+// one at or before e on, in order, whether what is left moves to the front
+// of the array (a little of it) or the slice is cut (much of it), and
+// appends after it land in order.
+func TestTimelinePrune(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	for _, tc := range []struct {
+		name       string
+		n, pruneAt int
+		wantFirst  int
+	}{
+		{"nothing before", 10, -5, 0},
+		{"only the first before", 10, 0, 0},
+		{"little left", 100, 90, 90},
+		{"much left", 1000, 5, 5},
+		{"between two", 100, 50, 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var tl timeline
+			for s := range tc.n {
+				tl.add(at(s))
+			}
+			tl.prune(at(tc.pruneAt).Add(500 * time.Millisecond))
+			tl.add(at(tc.n))
+			if len(tl.ts) != tc.n+1-tc.wantFirst {
+				t.Fatalf("%d deliveries left, want %d", len(tl.ts), tc.n+1-tc.wantFirst)
+			}
+			for i, ts := range tl.ts {
+				if !ts.Equal(at(tc.wantFirst + i)) {
+					t.Fatalf("delivery %d at %v, want %v", i, ts, at(tc.wantFirst+i))
+				}
+			}
+		})
+	}
+}

@@ -247,11 +247,20 @@ func (tl *timeline) count(s, e time.Time) int {
 	return max(0, to-from)
 }
 
-// prune forgets the deliveries before the last one at or before e. The
-// slice is cut at its front, not copied: the next appends that outgrow it
-// move what is left.
+// prune forgets the deliveries before the last one at or before e. What
+// is left moves to the front when it is little (a few windows' worth, or
+// no more than what was dropped), so that a timeline pruned as it goes
+// (the daemon, a log's replay) reuses its array. Otherwise the slice is
+// cut at its front, not copied, so that a recording added whole before
+// its windows close is not copied over and over (the next appends that
+// outgrow it move what is left).
 func (tl *timeline) prune(e time.Time) {
-	if i := tl.after(e) - 1; i > 0 {
+	i := tl.after(e) - 1
+	switch {
+	case i <= 0:
+	case len(tl.ts)-i <= max(i, 64):
+		tl.ts = tl.ts[:copy(tl.ts, tl.ts[i:])]
+	default:
 		tl.ts = tl.ts[i:]
 	}
 }

@@ -181,7 +181,8 @@ func fraction(f []byte) time.Duration {
 	return ns
 }
 
-func (p *Parser) parseRFC3339(s string) (time.Time, bool) {
+func (p *Parser) parseRFC3339(b []byte) (time.Time, bool) {
+	s := string(b)
 	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02T15:04:05.999999999Z0700"} {
 		if t, err := time.ParseInLocation(layout, s, p.Loc); err == nil {
 			return t, true
@@ -190,8 +191,8 @@ func (p *Parser) parseRFC3339(s string) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-func (p *Parser) parseISOSpace(s string) (time.Time, bool) {
-	s = pyLogComma.ReplaceAllString(s, ".$1")
+func (p *Parser) parseISOSpace(b []byte) (time.Time, bool) {
+	s := pyLogComma.ReplaceAllString(string(b), ".$1")
 	t, err := time.ParseInLocation("2006-01-02 15:04:05.999999999", s, p.Loc)
 	return t, err == nil
 }
@@ -205,8 +206,8 @@ func (p *Parser) stampSyslog(b []byte) (time.Time, bool) {
 	if m == nil {
 		return time.Time{}, false
 	}
-	return p.cached(kindSyslog, m, func(s string) (time.Time, bool) {
-		t, err := time.ParseInLocation("Jan _2 15:04:05", s, p.Loc)
+	return p.cached(kindSyslog, m, func(b []byte) (time.Time, bool) {
+		t, err := time.ParseInLocation("Jan _2 15:04:05", string(b), p.Loc)
 		return t.AddDate(p.year(), 0, 0), err == nil
 	})
 }
@@ -217,7 +218,7 @@ func (p *Parser) stampVLLM(b []byte) (time.Time, bool) {
 	if m == nil {
 		return time.Time{}, false
 	}
-	return p.cached(kindVLLM, m, func(string) (time.Time, bool) { return p.vllmDate(m) })
+	return p.cached(kindVLLM, m, p.vllmDate)
 }
 
 // vllmDate is the time of a "MM-DD hh:mm:ss" whose digits vllmStampIn
@@ -248,8 +249,8 @@ func (p *Parser) stampGlog(b []byte) (time.Time, bool) {
 	if m == nil {
 		return time.Time{}, false
 	}
-	return p.cached(kindGlog, m[1], func(s string) (time.Time, bool) {
-		t, err := time.ParseInLocation("0102 15:04:05.999999", s, p.Loc)
+	return p.cached(kindGlog, m[1], func(b []byte) (time.Time, bool) {
+		t, err := time.ParseInLocation("0102 15:04:05.999999", string(b), p.Loc)
 		return t.AddDate(p.year(), 0, 0), err == nil
 	})
 }
@@ -282,12 +283,12 @@ func (p *Parser) year() int {
 
 // cached returns what parse says of text, from the cache when the same
 // text in the same format was read last.
-func (p *Parser) cached(kind stampKind, text []byte, parse func(string) (time.Time, bool)) (time.Time, bool) {
+func (p *Parser) cached(kind stampKind, text []byte, parse func([]byte) (time.Time, bool)) (time.Time, bool) {
 	c := &p.stamps
 	if c.kind == kind && c.loc == p.Loc && c.year == p.Year && bytes.Equal(c.text, text) {
 		return c.t, c.ok
 	}
-	t, ok := parse(string(text))
+	t, ok := parse(text)
 	c.kind, c.text, c.loc, c.year, c.t, c.ok = kind, append(c.text[:0], text...), p.Loc, p.Year, t, ok
 	return t, ok
 }
