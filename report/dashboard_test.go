@@ -18,6 +18,10 @@ import (
 	"github.com/tpsmon/tpsmon/sink/influxtest"
 )
 
+// rawWindow is the dashboard test's raw windows: 2 minutes, 30 to an hour's
+// interval, half the points (InfluxDB's ingest is most of its time) of 1.
+const rawWindow = 2 * time.Minute
+
 // TestDashboardQueriesReturnWhatWasWritten runs every target of the
 // shipped dashboard file, with Grafana's variables filled as Grafana
 // would, against a real InfluxDB holding a simulated fleet's raw windows
@@ -35,7 +39,7 @@ func TestDashboardQueriesReturnWhatWasWritten(t *testing.T) {
 	from := time.Date(2026, 11, 10, 0, 0, 0, 0, time.UTC)
 	to := from.Add(24 * time.Hour)
 	writeSims(t, base,
-		simWrite{db, func(e func(*write.Point) error) error { return fleet.Raw(from, to, time.Minute, e) }},
+		simWrite{db, func(e func(*write.Point) error) error { return fleet.Raw(from, to, rawWindow, e) }},
 		simWrite{db + "/tpsmon_1h", func(e func(*write.Point) error) error { return fleet.Rollups(from, to, time.Hour, "_1h", e) }},
 		simWrite{db + "/tpsmon_1d", func(e func(*write.Point) error) error { return fleet.Rollups(from, to, 24*time.Hour, "_1d", e) }})
 
@@ -87,7 +91,7 @@ func TestDashboardQueriesReturnWhatWasWritten(t *testing.T) {
 	// What was written, from the same model.
 	var tokens, gpuSecs float64
 	var throttled int
-	_ = fleet.Raw(from, to, time.Minute, func(p *write.Point) error {
+	_ = fleet.Raw(from, to, rawWindow, func(p *write.Point) error {
 		for _, f := range p.FieldList() {
 			switch {
 			case p.Name() == schema.Server && f.Key == schema.FieldTokens:
