@@ -25,7 +25,7 @@ const rawWindow = 2 * time.Minute
 // TestDashboardQueriesReturnWhatWasWritten runs every target of the
 // shipped dashboard file, with Grafana's variables filled as Grafana
 // would, against a real InfluxDB holding a simulated fleet's raw windows
-// and rollups of the same six hours, and checks what comes back against
+// and rollups of the same day, and checks what comes back against
 // what was written.
 func TestDashboardQueriesReturnWhatWasWritten(t *testing.T) {
 	t.Parallel()
