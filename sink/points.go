@@ -66,7 +66,7 @@ func (t typed) value() any {
 	return t.s
 }
 
-// fields collects the present values of a window, then sorts them.
+// fields collects the present values of a window.
 type fields []typed
 
 func (f *fields) float(k string, v window.Opt[float64]) {
@@ -85,11 +85,6 @@ func (f *fields) str(k string, v window.Opt[string]) {
 	if v.OK {
 		*f = append(*f, typed{key: k, kind: 's', s: v.V})
 	}
-}
-
-func (f fields) sorted() fields {
-	slices.SortFunc(f, func(a, b typed) int { return cmp.Compare(a.key, b.key) })
-	return f
 }
 
 // boxed is f as a Point's fields.
@@ -112,40 +107,42 @@ func ServerPoint(w window.ServerWindow) Point {
 		Fields: serverFields(make(fields, 0, len(schema.ServerFields)), w).boxed(), Time: w.Start}
 }
 
-// serverTags appends the tags of a server's window to dst, sorted.
+// serverTags appends the tags of a server's window to dst, in the order of
+// their keys (TestPointsCarrySchema checks).
 func serverTags(dst []Tag, w window.ServerWindow) []Tag {
-	return sortedTags(append(dst, Tag{schema.TagHost, w.Host}, Tag{schema.TagServer, w.Server},
-		Tag{schema.TagEngine, w.Engine}, Tag{schema.TagModel, w.Model}, Tag{schema.TagGPUs, strings.Join(w.GPUs, ",")}))
+	return append(dst, Tag{schema.TagEngine, w.Engine}, Tag{schema.TagGPUs, strings.Join(w.GPUs, ",")},
+		Tag{schema.TagHost, w.Host}, Tag{schema.TagModel, w.Model}, Tag{schema.TagServer, w.Server})
 }
 
-// serverFields appends the present fields of a server's window to f,
-// sorted.
+// serverFields appends the present fields of a server's window to f. They
+// are added in the order of their keys (TestPointsCarrySchema checks), so
+// no point sorts them.
 func serverFields(f fields, w window.ServerWindow) fields {
-	f.int(schema.FieldTokens, w.Tokens)
-	f.float(schema.FieldSystemTPS, w.SystemTPS)
+	f.float(schema.FieldCoverage, window.Some(w.Coverage))
+	f.float(schema.FieldEnergyJ, w.EnergyJ)
+	f.float(schema.FieldGPUUtil, w.GPUUtil)
+	f.float(schema.FieldGPUUtilMax, w.GPUUtilMax)
+	f.float(schema.FieldKVCacheUsage, w.KVCacheUsage)
+	f.int(schema.FieldMemTotalBytes, w.MemTotalBytes)
+	f.int(schema.FieldMemUsedBytes, w.MemUsedBytes)
 	f.float(schema.FieldPerUserTPS, w.PerUserTPS)
+	f.float(schema.FieldPowerW, w.PowerW)
+	f.int(schema.FieldPreemptions, w.Preemptions)
 	f.int(schema.FieldPromptTokens, w.PromptTokens)
 	f.float(schema.FieldPromptTPS, w.PromptTPS)
 	f.float(schema.FieldRunning, w.Running)
-	f.float(schema.FieldWaiting, w.Waiting)
-	f.float(schema.FieldKVCacheUsage, w.KVCacheUsage)
-	f.int(schema.FieldPreemptions, w.Preemptions)
-	f.float(schema.FieldGPUUtil, w.GPUUtil)
-	f.float(schema.FieldGPUUtilMax, w.GPUUtilMax)
 	f.float(schema.FieldSMActive, w.SMActive)
-	f.int(schema.FieldMemUsedBytes, w.MemUsedBytes)
-	f.int(schema.FieldMemTotalBytes, w.MemTotalBytes)
-	f.float(schema.FieldPowerW, w.PowerW)
-	f.float(schema.FieldEnergyJ, w.EnergyJ)
+	f.str(schema.FieldSource, window.Some(w.Source))
+	f.str(schema.FieldState, window.Some(w.State))
+	f.float(schema.FieldSystemTPS, w.SystemTPS)
+	f.int(schema.FieldTokens, w.Tokens)
 	f.float(schema.FieldTokensPerJoule, w.TokensPerJoule)
 	f.float(schema.FieldTPSPerGPU, w.TPSPerGPU)
-	f.str(schema.FieldState, window.Some(w.State))
-	f.float(schema.FieldCoverage, window.Some(w.Coverage))
+	f.float(schema.FieldWaiting, w.Waiting)
 	// The window's length travels with it: readers turn windows into time
 	// from the data, not from their own configuration.
 	f.float(schema.FieldWindowS, window.Some(w.Length.Seconds()))
-	f.str(schema.FieldSource, window.Some(w.Source))
-	return f.sorted()
+	return f
 }
 
 // GPUPoint is the tpsmon_gpu point of a GPU's window.
@@ -154,34 +151,36 @@ func GPUPoint(w window.GPUWindow) Point {
 		Fields: gpuFields(make(fields, 0, len(schema.GPUFields)), w).boxed(), Time: w.Start}
 }
 
-// gpuTags appends the tags of a GPU's window to dst, sorted.
+// gpuTags appends the tags of a GPU's window to dst, in the order of their
+// keys.
 func gpuTags(dst []Tag, w window.GPUWindow) []Tag {
-	return sortedTags(append(dst, Tag{schema.TagHost, w.Host}, Tag{schema.TagGPU, w.Label}, Tag{schema.TagUUID, w.UUID},
-		Tag{schema.TagName, w.Name}, Tag{schema.TagServer, w.Server}))
+	return append(dst, Tag{schema.TagGPU, w.Label}, Tag{schema.TagHost, w.Host}, Tag{schema.TagName, w.Name},
+		Tag{schema.TagServer, w.Server}, Tag{schema.TagUUID, w.UUID})
 }
 
-// gpuFields appends the present fields of a GPU's window to f, sorted.
+// gpuFields appends the present fields of a GPU's window to f, in the
+// order of their keys, as serverFields does.
 func gpuFields(f fields, w window.GPUWindow) fields {
-	f.float(schema.FieldUtil, w.Util)
-	f.float(schema.FieldUtilMax, w.UtilMax)
-	f.float(schema.FieldMemUtil, w.MemUtil)
-	f.int(schema.FieldMemUsedBytes, w.MemUsedBytes)
-	f.int(schema.FieldMemTotalBytes, w.MemTotalBytes)
-	f.float(schema.FieldPowerW, w.PowerW)
+	f.float(schema.FieldCoverage, window.Some(w.Coverage))
+	f.float(schema.FieldDRAMActive, w.DRAMActive)
 	f.float(schema.FieldEnergyJ, w.EnergyJ)
 	f.str(schema.FieldEnergySource, w.EnergySource)
-	f.float(schema.FieldTempC, w.TempC)
-	f.float(schema.FieldSMClockMHz, w.SMClockMHz)
-	f.int(schema.FieldThrottle, w.Throttle)
-	f.float(schema.FieldSMActive, w.SMActive)
-	f.float(schema.FieldSMOccupancy, w.SMOccupancy)
-	f.float(schema.FieldTensorActive, w.TensorActive)
-	f.float(schema.FieldDRAMActive, w.DRAMActive)
-	f.int(schema.FieldSamples, window.Some(w.Samples))
-	f.float(schema.FieldCoverage, window.Some(w.Coverage))
-	f.float(schema.FieldWindowS, window.Some(w.Length.Seconds()))
 	f.str(schema.FieldError, w.Error)
-	return f.sorted()
+	f.int(schema.FieldMemTotalBytes, w.MemTotalBytes)
+	f.int(schema.FieldMemUsedBytes, w.MemUsedBytes)
+	f.float(schema.FieldMemUtil, w.MemUtil)
+	f.float(schema.FieldPowerW, w.PowerW)
+	f.int(schema.FieldSamples, window.Some(w.Samples))
+	f.float(schema.FieldSMActive, w.SMActive)
+	f.float(schema.FieldSMClockMHz, w.SMClockMHz)
+	f.float(schema.FieldSMOccupancy, w.SMOccupancy)
+	f.float(schema.FieldTempC, w.TempC)
+	f.float(schema.FieldTensorActive, w.TensorActive)
+	f.int(schema.FieldThrottle, w.Throttle)
+	f.float(schema.FieldUtil, w.Util)
+	f.float(schema.FieldUtilMax, w.UtilMax)
+	f.float(schema.FieldWindowS, window.Some(w.Length.Seconds()))
+	return f
 }
 
 // TagMap returns p's tags by key, empty ones included.
