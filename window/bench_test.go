@@ -2,6 +2,7 @@ package window_test
 
 import (
 	"fmt"
+	"io"
 	"testing"
 	"time"
 
@@ -38,8 +39,8 @@ func benchWindow(b *testing.B, gpus, servers int, emit bool) {
 	for g := range uuids {
 		uuids[g] = fmt.Sprintf("GPU-%d", g)
 	}
-	enc := sink.NewEncoder()
-	var buf []byte
+	// The daemon's line protocol writer (the spool's encodes alike).
+	lp := sink.NewLPWriter(io.Discard)
 	b.ReportAllocs()
 	t := time.Unix(0, 0)
 	start := cpuclock.Self()
@@ -69,12 +70,8 @@ func benchWindow(b *testing.B, gpus, servers int, emit bool) {
 			b.Fatalf("%d points", n)
 		}
 		if emit {
-			buf = buf[:0]
-			for _, p := range sink.Points(cs) {
-				var err error
-				if buf, err = enc.Append(buf, p); err != nil {
-					b.Fatal(err)
-				}
+			if err := lp.WriteWindows(cs); err != nil {
+				b.Fatal(err)
 			}
 		}
 	}
