@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -16,13 +15,6 @@ import (
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/window"
 )
-
-// gcPercent is the daemon's GOGC unless the environment sets one. Its
-// live heap is 1-2 MB, below the 4 MB Go lets a heap reach before it first
-// collects, so under the default the heap only grew, for minutes; at 25
-// it stays within a quarter of what is live. Collecting a heap this small
-// is cheap: S1's steady CPU did not move (design §9, bench/RESULTS.md).
-const gcPercent = 25
 
 func newRunCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -37,9 +29,6 @@ leaves the rest in the spool.`,
 			cfg, err := configFromFlags(cmd)
 			if err != nil {
 				return err
-			}
-			if os.Getenv("GOGC") == "" {
-				debug.SetGCPercent(gcPercent)
 			}
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
