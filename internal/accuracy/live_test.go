@@ -48,12 +48,7 @@ func startLlamaServer(t *testing.T, dir, logFile string) string {
 	t.Helper()
 	port := loopback.FreePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	// The load it generates takes a core while it runs; at the lowest
-	// priority (nice execs it, so all its threads have it) the tests of
-	// other packages running beside it get their share first. Its pace
-	// changes, not what is measured: the client records every token when
-	// it arrives.
-	cmd := exec.Command("nice", "-n", "19", filepath.Join(dir, "bin", "llama-server"), "-m", filepath.Join(dir, "tiny.gguf"),
+	cmd := exec.Command(filepath.Join(dir, "bin", "llama-server"), "-m", filepath.Join(dir, "tiny.gguf"),
 		"--host", "127.0.0.1", "--port", fmt.Sprint(port), "--metrics", "-np", "4", "-c", "4096",
 		"--no-webui", "-t", "1", "--log-file", logFile)
 	var stderr bytes.Buffer
