@@ -326,10 +326,13 @@ func TestLiveAgainstRealLlamaServer(t *testing.T) {
 	logFile := filepath.Join(t.TempDir(), "server.log")
 	base := startLlamaServer(t, dir, logFile)
 
-	// Short windows with scrapes at a fifth of them: each phase still
-	// spans four loaded windows, in half the time (and the CPU the
-	// server burns generating) of 5 s windows.
-	const window, scrape, phase = 2500 * time.Millisecond, 500 * time.Millisecond, 10 * time.Second
+	// Short windows with scrapes at a fifth of them: the phases span four
+	// and five windows, in 22.5 s of load (and of the CPU the server burns
+	// generating) where 5 s windows took 40. The four-stream phase alone spans the
+	// five loaded windows asked for below: under load, the one-stream
+	// phase may fall under a quarter of the busiest window.
+	const window, scrape = 2500 * time.Millisecond, 500 * time.Millisecond
+	const oneStream, fourStreams = 4 * window, 5 * window
 	telemetry, stop := startTpsmon(t, fmt.Sprintf(`host: it
 window: %v
 grace: 1s
@@ -354,11 +357,11 @@ sink:
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	time.Sleep(4 * scrape) // idle: sources up, engines named
-	if err := c.load(ctx, 1, time.Now().Add(phase), 0); err != nil {
+	if err := c.load(ctx, 1, time.Now().Add(oneStream), 0); err != nil {
 		t.Fatal(err)
 	}
 	// Four streams; every seventh request of each is hung up on.
-	if err := c.load(ctx, 4, time.Now().Add(phase), 7); err != nil {
+	if err := c.load(ctx, 4, time.Now().Add(fourStreams), 7); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(4 * scrape) // the last tokens scraped and their log lines read
