@@ -2,7 +2,6 @@ package logline
 
 import (
 	"bufio"
-	"bytes"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -202,16 +201,7 @@ func TestSlotKeyAgreesWithRegexp(t *testing.T) {
 // parser twice: as built, and with the needle scan letting every line
 // through to the parsers. Records, counters and identity must agree.
 func TestNeedlesPassOverNothing(t *testing.T) {
-	files, _ := filepath.Glob("testdata/*.log")
-	files = append(files, filepath.Join("testdata", "ollama_cli_verbose_summary.txt"))
-	var lines [][]byte
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines = append(lines, bytes.Split(b, []byte("\n"))...)
-	}
+	lines := fixtureLines(t)
 	for _, l := range stampLines {
 		lines = append(lines, []byte(l))
 	}
