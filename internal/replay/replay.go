@@ -59,7 +59,7 @@ type Options struct {
 
 // recording is what the inputs hold, in time order once sorted.
 type recording struct {
-	logs    intervals // in the order of their ends
+	logs    packed // in the order of their ends
 	inputs  []timed   // scrapes and GPU readings
 	servers []window.Server
 	gaps    []time.Duration
@@ -118,7 +118,6 @@ func (rec *recording) addLog(o Options, loc *time.Location, warn io.Writer) erro
 	if err != nil {
 		return err
 	}
-	ivs := lr.ivs
 	if lr.skipped > 0 {
 		fmt.Fprintf(warn, "tpsmon: replay: %d lines looked like throughput lines but did not parse\n", lr.skipped)
 	}
@@ -129,11 +128,8 @@ func (rec *recording) addLog(o Options, loc *time.Location, warn io.Writer) erro
 		fmt.Fprintf(warn, "tpsmon: replay: %d requests were cancelled by the server and printed no timing line: their tokens are not in the log (its metrics count them: replay --metrics-dir, or metrics_url live)\n", lr.canceled)
 	}
 	rec.servers[0].Engine, rec.servers[0].Model = lr.id.Engine, lr.id.Model
-	rec.logs = ivs
-	// The log was watched from its first line to its last: a silent
-	// stretch is an idle server, not a missing one, unless it is longer
-	// than unwatchedAfter (a restarted server, logs of two runs in one file).
-	spans, silences, longest := watchedSpans(ivs)
+	rec.logs = lr.ivs
+	spans, silences, longest := lr.watched.result()
 	rec.watched = spans
 	if len(spans) > 0 {
 		rec.gaps = append(rec.gaps, time.Second)
@@ -153,49 +149,54 @@ const unwatchedAfter = 24 * time.Hour
 // span is a stretch of time, both ends included.
 type span struct{ from, to time.Time }
 
-// watchedSpans merges the intervals of a log, in time order, into the
-// stretches it was watched, split at silences longer than unwatchedAfter.
-func watchedSpans(ivs intervals) (spans []span, silences int, longest time.Duration) {
-	n := ivs.len()
-	if n == 0 {
-		return nil, 0, 0
+// spanSet merges the intervals of a log, in any order, into the
+// stretches it was watched: the log was watched from its first line to
+// its last, as a silent stretch is an idle server, not a missing one,
+// unless it is longer than unwatchedAfter (a restarted server, logs of two
+// runs in one file). Two intervals are in one stretch when a chain of
+// intervals joins them with no silence longer than that between links:
+// the stretches are the connected parts of the union of the intervals,
+// each drawn unwatchedAfter longer, whatever order they come in.
+type spanSet []span // in time order, disjoint
+
+func (ss *spanSet) add(from, to time.Time) {
+	s := *ss
+	// The first stretch the interval joins or lies before; most often the
+	// last one.
+	i := len(s)
+	for i > 0 && from.Sub(s[i-1].to) <= unwatchedAfter {
+		i--
 	}
-	// An index in the order of the starts, not a copy of every interval:
-	// and none at all when they are in that order already (stat lines).
-	var byStart []int
-	sortedByStart := true
-	for i := 1; i < n && sortedByStart; i++ {
-		sortedByStart = !ivs.at(i).Start.Before(ivs.at(i - 1).Start)
+	if i == len(s) || s[i].from.Sub(to) > unwatchedAfter {
+		*ss = slices.Insert(s, i, span{from, to})
+		return
 	}
-	if !sortedByStart {
-		byStart = make([]int, n)
-		for i := range byStart {
-			byStart[i] = i
-		}
-		slices.SortFunc(byStart, func(a, b int) int { return ivs.at(a).Start.Compare(ivs.at(b).Start) })
+	// It joins s[i], and every later stretch it reaches.
+	j := i
+	for j+1 < len(s) && s[j+1].from.Sub(to) <= unwatchedAfter {
+		j++
 	}
-	nth := func(i int) span {
-		if byStart != nil {
-			i = byStart[i]
-		}
-		iv := ivs.at(i)
-		return span{iv.Start, iv.End}
+	m := s[i]
+	if from.Before(m.from) {
+		m.from = from
 	}
-	cur := nth(0)
-	for i := 1; i < n; i++ {
-		sp := nth(i)
-		if gap := sp.from.Sub(cur.to); gap > unwatchedAfter {
-			spans = append(spans, cur)
-			silences++
-			longest = max(longest, gap)
-			cur = sp
-			continue
-		}
-		if sp.to.After(cur.to) {
-			cur.to = sp.to
-		}
+	if s[j].to.After(m.to) {
+		m.to = s[j].to
 	}
-	return append(spans, cur), silences, longest
+	if to.After(m.to) {
+		m.to = to
+	}
+	s[i] = m
+	*ss = slices.Delete(s, i+1, j+1)
+}
+
+// result is the stretches, how many silences longer than unwatchedAfter
+// split them, and the longest of those.
+func (ss spanSet) result() (spans []span, silences int, longest time.Duration) {
+	for i := 1; i < len(ss); i++ {
+		longest = max(longest, ss[i].from.Sub(ss[i-1].to))
+	}
+	return ss, max(0, len(ss)-1), longest
 }
 
 // addMetrics takes the scrapes of a metrics directory.
@@ -249,7 +250,7 @@ func (rec *recording) join(ctx context.Context, o Options, out Writer) error {
 	slices.SortStableFunc(rec.inputs, byTime)
 	w := batcher{out: out}
 	maxGap := maxGapOf(rec.gaps)
-	for f := newFeed(rec.logs, rec.inputs, rec.watched); !f.done(); {
+	for f := newFeed(&rec.logs, rec.inputs, rec.watched); !f.done(); {
 		if err := rec.joinSegment(ctx, o, maxGap, &f, f.segment(), &w); err != nil {
 			return err
 		}
@@ -509,7 +510,8 @@ func (c csvRow) sample(loc *time.Location) (gpu.Sample, error) {
 
 // logRead is what replay took from a server log.
 type logRead struct {
-	ivs      intervals
+	ivs      packed
+	watched  spanSet
 	id       logline.Identity
 	skipped  uint64
 	far      int    // lines placed by timestamps far from them
@@ -543,6 +545,7 @@ func readLog(path, engineName string, loc *time.Location, year int, startedAt ti
 		timed++
 		if iv, ok := st.Interval(pr.Record, pr.Time); ok {
 			out.ivs.add(iv)
+			out.watched.add(iv.Start, iv.End)
 		}
 	}}
 	r := bufio.NewReaderSize(f, 64<<10)

@@ -44,10 +44,21 @@ func TestWatchedSpans(t *testing.T) {
 		{"out of order, overlapping", []collector.Interval{iv(5, 6), iv(0, 5.5), iv(1, 2)}, []span{{at(0), at(6)}}, 0, 0},
 		{"two runs months apart", []collector.Interval{iv(2000, 2001), iv(0, 1), iv(30, 31)},
 			[]span{{at(0), at(1)}, {at(30), at(31)}, {at(2000), at(2001)}}, 2, 1969 * time.Hour},
+		{"a later line bridges two runs", []collector.Interval{iv(0, 1), iv(49, 50), iv(100, 101), iv(20, 30)},
+			[]span{{at(0), at(50)}, {at(100), at(101)}}, 1, 50 * time.Hour},
+		{"a long request spans them all", []collector.Interval{iv(30, 31), iv(90, 91), iv(0, 1), iv(10, 80)},
+			[]span{{at(0), at(91)}}, 0, 0},
+		{"silence of exactly a day is watched", []collector.Interval{iv(24, 25), iv(0, 0)}, []span{{at(0), at(25)}}, 0, 0},
+		{"a day and a nanosecond is not", []collector.Interval{iv(0, 0), {Start: at(24).Add(1), End: at(25)}},
+			[]span{{at(0), at(0)}, {at(24).Add(1), at(25)}}, 1, 24*time.Hour + 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			spans, silences, longest := watchedSpans(intervals{tc.ivs})
+			var ss spanSet
+			for _, iv := range tc.ivs {
+				ss.add(iv.Start, iv.End)
+			}
+			spans, silences, longest := ss.result()
 			if len(spans) != len(tc.spans) {
 				t.Fatalf("spans %v, want %v", spans, tc.spans)
 			}

@@ -1,0 +1,253 @@
+package replay
+
+import (
+	"encoding/binary"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/tpsmon/tpsmon/collector"
+)
+
+// packed holds a log's intervals, in the order they were added, as
+// variable-length records in byte chunks. Replay must hold a whole log's
+// intervals before it joins them (a window can only be closed once no
+// interval still to come reaches back into it, which the last line may
+// decide), and at 120 bytes each in the Go heap the fresh memory cost
+// more than parsing the lines: about a third of the CPU time, most of it
+// page faults. A record is 25-45 bytes, pointer-free (the GC does not scan
+// it) and read back exactly, time zones included.
+//
+// A record: a flags byte; the end as seconds since the previous record's
+// end (zigzag varint) and nanoseconds; the start, unless it equals the end,
+// as seconds before the end and nanoseconds; the two time zones as indexes
+// into locs; two bytes with a 2-bit kind per value (valueKinds); then each
+// known value, a whole number as a uvarint, any other as its 8 bytes.
+type packed struct {
+	chunks [][]byte
+	locs   []*time.Location
+	n      int
+	last   int64 // end of the last record, Unix seconds
+	// inOrder says the records were added in the order of their ends.
+	inOrder bool
+	lastEnd time.Time
+}
+
+// Flags of a record.
+const (
+	pkRequest = 1 << iota
+	pkObserved
+	pkInstant // start equals end, same zone
+)
+
+// Kinds of a value.
+const (
+	vkUnknown = iota // -1
+	vkWhole          // a non-negative whole number below 2^53, as a uvarint
+	vkRaw            // the float's 8 bytes
+)
+
+// pkChunk is the size of a chunk; pkMaxRecord is the most one record takes.
+const (
+	pkChunk     = 64 << 10
+	pkMaxRecord = 1 + 2*binary.MaxVarintLen64 + 2*binary.MaxVarintLen64 + 2*binary.MaxVarintLen64 + 2 + 8*9
+)
+
+func (p *packed) len() int { return p.n }
+
+func (p *packed) add(iv collector.Interval) {
+	if p.n == 0 {
+		p.inOrder = true
+	} else if iv.End.Before(p.lastEnd) {
+		p.inOrder = false
+	}
+	p.lastEnd = iv.End
+	if len(p.chunks) == 0 || cap(p.chunks[len(p.chunks)-1])-len(p.chunks[len(p.chunks)-1]) < pkMaxRecord {
+		// The first chunk is small, so a short log costs no full one.
+		size := pkChunk
+		if len(p.chunks) == 0 {
+			size = 4 * pkMaxRecord
+		} else if c := cap(p.chunks[len(p.chunks)-1]); c < pkChunk {
+			size = min(pkChunk, 4*c)
+		}
+		p.chunks = append(p.chunks, make([]byte, 0, size))
+	}
+	b := p.chunks[len(p.chunks)-1]
+	var flags byte
+	if iv.Request {
+		flags |= pkRequest
+	}
+	if iv.Observed {
+		flags |= pkObserved
+	}
+	instant := iv.Start == iv.End
+	if instant {
+		flags |= pkInstant
+	}
+	b = append(b, flags)
+	es := iv.End.Unix()
+	b = binary.AppendVarint(b, es-p.last)
+	b = binary.AppendUvarint(b, uint64(iv.End.Nanosecond()))
+	p.last = es
+	b = binary.AppendUvarint(b, p.loc(iv.End.Location()))
+	if !instant {
+		// End - Start in seconds may not fit a Duration; seconds do.
+		b = binary.AppendVarint(b, es-iv.Start.Unix())
+		b = binary.AppendUvarint(b, uint64(iv.Start.Nanosecond()))
+		b = binary.AppendUvarint(b, p.loc(iv.Start.Location()))
+	}
+	vals := values(&iv)
+	var kinds uint16
+	for i, v := range vals {
+		kinds |= uint16(valueKind(*v)) << (2 * i)
+	}
+	b = binary.LittleEndian.AppendUint16(b, kinds)
+	for i, v := range vals {
+		switch kinds >> (2 * i) & 3 {
+		case vkWhole:
+			b = binary.AppendUvarint(b, uint64(*v))
+		case vkRaw:
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(*v))
+		}
+	}
+	p.chunks[len(p.chunks)-1] = b
+	p.n++
+}
+
+// values are an interval's numbers, in the order a record holds them.
+func values(iv *collector.Interval) [8]*float64 {
+	return [8]*float64{&iv.Tokens, &iv.PromptTokens, &iv.UserTokens, &iv.UserSeconds,
+		&iv.Running, &iv.Waiting, &iv.KV, &iv.Preemptions}
+}
+
+func valueKind(v float64) int {
+	switch {
+	case v == -1:
+		return vkUnknown
+	case v >= 0 && v < 1<<53 && v == math.Trunc(v) && !math.Signbit(v):
+		return vkWhole
+	}
+	return vkRaw
+}
+
+// loc is the index of a time zone in p.locs, added if new. A log has one
+// or two.
+func (p *packed) loc(l *time.Location) uint64 {
+	for i, have := range p.locs {
+		if have == l {
+			return uint64(i)
+		}
+	}
+	p.locs = append(p.locs, l)
+	return uint64(len(p.locs) - 1)
+}
+
+// sortByEnd puts the records in the order of their ends, stably. A log's
+// nearly always are: then it costs nothing.
+func (p *packed) sortByEnd() {
+	if p.inOrder || p.n == 0 {
+		return
+	}
+	all := make([]collector.Interval, 0, p.n)
+	for r := p.reader(); r.more(); {
+		all = append(all, *r.next())
+	}
+	slices.SortStableFunc(all, func(a, b collector.Interval) int { return a.End.Compare(b.End) })
+	*p = packed{locs: p.locs}
+	for _, iv := range all {
+		p.add(iv)
+	}
+}
+
+// pkReader reads a packed log's records in order. It is a value: a copy
+// reads on from where the original was, independently.
+type pkReader struct {
+	p     *packed
+	chunk int
+	off   int
+	left  int
+	last  int64 // end of the record before, Unix seconds
+	// cur is the next record, decoded once peeked; to is where the record
+	// after it begins.
+	cur    collector.Interval
+	peeked bool
+	to     struct {
+		chunk, off int
+		last       int64
+	}
+}
+
+func (p *packed) reader() pkReader {
+	return pkReader{p: p, left: p.n}
+}
+
+func (r *pkReader) more() bool { return r.left > 0 }
+
+// next is the next record, taken.
+func (r *pkReader) next() *collector.Interval {
+	iv := r.peek()
+	r.taken()
+	return iv
+}
+
+// taken moves on past the record peek returned.
+func (r *pkReader) taken() {
+	r.chunk, r.off, r.last = r.to.chunk, r.to.off, r.to.last
+	r.left--
+	r.peeked = false
+}
+
+// peek decodes the next record without taking it; the interval is valid
+// until the reader moves on. There must be more.
+func (r *pkReader) peek() *collector.Interval {
+	iv := &r.cur
+	if r.peeked {
+		return iv
+	}
+	chunk, off := r.chunk, r.off
+	if off == len(r.p.chunks[chunk]) {
+		chunk, off = chunk+1, 0
+	}
+	b := r.p.chunks[chunk][off:]
+	size := len(b)
+	flags := b[0]
+	b = b[1:]
+	d, n := binary.Varint(b)
+	b = b[n:]
+	ns, n := binary.Uvarint(b)
+	b = b[n:]
+	li, n := binary.Uvarint(b)
+	b = b[n:]
+	last := r.last + d
+	iv.End = time.Unix(last, int64(ns)).In(r.p.locs[li])
+	if flags&pkInstant != 0 {
+		iv.Start = iv.End
+	} else {
+		back, n := binary.Varint(b)
+		b = b[n:]
+		sns, n := binary.Uvarint(b)
+		b = b[n:]
+		sli, n := binary.Uvarint(b)
+		b = b[n:]
+		iv.Start = time.Unix(last-back, int64(sns)).In(r.p.locs[sli])
+	}
+	iv.Request, iv.Observed = flags&pkRequest != 0, flags&pkObserved != 0
+	kinds := binary.LittleEndian.Uint16(b)
+	b = b[2:]
+	for i, v := range values(iv) {
+		switch kinds >> (2 * i) & 3 {
+		case vkUnknown:
+			*v = -1
+		case vkWhole:
+			u, n := binary.Uvarint(b)
+			b = b[n:]
+			*v = float64(u)
+		case vkRaw:
+			*v = math.Float64frombits(binary.LittleEndian.Uint64(b))
+			b = b[8:]
+		}
+	}
+	r.to.chunk, r.to.off, r.to.last = chunk, off+size-len(b), last
+	r.peeked = true
+	return iv
+}
