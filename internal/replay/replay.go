@@ -59,8 +59,8 @@ type Options struct {
 
 // recording is what the inputs hold, in time order once sorted.
 type recording struct {
-	logs    packed // in the order of their ends
-	inputs  []timed   // scrapes and GPU readings
+	logs    packed  // in the order of their ends
+	inputs  []timed // scrapes and GPU readings
 	servers []window.Server
 	gaps    []time.Duration
 	// watched are the stretches the log was watched; join adds a watch
