@@ -66,7 +66,9 @@ type recording struct {
 	// watched are the stretches the log was watched; join adds a watch
 	// input every second of them, made as they are fed (see feed).
 	watched []span
-	sampled bool // scrapes or GPU readings are among the inputs
+	// segments are the log's segments, one a stretch (spanSet.segments).
+	segments []segment
+	sampled  bool // scrapes or GPU readings are among the inputs
 }
 
 // Run joins the recorded inputs of o and writes the windows to out;
@@ -130,7 +132,7 @@ func (rec *recording) addLog(o Options, loc *time.Location, warn io.Writer) erro
 	rec.servers[0].Engine, rec.servers[0].Model = lr.id.Engine, lr.id.Model
 	rec.logs = lr.ivs
 	spans, silences, longest := lr.watched.result()
-	rec.watched = spans
+	rec.watched, rec.segments = spans, lr.watched.segments()
 	if len(spans) > 0 {
 		rec.gaps = append(rec.gaps, time.Second)
 	}
@@ -157,7 +159,15 @@ type span struct{ from, to time.Time }
 // intervals joins them with no silence longer than that between links:
 // the stretches are the connected parts of the union of the intervals,
 // each drawn unwatchedAfter longer, whatever order they come in.
-type spanSet []span // in time order, disjoint
+type spanSet []stretch // in time order, disjoint
+
+// stretch is one watched stretch, with what join needs of the intervals
+// in it.
+type stretch struct {
+	span
+	n     int           // intervals
+	reach time.Duration // the longest
+}
 
 func (ss *spanSet) add(from, to time.Time) {
 	s := *ss
@@ -168,35 +178,55 @@ func (ss *spanSet) add(from, to time.Time) {
 		i--
 	}
 	if i == len(s) || s[i].from.Sub(to) > unwatchedAfter {
-		*ss = slices.Insert(s, i, span{from, to})
+		*ss = slices.Insert(s, i, stretch{span: span{from, to}, n: 1, reach: to.Sub(from)})
 		return
 	}
 	// It joins s[i], and every later stretch it reaches.
-	j := i
-	for j+1 < len(s) && s[j+1].from.Sub(to) <= unwatchedAfter {
+	j := i + 1
+	for j < len(s) && s[j].from.Sub(to) <= unwatchedAfter {
 		j++
 	}
-	m := s[i]
+	m := &s[i]
 	if from.Before(m.from) {
 		m.from = from
 	}
-	if s[j].to.After(m.to) {
-		m.to = s[j].to
+	m.to, m.n, m.reach = latest(m.to, to), m.n+1, max(m.reach, to.Sub(from))
+	for _, o := range s[i+1 : j] {
+		m.to, m.n, m.reach = latest(m.to, o.to), m.n+o.n, max(m.reach, o.reach)
 	}
-	if to.After(m.to) {
-		m.to = to
+	*ss = slices.Delete(s, i+1, j)
+}
+
+// latest is the later of a and b, a when they are the same instant.
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
 	}
-	s[i] = m
-	*ss = slices.Delete(s, i+1, j+1)
+	return a
 }
 
 // result is the stretches, how many silences longer than unwatchedAfter
 // split them, and the longest of those.
 func (ss spanSet) result() (spans []span, silences int, longest time.Duration) {
-	for i := 1; i < len(ss); i++ {
-		longest = max(longest, ss[i].from.Sub(ss[i-1].to))
+	for i, st := range ss {
+		if i > 0 {
+			longest = max(longest, st.from.Sub(ss[i-1].to))
+		}
+		spans = append(spans, st.span)
 	}
-	return ss, max(0, len(ss)-1), longest
+	return spans, max(0, len(ss)-1), longest
+}
+
+// segments are the segments join feeds of a log alone: one a stretch,
+// every interval in it and a watch input every second, which is what the
+// feed's own pass (feed.segment) finds, without a pass.
+func (ss spanSet) segments() []segment {
+	var out []segment
+	for _, st := range ss {
+		ticks := int(st.to.Sub(st.from)/time.Second) + 1
+		out = append(out, segment{n: st.n + ticks, start: st.from, end: st.to, reach: st.reach})
+	}
+	return out
 }
 
 // addMetrics takes the scrapes of a metrics directory.
@@ -250,8 +280,17 @@ func (rec *recording) join(ctx context.Context, o Options, out Writer) error {
 	slices.SortStableFunc(rec.inputs, byTime)
 	w := batcher{out: out}
 	maxGap := maxGapOf(rec.gaps)
+	// A log alone is fed a stretch at a time; with other inputs, the
+	// feed's own pass finds where its segments end.
+	segs := rec.segments
 	for f := newFeed(&rec.logs, rec.inputs, rec.watched); !f.done(); {
-		if err := rec.joinSegment(ctx, o, maxGap, &f, f.segment(), &w); err != nil {
+		var sg segment
+		if rec.sampled {
+			sg = f.segment()
+		} else {
+			sg, segs = segs[0], segs[1:]
+		}
+		if err := rec.joinSegment(ctx, o, maxGap, &f, sg, &w); err != nil {
 			return err
 		}
 	}

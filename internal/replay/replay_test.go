@@ -121,6 +121,43 @@ func TestReplayStopsWhenCancelled(t *testing.T) {
 // lines come a second apart, that are mostly noise, that fall silent for
 // months, and the parser's fixtures.
 func TestClosingAsTheFeedPassesChangesNothing(t *testing.T) {
+	logs := testLogs(t)
+	many := 0
+	for _, path := range logs {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			o := Options{LogFile: path, Engine: "auto", Year: 2026, Window: 10 * time.Second, Server: "s", Host: "h", TZ: "UTC"}
+			var got [2][]window.Closed
+			for i, sampled := range []bool{false, true} {
+				rec := recording{servers: []window.Server{{Name: o.Server, GPUs: []string{"*"}}}}
+				if err := rec.addLog(o, time.UTC, io.Discard); err != nil {
+					return // a log replay refuses (no timestamps): other tests see to that
+				}
+				rec.sampled = sampled // as if scrapes were in: every window closed at the end
+				var cs closed
+				if err := rec.join(context.Background(), o, &cs); err != nil {
+					t.Fatal(err)
+				}
+				got[i] = cs
+			}
+			if !reflect.DeepEqual(got[0], got[1]) {
+				t.Errorf("closed as the feed passed them:\n%+v\nall at the end:\n%+v", got[0], got[1])
+			}
+			if len(got[0]) > 12 {
+				many++
+			}
+		})
+	}
+	if many < 4 {
+		t.Errorf("only %d logs made more than 12 windows", many)
+	}
+}
+
+// testLogs are the logs the join tests replay: the parser's fixtures, a
+// log of two runs months apart, and generated ones whose lines reach back
+// (llama.cpp requests) or hardly at all, whose stat lines come a second
+// apart, and that are mostly noise.
+func testLogs(t *testing.T) []string {
+	t.Helper()
 	logs, _ := filepath.Glob("../../collector/logline/testdata/*.log")
 	logs = append(logs, "testdata/vllm_two_runs_months_apart.log")
 	dir := t.TempDir()
@@ -152,32 +189,36 @@ func TestClosingAsTheFeedPassesChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs = append(logs, f.Name())
-	many := 0
-	for _, path := range logs {
+	return logs
+}
+
+// A log alone is fed a stretch at a time: each stretch's segment is the
+// one the feed's own pass finds, input for input.
+func TestStretchesAreTheFeedsSegments(t *testing.T) {
+	for _, path := range testLogs(t) {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			o := Options{LogFile: path, Engine: "auto", Year: 2026, Window: 10 * time.Second, Server: "s", Host: "h", TZ: "UTC"}
-			var got [2][]window.Closed
-			for i, sampled := range []bool{false, true} {
-				rec := recording{servers: []window.Server{{Name: o.Server, GPUs: []string{"*"}}}}
-				if err := rec.addLog(o, time.UTC, io.Discard); err != nil {
-					return // a log replay refuses (no timestamps): other tests see to that
-				}
-				rec.sampled = sampled // as if scrapes were in: every window closed at the end
-				var cs closed
-				if err := rec.join(context.Background(), o, &cs); err != nil {
-					t.Fatal(err)
-				}
-				got[i] = cs
+			rec := recording{servers: []window.Server{{Name: o.Server, GPUs: []string{"*"}}}}
+			if err := rec.addLog(o, time.UTC, io.Discard); err != nil {
+				return
 			}
-			if !reflect.DeepEqual(got[0], got[1]) {
-				t.Errorf("closed as the feed passed them:\n%+v\nall at the end:\n%+v", got[0], got[1])
+			f := newFeed(&rec.logs, nil, rec.watched)
+			i := 0
+			for ; !f.done(); i++ {
+				want := f.segment()
+				if i >= len(rec.segments) {
+					t.Fatalf("the feed has segment %d %+v, the stretches only %d", i, want, len(rec.segments))
+				}
+				if got := rec.segments[i]; got != want {
+					t.Fatalf("segment %d: stretch says %+v, the feed %+v", i, got, want)
+				}
+				for range want.n {
+					f.next()
+				}
 			}
-			if len(got[0]) > 12 {
-				many++
+			if i != len(rec.segments) {
+				t.Errorf("%d stretches, the feed has %d segments", len(rec.segments), i)
 			}
 		})
-	}
-	if many < 4 {
-		t.Errorf("only %d logs made more than 12 windows", many)
 	}
 }
