@@ -106,6 +106,13 @@ func addCover(segs []seg, a, b time.Time) []seg {
 	if !b.After(a) {
 		return segs
 	}
+	if n := len(segs); n > 0 && !a.Before(segs[n-1].a) && !a.After(segs[n-1].b) {
+		// The usual case: it extends the last one, or lies inside it.
+		if b.After(segs[n-1].b) {
+			segs[n-1].b = b
+		}
+		return segs
+	}
 	i := len(segs)
 	for i > 0 && segs[i-1].a.After(a) {
 		i--

@@ -83,6 +83,10 @@ type serverState struct {
 	// acc sums, per window, the intervals from completion-time counters
 	// (not Observed) and from log lines (Observed), spread as they come.
 	acc map[time.Time]*windowAcc
+	// lastAcc is the entry of acc that the last interval went to, at
+	// lastW: a log's lines come in order, so most go to the same window.
+	lastW   time.Time
+	lastAcc *windowAcc
 	// completion is set once the server counts tokens at completion: a
 	// window without intervals then made 0 tokens, it is not unknown.
 	completion bool
@@ -332,10 +336,13 @@ func (j *Joiner) addInterval(st *serverState, iv collector.Interval) bool {
 		if w.Equal(iv.End) && iv.End.After(iv.Start) {
 			break // (Start, End] ends exactly at this window's start
 		}
-		a := st.acc[w]
-		if a == nil {
-			a = &windowAcc{}
-			st.acc[w] = a
+		a := st.lastAcc
+		if a == nil || w != st.lastW {
+			if a = st.acc[w]; a == nil {
+				a = &windowAcc{}
+				st.acc[w] = a
+			}
+			st.lastW, st.lastAcc = w, a
 		}
 		if iv.Observed {
 			lo, hi := iv.Start, iv.End
@@ -840,6 +847,9 @@ func (st *serverState) takeAcc(s time.Time) *windowAcc {
 		return &windowAcc{}
 	}
 	delete(st.acc, s)
+	if acc == st.lastAcc {
+		st.lastAcc = nil
+	}
 	return acc
 }
 
@@ -851,6 +861,7 @@ func (st *serverState) dropAccBefore(s time.Time) {
 			delete(st.acc, w)
 		}
 	}
+	st.lastAcc = nil
 }
 
 // fromMetrics measures a scraped window: counters' deltas, completion-time
