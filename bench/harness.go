@@ -262,21 +262,31 @@ func (p *proc) ticks(fields ...int) time.Duration {
 
 // rss reads the resident set size now.
 func (p *proc) rss() int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	p.rssSeen = statusKB(p.cmd.Process.Pid, "VmRSS")
+	return p.rssSeen
+}
+
+// statusKB reads a size from /proc/PID/status ("self" for this process),
+// in bytes; 0 when it cannot.
+func statusKB(pid any, field string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%v/status", pid))
 	if err != nil {
 		return 0
 	}
-	m := regexp.MustCompile(`VmRSS:\s+(\d+) kB`).FindSubmatch(b)
+	m := regexp.MustCompile(field + `:\s+(\d+) kB`).FindSubmatch(b)
 	if m == nil {
 		return 0
 	}
 	kb, _ := strconv.ParseInt(string(m[1]), 10, 64)
-	p.rssSeen = kb << 10
-	return p.rssSeen
+	return kb << 10
 }
 
-// stop ends the process with SIGTERM and returns its rusage.
+// stop ends the process with SIGTERM and returns its rusage, with its
+// peak RSS read from /proc just before: rusage's counts what this harness
+// held when it started the process too (Go starts a child with vfork, and
+// Linux carries the old memory's peak across exec).
 func (p *proc) stop() (usage, error) {
+	hwm := statusKB(p.cmd.Process.Pid, "VmHWM")
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
 	go func() { done <- p.cmd.Wait() }()
@@ -290,9 +300,12 @@ func (p *proc) stop() (usage, error) {
 	if !ok {
 		return usage{}, fmt.Errorf("no rusage")
 	}
+	if hwm == 0 {
+		hwm = ru.Maxrss << 10 // gone already: at least the process's own
+	}
 	return usage{
 		cpu:     time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
-		maxRSS:  ru.Maxrss << 10,
+		maxRSS:  hwm,
 		elapsed: time.Since(p.start),
 	}, nil
 }

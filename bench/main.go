@@ -2,7 +2,7 @@
 // other, on this machine, and writes a table of what each cost to
 // bench/RESULTS.md. Usage (from the repository root):
 //
-//	go run ./bench [-minutes 3] [-runs 3] [-s3-minutes 10] [-lines 300000] [-only S1,S2,S3] [-sides tpsmon,telegraf] [-profile DIR]
+//	go run ./bench [-minutes 3] [-runs 3] [-s3-minutes 10] [-lines 300000] [-only S1,S2,S3,R] [-sides tpsmon,telegraf] [-profile DIR]
 //
 // S1 is a steady node: 8 GPUs (tpsmon's sim backend; Telegraf's nvidia_smi
 // input reading a stand-in nvidia-smi that prints an 8-GPU document built
@@ -10,7 +10,8 @@
 // SGLang-format metrics endpoint with histograms, and a vLLM log written at
 // one line a second, all at 1 Hz into a real InfluxDB. S2 appends a vLLM V1
 // and a llama.cpp log as fast as possible and counts lines per CPU second.
-// S3 is tpsmon alone with 64 GPUs and 16 servers for ten minutes.
+// S3 is tpsmon alone with 64 GPUs and 16 servers for ten minutes. R runs
+// `tpsmon replay` on a noise-heavy vLLM log and on S2's two logs.
 package main
 
 import (
@@ -26,9 +27,9 @@ import (
 func main() {
 	minutes := flag.Float64("minutes", 3, "length of each S1 run")
 	s3Minutes := flag.Float64("s3-minutes", 10, "length of the S3 run")
-	lines := flag.Int("lines", 300000, "S2: lines of each log")
-	only := flag.String("only", "S1,S2,S3", "scenarios to run")
-	runs := flag.Int("runs", 3, "S1 and S2: runs per side, reported as min / median / max")
+	lines := flag.Int("lines", 300000, "S2 and R: lines of each log")
+	only := flag.String("only", "S1,S2,S3,R", "scenarios to run")
+	runs := flag.Int("runs", 3, "S1, S2 and R: runs per side (R: per log), reported as min / median / max")
 	out := flag.String("out", "bench/RESULTS.md", "where the results go")
 	sides := flag.String("sides", "tpsmon,telegraf", "S1: which daemons run (a single side for profiling)")
 	profile := flag.String("profile", "", "S1: write tpsmon's CPU and allocation profiles of the steady state to this folder (numbers taken with it are not for RESULTS.md)")
@@ -65,6 +66,7 @@ func main() {
 	run("S1", func() (string, error) { return h.s1(time.Duration(*minutes*float64(time.Minute)), max(1, *runs)) })
 	run("S2", func() (string, error) { return h.s2(*lines, max(1, *runs)) })
 	run("S3", func() (string, error) { return h.s3(time.Duration(*s3Minutes * float64(time.Minute))) })
+	run("R", func() (string, error) { return h.replay(*lines, max(1, *runs)) })
 	report := h.header(os.Args[1:]) + strings.Join(sections, "\n")
 	// Keep the section ./bench/reportscale writes into the same file.
 	if old, err := os.ReadFile(*out); err == nil {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -64,4 +65,36 @@ func WriteFile(path string, n int, line func(i int) string) error {
 		bw.WriteString(line(i))
 	}
 	return errors.Join(bw.Flush(), f.Close())
+}
+
+// ReplayLog is one of the logs the replay benchmarks read.
+type ReplayLog struct {
+	Name, Path string
+	Lines      int
+}
+
+// WriteReplayLogs writes the logs the replay benchmarks read into dir, from
+// start: 1,000,000 lines of a busy vLLM V1 server (NoisyVLLM), and the two
+// logs of the bench harness's S2 mix with the timestamps replay needs,
+// n vLLM stat lines a second apart and n llama.cpp timing lines 20 ms
+// apart, stamped by docker -t to the nanosecond.
+func WriteReplayLogs(dir string, n int, start time.Time) ([]ReplayLog, error) {
+	logs := []ReplayLog{{"vllm-noisy", filepath.Join(dir, "noisy.log"), 1_000_000},
+		{"s2-vllm", filepath.Join(dir, "vllm.log"), n}, {"s2-llamacpp", filepath.Join(dir, "llama.log"), n}}
+	f, err := os.Create(logs[0].Path)
+	if err != nil {
+		return nil, err
+	}
+	if err := errors.Join(NoisyVLLM(f, logs[0].Lines, start), f.Close()); err != nil {
+		return nil, err
+	}
+	if err := WriteFile(logs[1].Path, n, func(i int) string {
+		return VLLMStat(start.Add(time.Duration(i)*time.Second), float64(i%2000))
+	}); err != nil {
+		return nil, err
+	}
+	err = WriteFile(logs[2].Path, n, func(i int) string {
+		return start.Add(time.Duration(i)*20*time.Millisecond+time.Duration(i%997)).Format(time.RFC3339Nano) + " " + LlamaEval(i)
+	})
+	return logs, err
 }
