@@ -27,6 +27,7 @@ import (
 type packed struct {
 	chunks [][]byte
 	locs   []*time.Location
+	locIdx map[*time.Location]uint64 // index in locs
 	n      int
 	last   int64 // end of the last record, Unix seconds
 	// inOrder says the records were added in the order of their ends.
@@ -132,15 +133,21 @@ func valueKind(v float64) int {
 }
 
 // loc is the index of a time zone in p.locs, added if new. A log has one
-// or two.
+// or two, but a parser could make a zone per line (a fixed offset).
 func (p *packed) loc(l *time.Location) uint64 {
-	for i, have := range p.locs {
-		if have == l {
-			return uint64(i)
-		}
+	if n := len(p.locs); n > 0 && p.locs[n-1] == l {
+		return uint64(n - 1)
 	}
-	p.locs = append(p.locs, l)
-	return uint64(len(p.locs) - 1)
+	i, ok := p.locIdx[l]
+	if !ok {
+		if p.locIdx == nil {
+			p.locIdx = map[*time.Location]uint64{}
+		}
+		i = uint64(len(p.locs))
+		p.locs = append(p.locs, l)
+		p.locIdx[l] = i
+	}
+	return i
 }
 
 // sortByEnd puts the records in the order of their ends, stably. A log's
@@ -154,7 +161,7 @@ func (p *packed) sortByEnd() {
 		all = append(all, *r.next())
 	}
 	slices.SortStableFunc(all, func(a, b collector.Interval) int { return a.End.Compare(b.End) })
-	*p = packed{locs: p.locs}
+	*p = packed{locs: p.locs, locIdx: p.locIdx}
 	for _, iv := range all {
 		p.add(iv)
 	}

@@ -125,3 +125,28 @@ func TestPackedChunksCopiesAndOrder(t *testing.T) {
 		prev = cur
 	}
 }
+
+// A zone per interval (a parser that made a fixed offset per line) is
+// read back exactly too, each in its own zone.
+func TestPackedZonePerInterval(t *testing.T) {
+	at := time.Date(2026, 5, 19, 10, 0, 0, 0, time.UTC)
+	var ivs []collector.Interval
+	var p packed
+	zones := map[*time.Location]bool{}
+	for i := range 5000 {
+		z := time.FixedZone("", (i%48-24)*1800)
+		x := collector.Unknown(at.Add(time.Duration(i)*time.Second).In(z), at.Add(time.Duration(i+1)*time.Second).In(time.UTC))
+		ivs = append(ivs, x)
+		p.add(x)
+		zones[x.Start.Location()], zones[x.End.Location()] = true, true
+	}
+	if len(zones) < 2500 || len(p.locs) != len(zones) {
+		t.Errorf("%d zones held, %d given", len(p.locs), len(zones))
+	}
+	r := p.reader()
+	for i, want := range ivs {
+		if got := *r.next(); !same(got, want) || got.Start.Location() != want.Start.Location() {
+			t.Fatalf("record %d: %+v, want %+v", i, got, want)
+		}
+	}
+}
