@@ -20,10 +20,11 @@ import (
 // exactly, time zones included.
 //
 // A record: a flags byte; the end as seconds since the previous record's
-// end (zigzag varint) and nanoseconds; the start, unless it equals the end,
-// as seconds before the end and nanoseconds; the two time zones as indexes
-// into locs; two bytes with a 2-bit kind per value (valueKinds); then each
-// known value, a whole number as a uvarint, any other as its 8 bytes.
+// end (zigzag varint), its nanoseconds and its zone (an index into locs);
+// the start, unless it equals the end, as seconds before the end, its
+// nanoseconds and zone; two bytes with a 2-bit kind per value
+// (valueKinds); then each known value, a whole number as a uvarint, any
+// other as its 8 bytes.
 type packed struct {
 	chunks [][]byte
 	locs   []*time.Location
@@ -88,15 +89,11 @@ func (p *packed) add(iv collector.Interval) {
 	}
 	b = append(b, flags)
 	es := iv.End.Unix()
-	b = binary.AppendVarint(b, es-p.last)
-	b = binary.AppendUvarint(b, uint64(iv.End.Nanosecond()))
+	b = p.appendStamp(b, es-p.last, iv.End)
 	p.last = es
-	b = binary.AppendUvarint(b, p.loc(iv.End.Location()))
 	if !instant {
 		// End - Start in seconds may not fit a Duration; seconds do.
-		b = binary.AppendVarint(b, es-iv.Start.Unix())
-		b = binary.AppendUvarint(b, uint64(iv.Start.Nanosecond()))
-		b = binary.AppendUvarint(b, p.loc(iv.Start.Location()))
+		b = p.appendStamp(b, es-iv.Start.Unix(), iv.Start)
 	}
 	vals := values(&iv)
 	var kinds uint16
@@ -114,6 +111,24 @@ func (p *packed) add(iv collector.Interval) {
 	}
 	p.chunks[len(p.chunks)-1] = b
 	p.n++
+}
+
+// appendStamp appends a time: secs, its seconds relative to some base
+// (zigzag varint), then its nanoseconds and its zone's index.
+func (p *packed) appendStamp(b []byte, secs int64, t time.Time) []byte {
+	b = binary.AppendVarint(b, secs)
+	b = binary.AppendUvarint(b, uint64(t.Nanosecond()))
+	return binary.AppendUvarint(b, p.loc(t.Location()))
+}
+
+// stamp reads what appendStamp wrote, and returns the rest of b.
+func (p *packed) stamp(b []byte) (secs, ns int64, loc *time.Location, rest []byte) {
+	secs, n := binary.Varint(b)
+	b = b[n:]
+	u, n := binary.Uvarint(b)
+	b = b[n:]
+	li, n := binary.Uvarint(b)
+	return secs, int64(u), p.locs[li], b[n:]
 }
 
 // values are an interval's numbers, in the order a record holds them.
@@ -220,24 +235,15 @@ func (r *pkReader) peek() *collector.Interval {
 	size := len(b)
 	flags := b[0]
 	b = b[1:]
-	d, n := binary.Varint(b)
-	b = b[n:]
-	ns, n := binary.Uvarint(b)
-	b = b[n:]
-	li, n := binary.Uvarint(b)
-	b = b[n:]
+	d, ns, loc, b := r.p.stamp(b)
 	last := r.last + d
-	iv.End = time.Unix(last, int64(ns)).In(r.p.locs[li])
+	iv.End = time.Unix(last, ns).In(loc)
 	if flags&pkInstant != 0 {
 		iv.Start = iv.End
 	} else {
-		back, n := binary.Varint(b)
-		b = b[n:]
-		sns, n := binary.Uvarint(b)
-		b = b[n:]
-		sli, n := binary.Uvarint(b)
-		b = b[n:]
-		iv.Start = time.Unix(last-back, int64(sns)).In(r.p.locs[sli])
+		back, sns, sloc, rest := r.p.stamp(b)
+		b = rest
+		iv.Start = time.Unix(last-back, sns).In(sloc)
 	}
 	iv.Request, iv.Observed = flags&pkRequest != 0, flags&pkObserved != 0
 	kinds := binary.LittleEndian.Uint16(b)
