@@ -23,6 +23,11 @@ const (
 	// MaxCounter is the largest counter value taken: above 2^53 a float64
 	// no longer counts single tokens, so increments would be lost.
 	MaxCounter = 1 << 53
+	// MaxIntervalSpan bounds the time one log line speaks for: no request
+	// runs for a day, and no stat line averages over one. A longer span is
+	// a misprinted duration; spread over it, the line's tokens would fill
+	// days of windows with a wrong rate.
+	MaxIntervalSpan = 24 * time.Hour
 )
 
 // Reason says why a value was discarded.
@@ -220,7 +225,8 @@ func (st *guarded) accept(c Counter, t time.Time, v float64) (float64, Reason, b
 // CheckInterval validates what a log line (or a count spread back over
 // time) says of (Start, End]: every value must be finite, not negative
 // (-1 is "unknown") and within its bound; token counts within
-// MaxTokensPerSecond over the interval, a second at least. An interval
+// MaxTokensPerSecond over the interval, a second at least; the interval
+// itself no longer than MaxIntervalSpan. An interval
 // with any impossible value is refused whole: one broken figure makes the
 // line's others doubtful too.
 func CheckInterval(iv Interval) (Discard, bool) {
@@ -248,6 +254,9 @@ func CheckInterval(iv Interval) (Discard, bool) {
 	}
 	if iv.End.Before(iv.Start) {
 		return Discard{Series: "interval", Reason: Negative}, false
+	}
+	if iv.End.Sub(iv.Start) > MaxIntervalSpan {
+		return Discard{Series: "interval", Reason: Huge}, false
 	}
 	return Discard{}, true
 }

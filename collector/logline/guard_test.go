@@ -1,6 +1,7 @@
 package logline
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +48,49 @@ func TestStreamRefusesImpossibleLines(t *testing.T) {
 			}
 			if len(got) != 1 || got[0].Reason != tc.reason || got[0].Series != "tokens" {
 				t.Errorf("discards %v, want one %v of tokens", got, tc.reason)
+			}
+		})
+	}
+}
+
+// TestStreamRefusesDaysLongLines: a llama.cpp request that says it ran
+// for more than a day is a misprinted duration, refused and counted; one
+// of a day is taken.
+func TestStreamRefusesDaysLongLines(t *testing.T) {
+	line := func(task int, ms string) string {
+		return fmt.Sprintf("slot print_timing: id  0 | task %d |        eval time = %s ms /    96 tokens (   60.31 ms per token,    16.58 tokens per second)", task, ms)
+	}
+	tests := []struct {
+		ms      string
+		refused bool
+	}{
+		{"5729.20", false},
+		{"86400000.00", false}, // a day
+		{"86400001.00", true},
+		{"99999999999.20", true}, // three years
+	}
+	for _, tc := range tests {
+		t.Run(tc.ms, func(t *testing.T) {
+			p, err := NewParser("llamacpp")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []collector.Discard
+			st := &Stream{Discarded: func(d collector.Discard) { got = append(got, d) }}
+			rec, ok := p.Parse([]byte(line(7, tc.ms)))
+			if !ok {
+				t.Fatal("line not parsed")
+			}
+			_, ok = st.Interval(rec, time.Unix(1_700_000_000, 0))
+			if ok == tc.refused {
+				t.Errorf("taken %v, want %v", ok, !tc.refused)
+			}
+			want := []collector.Discard(nil)
+			if tc.refused {
+				want = []collector.Discard{{Series: "interval", Reason: collector.Huge}}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("discards %v, want %v", got, want)
 			}
 		})
 	}

@@ -23,7 +23,7 @@ import (
 // end (zigzag varint), its nanoseconds and its zone (an index into locs);
 // the start, unless it equals the end, as seconds before the end, its
 // nanoseconds and zone; two bytes with a 2-bit kind per value
-// (valueKinds); then each known value, a whole number as a uvarint, any
+// (valueKind); then each known value, a whole number as a uvarint, any
 // other as its 8 bytes.
 type packed struct {
 	chunks [][]byte

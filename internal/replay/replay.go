@@ -5,11 +5,13 @@ package replay
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -125,6 +127,12 @@ func (rec *recording) addLog(o Options, loc *time.Location, warn io.Writer) erro
 	}
 	if lr.far > 0 {
 		fmt.Fprintf(warn, "tpsmon: replay: %d throughput lines carry no time and were placed by timestamps more than %v away: their windows are uncertain\n", lr.far, logline.FarLimit)
+	}
+	refused := slices.SortedFunc(maps.Keys(lr.refused), func(a, b collector.Discard) int {
+		return cmp.Or(strings.Compare(a.Series, b.Series), cmp.Compare(a.Reason, b.Reason))
+	})
+	for _, d := range refused {
+		fmt.Fprintf(warn, "tpsmon: replay: %d throughput lines refused, %s %s: impossible values are not joined\n", lr.refused[d], d.Series, d.Reason)
 	}
 	if lr.canceled > 0 {
 		fmt.Fprintf(warn, "tpsmon: replay: %d requests were cancelled by the server and printed no timing line: their tokens are not in the log (its metrics count them: replay --metrics-dir, or metrics_url live)\n", lr.canceled)
@@ -556,6 +564,7 @@ type logRead struct {
 	far      int    // lines placed by timestamps far from them
 	byGIN    int    // lines placed by the [GIN] line of their request
 	canceled uint64 // requests cancelled without a timing line
+	refused  map[collector.Discard]int
 }
 
 // readLog parses a server log into intervals. Each line's time is its most
@@ -573,7 +582,8 @@ func readLog(path, engineName string, loc *time.Location, year int, startedAt ti
 		return out, fmt.Errorf("--log: %w", err)
 	}
 	defer f.Close()
-	var st logline.Stream
+	out.refused = map[collector.Discard]int{}
+	st := logline.Stream{Discarded: func(d collector.Discard) { out.refused[d]++ }}
 	timed := 0
 	// Each record becomes an interval as it is placed: a long log's
 	// records are not kept.

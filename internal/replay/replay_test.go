@@ -222,3 +222,22 @@ func TestStretchesAreTheFeedsSegments(t *testing.T) {
 		})
 	}
 }
+
+// A line with an impossible value (a request that ran for three years) is
+// refused, and replay says how many and why, instead of spreading its
+// tokens over years of windows.
+func TestReplaySaysWhatItRefused(t *testing.T) {
+	var out closed
+	var warn bytes.Buffer
+	o := Options{LogFile: "testdata/llama_misprinted_duration.log", Engine: "auto", Year: 2026,
+		Window: 10 * time.Second, Server: "s", Host: "h", TZ: "UTC"}
+	if err := Run(context.Background(), o, &out, &warn); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(warn.String(), "1 throughput lines refused, interval huge") {
+		t.Errorf("warnings %q do not name the refused line", warn.String())
+	}
+	if n := window.Count(out); n == 0 || n > 4 {
+		t.Errorf("%d points, want those of the one good line", n)
+	}
+}
