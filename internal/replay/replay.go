@@ -167,7 +167,13 @@ type span struct{ from, to time.Time }
 // intervals joins them with no silence longer than that between links:
 // the stretches are the connected parts of the union of the intervals,
 // each drawn unwatchedAfter longer, whatever order they come in.
-type spanSet []stretch // in time order, disjoint
+type spanSet struct {
+	in []stretch // in time order, disjoint
+	// late are intervals that began before the last stretch did, merged
+	// in at the end (a sort, not an insertion each: a log in no order
+	// would make that quadratic).
+	late []stretch
+}
 
 // stretch is one watched stretch, with what join needs of the intervals
 // in it.
@@ -177,32 +183,44 @@ type stretch struct {
 	reach time.Duration // the longest
 }
 
+// join is the stretch that holds a and b.
+func (a stretch) join(b stretch) stretch {
+	if b.from.Before(a.from) {
+		a.from = b.from
+	}
+	a.to, a.n, a.reach = latest(a.to, b.to), a.n+b.n, max(a.reach, b.reach)
+	return a
+}
+
 func (ss *spanSet) add(from, to time.Time) {
-	s := *ss
-	// The first stretch the interval joins or lies before; most often the
-	// last one.
-	i := len(s)
-	for i > 0 && from.Sub(s[i-1].to) <= unwatchedAfter {
-		i--
+	one := stretch{span: span{from, to}, n: 1, reach: to.Sub(from)}
+	n := len(ss.in)
+	switch {
+	case n > 0 && from.Before(ss.in[n-1].from):
+		ss.late = append(ss.late, one)
+	case n > 0 && from.Sub(ss.in[n-1].to) <= unwatchedAfter:
+		ss.in[n-1] = ss.in[n-1].join(one)
+	default:
+		ss.in = append(ss.in, one)
 	}
-	if i == len(s) || s[i].from.Sub(to) > unwatchedAfter {
-		*ss = slices.Insert(s, i, stretch{span: span{from, to}, n: 1, reach: to.Sub(from)})
-		return
+}
+
+// stretches are the stretches, the late intervals merged in.
+func (ss *spanSet) stretches() []stretch {
+	if len(ss.late) > 0 {
+		all := append(ss.in, ss.late...)
+		slices.SortStableFunc(all, func(a, b stretch) int { return a.from.Compare(b.from) })
+		out := all[:1]
+		for _, st := range all[1:] {
+			if last := &out[len(out)-1]; st.from.Sub(last.to) <= unwatchedAfter {
+				*last = last.join(st)
+			} else {
+				out = append(out, st)
+			}
+		}
+		ss.in, ss.late = out, nil
 	}
-	// It joins s[i], and every later stretch it reaches.
-	j := i + 1
-	for j < len(s) && s[j].from.Sub(to) <= unwatchedAfter {
-		j++
-	}
-	m := &s[i]
-	if from.Before(m.from) {
-		m.from = from
-	}
-	m.to, m.n, m.reach = latest(m.to, to), m.n+1, max(m.reach, to.Sub(from))
-	for _, o := range s[i+1 : j] {
-		m.to, m.n, m.reach = latest(m.to, o.to), m.n+o.n, max(m.reach, o.reach)
-	}
-	*ss = slices.Delete(s, i+1, j)
+	return ss.in
 }
 
 // latest is the later of a and b, a when they are the same instant.
@@ -215,22 +233,23 @@ func latest(a, b time.Time) time.Time {
 
 // result is the stretches, how many silences longer than unwatchedAfter
 // split them, and the longest of those.
-func (ss spanSet) result() (spans []span, silences int, longest time.Duration) {
-	for i, st := range ss {
+func (ss *spanSet) result() (spans []span, silences int, longest time.Duration) {
+	in := ss.stretches()
+	for i, st := range in {
 		if i > 0 {
-			longest = max(longest, st.from.Sub(ss[i-1].to))
+			longest = max(longest, st.from.Sub(in[i-1].to))
 		}
 		spans = append(spans, st.span)
 	}
-	return spans, max(0, len(ss)-1), longest
+	return spans, max(0, len(in)-1), longest
 }
 
 // segments are the segments join feeds of a log alone: one a stretch,
 // every interval in it and a watch input every second, which is what the
 // feed's own pass (feed.segment) finds, without a pass.
-func (ss spanSet) segments() []segment {
+func (ss *spanSet) segments() []segment {
 	var out []segment
-	for _, st := range ss {
+	for _, st := range ss.stretches() {
 		ticks := int(st.to.Sub(st.from)/time.Second) + 1
 		out = append(out, segment{n: st.n + ticks, start: st.from, end: st.to, reach: st.reach})
 	}

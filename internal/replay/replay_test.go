@@ -76,6 +76,28 @@ func TestWatchedSpans(t *testing.T) {
 
 // A log holding two runs months apart is two short recordings: the
 // windows between them are not written (nor held), and replay says so.
+// A log in no order, every line a silence apart: merged with a sort at
+// the end, not an insertion each (which took minutes at this size).
+func TestWatchedSpansInNoOrder(t *testing.T) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const n = 50_000
+	var ss spanSet
+	for i := range n {
+		k := (i * 7919) % n // every k once, in no order (n·48 h fits a Duration)
+		from := at.Add(time.Duration(k) * 48 * time.Hour)
+		ss.add(from, from.Add(time.Minute))
+	}
+	spans, silences, longest := ss.result()
+	if len(spans) != n || silences != n-1 || longest != 48*time.Hour-time.Minute {
+		t.Fatalf("%d stretches, %d silences, longest %v; want %d, %d, 47h59m", len(spans), silences, longest, n, n-1)
+	}
+	for i := 1; i < n; i++ {
+		if !spans[i].from.After(spans[i-1].to) {
+			t.Fatalf("stretch %d %v does not follow %v", i, spans[i], spans[i-1])
+		}
+	}
+}
+
 func TestReplayLongSilenceSplits(t *testing.T) {
 	var out closed
 	var warn bytes.Buffer
