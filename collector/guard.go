@@ -41,10 +41,24 @@ const (
 	Huge                     // beyond its kind's physical bound
 	Jump                     // a counter grew faster than the bound allows
 	Flap                     // a counter fell and the next reading did not confirm a restart
+	OutOfRange               // a time outside [MinTime, MaxTime]
 	NumReasons
 )
 
-var reasonNames = [NumReasons]string{"nan", "inf", "negative", "huge", "jump", "flap"}
+var reasonNames = [NumReasons]string{"nan", "inf", "negative", "huge", "jump", "flap", "range"}
+
+// MinTime and MaxTime bound the times tpsmon joins: line protocol stamps a
+// point with int64 nanoseconds since 1970 (1677-09-21 to 2262-04-11), and
+// windows are aligned on them; a day less at each end, so that a window
+// around a time inside is inside too. A log line stamped beyond (a
+// misprinted year) is refused, not joined into windows of another century.
+var (
+	MinTime = time.Unix(0, math.MinInt64).Add(24 * time.Hour)
+	MaxTime = time.Unix(0, math.MaxInt64).Add(-24 * time.Hour)
+)
+
+// InRange says whether t is within [MinTime, MaxTime].
+func InRange(t time.Time) bool { return !t.Before(MinTime) && !t.After(MaxTime) }
 
 func (r Reason) String() string { return reasonNames[r] }
 
@@ -226,9 +240,9 @@ func (st *guarded) accept(c Counter, t time.Time, v float64) (float64, Reason, b
 // time) says of (Start, End]: every value must be finite, not negative
 // (-1 is "unknown") and within its bound; token counts within
 // MaxTokensPerSecond over the interval, a second at least; the interval
-// itself no longer than MaxIntervalSpan. An interval
-// with any impossible value is refused whole: one broken figure makes the
-// line's others doubtful too.
+// itself within [MinTime, MaxTime] and no longer than MaxIntervalSpan. An
+// interval with any impossible value is refused whole: one broken figure
+// makes the line's others doubtful too.
 func CheckInterval(iv Interval) (Discard, bool) {
 	secs := max(iv.End.Sub(iv.Start).Seconds(), 1)
 	tok := MaxTokensPerSecond * secs
@@ -251,6 +265,9 @@ func CheckInterval(iv Interval) (Discard, bool) {
 		if r, ok := valueReason(f.v, f.limit); !ok {
 			return Discard{Series: f.name, Reason: r}, false
 		}
+	}
+	if !InRange(iv.Start) || !InRange(iv.End) {
+		return Discard{Series: "interval", Reason: OutOfRange}, false
 	}
 	if iv.End.Before(iv.Start) {
 		return Discard{Series: "interval", Reason: Negative}, false

@@ -95,3 +95,38 @@ func TestStreamRefusesDaysLongLines(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamRefusesTimesOutOfRange: a line stamped in a year line protocol
+// cannot hold is refused and counted, at either end.
+func TestStreamRefusesTimesOutOfRange(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		at      time.Time
+		refused bool
+	}{
+		{"now", time.Unix(1_700_000_000, 0), false},
+		{"year 2262, in", time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC), false},
+		{"year 9999", time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC), true},
+		{"year 1", time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), true},
+		{"just past the end", collector.MaxTime.Add(time.Nanosecond), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := NewParser("llamacpp")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []collector.Discard
+			st := &Stream{Discarded: func(d collector.Discard) { got = append(got, d) }}
+			rec, ok := p.Parse([]byte("slot print_timing: id  0 | task 1 |        eval time =    5729.20 ms /    96 tokens (   60.31 ms per token,    16.58 tokens per second)"))
+			if !ok {
+				t.Fatal("line not parsed")
+			}
+			if _, ok := st.Interval(rec, tc.at); ok == tc.refused {
+				t.Errorf("taken %v, want %v", ok, !tc.refused)
+			}
+			if tc.refused && (len(got) != 1 || got[0] != collector.Discard{Series: "interval", Reason: collector.OutOfRange}) {
+				t.Errorf("discards %v, want one interval range", got)
+			}
+		})
+	}
+}

@@ -450,6 +450,10 @@ func readMetricsDir(dir string, d *collector.Dialect) (out []collector.Sample, s
 			skipped = append(skipped, n+": name is not <unix-milliseconds>.prom")
 			continue
 		}
+		if !collector.InRange(time.UnixMilli(ms)) {
+			skipped = append(skipped, n+": its time is outside 1677-2262, the years line protocol can hold")
+			continue
+		}
 		files = append(files, file{n, ms})
 	}
 	sort.Slice(files, func(a, b int) bool { return files[a].ms < files[b].ms })
@@ -552,6 +556,9 @@ func (c csvRow) sample(loc *time.Location) (gpu.Sample, error) {
 	t, err := time.ParseInLocation("2006/01/02 15:04:05.000", ts, loc)
 	if err != nil {
 		return gpu.Sample{}, fmt.Errorf("timestamp %q: want YYYY/MM/DD HH:MM:SS.mmm", ts)
+	}
+	if !collector.InRange(t) {
+		return gpu.Sample{}, fmt.Errorf("timestamp %q: outside 1677-2262, the years line protocol can hold", ts)
 	}
 	idx, _ := c.num("index", "")
 	uuid, _ := c.get("uuid")

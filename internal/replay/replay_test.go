@@ -263,3 +263,64 @@ func TestReplaySaysWhatItRefused(t *testing.T) {
 		t.Errorf("%d points, want those of the one good line", n)
 	}
 }
+
+// Inputs stamped in years line protocol cannot hold (which the windows'
+// arithmetic overflows on: a log line of year 9999 made replay allocate
+// until it was killed) are refused, each kind with a message that says so.
+func TestReplayRefusesTimesOutsideLineProtocol(t *testing.T) {
+	dir := t.TempDir()
+	page, err := os.ReadFile("../../cmd/tpsmon/testdata/replay/metrics/1700000000500.prom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	write("m/1700000000500.prom", string(page))
+	write("m/99999999999999999.prom", string(page))
+	eval := " slot print_timing: id  0 | task %d |        eval time =    5729.20 ms /    96 tokens (   60.31 ms per token,    16.58 tokens per second)\n"
+	log := write("s.log", fmt.Sprintf("2026-05-19T10:00:10Z"+eval+"9999-12-31T23:59:59Z"+eval, 1, 2))
+	csv := write("g.csv", "timestamp, index, uuid, utilization.gpu [%]\n9999/12/31 23:59:59.000, 0, GPU-1, 50 %\n")
+	for _, tc := range []struct {
+		name    string
+		o       Options
+		err     string // of Run
+		warning string
+	}{
+		{"log line", Options{LogFile: log}, "", "1 throughput lines refused, interval range"},
+		{"metrics file", Options{MetricsDir: filepath.Join(dir, "m")}, "", "99999999999999999.prom: its time is outside 1677-2262"},
+		{"GPU reading", Options{GPUCSV: csv}, `line 2: timestamp "9999/12/31 23:59:59.000": outside 1677-2262`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.o
+			o.Engine, o.Year, o.Window, o.Server, o.Host, o.TZ = "auto", 2026, 10*time.Second, "s", "h", "UTC"
+			var out closed
+			var warn bytes.Buffer
+			err := Run(context.Background(), o, &out, &warn)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want one saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(warn.String(), tc.warning) {
+				t.Errorf("warnings %q, want %q", warn.String(), tc.warning)
+			}
+			for _, c := range out {
+				if y := c.Start.Year(); y != 2026 && y != 2023 {
+					t.Errorf("a window of %v", c.Start)
+				}
+			}
+		})
+	}
+}
