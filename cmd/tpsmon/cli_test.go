@@ -56,6 +56,11 @@ func TestConfigErrorsNameWhatIsWrong(t *testing.T) {
 		{"unreadable token file", []string{"run", "-c", "testdata/bad_token.yaml"}, nil, []string{"token_file", "no-such-token"}},
 		{"bad backend from env", []string{"run", "-c", "testdata/good.yaml"}, map[string]string{"TPSMON_GPU_BACKEND": "cuda"}, []string{"gpu.backend", "cuda"}},
 		{"bad flag value", []string{"run", "-c", "testdata/good.yaml", "--window", "50ms"}, nil, []string{"window", "too short"}},
+		// replay takes the daemon's bounds: a 1 ms window over a day's log
+		// would write 86 million windows.
+		{"replay window too short", []string{"replay", "--log", "testdata/replay/vllm_edges.log", "--window", "1ms"}, nil, []string{"--window 1ms", "too short", "at least 100ms"}},
+		{"replay window too long", []string{"replay", "--log", "testdata/replay/vllm_edges.log", "--window", "2h"}, nil, []string{"--window 2h0m0s", "too long", "at most 1h0m0s"}},
+		{"replay window negative", []string{"replay", "--log", "testdata/replay/vllm_edges.log", "--window", "-10s"}, nil, []string{"--window -10s", "too short"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

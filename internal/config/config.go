@@ -343,9 +343,12 @@ const (
 	// milliseconds to render, so anything faster reads the same values
 	// again and only costs CPU and memory.
 	minInterval = 10 * time.Millisecond
-	// maxWindow keeps a window a measurement, not a report (rollups make
+	// MinWindow is the shortest window: shorter, a window holds less than
+	// the scrapes and samples it joins.
+	MinWindow = 100 * time.Millisecond
+	// MaxWindow keeps a window a measurement, not a report (rollups make
 	// the hours and days).
-	maxWindow = time.Hour
+	MaxWindow = time.Hour
 	// maxGraceWindows bounds grace in windows (or a minute, whichever is
 	// longer): every window within grace stays open in memory.
 	maxGraceWindows = 10
@@ -355,6 +358,18 @@ const (
 	// byte count would overflow.
 	maxSize = 1 << 50
 )
+
+// CheckWindow says what is wrong with a window length, if anything: the
+// daemon's configuration and replay's --window take the same.
+func CheckWindow(w time.Duration) error {
+	if w < MinWindow {
+		return fmt.Errorf("%v is too short (at least %v)", w, MinWindow)
+	}
+	if w > MaxWindow {
+		return fmt.Errorf("%v is too long (at most %v)", w, MaxWindow)
+	}
+	return nil
+}
 
 // validate checks every key and fills the defaults that depend on others.
 func (c *Config) validate() error {
@@ -378,11 +393,8 @@ func (c *Config) validateNode() error {
 	if len(c.Host) > maxHost || strings.IndexFunc(c.Host, unicode.IsControl) >= 0 {
 		return fmt.Errorf("host: %d bytes; want at most %d, without control characters", len(c.Host), maxHost)
 	}
-	if c.Window < 100*time.Millisecond {
-		return fmt.Errorf("window: %v is too short (at least 100ms)", c.Window)
-	}
-	if c.Window > maxWindow {
-		return fmt.Errorf("window: %v is too long (at most %v)", c.Window, maxWindow)
+	if err := CheckWindow(c.Window); err != nil {
+		return fmt.Errorf("window: %w", err)
 	}
 	if c.Grace < 0 {
 		return fmt.Errorf("grace: %v is negative", c.Grace)

@@ -25,6 +25,7 @@ import (
 	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/collector/logline"
 	"github.com/tpsmon/tpsmon/collector/tail"
+	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/window"
 )
@@ -79,8 +80,8 @@ func Run(ctx context.Context, o Options, out Writer, warn io.Writer) error {
 	if o.MetricsDir == "" && o.GPUCSV == "" && o.LogFile == "" {
 		return errors.New("replay: nothing to replay: give --log, --metrics-dir and/or --gpu-csv")
 	}
-	if o.Window <= 0 {
-		return fmt.Errorf("--window %v must be positive", o.Window)
+	if err := config.CheckWindow(o.Window); err != nil {
+		return fmt.Errorf("--window %w", err)
 	}
 	loc, err := time.LoadLocation(o.TZ)
 	if err != nil {
