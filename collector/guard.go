@@ -41,7 +41,7 @@ const (
 	Huge                     // beyond its kind's physical bound
 	Jump                     // a counter grew faster than the bound allows
 	Flap                     // a counter fell and the next reading did not confirm a restart
-	OutOfRange               // a time outside [MinTime, MaxTime]
+	OutOfRange               // a time outside [MinTime, MaxTime], a reading below its range
 	NumReasons
 )
 

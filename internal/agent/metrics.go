@@ -12,7 +12,7 @@ import (
 // its event happens.
 type metrics struct {
 	late, lateTokens, malformed, failed, logSkipped, logUnseen prometheus.Counter
-	discards                                                   collector.DiscardCounts
+	discards, gpuDiscards                                      collector.DiscardCounts
 	// The joiner counts late samples and tokens itself; these are what
 	// the counters have taken of them so far.
 	lateSeen, lateTokensSeen uint64
@@ -36,7 +36,8 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(reg *prometheus.Registry) {
-	reg.MustRegister(m.late, m.malformed, m.failed, m.logSkipped, m.logUnseen, m.lateTokens, discardCollector{&m.discards})
+	reg.MustRegister(m.late, m.malformed, m.failed, m.logSkipped, m.logUnseen, m.lateTokens, discardCollector{&m.discards, discardDesc},
+		discardCollector{&m.gpuDiscards, gpuDiscardDesc})
 }
 
 // joined takes what the joiner counted since the last call.

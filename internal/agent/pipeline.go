@@ -430,8 +430,14 @@ func (m placedMsg) apply(p *pipeline, j *window.Joiner, _ map[string]bool) {
 
 func (m gpuMsg) apply(p *pipeline, j *window.Joiner, _ map[string]bool) {
 	healthy := false
-	for _, s := range m {
-		j.AddGPU(s)
+	for i := range m {
+		s := &m[i]
+		// Readings no GPU gives are dropped here, before the joiner and
+		// the live view see them.
+		for _, d := range s.Check() {
+			p.metrics.gpuDiscards.Add(gpuLabel(s), d)
+		}
+		j.AddGPU(*s)
 		if s.Err == nil {
 			healthy = true
 		} else if !p.gpuErr[s.UUID] {
@@ -448,6 +454,14 @@ func (m gpuMsg) apply(p *pipeline, j *window.Joiner, _ map[string]bool) {
 	if p.live != nil {
 		p.live.GPUs(m)
 	}
+}
+
+// gpuLabel names a GPU on /metrics: its index, and its MIG instance.
+func gpuLabel(s *gpu.Sample) string {
+	if s.Instance != "" {
+		return strconv.Itoa(s.Index) + "/" + s.Instance
+	}
+	return strconv.Itoa(s.Index)
 }
 
 func (r scrapeMsg) apply(p *pipeline, j *window.Joiner, down map[string]bool) {

@@ -212,16 +212,24 @@ func (t *telemetry) serve(addr string, log *slog.Logger) (_ net.Addr, stop func(
 }
 
 // discardCollector puts the values tpsmon refused on /metrics.
-type discardCollector struct{ c *collector.DiscardCounts }
+type discardCollector struct {
+	c    *collector.DiscardCounts
+	desc *prometheus.Desc
+}
 
-var discardDesc = prometheus.NewDesc("tpsmon_samples_discarded_total",
-	"Server values refused before they reached a window (NaN, Inf, negative, beyond the physical bound, jumps, flaps).",
-	[]string{"server", "reason"}, nil)
+var (
+	discardDesc = prometheus.NewDesc("tpsmon_samples_discarded_total",
+		"Server values refused before they reached a window (NaN, Inf, negative, beyond the physical bound, jumps, flaps).",
+		[]string{"server", "reason"}, nil)
+	gpuDiscardDesc = prometheus.NewDesc("tpsmon_gpu_samples_discarded_total",
+		"GPU readings refused before they reached a window (NaN, Inf, negative, beyond the physical bound).",
+		[]string{"gpu", "reason"}, nil)
+)
 
-func (d discardCollector) Describe(ch chan<- *prometheus.Desc) { ch <- discardDesc }
+func (d discardCollector) Describe(ch chan<- *prometheus.Desc) { ch <- d.desc }
 
 func (d discardCollector) Collect(ch chan<- prometheus.Metric) {
-	d.c.Each(func(server string, r collector.Reason, n uint64) {
-		ch <- prometheus.MustNewConstMetric(discardDesc, prometheus.CounterValue, float64(n), server, r.String())
+	d.c.Each(func(label string, r collector.Reason, n uint64) {
+		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.CounterValue, float64(n), label, r.String())
 	})
 }

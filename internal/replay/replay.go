@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -106,7 +107,7 @@ func Run(ctx context.Context, o Options, out Writer, warn io.Writer) error {
 		}
 	}
 	if o.GPUCSV != "" {
-		if err := rec.addGPUs(o.GPUCSV, loc); err != nil {
+		if err := rec.addGPUs(o.GPUCSV, loc, warn); err != nil {
 			return err
 		}
 	}
@@ -129,12 +130,7 @@ func (rec *recording) addLog(o Options, loc *time.Location, warn io.Writer) erro
 	if lr.far > 0 {
 		fmt.Fprintf(warn, "tpsmon: replay: %d throughput lines carry no time and were placed by timestamps more than %v away: their windows are uncertain\n", lr.far, logline.FarLimit)
 	}
-	refused := slices.SortedFunc(maps.Keys(lr.refused), func(a, b collector.Discard) int {
-		return cmp.Or(strings.Compare(a.Series, b.Series), cmp.Compare(a.Reason, b.Reason))
-	})
-	for _, d := range refused {
-		fmt.Fprintf(warn, "tpsmon: replay: %d throughput lines refused, %s %s: impossible values are not joined\n", lr.refused[d], d.Series, d.Reason)
-	}
+	warnRefused(warn, lr.refused, "throughput lines")
 	if lr.canceled > 0 {
 		fmt.Fprintf(warn, "tpsmon: replay: %d requests were cancelled by the server and printed no timing line: their tokens are not in the log (its metrics count them: replay --metrics-dir, or metrics_url live)\n", lr.canceled)
 	}
@@ -150,6 +146,16 @@ func (rec *recording) addLog(o Options, loc *time.Location, warn io.Writer) erro
 			unwatchedAfter, silences, longest)
 	}
 	return nil
+}
+
+// warnRefused tells warn how many of what were refused, and why.
+func warnRefused(warn io.Writer, refused map[collector.Discard]int, what string) {
+	ds := slices.SortedFunc(maps.Keys(refused), func(a, b collector.Discard) int {
+		return cmp.Or(strings.Compare(a.Series, b.Series), cmp.Compare(a.Reason, b.Reason))
+	})
+	for _, d := range ds {
+		fmt.Fprintf(warn, "tpsmon: replay: %d %s refused, %s %s: impossible values are not joined\n", refused[d], what, d.Series, d.Reason)
+	}
 }
 
 // unwatchedAfter is the longest silence of a log still taken as an idle
@@ -280,12 +286,20 @@ func (rec *recording) addMetrics(o Options, warn io.Writer) error {
 	return nil
 }
 
-// addGPUs takes the readings of an nvidia-smi CSV.
-func (rec *recording) addGPUs(path string, loc *time.Location) error {
+// addGPUs takes the readings of an nvidia-smi CSV; readings no GPU gives
+// are dropped (gpu.Sample.Check), and warn is told how many and why.
+func (rec *recording) addGPUs(path string, loc *time.Location, warn io.Writer) error {
 	gs, err := readGPUCSV(path, loc)
 	if err != nil {
 		return err
 	}
+	refused := map[collector.Discard]int{}
+	for i := range gs {
+		for _, d := range gs[i].Check() {
+			refused[d]++
+		}
+	}
+	warnRefused(warn, refused, "GPU readings")
 	rec.sampled = rec.sampled || len(gs) > 0
 	last := map[string]time.Time{}
 	for i := range gs {
@@ -574,12 +588,26 @@ func (c csvRow) sample(loc *time.Location) (gpu.Sample, error) {
 	used, okU := c.num("memory.used", "MiB")
 	total, okT := c.num("memory.total", "MiB")
 	if okU && okT {
-		s.MemUsedBytes, s.MemTotalBytes, s.Has = int64(used*(1<<20)), int64(total*(1<<20)), s.Has|gpu.FieldMemory
+		s.MemUsedBytes, s.MemTotalBytes, s.Has = mibBytes(used), mibBytes(total), s.Has|gpu.FieldMemory
 	}
 	if v, ok := c.num("power.draw", "W"); ok {
 		s.PowerW, s.Has = v, s.Has|gpu.FieldPower
 	}
 	return s, nil
+}
+
+// mibBytes is a size in MiB as bytes. One that is no size (NaN, negative)
+// or more than int64 holds comes out negative or at int64's end, for
+// gpu.Sample.Check to refuse rather than wrapped around to a plausible one.
+func mibBytes(mib float64) int64 {
+	switch b := mib * (1 << 20); {
+	case !(b >= 0):
+		return -1
+	case b >= math.MaxInt64:
+		return math.MaxInt64
+	default:
+		return int64(b)
+	}
 }
 
 // logRead is what replay took from a server log.

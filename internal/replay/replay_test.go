@@ -324,3 +324,29 @@ func TestReplayRefusesTimesOutsideLineProtocol(t *testing.T) {
 		})
 	}
 }
+
+// A recorded GPU reading no GPU gives (1e300 W, 500 %, a size past int64)
+// is dropped, and replay says how many and why; the readings around it
+// are joined as recorded.
+func TestReplayRefusesImpossibleGPUReadings(t *testing.T) {
+	var out closed
+	var warn bytes.Buffer
+	o := Options{GPUCSV: "testdata/gpu_impossible_readings.csv", Window: 10 * time.Second, Server: "s", Host: "h", TZ: "UTC"}
+	if err := Run(context.Background(), o, &out, &warn); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"1 GPU readings refused, gpu_power huge", "1 GPU readings refused, gpu_power inf",
+		"1 GPU readings refused, gpu_util huge", "1 GPU readings refused, gpu_util negative",
+		"1 GPU readings refused, gpu_mem_util nan", "1 GPU readings refused, gpu_memory huge"} {
+		if !strings.Contains(warn.String(), w) {
+			t.Errorf("warnings %q do not say %q", warn.String(), w)
+		}
+	}
+	if len(out) != 1 || len(out[0].GPUs) != 1 {
+		t.Fatalf("windows %+v, want one of one GPU", out)
+	}
+	g := out[0].GPUs[0]
+	if g.PowerW.V != 300 || g.Util.V != 50 || !g.EnergyJ.OK || g.EnergyJ.V < 899 || g.EnergyJ.V > 901 {
+		t.Errorf("power %v W, util %v %%, energy %v J: want the good readings' 300 W, 50 %%, 900 J", g.PowerW, g.Util, g.EnergyJ)
+	}
+}
