@@ -535,6 +535,10 @@ func readGPUCSV(path string, loc *time.Location) ([]gpu.Sample, error) {
 	return out, nil
 }
 
+// maxGPUIndex bounds a GPU index read from a CSV: NVML numbers a node's
+// GPUs from 0, and no node has thousands.
+const maxGPUIndex = 1023
+
 // csvRow is one record of the GPU CSV, read by header name.
 type csvRow struct {
 	col map[string]int
@@ -575,10 +579,17 @@ func (c csvRow) sample(loc *time.Location) (gpu.Sample, error) {
 	if !collector.InRange(t) {
 		return gpu.Sample{}, fmt.Errorf("timestamp %q: outside 1677-2262, the years line protocol can hold", ts)
 	}
-	idx, _ := c.num("index", "")
-	uuid, _ := c.get("uuid")
+	is, _ := c.get("index")
+	idx, err := strconv.Atoi(is)
+	if err != nil || idx < 0 || idx > maxGPUIndex {
+		return gpu.Sample{}, fmt.Errorf("index %q: want a GPU's index, 0 to %d", is, maxGPUIndex)
+	}
+	uuid, ok := c.get("uuid")
+	if !ok {
+		return gpu.Sample{}, errors.New("no uuid: a reading must say which GPU it is")
+	}
 	name, _ := c.get("name")
-	s := gpu.Sample{Time: t, Index: int(idx), UUID: uuid, Name: name}
+	s := gpu.Sample{Time: t, Index: idx, UUID: uuid, Name: name}
 	if v, ok := c.num("utilization.gpu", "%"); ok {
 		s.UtilPct, s.Has = v, s.Has|gpu.FieldUtil
 	}

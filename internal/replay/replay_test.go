@@ -350,3 +350,30 @@ func TestReplayRefusesImpossibleGPUReadings(t *testing.T) {
 		t.Errorf("power %v W, util %v %%, energy %v J: want the good readings' 300 W, 50 %%, 900 J", g.PowerW, g.Util, g.EnergyJ)
 	}
 }
+
+// A GPU CSV row that does not say which GPU it is, or says it in a way no
+// index reads (a float, a name, a negative number), is an error naming the
+// row, not a reading of GPU 0.
+func TestReplayGPUCSVRowsNameTheirGPU(t *testing.T) {
+	for _, tc := range []struct{ index, uuid, want string }{
+		{"abc", "GPU-1", `line 2: index "abc": want a GPU's index, 0 to 1023`},
+		{"2.5", "GPU-1", `line 2: index "2.5"`},
+		{"-1", "GPU-1", `line 2: index "-1"`},
+		{"NaN", "GPU-1", `line 2: index "NaN"`},
+		{"99999999999999999999", "GPU-1", `line 2: index "99999999999999999999"`},
+		{"0", "", "line 2: no uuid"},
+		{"0", "[N/A]", "line 2: no uuid"},
+	} {
+		t.Run(tc.index+" "+tc.uuid, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "gpu.csv")
+			text := "timestamp, index, uuid, utilization.gpu [%]\n2026/05/19 10:00:00.000, " + tc.index + ", " + tc.uuid + ", 50 %\n"
+			if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			err := Run(context.Background(), Options{GPUCSV: path, Window: 10 * time.Second, Server: "s", Host: "h", TZ: "UTC"}, &closed{}, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want one saying %q", err, tc.want)
+			}
+		})
+	}
+}
