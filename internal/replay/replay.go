@@ -276,6 +276,13 @@ func (rec *recording) addMetrics(o Options, warn io.Writer) error {
 	for _, s := range skipped {
 		fmt.Fprintf(warn, "tpsmon: replay: skipped %s\n", s)
 	}
+	refused := map[collector.Discard]int{}
+	for _, m := range ms {
+		for _, d := range m.Discards {
+			refused[d]++
+		}
+	}
+	warnRefused(warn, refused, "metric values")
 	rec.sampled = rec.sampled || len(ms) > 0
 	for i := range ms {
 		rec.inputs = append(rec.inputs, timed{t: ms[i].Time, server: &ms[i]})

@@ -377,3 +377,35 @@ func TestReplayGPUCSVRowsNameTheirGPU(t *testing.T) {
 		})
 	}
 }
+
+// A scraped value no server gives (a counter of 1e300) is refused as the
+// daemon refuses it, and replay says so.
+func TestReplaySaysWhichMetricValuesItRefused(t *testing.T) {
+	dir := t.TempDir()
+	src := "../../cmd/tpsmon/testdata/replay/metrics"
+	names := []string{"1700000000500.prom", "1700000001500.prom", "1700000002500.prom"}
+	for i, n := range names {
+		b, err := os.ReadFile(filepath.Join(src, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			b = bytes.Replace(b, []byte(`vllm:generation_tokens_total{model_name="replay/model"} 120.0`),
+				[]byte(`vllm:generation_tokens_total{model_name="replay/model"} 1e300`), 1)
+			if !bytes.Contains(b, []byte("1e300")) {
+				t.Fatal("the fixture changed: no counter to break")
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, n), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var warn bytes.Buffer
+	o := Options{MetricsDir: dir, Engine: "auto", Window: 10 * time.Second, Server: "s", Host: "h", TZ: "UTC"}
+	if err := Run(context.Background(), o, &closed{}, &warn); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(warn.String(), "1 metric values refused, generation_tokens huge") {
+		t.Errorf("warnings %q do not name the refused counter", warn.String())
+	}
+}
