@@ -60,6 +60,8 @@ func TestConfigErrorsNameWhatIsWrong(t *testing.T) {
 		// would write 86 million windows.
 		{"replay window too short", []string{"replay", "--log", "testdata/replay/vllm_edges.log", "--window", "1ms"}, nil, []string{"--window 1ms", "too short", "at least 100ms"}},
 		{"replay window too long", []string{"replay", "--log", "testdata/replay/vllm_edges.log", "--window", "2h"}, nil, []string{"--window 2h0m0s", "too long", "at most 1h0m0s"}},
+		{"replay year out of range", []string{"replay", "--log", "testdata/replay/vllm_edges.log", "--year", "99999"}, nil, []string{"--year 99999", "1678 to 2261"}},
+		{"replay year before", []string{"replay", "--log", "testdata/replay/vllm_edges.log", "--year", "1500"}, nil, []string{"--year 1500", "1678 to 2261"}},
 		{"replay window negative", []string{"replay", "--log", "testdata/replay/vllm_edges.log", "--window", "-10s"}, nil, []string{"--window -10s", "too short"}},
 	}
 	for _, tt := range tests {

@@ -84,6 +84,9 @@ func Run(ctx context.Context, o Options, out Writer, warn io.Writer) error {
 	if err := config.CheckWindow(o.Window); err != nil {
 		return fmt.Errorf("--window %w", err)
 	}
+	if first, last := collector.MinTime.Year()+1, collector.MaxTime.Year()-1; o.Year != 0 && (o.Year < first || o.Year > last) {
+		return fmt.Errorf("--year %d: want %d to %d (the years line protocol can hold), or 0 for this year", o.Year, first, last)
+	}
 	loc, err := time.LoadLocation(o.TZ)
 	if err != nil {
 		return fmt.Errorf("--tz: %w", err)
