@@ -53,63 +53,31 @@ func TestStreamRefusesImpossibleLines(t *testing.T) {
 	}
 }
 
-// TestStreamRefusesDaysLongLines: a llama.cpp request that says it ran
-// for more than a day is a misprinted duration, refused and counted; one
-// of a day is taken.
-func TestStreamRefusesDaysLongLines(t *testing.T) {
-	line := func(task int, ms string) string {
-		return fmt.Sprintf("slot print_timing: id  0 | task %d |        eval time = %s ms /    96 tokens (   60.31 ms per token,    16.58 tokens per second)", task, ms)
+// TestStreamRefusesImpossibleSpans: a llama.cpp request that says it ran
+// for more than a day is a misprinted duration, and one stamped in a year
+// line protocol cannot hold a misprinted time: each is refused and counted.
+// A day is taken, as are the years up to 2262.
+func TestStreamRefusesImpossibleSpans(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	refused := func(r collector.Reason) []collector.Discard {
+		return []collector.Discard{{Series: "interval", Reason: r}}
 	}
 	tests := []struct {
-		ms      string
-		refused bool
+		name string
+		ms   string
+		at   time.Time
+		want []collector.Discard // nil: taken
 	}{
-		{"5729.20", false},
-		{"86400000.00", false}, // a day
-		{"86400001.00", true},
-		{"99999999999.20", true}, // three years
+		{"5.7 s", "5729.20", now, nil},
+		{"a day", "86400000.00", now, nil},
+		{"a day and a millisecond", "86400001.00", now, refused(collector.Huge)},
+		{"three years", "99999999999.20", now, refused(collector.Huge)},
+		{"in 2262", "5729.20", time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC), nil},
+		{"in 9999", "5729.20", time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC), refused(collector.OutOfRange)},
+		{"in year 1", "5729.20", time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), refused(collector.OutOfRange)},
+		{"just past the end", "5729.20", collector.MaxTime.Add(time.Nanosecond), refused(collector.OutOfRange)},
 	}
 	for _, tc := range tests {
-		t.Run(tc.ms, func(t *testing.T) {
-			p, err := NewParser("llamacpp")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []collector.Discard
-			st := &Stream{Discarded: func(d collector.Discard) { got = append(got, d) }}
-			rec, ok := p.Parse([]byte(line(7, tc.ms)))
-			if !ok {
-				t.Fatal("line not parsed")
-			}
-			_, ok = st.Interval(rec, time.Unix(1_700_000_000, 0))
-			if ok == tc.refused {
-				t.Errorf("taken %v, want %v", ok, !tc.refused)
-			}
-			want := []collector.Discard(nil)
-			if tc.refused {
-				want = []collector.Discard{{Series: "interval", Reason: collector.Huge}}
-			}
-			if fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Errorf("discards %v, want %v", got, want)
-			}
-		})
-	}
-}
-
-// TestStreamRefusesTimesOutOfRange: a line stamped in a year line protocol
-// cannot hold is refused and counted, at either end.
-func TestStreamRefusesTimesOutOfRange(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		at      time.Time
-		refused bool
-	}{
-		{"now", time.Unix(1_700_000_000, 0), false},
-		{"year 2262, in", time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC), false},
-		{"year 9999", time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC), true},
-		{"year 1", time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), true},
-		{"just past the end", collector.MaxTime.Add(time.Nanosecond), true},
-	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := NewParser("llamacpp")
 			if err != nil {
@@ -117,15 +85,16 @@ func TestStreamRefusesTimesOutOfRange(t *testing.T) {
 			}
 			var got []collector.Discard
 			st := &Stream{Discarded: func(d collector.Discard) { got = append(got, d) }}
-			rec, ok := p.Parse([]byte("slot print_timing: id  0 | task 1 |        eval time =    5729.20 ms /    96 tokens (   60.31 ms per token,    16.58 tokens per second)"))
+			line := "slot print_timing: id  0 | task 7 |        eval time = " + tc.ms + " ms /    96 tokens (   60.31 ms per token,    16.58 tokens per second)"
+			rec, ok := p.Parse([]byte(line))
 			if !ok {
 				t.Fatal("line not parsed")
 			}
-			if _, ok := st.Interval(rec, tc.at); ok == tc.refused {
-				t.Errorf("taken %v, want %v", ok, !tc.refused)
+			if _, ok = st.Interval(rec, tc.at); ok != (tc.want == nil) {
+				t.Errorf("taken %v, want %v", ok, tc.want == nil)
 			}
-			if tc.refused && (len(got) != 1 || got[0] != collector.Discard{Series: "interval", Reason: collector.OutOfRange}) {
-				t.Errorf("discards %v, want one interval range", got)
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("discards %v, want %v", got, tc.want)
 			}
 		})
 	}
