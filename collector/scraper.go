@@ -178,10 +178,13 @@ func (s *Scraper) fetch(ctx context.Context, client *http.Client) (Sample, error
 	return smp, err
 }
 
-// NewClient returns the HTTP client scrapes use: a page of a few tens of
-// KB is read in one or two system calls rather than one per 4 KB.
+// NewClient returns the HTTP client scrapes use. Its connections keep the
+// default 4 KB read buffer: a page's body is read straight into the
+// scraper's own buffer once the headers are in (bufio hands reads larger
+// than its buffer to the socket), so a bigger one saved about 4 µs a
+// scrape of an 8 KB page (BenchmarkScrape) and held 60 KB more of live
+// heap per server, for as long as the daemon runs.
 func NewClient(timeout time.Duration) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.ReadBufferSize = 64 << 10
 	return &http.Client{Timeout: timeout, Transport: t}
 }
