@@ -1,19 +1,22 @@
 // Package heapgoal lowers the Go collector's smallest heap goal in the
-// daemon from the runtime's 4 MB to 1 MB, keeping GOGC=100's goal of twice
-// the live heap wherever that is larger.
+// daemon from the runtime's 4 MB to 1 MB while it allocates slowly, keeping
+// GOGC=100's goal of twice the live heap wherever that is larger.
 //
-// On a small node tpsmon's live heap is under 1 MB. With GOGC=100 the
-// runtime lets the heap grow to 4 MB before it collects, and the garbage in
-// between stays resident: 2-3 MB of the daemon's 22 MiB peak in bench S1. A
-// lower GOGC would collect earlier at every size and cost CPU where the
-// live heap is large (S3 with GOGC=25: 1.06 % of a core against 0.80 %).
-// The runtime scales its minimum goal with GOGC (4 MB × GOGC/100), so after
-// each collection Keep sets GOGC between 25 and 100 such that the next goal
-// is max(1 MB, GOGC=100's goal). The goal never falls below twice the live
-// heap, so the collector cannot run more often than GOGC=100 would at a
-// live heap of max(live, 0.5 MB), however the heap grows: there is no
-// memory limit to thrash against, and from 2 MB of live heap up it is
-// GOGC=100 exactly.
+// On a small node tpsmon's live heap is under 1 MB and it allocates ~30 kB
+// a second. With GOGC=100 the runtime lets the heap grow to 4 MB before it
+// collects, and the garbage in between stays resident: 2-3 MB of the
+// daemon's 22 MiB peak in bench S1. A lower GOGC would collect earlier at
+// every size and rate and cost CPU where the daemon is busy (S3 with
+// GOGC=25: 1.06 % of a core against 0.80 %). The runtime scales its minimum
+// goal with GOGC (4 MB × GOGC/100), so after each collection Keep sets GOGC
+// between 25 and 100 such that the next goal is max(1 MB, GOGC=100's goal),
+// unless the heap allocated over the last cycle says that goal would be
+// reached in under MinCycle: then the runtime's own goal stands (GOGC=100),
+// so a busy daemon (a log firehose, a large node) collects exactly as
+// before. The goal never falls below twice the live heap and the lowered
+// one is only kept while collections come at most once per MinCycle: there
+// is no memory limit to thrash against, and the collections it adds cost
+// at most one cycle per MinCycle.
 package heapgoal
 
 import (
@@ -21,6 +24,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
+	"time"
 )
 
 const (
@@ -28,21 +32,29 @@ const (
 	runtimeMin = 4 << 20
 	// Floor is the smallest heap goal Keep asks for.
 	Floor = 1 << 20
+	// MinCycle is the shortest time between collections the lowered goal
+	// may cause, at the allocation rate of the last cycle.
+	MinCycle = 10 * time.Second
 )
 
-// Percent returns the GOGC under which the runtime's next heap goal is
-// max(Floor, 2×live + scan), GOGC=100's goal after a collection that left
-// live bytes of heap and scan bytes of stacks and globals to scan. The
-// runtime's goal is max(runtimeMin × p/100, live + (live+scan) × p/100):
+// Percent returns the GOGC for the next cycle after a collection that left
+// live bytes of heap and scan bytes of stacks and globals to scan, when the
+// heap grew at rate bytes a second over the last cycle (0: not known yet).
+// The goal asked for is max(Floor, 2×live + scan), GOGC=100's goal without
+// the runtime's minimum; if the heap would get there in under MinCycle, 100.
+// The runtime's goal is max(runtimeMin × p/100, live + (live+scan) × p/100):
 // for p ≤ 100 the second term is at most 2×live + scan, so a p that lifts
-// the first term to that is enough.
-func Percent(live, scan uint64) int {
-	want := 2*live + scan
-	if want >= runtimeMin {
+// the first term to the goal is enough.
+func Percent(live, scan uint64, rate float64) int {
+	return percent(live, scan, rate, MinCycle)
+}
+
+func percent(live, scan uint64, rate float64, minCycle time.Duration) int {
+	goal := max(Floor, 2*live+scan)
+	if goal >= runtimeMin || float64(goal-live) < rate*minCycle.Seconds() {
 		return 100
 	}
-	p := int((want*100 + runtimeMin - 1) / runtimeMin) // rounded up
-	return max(p, Floor*100/runtimeMin)
+	return int((goal*100 + runtimeMin - 1) / runtimeMin) // rounded up
 }
 
 // sentinel is dropped right after it is made: the cleanup attached to it
@@ -51,20 +63,26 @@ func Percent(live, scan uint64) int {
 type sentinel struct{ _ *byte }
 
 type keeper struct {
-	mu      sync.Mutex
-	stopped bool
-	set     int // the GOGC set last
-	samples []metrics.Sample
+	minCycle time.Duration
+	mu       sync.Mutex
+	stopped  bool
+	set      int // the GOGC set last
+	samples  []metrics.Sample
+	allocs   uint64 // heap bytes allocated in all, at the last adjust
+	at       time.Time
 }
 
 // Keep sets GOGC after every collection, as Percent says, until stop is
 // called, which restores GOGC=100. The process's GOGC must be 100 (the
 // caller leaves it alone when the environment sets it).
-func Keep() (stop func()) {
-	k := &keeper{set: 100, samples: []metrics.Sample{
+func Keep() (stop func()) { return keep(MinCycle) }
+
+func keep(minCycle time.Duration) (stop func()) {
+	k := &keeper{minCycle: minCycle, set: 100, samples: []metrics.Sample{
 		{Name: "/gc/heap/live:bytes"},
 		{Name: "/gc/scan/stack:bytes"},
 		{Name: "/gc/scan/globals:bytes"},
+		{Name: "/gc/heap/allocs:bytes"},
 	}}
 	k.adjust()
 	return func() {
@@ -85,15 +103,21 @@ func (k *keeper) adjust() {
 		return
 	}
 	metrics.Read(k.samples)
-	var v [3]uint64
+	var v [4]uint64
 	for i, s := range k.samples {
 		if s.Value.Kind() == metrics.KindUint64 {
 			v[i] = s.Value.Uint64()
 		}
 	}
+	now := time.Now()
+	var rate float64
+	if !k.at.IsZero() {
+		rate = float64(v[3]-k.allocs) / max(now.Sub(k.at).Seconds(), 1e-3)
+	}
+	k.allocs, k.at = v[3], now
 	// Before the first collection the live heap reads zero: the floor
 	// applies from the start, or the first cycle would still run to 4 MB.
-	if p := Percent(v[0], v[1]+v[2]); p != k.set {
+	if p := percent(v[0], v[1]+v[2], rate, k.minCycle); p != k.set {
 		debug.SetGCPercent(p)
 		k.set = p
 	}
