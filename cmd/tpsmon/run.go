@@ -28,9 +28,13 @@ leaves the rest in the spool.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Getenv("GOGC") == "" {
-				// The daemon's live heap is small: collect at 2 MB, not
-				// the runtime's 4 MB, and at twice the live heap above.
-				defer heapgoal.Keep()()
+				// The daemon's live heap is small: while it allocates
+				// slowly, collect at 1 MB or twice the live heap rather
+				// than at the runtime's 4 MB.
+				ctx, stop := context.WithCancel(cmd.Context())
+				done := make(chan struct{})
+				go func() { heapgoal.Run(ctx); close(done) }()
+				defer func() { stop(); <-done }()
 			}
 			cfg, err := configFromFlags(cmd)
 			if err != nil {

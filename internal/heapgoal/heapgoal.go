@@ -8,29 +8,33 @@
 // daemon's 22 MiB peak in bench S1. A lower GOGC would collect earlier at
 // every size and rate and cost CPU where the daemon is busy (S3 with
 // GOGC=25: 1.06 % of a core against 0.80 %). The runtime scales its minimum
-// goal with GOGC (4 MB × GOGC/100), so after each collection Keep sets GOGC
+// goal with GOGC (4 MB × GOGC/100), so after each collection Run sets GOGC
 // between 25 and 100 such that the next goal is max(1 MB, GOGC=100's goal),
 // unless the heap allocated over the last cycle says that goal would be
 // reached in under MinCycle: then the runtime's own goal stands (GOGC=100),
 // so a busy daemon (a log firehose, a large node) collects exactly as
-// before. The goal never falls below twice the live heap and the lowered
-// one is only kept while collections come at most once per MinCycle: there
-// is no memory limit to thrash against, and the collections it adds cost
-// at most one cycle per MinCycle.
+// before. The rate is judged after every collection and every MinCycle, so
+// a goal raised for a burst (start-up, a backlog) comes down within
+// MinCycle of its end. The goal never falls below twice the live heap and
+// the lowered one is only kept while collections come at most about once
+// per MinCycle: there is no memory limit to thrash against.
 package heapgoal
 
 import (
+	"context"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
 	"time"
+
+	"github.com/tpsmon/tpsmon/internal/wake"
 )
 
 const (
 	// runtimeMin is the runtime's smallest heap goal at GOGC=100.
 	runtimeMin = 4 << 20
-	// Floor is the smallest heap goal Keep asks for.
+	// Floor is the smallest heap goal Run asks for.
 	Floor = 1 << 20
 	// MinCycle is the shortest time between collections the lowered goal
 	// may cause, at the allocation rate of the last cycle.
@@ -72,12 +76,12 @@ type keeper struct {
 	at       time.Time
 }
 
-// Keep sets GOGC after every collection, as Percent says, until stop is
-// called, which restores GOGC=100. The process's GOGC must be 100 (the
-// caller leaves it alone when the environment sets it).
-func Keep() (stop func()) { return keep(MinCycle) }
+// Run sets GOGC as Percent says after every collection and every
+// MinCycle until ctx ends, then restores GOGC=100. The process's GOGC must
+// be 100 (the caller leaves it alone when the environment sets it).
+func Run(ctx context.Context) { run(ctx, MinCycle) }
 
-func keep(minCycle time.Duration) (stop func()) {
+func run(ctx context.Context, minCycle time.Duration) {
 	k := &keeper{minCycle: minCycle, set: 100, samples: []metrics.Sample{
 		{Name: "/gc/heap/live:bytes"},
 		{Name: "/gc/scan/stack:bytes"},
@@ -85,23 +89,46 @@ func keep(minCycle time.Duration) (stop func()) {
 		{Name: "/gc/heap/allocs:bytes"},
 	}}
 	k.adjust()
-	return func() {
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		if !k.stopped {
-			k.stopped = true
-			debug.SetGCPercent(100)
+	defer k.stop()
+	// On the shared instants: the check costs no wakeup of its own.
+	t := wake.NewTicker(minCycle)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			k.mu.Lock()
+			if !k.stopped {
+				k.setLocked()
+			}
+			k.mu.Unlock()
+			t.Next()
 		}
 	}
 }
 
-// adjust sets GOGC from the last collection and waits for the next one.
+func (k *keeper) stop() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.stopped = true
+	debug.SetGCPercent(100)
+}
+
+// adjust sets GOGC after a collection and waits for the next one.
 func (k *keeper) adjust() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.stopped {
 		return
 	}
+	k.setLocked()
+	runtime.AddCleanup(new(sentinel), (*keeper).adjust, k)
+}
+
+// setLocked sets GOGC from the last collection's live heap and the rate
+// of allocation since the last call.
+func (k *keeper) setLocked() {
 	metrics.Read(k.samples)
 	var v [4]uint64
 	for i, s := range k.samples {
@@ -121,5 +148,4 @@ func (k *keeper) adjust() {
 		debug.SetGCPercent(p)
 		k.set = p
 	}
-	runtime.AddCleanup(new(sentinel), (*keeper).adjust, k)
 }

@@ -1,6 +1,7 @@
 package heapgoal
 
 import (
+	"context"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -59,62 +60,83 @@ func read(name string) uint64 {
 	return s[0].Value.Uint64()
 }
 
-// TestKeep runs the keeper in this process: after collections its GOGC
-// follows percent of what the last collection left, the goal is the floor
-// or twice the live heap, and stop restores GOGC=100. The test collects
-// every few milliseconds, so it shortens MinCycle to let the goal down.
-func TestKeep(t *testing.T) {
+// TestRun runs the keeper in this process: GOGC follows percent of what
+// the last collection left and the rate since, a lowered goal is the floor
+// or twice the live heap, a goal raised for a burst comes down once it is
+// over, and the end restores GOGC=100. The test collects every few
+// milliseconds, so MinCycle is shortened or lengthened to suit each case.
+func TestRun(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100)) // whatever GOGC the tests run under
 	for _, tc := range []struct {
 		name     string
 		minCycle time.Duration
-		lowered  bool
+		burst    bool // allocate 64 MB between collections
+		quiet    bool // then wait, allocating nothing, for ticks to see it
+		want     func(p uint64) bool
 	}{
-		{"slow allocation: the goal is lowered", time.Microsecond, true},
-		{"fast allocation: the runtime's goal", time.Hour, false},
+		{"slow allocation: the goal is lowered", time.Millisecond, false, false, func(p uint64) bool { return p < 100 }},
+		{"fast allocation: the runtime's goal", time.Hour, true, false, func(p uint64) bool { return p == 100 }},
+		{"a burst, then quiet: lowered again", 100 * time.Millisecond, true, true, func(p uint64) bool { return p < 100 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			stop := keep(tc.minCycle)
-			defer stop()
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { run(ctx, tc.minCycle); close(done) }()
+			defer func() { cancel(); <-done }()
 			var held [][]byte
+			var sink []byte
 			deadline := time.Now().Add(10 * time.Second)
-			for cycles := 0; ; cycles++ {
+			for cycles := 1; ; cycles++ {
 				// A live heap of about 1.5 MB, above the floor's half, so
 				// that a lowered goal follows the heap, not the floor.
 				held = append(held, make([]byte, 64<<10))
 				if len(held) > 24 {
 					held = held[1:]
 				}
+				if tc.burst {
+					for range 1024 {
+						sink = make([]byte, 64<<10)
+					}
+				}
 				runtime.GC()
 				time.Sleep(10 * time.Millisecond) // the cleanup runs on its own goroutine
-				p, goal, live := read("/gc/gogc:percent"), read("/gc/heap/goal:bytes"), read("/gc/heap/live:bytes")
-				if tc.lowered && p < 100 {
-					if goal >= runtimeMin || goal < max(Floor, 2*live) {
+				p := read("/gc/gogc:percent")
+				if tc.burst && !tc.quiet && cycles < 5 {
+					continue // the first cycle has no rate yet and is lowered
+				}
+				if tc.quiet {
+					if p != 100 {
+						// A tick between the collection and the read
+						// saw the quiet after it: burst again.
+						if time.Now().After(deadline) {
+							t.Fatalf("GOGC %d after %d bursts, want 100", p, cycles)
+						}
+						continue
+					}
+					time.Sleep(4 * tc.minCycle)
+					p = read("/gc/gogc:percent")
+				}
+				if tc.want(p) {
+					if goal, live := read("/gc/heap/goal:bytes"), read("/gc/heap/live:bytes"); p < 100 && (goal >= runtimeMin || goal < max(Floor, 2*live)) {
 						t.Fatalf("heap goal %d with %d live: want at least max(floor, 2×live) and under the runtime's 4 MB", goal, live)
 					}
 					break
 				}
-				if !tc.lowered && cycles >= 5 {
-					// The first cycle has no rate yet and is lowered; from
-					// the second on the rate says the goal stays the runtime's.
-					if p != 100 {
-						t.Fatalf("GOGC %d after %d quick collections, want 100", p, cycles)
-					}
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("GOGC %d after %d collections (live %d)", p, cycles, live)
+				if time.Now().After(deadline) || !tc.burst || tc.quiet {
+					t.Fatalf("GOGC %d after %d collections (live %d)", p, cycles, read("/gc/heap/live:bytes"))
 				}
 			}
 			runtime.KeepAlive(held)
-			stop()
+			runtime.KeepAlive(sink)
+			cancel()
+			<-done
 			if p := read("/gc/gogc:percent"); p != 100 {
-				t.Fatalf("GOGC %d after stop, want 100", p)
+				t.Fatalf("GOGC %d after the end, want 100", p)
 			}
 			runtime.GC()
 			time.Sleep(50 * time.Millisecond)
 			if p := read("/gc/gogc:percent"); p != 100 {
-				t.Fatalf("GOGC %d after stop and a collection, want 100", p)
+				t.Fatalf("GOGC %d after the end and a collection, want 100", p)
 			}
 		})
 	}
