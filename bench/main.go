@@ -25,6 +25,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == spawnArg {
+		if err := spawn(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	minutes := flag.Float64("minutes", 3, "length of each S1 run")
 	s3Minutes := flag.Float64("s3-minutes", 10, "length of the S3 run")
 	lines := flag.Int("lines", 300000, "S2 and R: lines of each log")
