@@ -119,16 +119,23 @@ func completionSlack(c Counter) time.Duration {
 }
 
 // valueReason checks one value on its own; ok when it is a plausible
-// reading below limit.
-func valueReason(v, limit float64) (Reason, bool) {
+// reading of its kind (0 up to limit).
+func valueReason(v, limit float64) (Reason, bool) { return RangeReason(v, 0, limit) }
+
+// RangeReason says why v is no reading in [lo, hi], if it is not: NaN,
+// ±Inf, below zero where lo is not (Negative), below lo (OutOfRange), or
+// above hi (Huge).
+func RangeReason(v, lo, hi float64) (Reason, bool) {
 	switch {
 	case math.IsNaN(v):
 		return NotANumber, false
 	case math.IsInf(v, 0):
 		return Infinite, false
-	case v < 0:
+	case v < 0 && lo >= 0:
 		return Negative, false
-	case v > limit:
+	case v < lo:
+		return OutOfRange, false
+	case v > hi:
 		return Huge, false
 	}
 	return 0, true

@@ -1,10 +1,6 @@
 package gpu
 
-import (
-	"math"
-
-	"github.com/tpsmon/tpsmon/collector"
-)
+import "github.com/tpsmon/tpsmon/collector"
 
 // Physical bounds of one GPU's readings. A reading beyond them is a driver
 // glitch or a corrupted recording (the power of a misprinted CSV row became
@@ -37,7 +33,7 @@ func (s *Sample) Check() []collector.Discard {
 			return
 		}
 		for _, v := range vs {
-			if r, ok := reason(v, lo, hi); !ok {
+			if r, ok := collector.RangeReason(v, lo, hi); !ok {
 				drop(f, series, r)
 				return
 			}
@@ -58,7 +54,7 @@ func (s *Sample) Check() []collector.Discard {
 	}
 	kept := s.UtilSamples[:0]
 	for _, u := range s.UtilSamples {
-		if r, ok := reason(u.Pct, 0, 100); !ok {
+		if r, ok := collector.RangeReason(u.Pct, 0, 100); !ok {
 			out = append(out, collector.Discard{Series: "gpu_util", Reason: r})
 			continue
 		}
@@ -66,21 +62,4 @@ func (s *Sample) Check() []collector.Discard {
 	}
 	s.UtilSamples = kept
 	return out
-}
-
-// reason says why v is not within [lo, hi], if it is not.
-func reason(v, lo, hi float64) (collector.Reason, bool) {
-	switch {
-	case math.IsNaN(v):
-		return collector.NotANumber, false
-	case math.IsInf(v, 0):
-		return collector.Infinite, false
-	case v < 0 && lo >= 0:
-		return collector.Negative, false
-	case v < lo:
-		return collector.OutOfRange, false
-	case v > hi:
-		return collector.Huge, false
-	}
-	return 0, true
 }
