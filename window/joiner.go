@@ -87,6 +87,7 @@ type serverState struct {
 	// lastW: a log's lines come in order, so most go to the same window.
 	lastW   time.Time
 	lastAcc *windowAcc
+	spare   []*windowAcc // closed windows' accumulators, for reuse
 	// completion is set once the server counts tokens at completion: a
 	// window without intervals then made 0 tokens, it is not unknown.
 	completion bool
@@ -339,7 +340,7 @@ func (j *Joiner) addInterval(st *serverState, iv collector.Interval) bool {
 		a := st.lastAcc
 		if a == nil || w != st.lastW {
 			if a = st.acc[w]; a == nil {
-				a = &windowAcc{}
+				a = st.newAcc()
 				st.acc[w] = a
 			}
 			st.lastW, st.lastAcc = w, a
@@ -446,8 +447,14 @@ func (j *Joiner) Flush(now time.Time) []Closed {
 // Close ends observation at now: every window that has begun is closed,
 // the last one partial (its coverage says how much). For shutdown and the
 // end of a replay.
-func (j *Joiner) Close(now time.Time) []Closed {
-	var out []Closed
+func (j *Joiner) Close(now time.Time) []Closed { return j.CloseAppend(nil, now) }
+
+// CloseAppend is Close appending to dst. The elements of dst past its
+// length are overwritten and their slices' storage reused: a caller that
+// writes the windows out and truncates dst closes the next ones without
+// allocating them (a replay closes tens of thousands).
+func (j *Joiner) CloseAppend(dst []Closed, now time.Time) []Closed {
+	out := dst
 	for j.next.Before(now) {
 		out = j.closeWindow(out, j.next)
 		j.next = j.next.Add(j.cfg.Window)
@@ -474,6 +481,11 @@ type gpuSummary struct {
 func (j *Joiner) closeWindow(out []Closed, s time.Time) []Closed {
 	e := s.Add(j.cfg.Window)
 	c := Closed{Start: s}
+	if n := len(out); n < cap(out) {
+		// Reuse the storage of a closed window the caller is done with.
+		old := out[:n+1][n]
+		c.GPUs, c.Servers = old.GPUs[:0], old.Servers[:0]
+	}
 	sums := make(map[string]*gpuSummary, len(j.gpus))
 	users := j.gpuUsers()
 	for _, g := range j.sortedGPUs() {
@@ -834,7 +846,25 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 	}
 	st.seen.prune(e)
 	st.watched.prune(e)
+	st.spare = append(st.spare[:min(len(st.spare), maxSpareAcc-1)], acc)
 	return m
+}
+
+// maxSpareAcc bounds the closed windows' accumulators a server keeps for
+// the next windows: a few windows are open at once.
+const maxSpareAcc = 4
+
+// newAcc returns an empty accumulator, a closed window's when one is spare
+// (its cover's storage kept): a log's windows then cost no allocation.
+func (st *serverState) newAcc() *windowAcc {
+	n := len(st.spare)
+	if n == 0 {
+		return &windowAcc{}
+	}
+	a := st.spare[n-1]
+	st.spare = st.spare[:n-1]
+	*a = windowAcc{cover: a.cover[:0]}
+	return a
 }
 
 // takeAcc removes and returns the intervals summed for the window at s
@@ -844,7 +874,7 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 func (st *serverState) takeAcc(s time.Time) *windowAcc {
 	acc := st.acc[s]
 	if acc == nil {
-		return &windowAcc{}
+		return st.newAcc()
 	}
 	delete(st.acc, s)
 	if acc == st.lastAcc {

@@ -3,6 +3,8 @@ package window
 import (
 	"errors"
 	"math"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -499,4 +501,65 @@ func TestJoinerSetServersWritesRemovedServersLastWindows(t *testing.T) {
 	if n := len(j.retired); n != 0 {
 		t.Errorf("%d removed servers still kept after their last window", n)
 	}
+}
+
+// TestCloseAppendReusesStorage closes the same inputs window by window,
+// once with Close and once with CloseAppend into one buffer truncated
+// after each call (as replay does), and wants the same windows: reused
+// storage and recycled accumulators must carry nothing over.
+func TestCloseAppendReusesStorage(t *testing.T) {
+	feed := func(j *Joiner, sec int) {
+		j.AddGPU(gpuSample(float64(sec), float64(10+sec%7*10), 300+float64(sec%5), int64(sec)*300_000))
+		iv := collector.Unknown(at(float64(sec)-0.5), at(float64(sec)))
+		iv.Tokens, iv.Running, iv.Observed = float64(100+sec%13), float64(sec%4), true
+		if sec%17 == 0 {
+			iv.Start = at(float64(sec) - 23) // reaches back over two windows
+		}
+		j.AddLog("llm", iv)
+	}
+	plain, reused := newJoiner(0), newJoiner(0)
+	var want, got []Closed
+	var buf []Closed
+	fed := 0.0
+	for sec := 1; sec <= 300; sec++ {
+		fed += float64(100 + sec%13)
+		feed(plain, sec)
+		feed(reused, sec)
+		if sec%7 == 0 {
+			want = append(want, deepCopy(plain.Close(at(float64(sec-25))))...)
+			buf = reused.CloseAppend(buf[:0], at(float64(sec-25)))
+			got = append(got, deepCopy(buf)...)
+		}
+	}
+	want = append(want, deepCopy(plain.Close(at(301)))...)
+	got = append(got, deepCopy(reused.CloseAppend(buf[:0], at(301)))...)
+	if len(want) < 25 {
+		t.Fatalf("only %d windows closed", len(want))
+	}
+	// Both joiners recycle accumulators: the tokens they count must still
+	// be the tokens fed, less what reached back into closed windows.
+	var counted float64
+	for _, w := range servers(got) {
+		counted += float64(w.Tokens.V)
+	}
+	if want := fed - reused.LateTokens(); math.Abs(counted-want) > float64(len(got)) {
+		t.Errorf("windows count %.0f tokens, want %.0f (fed %.0f, late %.0f)", counted, want, fed, reused.LateTokens())
+	}
+	if !reflect.DeepEqual(got, want) {
+		for i := range min(len(got), len(want)) {
+			if !reflect.DeepEqual(got[i], want[i]) {
+				t.Fatalf("window %d differs:\n got %+v\nwant %+v", i, got[i], want[i])
+			}
+		}
+		t.Fatalf("%d windows, want %d", len(got), len(want))
+	}
+}
+
+func deepCopy(cs []Closed) []Closed {
+	out := make([]Closed, len(cs))
+	for i, c := range cs {
+		c.GPUs, c.Servers = slices.Clone(c.GPUs), slices.Clone(c.Servers)
+		out[i] = c
+	}
+	return out
 }

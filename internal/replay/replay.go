@@ -42,6 +42,8 @@ type timed struct {
 
 // Writer receives the closed windows.
 type Writer interface {
+	// WriteWindows writes cs, which it must not hold past the call: their
+	// storage is reused for the next windows.
 	WriteWindows(cs []window.Closed) error
 }
 
@@ -360,8 +362,11 @@ type batcher struct {
 // batchWindows is how many closed windows a batch holds.
 const batchWindows = 256
 
-func (b *batcher) add(cs []window.Closed) {
-	b.pending = append(b.pending, cs...)
+// close closes j's windows that began before now into the batch. The
+// batch's storage is reused from batch to batch: the writers hold no
+// window past their call.
+func (b *batcher) close(j *window.Joiner, now time.Time) {
+	b.pending = j.CloseAppend(b.pending, now)
 	if len(b.pending) >= batchWindows {
 		b.write()
 	}
@@ -427,7 +432,7 @@ func (rec *recording) joinSegment(ctx context.Context, o Options, maxGap time.Du
 		in := f.next()
 		if !rec.sampled && i%closeEvery == 0 {
 			// Close ends the windows that began before its time.
-			out.add(j.Close(in.t.Add(-behind)))
+			out.close(j, in.t.Add(-behind))
 		}
 		switch {
 		case in.server != nil:
@@ -440,7 +445,7 @@ func (rec *recording) joinSegment(ctx context.Context, o Options, maxGap time.Du
 			j.Watch(o.Server, in.t)
 		}
 	}
-	out.add(j.Close(sg.end))
+	out.close(j, sg.end)
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,11 +19,15 @@ import (
 	"github.com/tpsmon/tpsmon/window"
 )
 
-// closed collects what a replay writes.
+// closed collects what a replay writes, copied: the replay reuses the
+// windows' storage once WriteWindows returns.
 type closed []window.Closed
 
 func (c *closed) WriteWindows(cs []window.Closed) error {
-	*c = append(*c, cs...)
+	for _, w := range cs {
+		w.GPUs, w.Servers = slices.Clone(w.GPUs), slices.Clone(w.Servers)
+		*c = append(*c, w)
+	}
 	return nil
 }
 
