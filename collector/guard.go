@@ -251,8 +251,24 @@ func (st *guarded) accept(c Counter, t time.Time, v float64) (float64, Reason, b
 // interval with any impossible value is refused whole: one broken figure
 // makes the line's others doubtful too.
 func CheckInterval(iv Interval) (Discard, bool) {
-	secs := max(iv.End.Sub(iv.Start).Seconds(), 1)
+	span := iv.End.Sub(iv.Start)
+	secs := max(span.Seconds(), 1)
 	tok := MaxTokensPerSecond * secs
+	// Every log line comes here: the common case, all values unknown or in
+	// range, is a few comparisons (NaN fails them all); the checks below
+	// say which value is wrong and why.
+	if unknownOrIn(iv.Tokens, tok) && unknownOrIn(iv.PromptTokens, tok) && unknownOrIn(iv.UserTokens, tok) &&
+		unknownOrIn(iv.UserSeconds, MaxRequests*secs) && unknownOrIn(iv.Preemptions, tok) &&
+		unknownOrIn(iv.Running, MaxRequests) && unknownOrIn(iv.Waiting, MaxRequests) && unknownOrIn(iv.KV, 1) &&
+		InRange(iv.Start) && InRange(iv.End) && !iv.End.Before(iv.Start) && span <= MaxIntervalSpan {
+		return Discard{}, true
+	}
+	return intervalDiscard(iv, secs, tok)
+}
+
+// intervalDiscard says which of the interval's values is wrong, in the
+// order they are checked.
+func intervalDiscard(iv Interval, secs, tok float64) (Discard, bool) {
 	for _, f := range [...]struct {
 		name     string
 		v, limit float64
@@ -284,6 +300,9 @@ func CheckInterval(iv Interval) (Discard, bool) {
 	}
 	return Discard{}, true
 }
+
+// unknownOrIn tells whether v is unknown (-1) or in [0, limit].
+func unknownOrIn(v, limit float64) bool { return v == -1 || v >= 0 && v <= limit }
 
 // DiscardCounts counts discarded values per server and reason, for the
 // daemon's /metrics. Safe for concurrent use; the zero value is ready.

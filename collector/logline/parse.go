@@ -49,6 +49,7 @@ type Parser struct {
 	lastDate  time.Time // the last full date seen, for time-of-day-only stamps
 	stamps    stampCache
 	isoBuf    []byte // a stamp without its fraction
+	day       dayStart
 	maxLine   int
 	needles   []anchorGroup
 	Skipped   uint64 // lines that looked like throughput lines but did not parse

@@ -233,7 +233,35 @@ func (p *Parser) vllmDate(m []byte) (time.Time, bool) {
 	if month < 1 || month > 12 || day < 1 || day > daysIn0[month-1] || hour > 23 || minute > 59 || sec > 59 {
 		return time.Time{}, false
 	}
-	return time.Date(p.year(), time.Month(month), day, hour, minute, sec, 0, p.Loc), true
+	y := p.year()
+	d := &p.day
+	if !d.set || d.year != y || d.month != month || d.day != day || d.loc != p.Loc {
+		*d = newDayStart(y, month, day, p.Loc)
+	}
+	if !d.plain {
+		return time.Date(y, time.Month(month), day, hour, minute, sec, 0, p.Loc), true
+	}
+	return d.t.Add(time.Duration(hour*3600+minute*60+sec) * time.Second), true
+}
+
+// dayStart is the start of the day a vLLM stamp was last read on: a stat
+// line is a new second each time, and a second's offset from its day's
+// start is what time.Date would say, unless the zone changes that day.
+type dayStart struct {
+	set              bool
+	year, month, day int
+	loc              *time.Location
+	t                time.Time
+	plain            bool // the day is 24 hours in one zone offset
+}
+
+func newDayStart(year, month, day int, loc *time.Location) dayStart {
+	t := time.Date(year, time.Month(month), day, 0, 0, 0, 0, loc)
+	next := time.Date(year, time.Month(month), day+1, 0, 0, 0, 0, loc)
+	_, end := t.ZoneBounds()
+	h, m, s := t.Clock()
+	plain := h == 0 && m == 0 && s == 0 && next.Sub(t) == 24*time.Hour && (end.IsZero() || !end.Before(next))
+	return dayStart{set: true, year: year, month: month, day: day, loc: loc, t: t, plain: plain}
 }
 
 // daysIn0 are the months' lengths in year 0, a leap year, in which

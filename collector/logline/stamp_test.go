@@ -2,12 +2,14 @@ package logline
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"testing"
 	"time"
+	_ "time/tzdata" // the zones TestVLLMDateIsTimeDate reads, wherever it runs
 
 	"github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/collector/tail"
@@ -227,5 +229,43 @@ func TestNeedlesPassOverNothing(t *testing.T) {
 		if engine == "auto" && matched < 50 {
 			t.Errorf("auto: only %d lines matched: the comparison saw too little", matched)
 		}
+	}
+}
+
+// TestVLLMDateIsTimeDate reads a vLLM stamp at several times of every day
+// of a year, in zones with and without daylight saving (at 2:00, at
+// midnight, by half an hour), and wants exactly what time.Date says: the
+// day-start shortcut must not move a time, nor change its zone.
+func TestVLLMDateIsTimeDate(t *testing.T) {
+	zones := []string{"UTC", "America/New_York", "Europe/London", "Australia/Lord_Howe", "America/Havana",
+		"America/Santiago", "Asia/Kolkata"}
+	locs := []*time.Location{time.FixedZone("X", -7*3600-1800)}
+	for _, z := range zones {
+		loc, err := time.LoadLocation(z)
+		if err != nil {
+			t.Fatal(err)
+		}
+		locs = append(locs, loc)
+	}
+	clocks := [][3]int{{0, 0, 0}, {0, 30, 0}, {1, 0, 0}, {1, 59, 59}, {2, 0, 0}, {2, 30, 0}, {3, 0, 1}, {12, 0, 0}, {23, 59, 59}}
+	plain := 0
+	for _, loc := range locs {
+		p := &Parser{Loc: loc, Year: 2026}
+		for day := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC); day.Year() == 2026; day = day.AddDate(0, 0, 1) {
+			for _, c := range clocks {
+				stamp := fmt.Sprintf("%02d-%02d %02d:%02d:%02d", int(day.Month()), day.Day(), c[0], c[1], c[2])
+				got, ok := p.vllmDate([]byte(stamp))
+				want := time.Date(2026, day.Month(), day.Day(), c[0], c[1], c[2], 0, loc)
+				if !ok || got != want {
+					t.Fatalf("%s in %v: %v (%v), want %v", stamp, loc, got, ok, want)
+				}
+			}
+			if p.day.plain {
+				plain++
+			}
+		}
+	}
+	if plain == 0 || plain == 365*len(locs) {
+		t.Errorf("%d of %d days plain: the shortcut or the fallback went untested", plain, 365*len(locs))
 	}
 }

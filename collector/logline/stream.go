@@ -19,7 +19,11 @@ type Stream struct {
 	// (collector.CheckInterval); nil: not told.
 	Discarded func(collector.Discard)
 
-	last       map[string]time.Time
+	last map[string]*time.Time
+	// lastKey's entry of last: a log's stat lines nearly all come from
+	// one reporter, whose line then costs no map lookup.
+	lastKey    string
+	lastOf     *time.Time
 	aggregated bool
 	progress   map[string]progress
 }
@@ -66,7 +70,8 @@ func (s *Stream) Interval(r Record, t time.Time) (collector.Interval, bool) {
 // init makes the maps, and forgets reporters past maxTracked.
 func (s *Stream) init() {
 	if s.last == nil || len(s.last) > maxTracked {
-		s.last = map[string]time.Time{}
+		s.last = map[string]*time.Time{}
+		s.lastKey, s.lastOf = "", nil
 	}
 	if s.progress == nil || len(s.progress) > maxTracked {
 		s.progress = map[string]progress{}
@@ -104,13 +109,21 @@ func (s *Stream) stat(r Record, t time.Time) (collector.Interval, bool) {
 		return collector.Interval{}, false // the aggregated line holds this engine already
 	}
 	gap := r.DefaultGap
-	if prev, ok := s.last[r.Key]; ok && t.After(prev) {
+	last := s.lastOf
+	if last == nil || r.Key != s.lastKey {
+		if last = s.last[r.Key]; last == nil {
+			last = new(time.Time) // zero: no line before (a zero t changes no gap)
+			s.last[r.Key] = last
+		}
+		s.lastKey, s.lastOf = r.Key, last
+	}
+	if prev := *last; !prev.IsZero() && t.After(prev) {
 		d := t.Sub(prev)
 		if r.GapIsExact && d <= s.MaxGap || d <= r.DefaultGap*3/2 {
 			gap = d
 		}
 	}
-	s.last[r.Key] = t
+	*last = t
 	iv := collector.Unknown(t.Add(-gap), t)
 	if r.GenTPS >= 0 {
 		iv.Tokens = r.GenTPS * gap.Seconds()

@@ -657,6 +657,10 @@ func readLog(path, engineName string, loc *time.Location, year int, startedAt ti
 	if err != nil {
 		return out, fmt.Errorf("--engine: %w", err)
 	}
+	if year == 0 {
+		// This year, once: not a clock read per line.
+		year = time.Now().In(loc).Year()
+	}
 	p.Loc, p.Year, p.Timestamps, p.StartedAt = loc, year, true, startedAt
 	f, err := os.Open(path)
 	if err != nil {
