@@ -205,15 +205,16 @@ func (a stretch) join(b stretch) stretch {
 }
 
 func (ss *spanSet) add(from, to time.Time) {
-	one := stretch{span: span{from, to}, n: 1, reach: to.Sub(from)}
 	n := len(ss.in)
 	switch {
 	case n > 0 && from.Before(ss.in[n-1].from):
-		ss.late = append(ss.late, one)
+		ss.late = append(ss.late, stretch{span: span{from, to}, n: 1, reach: to.Sub(from)})
 	case n > 0 && from.Sub(ss.in[n-1].to) <= unwatchedAfter:
-		ss.in[n-1] = ss.in[n-1].join(one)
+		// The usual line: it extends the last stretch (join, in place).
+		last := &ss.in[n-1]
+		last.to, last.n, last.reach = latest(last.to, to), last.n+1, max(last.reach, to.Sub(from))
 	default:
-		ss.in = append(ss.in, one)
+		ss.in = append(ss.in, stretch{span: span{from, to}, n: 1, reach: to.Sub(from)})
 	}
 }
 
