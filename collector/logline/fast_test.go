@@ -146,6 +146,37 @@ func TestNeedleAnchorsInTexts(t *testing.T) {
 	}
 }
 
+func TestHasProgressMarkAgreesWithContains(t *testing.T) {
+	if llamaDecoded.off != 1 || llamaGen.off != 1 {
+		t.Fatalf("hasProgressMark looks one byte before each '_': anchors at %d and %d", llamaDecoded.off, llamaGen.off)
+	}
+	pieces := []string{llamaDecoded.text, llamaGen.text, "slot print_timing: id", "_", "n_", " = ", "x"}
+	lines := fixtureLines(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 20_000 {
+		var b []byte
+		for range r.IntN(6) {
+			a := pieces[r.IntN(len(pieces))]
+			i, j := r.IntN(len(a)+1), r.IntN(len(a)+1)
+			b = append(b, a[min(i, j):max(i, j)]...)
+		}
+		lines = append(lines, b)
+	}
+	found := 0
+	for _, l := range lines {
+		want := bytes.Contains(l, []byte(llamaDecoded.text)) || bytes.Contains(l, []byte(llamaGen.text))
+		if got := hasProgressMark(l); got != want {
+			t.Fatalf("hasProgressMark(%q) = %v, bytes.Contains says %v", l, got, want)
+		}
+		if want {
+			found++
+		}
+	}
+	if found < 100 {
+		t.Fatalf("only %d lines hold a mark: the test looks at too few", found)
+	}
+}
+
 func TestIndexAnchoredAgreesWithIndex(t *testing.T) {
 	texts := []anchored{llamaCancel, llamaPerf, llamaEval, llamaSlotMark, llamaDecoded, llamaGen, anchor("ab", 'b'), anchor("aba", 'a')}
 	lines := fixtureLines(t)

@@ -437,7 +437,7 @@ func (p *Parser) llamacpp(line []byte) (Record, bool) {
 	if !ok {
 		return Record{}, false
 	}
-	if llamaDecoded.in(line) >= 0 || llamaGen.in(line) >= 0 {
+	if hasProgressMark(line) {
 		if m := llamaProgress.FindSubmatch(line); m != nil {
 			r := newRecord(Progress, "llamacpp")
 			r.Key, r.Tokens, r.UserTPS = key, num(string(m[1])), num(string(m[2]))
@@ -467,6 +467,23 @@ func (p *Parser) llamacpp(line []byte) (Record, bool) {
 		r.Tokens, r.UserTPS = tokens, perSec
 	}
 	return r, true
+}
+
+// hasProgressMark tells whether line holds llamaDecoded or llamaGen: one
+// scan for the '_' both are found by (print_timing's own '_' is on every
+// timing line, so two scans cost twice).
+func hasProgressMark(line []byte) bool {
+	for i := 1; i < len(line); i++ {
+		k := bytes.IndexByte(line[i:], '_')
+		if k < 0 {
+			return false
+		}
+		i += k
+		if at := line[i-1:]; bytes.HasPrefix(at, []byte(llamaDecoded.text)) || bytes.HasPrefix(at, []byte(llamaGen.text)) {
+			return true
+		}
+	}
+	return false
 }
 
 // llamaLineKey returns the request a timing line belongs to (its own
