@@ -3,6 +3,7 @@ package logline
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -137,6 +138,20 @@ func TestStreamIntervals(t *testing.T) {
 	check("first", iv1.Start, iv1.End, iv1.Tokens, 0, 10, 1000)
 	check("second", iv2.Start, iv2.End, iv2.Tokens, 10, 20, 1000)
 	check("after idle", iv3.Start, iv3.End, iv3.Tokens, 190, 200, 500)
+
+	// Two engines' lines interleaved (data parallel): each line's span runs
+	// back to its own engine's previous line, not to the other's.
+	var dp Stream
+	for i, c := range []struct {
+		key               string
+		at, start, tokens float64
+	}{
+		{"engine 000", 10, 0, 1000}, {"engine 001", 14, 4, 1000}, {"engine 000", 20, 10, 1000},
+		{"engine 001", 25, 14, 1100}, {"engine 001", 33, 25, 800}, {"engine 000", 31, 20, 1100},
+	} {
+		iv, _ := dp.Interval(stat(c.key, 100, 1), at(c.at))
+		check(fmt.Sprintf("interleaved %d (%s)", i, c.key), iv.Start, iv.End, iv.Tokens, c.start, c.at, c.tokens)
+	}
 
 	// Once an aggregated line is seen, per-engine lines are not added.
 	agg := stat("", 300, 9)
