@@ -57,6 +57,15 @@ const headLen = 64
 // also all that the log parsers and replay look at of a line.
 const MaxLine = 64 << 10
 
+// The read buffer starts at readMin and doubles, up to readMax, each time
+// a read fills it: a log written a few lines a second is read with 4 KiB
+// held for good (a daemon's live heap is counted twice in its heap goal),
+// a backlog or a firehose soon with 64 KiB reads.
+const (
+	readMin = 4 << 10
+	readMax = 64 << 10
+)
+
 // Tailer follows one file.
 type Tailer struct {
 	Path string
@@ -157,7 +166,7 @@ func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
 	ctx, cancel := context.WithCancel(ctx) // ends the watcher with Run
 	defer cancel()
 	t.setDefaults()
-	t.buf = make([]byte, 64<<10)
+	t.buf = make([]byte, readMin)
 	defer func() {
 		if t.f != nil {
 			t.f.Close()
@@ -468,6 +477,9 @@ func (t *Tailer) readAll(f *os.File, pos *Position, emit func(Line)) error {
 		if n > 0 {
 			t.split(t.buf[:n], pos, emit)
 			t.flushed()
+			if n == len(t.buf) && n < readMax {
+				t.buf = make([]byte, 2*n)
+			}
 		}
 		if err == io.EOF || n == 0 {
 			return nil

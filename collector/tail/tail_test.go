@@ -431,3 +431,63 @@ func TestStartAtEndPeeksAndNewFilesReadWhole(t *testing.T) {
 		})
 	}
 }
+
+// TestReadBufferGrowsWithBacklog: a file with lines around and across the
+// read buffer's sizes is read whole, line for line, and the buffer grows
+// only as far as full reads take it.
+func TestReadBufferGrowsWithBacklog(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		lens    []int // line lengths (without the newline), repeated
+		repeat  int
+		wantBuf int
+	}{
+		{"a few short lines", []int{7, 120}, 3, readMin},
+		{"one line just over the first buffer", []int{readMin + 1}, 1, 2 * readMin},
+		{"backlog of short lines", []int{90, 200}, 2000, readMax},
+		{"lines up to MaxLine, across every buffer size", []int{MaxLine, 5, 3 * readMin, MaxLine - 1}, 4, readMax},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path, f := createLog(t)
+			var want []string
+			for i := range tc.repeat {
+				for j, n := range tc.lens {
+					l := fmt.Sprintf("%d-%d:", i, j)
+					l += strings.Repeat(string(rune('a'+(i+j)%26)), max(n-len(l), 0))
+					want = append(want, l)
+					fmt.Fprintln(f, l)
+				}
+			}
+			var mu sync.Mutex
+			var got []string
+			tl := &Tailer{Path: path, Poll: 5 * time.Millisecond, FromStart: true}
+			stop := follow(tl, func(l Line) {
+				mu.Lock()
+				got = append(got, string(l.Text))
+				mu.Unlock()
+			})
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				mu.Lock()
+				n := len(got)
+				mu.Unlock()
+				if n >= len(want) || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			stop()
+			if len(got) != len(want) {
+				t.Fatalf("%d lines read, want %d", len(got), len(want))
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("line %d: %d bytes %.20q, want %d bytes %.20q", i, len(got[i]), got[i], len(want[i]), want[i])
+				}
+			}
+			if len(tl.buf) != tc.wantBuf {
+				t.Errorf("read buffer %d bytes, want %d", len(tl.buf), tc.wantBuf)
+			}
+		})
+	}
+}
