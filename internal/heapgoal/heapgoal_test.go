@@ -13,39 +13,40 @@ func TestPercent(t *testing.T) {
 	const mb = 1 << 20
 	s1 := 30e3 // bytes a second: bench S1's daemon
 	for _, tc := range []struct {
-		name       string
-		live, scan uint64
-		rate       float64
-		want       int
+		name string
+		live uint64
+		rate float64
+		want int
 	}{
-		{"before the first collection: the floor", 0, 0, 0, 25},
-		{"a tiny heap: the floor", 200 << 10, 8 << 10, s1, 25},
-		{"half the floor", mb / 2, 0, s1, 25},
-		{"just over half the floor: twice the live heap", mb/2 + 1, 0, s1, 26},
-		{"S1's heap: twice the live heap and the scan", 800 << 10, 100 << 10, s1, 42},
-		{"just under the runtime's minimum", 2*mb - 1, 0, 0, 100},
-		{"stacks and globals count as for GOGC=100", 1900 << 10, 300 << 10, s1, 100},
-		{"at the runtime's minimum: GOGC=100", 2 * mb, 0, s1, 100},
-		{"a large heap: GOGC=100", 50 * mb, 2 * mb, s1, 100},
-		{"a firehose: the runtime's goal", 800 << 10, 100 << 10, 5e6, 100},
-		{"a cycle just over MinCycle: lowered", mb / 2, 0, float64(mb/2) / MinCycle.Seconds() * 0.99, 25},
-		{"a cycle just under MinCycle: the runtime's goal", mb / 2, 0, float64(mb/2) / MinCycle.Seconds() * 1.01, 100},
+		{"before the first collection: the floor", 0, 0, 25},
+		{"a tiny heap: the floor", 200 << 10, s1, 25},
+		{"half the floor", mb / 2, s1, 25},
+		{"just over half the floor: twice the live heap", mb/2 + 1, s1, 26},
+		{"S1's heap: twice the live heap", 900 << 10, s1, 44},
+		{"just under the runtime's minimum", 2*mb - 1, 0, 100},
+		{"stacks and globals do not count: under 2 MB live, lowered", 1900 << 10, s1, 93},
+		{"at the runtime's minimum: GOGC=100", 2 * mb, s1, 100},
+		{"a large heap: GOGC=100", 50 * mb, s1, 100},
+		{"a firehose: the runtime's goal", 800 << 10, 5e6, 100},
+		{"a cycle just over MinCycle: lowered", mb / 2, float64(mb/2) / MinCycle.Seconds() * 0.99, 25},
+		{"a cycle just under MinCycle: the runtime's goal", mb / 2, float64(mb/2) / MinCycle.Seconds() * 1.01, 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Percent(tc.live, tc.scan, tc.rate)
+			got := Percent(tc.live, tc.rate)
 			if got != tc.want {
-				t.Fatalf("Percent(%d, %d, %g) = %d, want %d", tc.live, tc.scan, tc.rate, got, tc.want)
+				t.Fatalf("Percent(%d, %g) = %d, want %d", tc.live, tc.rate, got, tc.want)
 			}
 			if got == 100 {
 				return
 			}
-			// The goal the runtime derives from it: never under GOGC=100's
-			// (2×live + scan), never under the floor, and no more than the
-			// larger of the two and a percent's rounding.
-			goal := max(uint64(runtimeMin)*uint64(got)/100, tc.live+(tc.live+tc.scan)*uint64(got)/100)
-			want := max(uint64(Floor), 2*tc.live+tc.scan)
+			// The goal the runtime derives from it, with no stacks or
+			// globals to scan: never under twice the live heap, never under
+			// the floor, and no more than the larger of the two and a
+			// percent's rounding.
+			goal := max(uint64(runtimeMin)*uint64(got)/100, tc.live+tc.live*uint64(got)/100)
+			want := max(uint64(Floor), 2*tc.live)
 			if goal < want || goal > want+runtimeMin/100 {
-				t.Fatalf("goal %d for live %d, scan %d; want %d to 1%% of 4 MB above", goal, tc.live, tc.scan, want)
+				t.Fatalf("goal %d for live %d; want %d to 1%% of 4 MB above", goal, tc.live, want)
 			}
 			if cycle := float64(goal-tc.live) / tc.rate; tc.rate > 0 && cycle < MinCycle.Seconds() {
 				t.Fatalf("a cycle of %.1f s at %g bytes/s, want at least %v", cycle, tc.rate, MinCycle)
