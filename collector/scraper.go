@@ -47,6 +47,10 @@ type Scraper struct {
 	// last page's buffer, reused.
 	cache seriesCache
 	body  bytes.Buffer
+	// req is the page's request, made once; each scrape sends a copy
+	// with its context (the URL and headers are shared, not parsed and
+	// built again every second).
+	req *http.Request
 }
 
 // modelEvery is how often a server's model endpoint is asked.
@@ -146,12 +150,15 @@ func (s *Scraper) fetchModel(ctx context.Context, client *http.Client) (string, 
 }
 
 func (s *Scraper) fetch(ctx context.Context, client *http.Client) (Sample, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL, nil)
-	if err != nil {
-		return Sample{}, err
+	if s.req == nil {
+		req, err := http.NewRequest(http.MethodGet, s.URL, nil)
+		if err != nil {
+			return Sample{}, err
+		}
+		req.Header.Set("Accept", "text/plain;version=0.0.4")
+		s.req = req
 	}
-	req.Header.Set("Accept", "text/plain;version=0.0.4")
-	resp, err := client.Do(req)
+	resp, err := client.Do(s.req.WithContext(ctx))
 	if err != nil {
 		return Sample{}, err
 	}

@@ -110,3 +110,39 @@ func TestScrapeNamesTheModel(t *testing.T) {
 		})
 	}
 }
+
+// TestScrapesShareOneRequest: the request made for the first scrape is
+// sent again, headers and all, each time with that scrape's context: a
+// cancelled one fails its scrape and does not stay with the request.
+func TestScrapesShareOneRequest(t *testing.T) {
+	page := readFixture(t, "v1_two_engines.prom")
+	var accepts []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		accepts = append(accepts, r.Header.Get("Accept"))
+		w.Write([]byte(page))
+	}))
+	defer srv.Close()
+	s := &Scraper{Server: "s", URL: srv.URL, Interval: time.Second, Dialect: &VLLM, Client: NewClient(5 * time.Second)}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i, ctx := range []context.Context{context.Background(), context.Background(), cancelled, context.Background()} {
+		r := s.Scrape(ctx)
+		if ctx == cancelled {
+			if !errors.Is(r.Err, context.Canceled) {
+				t.Fatalf("scrape %d with a cancelled context: err %v, want context.Canceled", i, r.Err)
+			}
+			continue
+		}
+		if r.Err != nil || r.Sample.Counter[GenerationTokens] != 1500 {
+			t.Fatalf("scrape %d: err %v, sample %+v", i, r.Err, r.Sample)
+		}
+	}
+	if len(accepts) != 3 {
+		t.Fatalf("%d requests reached the server, want 3", len(accepts))
+	}
+	for i, a := range accepts {
+		if a != "text/plain;version=0.0.4" {
+			t.Errorf("request %d: Accept %q", i, a)
+		}
+	}
+}
