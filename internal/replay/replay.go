@@ -195,26 +195,25 @@ type stretch struct {
 	reach time.Duration // the longest
 }
 
-// join is the stretch that holds a and b.
-func (a stretch) join(b stretch) stretch {
+// join makes a the stretch that holds a and b, in place (a log's every
+// line extends its last stretch: no copies of the two).
+func (a *stretch) join(b stretch) {
 	if b.from.Before(a.from) {
 		a.from = b.from
 	}
 	a.to, a.n, a.reach = latest(a.to, b.to), a.n+b.n, max(a.reach, b.reach)
-	return a
 }
 
 func (ss *spanSet) add(from, to time.Time) {
+	one := stretch{span: span{from, to}, n: 1, reach: to.Sub(from)}
 	n := len(ss.in)
 	switch {
 	case n > 0 && from.Before(ss.in[n-1].from):
-		ss.late = append(ss.late, stretch{span: span{from, to}, n: 1, reach: to.Sub(from)})
+		ss.late = append(ss.late, one)
 	case n > 0 && from.Sub(ss.in[n-1].to) <= unwatchedAfter:
-		// The usual line: it extends the last stretch (join, in place).
-		last := &ss.in[n-1]
-		last.to, last.n, last.reach = latest(last.to, to), last.n+1, max(last.reach, to.Sub(from))
+		ss.in[n-1].join(one)
 	default:
-		ss.in = append(ss.in, stretch{span: span{from, to}, n: 1, reach: to.Sub(from)})
+		ss.in = append(ss.in, one)
 	}
 }
 
@@ -226,7 +225,7 @@ func (ss *spanSet) stretches() []stretch {
 		out := all[:1]
 		for _, st := range all[1:] {
 			if last := &out[len(out)-1]; st.from.Sub(last.to) <= unwatchedAfter {
-				*last = last.join(st)
+				last.join(st)
 			} else {
 				out = append(out, st)
 			}
