@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The hand-made readers must say what the library or the plain search
@@ -206,4 +207,98 @@ func TestIndexAnchoredAgreesWithIndex(t *testing.T) {
 	if found < 100 {
 		t.Errorf("only %d texts found: the comparison saw too little", found)
 	}
+}
+
+// TestLlamaFastAgreesWithGeneralPath feeds the fixtures, and llama.cpp
+// timing lines broken in many ways, through two parsers: one reads
+// llama.cpp's lines by hand where it can, the other only by the general
+// path. Every record, and every count and memory of the parsers, must
+// agree line by line.
+func TestLlamaFastAgreesWithGeneralPath(t *testing.T) {
+	// Figures before any header first: no request to give them to.
+	lines := [][]byte{[]byte("       eval time =     319.58 ms /    10 tokens (   31.96 ms per token,    31.29 tokens per second)")}
+	lines = append(lines, fixtureLines(t)...)
+	var timing [][]byte
+	for _, l := range lines {
+		if bytes.Contains(l, []byte("eval time")) {
+			timing = append(timing, l)
+		}
+	}
+	timing = append(timing,
+		[]byte("2026-05-19T10:00:00.020000001Z slot print_timing: id  1 | task 1 |        eval time =    5729.20 ms /    96 tokens (   60.31 ms per token,    16.58 tokens per second)"),
+		[]byte("slot print_timing: id  1 | task -1 | prompt eval time = 1.5 ms / 3 runs (0.5 ms per token, 2000.0 tokens per second)  \r"))
+	pieces := []string{"a", "{", `"`, "=", "|", " ", "-", ".", "9", "0", "\r", "\t", ")", "(", "_", "\x1b[0m", "prompt ", "eval time = ",
+		"slot print_timing: id 3 | task 9 |", "slot print_timing: id", "n_decoded = 5, tg = 3.0 t/s", "stop: cancel task, id_task = 4",
+		" tokens per second)", "llama_perf_", `"print_timings"`, "Avg generation throughput", "Decode batch", "time_per_token=", "iter = ",
+		"] Avg ", "1e5", "99999999999999999999", "NaN", "\xff"}
+	r := rand.New(rand.NewPCG(7, 8))
+	for range 60_000 {
+		b := bytes.Clone(timing[r.IntN(len(timing))])
+		for range r.IntN(4) {
+			i := r.IntN(len(b) + 1)
+			switch r.IntN(4) {
+			case 0: // a byte replaced or a piece put in
+				piece := pieces[r.IntN(len(pieces))]
+				if i < len(b) && len(piece) == 1 {
+					b[i] = piece[0]
+				} else {
+					b = append(b[:i], append([]byte(piece), b[i:]...)...)
+				}
+			case 1:
+				b = b[:i]
+			case 2:
+				j := min(len(b), i+r.IntN(12))
+				b = append(b[:i], b[j:]...)
+			default: // a timestamp or a level before it
+				b = append([]byte([]string{"0.36.717.345 I ", "2026-05-19T10:00:00Z ", "[GIN] ", "E ", "time=x "}[r.IntN(5)]), b...)
+			}
+		}
+		lines = append(lines, b)
+		if r.IntN(50) == 0 {
+			lines = append(lines, []byte("slot print_timing: id  2 | task 41 | "), []byte("srv  stop: all tasks")) // headers, and a line that is none
+		}
+	}
+	for _, name := range []string{"", "llamacpp", "ollama"} {
+		fast, err := NewParser(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		general, _ := NewParser(name)
+		general.noLlamaFast = true
+		for _, p := range []*Parser{fast, general} {
+			p.Year, p.Timestamps = 2026, true
+		}
+		matched, read := 0, 0
+		for _, l := range lines {
+			if _, _, m := (&Parser{}).llamaFast(l); m {
+				matched++
+			}
+			got, gotOK := fast.Parse(l)
+			want, wantOK := general.Parse(l)
+			if !sameRecord(got, want) || gotOK != wantOK {
+				t.Fatalf("engine %q, line %q:\nby hand %v %+v\ngeneral %v %+v", name, l, gotOK, got, wantOK, want)
+			}
+			if fast.Skipped != general.Skipped || fast.Cancelled != general.Cancelled || fast.Relative != general.Relative ||
+				!fast.lastDate.Equal(general.lastDate) || fast.llamaKey != general.llamaKey || fast.id != general.id {
+				t.Fatalf("engine %q, after line %q the parsers differ:\nby hand %+v\ngeneral %+v", name, l, fast, general)
+			}
+			if gotOK {
+				read++
+			}
+		}
+		if matched < 10_000 || read < 10_000 {
+			t.Fatalf("engine %q: %d lines read by hand, %d records: the comparison saw too little", name, matched, read)
+		}
+		t.Logf("engine %q: %d of %d lines taken by the hand-made reader, %d records", name, matched, len(lines), read)
+	}
+}
+
+// sameRecord compares records, their times as instants in the same zone
+// (a stamp's zone is made anew for each line).
+func sameRecord(a, b Record) bool {
+	if !a.Time.Equal(b.Time) || a.Time.String() != b.Time.String() {
+		return false
+	}
+	a.Time, b.Time = time.Time{}, time.Time{}
+	return a == b
 }

@@ -41,19 +41,22 @@ type Parser struct {
 	anchor      time.Time     // live: when the process started
 	lastElapsed time.Duration // live: the last elapsed stamp
 
-	llamaKey  string // slot/task of the last multi-line print_timing header
-	slotText  []byte // the slot and task text of the last key made, and the key
-	slotKeyS  string
-	vllmID    string // the last vLLM engine id seen, and its key
-	vllmKey   string
-	lastDate  time.Time // the last full date seen, for time-of-day-only stamps
-	stamps    stampCache
-	isoBuf    []byte // a stamp without its fraction
-	day       dayStart
-	maxLine   int
-	needles   []anchorGroup
-	Skipped   uint64 // lines that looked like throughput lines but did not parse
-	Truncated uint64 // lines cut at the maximum length
+	llamaKey string // slot/task of the last multi-line print_timing header
+	slotText []byte // the slot and task text of the last key made, and the key
+	slotKeyS string
+	vllmID   string // the last vLLM engine id seen, and its key
+	vllmKey  string
+	lastDate time.Time // the last full date seen, for time-of-day-only stamps
+	stamps   stampCache
+	isoBuf   []byte // a stamp without its fraction
+	day      dayStart
+	maxLine  int
+	needles  []anchorGroup
+	// noLlamaFast leaves llama.cpp's lines to the general path (tests
+	// compare the two).
+	noLlamaFast bool
+	Skipped     uint64 // lines that looked like throughput lines but did not parse
+	Truncated   uint64 // lines cut at the maximum length
 }
 
 // NewParser returns a parser for one engine's log, the engine named as
@@ -236,6 +239,15 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 				p.id.Engine = r.Engine
 			}
 			return r, ok
+		}
+	}
+	if (p.engine == "llamacpp" || p.engine == "") && !p.noLlamaFast {
+		// The hot path of a busy llama-server log.
+		if r, ok, matched := p.llamaFast(line); matched {
+			if !ok {
+				return Record{}, false
+			}
+			return p.finish(r, line)
 		}
 	}
 	may := p.mayMatch(line)
@@ -458,15 +470,7 @@ func (p *Parser) llamacpp(line []byte) (Record, bool) {
 	if !ok {
 		return Record{}, false
 	}
-	r := newRecord(Request, "llamacpp")
-	r.Key = key
-	r.Duration = time.Duration(ms * float64(time.Millisecond))
-	if prompt {
-		r.PromptTokens = tokens
-	} else {
-		r.Tokens, r.UserTPS = tokens, perSec
-	}
-	return r, true
+	return llamaRequest(key, prompt, ms, tokens, perSec), true
 }
 
 // hasProgressMark tells whether line holds llamaDecoded or llamaGen: one
