@@ -3,6 +3,7 @@ package replay
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -71,15 +72,15 @@ func same(a, b collector.Interval) bool {
 	return a.Start == b.Start && a.End == b.End && a.Request == b.Request && a.Observed == b.Observed
 }
 
-// Many records across chunks, read by two readers at once (the feed reads
-// ahead with a copy of itself), and out of order: sortByEnd puts them in
-// the order of their ends, stably.
+// Many records across chunks, heap and mapped ones, read by two readers
+// at once (the feed reads ahead with a copy of itself), and out of order:
+// sortByEnd puts them in the order of their ends, stably.
 func TestPackedChunksCopiesAndOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	at := time.Date(2026, 5, 19, 10, 0, 0, 0, time.UTC)
 	var ivs []collector.Interval
 	var p packed
-	for i := range 20000 {
+	for i := range 60000 {
 		end := at.Add(time.Duration(i) * 20 * time.Millisecond)
 		if i%1000 == 999 {
 			end = at.Add(time.Duration(rng.IntN(i)) * 20 * time.Millisecond) // a few late ones
@@ -93,6 +94,10 @@ func TestPackedChunksCopiesAndOrder(t *testing.T) {
 	if len(p.chunks) < 3 {
 		t.Fatalf("%d chunks, want records across several", len(p.chunks))
 	}
+	if runtime.GOOS == "linux" && len(p.maps) == 0 {
+		t.Fatalf("%d chunks, none mapped: the heap's past %d bytes", len(p.chunks), heapChunks)
+	}
+	defer p.release()
 	a := p.reader()
 	for i := range 500 {
 		a.next()

@@ -98,6 +98,7 @@ func Run(ctx context.Context, o Options, out Writer, warn io.Writer) error {
 		gpus = []string{"*"}
 	}
 	var rec recording
+	defer rec.logs.release()
 	if o.MetricsDir != "" || o.LogFile != "" {
 		rec.servers = append(rec.servers, window.Server{Name: o.Server, GPUs: gpus, Source: schema.SourceMetrics})
 	}
@@ -651,8 +652,13 @@ type logRead struct {
 // readLog parses a server log into intervals. Each line's time is its most
 // precise timestamp (design §3); a line without one takes the best
 // evidence around it (logline.Placer).
-func readLog(path, engineName string, loc *time.Location, year int, startedAt time.Time) (logRead, error) {
-	var out logRead
+func readLog(path, engineName string, loc *time.Location, year int, startedAt time.Time) (out logRead, err error) {
+	defer func() {
+		if err != nil {
+			out.ivs.release()
+			out = logRead{}
+		}
+	}()
 	p, err := logline.NewParser(engineName)
 	if err != nil {
 		return out, fmt.Errorf("--engine: %w", err)

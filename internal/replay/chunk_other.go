@@ -1,0 +1,10 @@
+//go:build !linux
+
+package replay
+
+const mappedChunk = 8 << 20
+
+// mapChunk maps nothing off Linux: chunks come from the heap.
+func mapChunk() ([]byte, bool) { return nil, false }
+
+func unmapChunk([]byte) {}
