@@ -36,6 +36,8 @@ var hostile = []struct {
 	{"spaces", " a b ", true},
 	{"empty", "", true},
 	{"invalid UTF-8", "a\xff\xfeb", false},
+	{"delete and NUL", "a\x7f\x00b", false},
+	{"C1 control (next line)", "a\u0085b", false},
 	{"unicode", "Llama-3.1-8B-Instruct ünï 模型", true},
 }
 
