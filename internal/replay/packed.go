@@ -15,7 +15,7 @@ import (
 // interval still to come reaches back into it, which the last line may
 // decide), and at 120 bytes each in the Go heap the fresh memory cost
 // more than parsing the lines: about a third of the CPU time, most of it
-// page faults. Past a log's first MiB its chunks are mapped memory the
+// page faults. Past a log's first 256 KiB its chunks are mapped memory the
 // kernel may back with huge pages (mapChunk): a fault per 2 MiB, not per
 // 4 KiB. A record is about 23 bytes for a vLLM stat line and 33 for a
 // llama.cpp request, pointer-free (the GC does not scan it), and reads back
@@ -61,7 +61,7 @@ const (
 // the most one record takes.
 const (
 	pkChunk     = 64 << 10
-	heapChunks  = 1 << 20
+	heapChunks  = 256 << 10
 	pkMaxRecord = 1 + 2*binary.MaxVarintLen64 + 2*binary.MaxVarintLen64 + 2*binary.MaxVarintLen64 + 2 + 8*9
 )
 

@@ -211,7 +211,7 @@ func (ss *spanSet) add(from, to time.Time) {
 	switch {
 	case n > 0 && from.Before(ss.in[n-1].from):
 		ss.late = append(ss.late, one)
-	case n > 0 && from.Sub(ss.in[n-1].to) <= unwatchedAfter:
+	case n > 0 && !from.After(ss.in[n-1].to.Add(unwatchedAfter)): // Sub's overflow check costs twice this
 		ss.in[n-1].join(one)
 	default:
 		ss.in = append(ss.in, one)

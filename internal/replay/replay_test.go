@@ -54,6 +54,7 @@ func TestWatchedSpans(t *testing.T) {
 		{"a long request spans them all", []collector.Interval{iv(30, 31), iv(90, 91), iv(0, 1), iv(10, 80)},
 			[]span{{at(0), at(91)}}, 0, 0},
 		{"silence of exactly a day is watched", []collector.Interval{iv(24, 25), iv(0, 0)}, []span{{at(0), at(25)}}, 0, 0},
+		{"and in order too", []collector.Interval{iv(0, 0), iv(24, 25)}, []span{{at(0), at(25)}}, 0, 0},
 		{"a day and a nanosecond is not", []collector.Interval{iv(0, 0), {Start: at(24).Add(1), End: at(25)}},
 			[]span{{at(0), at(0)}, {at(24).Add(1), at(25)}}, 1, 24*time.Hour + 1},
 	}
