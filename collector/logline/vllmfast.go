@@ -153,7 +153,9 @@ func decimal(b []byte) (float64, bool) {
 
 // spaces skips blanks.
 func (c *cursor) spaces() {
-	for len(c.b) > 0 && c.b[0] == ' ' {
-		c.b = c.b[1:]
+	i := 0
+	for i < len(c.b) && c.b[i] == ' ' {
+		i++
 	}
+	c.b = c.b[i:]
 }

@@ -97,20 +97,21 @@ func (p *packed) add(iv collector.Interval) {
 		// End - Start in seconds may not fit a Duration; seconds do.
 		b = p.appendStamp(b, es-iv.Start.Unix(), iv.Start)
 	}
-	vals := values(&iv)
+	// The kinds' two bytes come first, filled in once the values are.
+	b = append(b, 0, 0)
+	at := len(b) - 2
 	var kinds uint16
-	for i, v := range vals {
-		kinds |= uint16(valueKind(*v)) << (2 * i)
-	}
-	b = binary.LittleEndian.AppendUint16(b, kinds)
-	for i, v := range vals {
-		switch kinds >> (2 * i) & 3 {
+	for i, v := range values(&iv) {
+		k := valueKind(*v)
+		kinds |= uint16(k) << (2 * i)
+		switch k {
 		case vkWhole:
 			b = binary.AppendUvarint(b, uint64(*v))
 		case vkRaw:
 			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(*v))
 		}
 	}
+	binary.LittleEndian.PutUint16(b[at:], kinds)
 	p.chunks[len(p.chunks)-1] = b
 	p.n++
 }
@@ -173,7 +174,7 @@ func valueKind(v float64) int {
 	switch {
 	case v == -1:
 		return vkUnknown
-	case v >= 0 && v < 1<<53 && v == math.Trunc(v) && !math.Signbit(v):
+	case v >= 0 && v < 1<<53 && v == float64(uint64(v)) && !math.Signbit(v): // a whole number: exact both ways
 		return vkWhole
 	}
 	return vkRaw
