@@ -85,6 +85,9 @@ func (p *Parser) stampISO(b []byte) (time.Time, bool) {
 	if c < 0 {
 		return time.Time{}, false
 	}
+	if t, ok := p.sameSecond(b[c:]); ok {
+		return t, true
+	}
 	// Both patterns start with the date: no match starts before it.
 	if n, fs, fe := rfc3339At(b[c:]); n > 0 {
 		// The stamp without its fraction is cached: lines within one
@@ -107,6 +110,25 @@ func (p *Parser) stampISO(b []byte) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// sameSecond is stampISO's answer for a stamp in the second of the one
+// before it (a busy log's lines share their second, by fifty in the S2
+// llama.cpp log): the cached stamp, its seconds and zone compared as
+// bytes, so the shape needs no check. ok is false for any other.
+func (p *Parser) sameSecond(b []byte) (time.Time, bool) {
+	const secs = len("dddd-dd-ddTdd:dd:dd")
+	c := &p.stamps
+	if c.kind != kindRFC3339 || !c.ok || c.loc != p.Loc || c.year != p.Year || len(c.text) < secs || len(b) < secs ||
+		string(b[:secs]) != string(c.text[:secs]) {
+		return time.Time{}, false
+	}
+	fe := fractionEnd(b, secs)
+	zone := c.text[secs:]
+	if zoneLen(b[fe:]) != len(zone) || string(b[fe:fe+len(zone)]) != string(zone) {
+		return time.Time{}, false
+	}
+	return c.t.Add(fraction(b[secs:fe])), true
 }
 
 // rfc3339At matches the rfc3339 regexp at the start of b, by hand: n is

@@ -49,7 +49,7 @@ func (s *Stream) Interval(r Record, t time.Time) (collector.Interval, bool) {
 	if tracked {
 		p, had = s.progress[r.Key]
 	}
-	iv, ok := s.interval(r, t)
+	iv, ok := s.interval(&r, t)
 	if !ok {
 		return iv, false
 	}
@@ -81,7 +81,7 @@ func (s *Stream) init() {
 	}
 }
 
-func (s *Stream) interval(r Record, t time.Time) (collector.Interval, bool) {
+func (s *Stream) interval(r *Record, t time.Time) (collector.Interval, bool) {
 	s.init()
 	switch r.Kind {
 	case Stat:
@@ -102,7 +102,7 @@ func (s *Stream) interval(r Record, t time.Time) (collector.Interval, bool) {
 
 // stat spreads a Stat line's averages over the time since its reporter's
 // previous line, or over the engine's interval.
-func (s *Stream) stat(r Record, t time.Time) (collector.Interval, bool) {
+func (s *Stream) stat(r *Record, t time.Time) (collector.Interval, bool) {
 	if r.Aggregated {
 		s.aggregated = true
 	} else if s.aggregated && r.Key != "" {
@@ -137,7 +137,7 @@ func (s *Stream) stat(r Record, t time.Time) (collector.Interval, bool) {
 
 // progressed is what a running request decoded since its previous
 // progress line.
-func (s *Stream) progressed(r Record, t time.Time) (collector.Interval, bool) {
+func (s *Stream) progressed(r *Record, t time.Time) (collector.Interval, bool) {
 	prev, ok := s.progress[r.Key]
 	s.progress[r.Key] = progress{r.Tokens, t}
 	var iv collector.Interval
@@ -161,7 +161,7 @@ func (s *Stream) progressed(r Record, t time.Time) (collector.Interval, bool) {
 
 // request is a finished request's span, less what its progress lines
 // already counted.
-func (s *Stream) request(r Record, t time.Time) collector.Interval {
+func (s *Stream) request(r *Record, t time.Time) collector.Interval {
 	iv := collector.Unknown(t.Add(-r.Duration), t)
 	if r.PromptTokens >= 0 {
 		iv.PromptTokens = r.PromptTokens
@@ -186,7 +186,7 @@ func (s *Stream) request(r Record, t time.Time) collector.Interval {
 
 // iteration is the tokens of the engine steps since the previous
 // iteration line.
-func (s *Stream) iteration(r Record, t time.Time) (collector.Interval, bool) {
+func (s *Stream) iteration(r *Record, t time.Time) (collector.Interval, bool) {
 	prev, ok := s.progress[r.Key]
 	s.progress[r.Key] = progress{r.Iterations, t}
 	if !ok || !t.After(prev.t) {
