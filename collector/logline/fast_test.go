@@ -302,3 +302,25 @@ func sameRecord(a, b Record) bool {
 	a.Time, b.Time = time.Time{}, time.Time{}
 	return a == b
 }
+
+func TestLastIndexEAgreesWithLastIndex(t *testing.T) {
+	pieces := []string{"Engine ", "Engine", "E", "ngine ", "EE", " ", "x", "000: "}
+	r := rand.New(rand.NewPCG(9, 10))
+	found := 0
+	for range 50_000 {
+		var b []byte
+		for range r.IntN(7) {
+			b = append(b, pieces[r.IntN(len(pieces))]...)
+		}
+		got, want := lastIndexE(b, vllmEngine), bytes.LastIndex(b, vllmEngine)
+		if got != want {
+			t.Fatalf("lastIndexE(%q) = %d, bytes.LastIndex says %d", b, got, want)
+		}
+		if want >= 0 {
+			found++
+		}
+	}
+	if found < 1000 {
+		t.Fatalf("only %d lines hold the text", found)
+	}
+}

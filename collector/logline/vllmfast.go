@@ -28,7 +28,7 @@ func (p *Parser) vllmFast(line []byte) (r Record, ok, matched bool) {
 	head := line[:i]
 	if bytes.HasSuffix(head, vllmAggr) {
 		r.Aggregated = true
-	} else if j := bytes.LastIndex(head, vllmEngine); j >= 0 && bytes.HasSuffix(head, []byte(": ")) && j+len(vllmEngine) < len(head)-2 {
+	} else if j := lastIndexE(head, vllmEngine); j >= 0 && bytes.HasSuffix(head, []byte(": ")) && j+len(vllmEngine) < len(head)-2 {
 		id := head[j+len(vllmEngine) : len(head)-2]
 		if string(id) != p.vllmID { // the same engine line after line: no new string
 			p.vllmID, p.vllmKey = string(id), "engine "+string(id)
@@ -48,6 +48,16 @@ func (p *Parser) vllmFast(line []byte) (r Record, ok, matched bool) {
 		return Record{}, false, true
 	}
 	return r, true, true
+}
+
+// lastIndexE is bytes.LastIndex(b, text) for a text that starts with 'E'
+// (rare in a line's head): a byte scan back, not a rolling hash.
+func lastIndexE(b, text []byte) int {
+	for i := len(b); ; {
+		if i = bytes.LastIndexByte(b[:i], 'E'); i < 0 || bytes.HasPrefix(b[i:], text) {
+			return i
+		}
+	}
 }
 
 // vllmQueue reads the stat line from its waiting requests on, V0's or

@@ -4,7 +4,6 @@ package replay
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/csv"
@@ -206,15 +205,23 @@ func (a *stretch) join(b stretch) {
 }
 
 func (ss *spanSet) add(from, to time.Time) {
-	one := stretch{span: span{from, to}, n: 1, reach: to.Sub(from)}
 	n := len(ss.in)
 	switch {
 	case n > 0 && from.Before(ss.in[n-1].from):
-		ss.late = append(ss.late, one)
+		ss.late = append(ss.late, stretch{span: span{from, to}, n: 1, reach: to.Sub(from)})
 	case n > 0 && !from.After(ss.in[n-1].to.Add(unwatchedAfter)): // Sub's overflow check costs twice this
-		ss.in[n-1].join(one)
+		ss.in[n-1].extend(from, to)
 	default:
-		ss.in = append(ss.in, one)
+		ss.in = append(ss.in, stretch{span: span{from, to}, n: 1, reach: to.Sub(from)})
+	}
+}
+
+// extend is join with one interval that starts in a or after it: a log's
+// every line, so its length is taken only when it may be the longest.
+func (a *stretch) extend(from, to time.Time) {
+	a.to, a.n = latest(a.to, to), a.n+1
+	if to.After(from.Add(a.reach)) {
+		a.reach = to.Sub(from)
 	}
 }
 
@@ -736,7 +743,7 @@ func readLog(path, engineName string, loc *time.Location, year int, startedAt ti
 func readLine(r *bufio.Reader, buf *[]byte) ([]byte, error) {
 	chunk, err := r.ReadSlice('\n')
 	if err != bufio.ErrBufferFull {
-		return bytes.TrimRight(chunk[:min(len(chunk), tail.MaxLine)], "\r\n"), err
+		return trimEOL(chunk[:min(len(chunk), tail.MaxLine)]), err
 	}
 	line := append((*buf)[:0], chunk[:min(len(chunk), tail.MaxLine)]...)
 	for err == bufio.ErrBufferFull {
@@ -746,5 +753,14 @@ func readLine(r *bufio.Reader, buf *[]byte) ([]byte, error) {
 		}
 	}
 	*buf = line
-	return bytes.TrimRight(line, "\r\n"), err
+	return trimEOL(line), err
+}
+
+// trimEOL is bytes.TrimRight(b, "\r\n") without its cutset's set built
+// per line.
+func trimEOL(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
 }

@@ -415,3 +415,11 @@ func TestReplaySaysWhichMetricValuesItRefused(t *testing.T) {
 		t.Errorf("warnings %q do not name the refused counter", warn.String())
 	}
 }
+
+func TestTrimEOLIsTrimRight(t *testing.T) {
+	for _, s := range []string{"", "\n", "\r\n", "a", "a\n", "a\r\n", "a\r\r\n\n", "\r", "a\nb\r\n", "a \n", "\n\ra"} {
+		if got, want := trimEOL([]byte(s)), bytes.TrimRight([]byte(s), "\r\n"); !bytes.Equal(got, want) {
+			t.Errorf("trimEOL(%q) = %q, bytes.TrimRight says %q", s, got, want)
+		}
+	}
+}
