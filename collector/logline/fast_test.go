@@ -324,3 +324,23 @@ func TestLastIndexEAgreesWithLastIndex(t *testing.T) {
 		t.Fatalf("only %d lines hold the text", found)
 	}
 }
+
+// Keys made in shared blocks stay what they were made as, across blocks
+// and however long the slot and task texts.
+func TestKeyArenaKeysStay(t *testing.T) {
+	var a keyArena
+	var keys, want []string
+	for i := range 20_000 {
+		slot, task := strconv.Itoa(i%7), strconv.Itoa(i*7919)
+		if i%1000 == 999 {
+			task = strings.Repeat("9", keyBlock) // longer than a block
+		}
+		keys = append(keys, a.make([]byte(slot), []byte(task)))
+		want = append(want, "slot "+slot+" task "+task)
+	}
+	for i := range keys {
+		if keys[i] != want[i] {
+			t.Fatalf("key %d is %.40q, made as %.40q", i, keys[i], want[i])
+		}
+	}
+}

@@ -2,6 +2,7 @@ package logline
 
 import (
 	"bytes"
+	"strings"
 	"time"
 )
 
@@ -141,7 +142,7 @@ func (p *Parser) slotAt(b []byte) (key string, n int, ok bool) {
 	}
 	if text := rest[:ns+len(" | task ")+nt]; !bytes.Equal(text, p.slotText) {
 		p.slotText = append(p.slotText[:0], text...)
-		p.slotKeyS = "slot " + string(rest[:ns]) + " task " + string(task[:nt])
+		p.slotKeyS = p.keys.make(rest[:ns], task[:nt])
 	}
 	return p.slotKeyS, len(b) - len(task) + nt + len(" |"), true
 }
@@ -152,4 +153,31 @@ func countDigits(b []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// keyArena makes the keys "slot N task M" of a busy llama-server log, a
+// new one each line, in shared blocks: a string each cost more than
+// reading the line's figures (bench/RESULTS.md, issue 16, round 6). A
+// strings.Builder never writes over what its String returned, so a key
+// stays valid when its block is left for a new one; a key kept for long
+// pins its block, so Stream keeps a copy of any key it stores.
+type keyArena struct {
+	b *strings.Builder
+}
+
+// keyBlock is the size of a block: a few hundred keys.
+const keyBlock = 4 << 10
+
+func (a *keyArena) make(slot, task []byte) string {
+	n := len("slot ") + len(slot) + len(" task ") + len(task)
+	if a.b == nil || a.b.Cap()-a.b.Len() < n {
+		a.b = new(strings.Builder)
+		a.b.Grow(max(keyBlock, n))
+	}
+	start := a.b.Len()
+	a.b.WriteString("slot ")
+	a.b.Write(slot)
+	a.b.WriteString(" task ")
+	a.b.Write(task)
+	return a.b.String()[start:]
 }

@@ -44,6 +44,7 @@ type Parser struct {
 	llamaKey string // slot/task of the last multi-line print_timing header
 	slotText []byte // the slot and task text of the last key made, and the key
 	slotKeyS string
+	keys     keyArena
 	vllmID   string // the last vLLM engine id seen, and its key
 	vllmKey  string
 	lastDate time.Time // the last full date seen, for time-of-day-only stamps

@@ -1,6 +1,7 @@
 package logline
 
 import (
+	"strings"
 	"time"
 
 	"github.com/tpsmon/tpsmon/collector"
@@ -55,7 +56,7 @@ func (s *Stream) Interval(r Record, t time.Time) (collector.Interval, bool) {
 	}
 	if d, valid := collector.CheckInterval(iv); !valid {
 		if had {
-			s.progress[r.Key] = p
+			s.progress[strings.Clone(r.Key)] = p
 		} else if tracked {
 			delete(s.progress, r.Key)
 		}
@@ -139,7 +140,9 @@ func (s *Stream) stat(r *Record, t time.Time) (collector.Interval, bool) {
 // progress line.
 func (s *Stream) progressed(r *Record, t time.Time) (collector.Interval, bool) {
 	prev, ok := s.progress[r.Key]
-	s.progress[r.Key] = progress{r.Tokens, t}
+	// A copy: the map keeps the key of its last store, and a parser's key
+	// may share its memory with many (keyArena).
+	s.progress[strings.Clone(r.Key)] = progress{r.Tokens, t}
 	var iv collector.Interval
 	switch {
 	case ok && r.Tokens > prev.tokens && t.After(prev.t):
