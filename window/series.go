@@ -220,7 +220,7 @@ func (tl *timeline) covered(s, e time.Time, maxGap time.Duration) time.Duration 
 	var total time.Duration
 	for i := max(1, tl.after(s)); i < len(tl.ts) && tl.ts[i-1].Before(e); i++ {
 		a, b := tl.ts[i-1], tl.ts[i]
-		if b.Sub(a) > maxGap {
+		if b.After(a.Add(maxGap)) { // b.Sub(a) > maxGap, without Sub's overflow check
 			continue
 		}
 		lo, hi := a, b
