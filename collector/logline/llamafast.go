@@ -162,7 +162,8 @@ func countDigits(b []byte, i int) int {
 // stays valid when its block is left for a new one; a key kept for long
 // pins its block, so Stream keeps a copy of any key it stores.
 type keyArena struct {
-	b *strings.Builder
+	b       *strings.Builder
+	scratch []byte // a key, put together before its one write
 }
 
 // keyBlock is the size of a block: a few hundred keys.
@@ -174,10 +175,8 @@ func (a *keyArena) make(slot, task []byte) string {
 		a.b = new(strings.Builder)
 		a.b.Grow(max(keyBlock, n))
 	}
+	a.scratch = append(append(append(append(a.scratch[:0], "slot "...), slot...), " task "...), task...)
 	start := a.b.Len()
-	a.b.WriteString("slot ")
-	a.b.Write(slot)
-	a.b.WriteString(" task ")
-	a.b.Write(task)
+	a.b.Write(a.scratch)
 	return a.b.String()[start:]
 }
