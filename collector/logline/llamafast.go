@@ -160,7 +160,8 @@ func countDigits(b []byte, i int) int {
 // reading the line's figures (bench/RESULTS.md, issue 16, round 6). A
 // strings.Builder never writes over what its String returned, so a key
 // stays valid when its block is left for a new one; a key kept for long
-// pins its block, so Stream keeps a copy of any key it stores.
+// pins its block, so Stream copies the keys of progress lines, the only
+// ones from here it keeps.
 type keyArena struct {
 	b       *strings.Builder
 	scratch []byte // a key, put together before its one write

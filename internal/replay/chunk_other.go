@@ -2,8 +2,6 @@
 
 package replay
 
-const mappedChunk = 8 << 20
-
 // mapChunk maps nothing off Linux: chunks come from the heap.
 func mapChunk() ([]byte, bool) { return nil, false }
 

@@ -208,12 +208,17 @@ func (ss *spanSet) add(from, to time.Time) {
 	n := len(ss.in)
 	switch {
 	case n > 0 && from.Before(ss.in[n-1].from):
-		ss.late = append(ss.late, stretch{span: span{from, to}, n: 1, reach: to.Sub(from)})
+		ss.late = append(ss.late, newStretch(from, to))
 	case n > 0 && !from.After(ss.in[n-1].to.Add(unwatchedAfter)): // Sub's overflow check costs twice this
 		ss.in[n-1].extend(from, to)
 	default:
-		ss.in = append(ss.in, stretch{span: span{from, to}, n: 1, reach: to.Sub(from)})
+		ss.in = append(ss.in, newStretch(from, to))
 	}
+}
+
+// newStretch is the stretch of one interval.
+func newStretch(from, to time.Time) stretch {
+	return stretch{span: span{from, to}, n: 1, reach: to.Sub(from)}
 }
 
 // extend is join with one interval that starts in a or after it: a log's
