@@ -661,13 +661,15 @@ func (p *pipeline) status() string {
 
 const markerName = "last-window"
 
-// markClosed records the end of the newest closed window.
+// markClosed records the end of the newest closed window. Without an
+// fsync: the marker only dates the gap a restart reports, and after a
+// power loss it may be older or empty (docs/design.md §2).
 func (p *pipeline) markClosed(end time.Time) {
 	if p.stateDir == "" {
 		return
 	}
 	path := filepath.Join(p.stateDir, markerName)
-	err := statefile.WriteAtomic(path, []byte(strconv.FormatInt(end.UnixMilli(), 10)+"\n"))
+	err := statefile.WriteAtomicNoSync(path, []byte(strconv.FormatInt(end.UnixMilli(), 10)+"\n"))
 	if err != nil && !p.markerFailed {
 		p.log.Warn("window marker not saved", "err", err)
 	}

@@ -54,9 +54,9 @@ func EnsureDir(dir string) error {
 // OpenAppend opens path for appending, creating it 0600; a link is
 // refused, and an existing file's mode is narrowed to 0600.
 func OpenAppend(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	f, err := Open(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, Refused(path, err)
+		return nil, err
 	}
 	if err := narrow(f); err != nil {
 		f.Close()
@@ -78,35 +78,68 @@ func narrow(f *os.File) error {
 	return nil
 }
 
+// Open opens path with flag (O_NOFOLLOW and O_CLOEXEC added): a link is
+// refused with ErrLink. The file is not registered with the runtime's
+// poller as os.OpenFile's are: for a regular file that registration is
+// four system calls that fail, at every window's state writes
+// (docs/design.md §9).
+func Open(path string, flag int, perm fs.FileMode) (*os.File, error) {
+	for {
+		fd, err := syscall.Open(path, flag|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, uint32(perm.Perm()))
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, Refused(path, &os.PathError{Op: "open", Path: path, Err: err})
+		}
+		return os.NewFile(uintptr(fd), path), nil
+	}
+}
+
 // CreateTemp creates path exclusively (O_EXCL, O_NOFOLLOW) with mode 0600
 // for writing: a regular file left there by a crash is removed first, a
 // link is refused.
 func CreateTemp(path string) (*os.File, error) {
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			return nil, fmt.Errorf("%s %w", path, ErrLink)
-		}
-		if fi.Mode().IsRegular() {
-			os.Remove(path)
-		}
+	const flag = os.O_WRONLY | os.O_CREATE | os.O_EXCL
+	f, err := Open(path, flag, 0o600)
+	if !errors.Is(err, fs.ErrExist) {
+		return f, err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return nil, Refused(path, err)
+	fi, lerr := os.Lstat(path)
+	switch {
+	case lerr != nil:
+		return nil, err
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return nil, fmt.Errorf("%s %w", path, ErrLink)
+	case fi.Mode().IsRegular():
+		os.Remove(path)
 	}
-	return f, nil
+	return Open(path, flag, 0o600)
 }
 
 // WriteAtomic replaces path by data: a temporary file beside it, fsync,
-// rename. Rename replaces a link at path itself, never its target.
-func WriteAtomic(path string, data []byte) error {
+// rename. Rename replaces a link at path itself, never its target. A
+// reader finds the old or the new data, also after a power loss.
+func WriteAtomic(path string, data []byte) error { return write(path, data, true) }
+
+// WriteAtomicNoSync is WriteAtomic without the fsync: a reader finds the
+// old or the new data whenever the process ends, but after a power loss
+// the file may be older than the last write, or empty. For state whose
+// reader takes an older value as a cost, not a wrong number: the window
+// marker, the spool's cursor (docs/design.md §6).
+func WriteAtomicNoSync(path string, data []byte) error { return write(path, data, false) }
+
+func write(path string, data []byte, durable bool) error {
 	tmp := path + ".tmp"
 	f, err := CreateTemp(tmp)
 	if err != nil {
 		return err
 	}
 	_, werr := f.Write(data)
-	serr := f.Sync()
+	var serr error
+	if durable {
+		serr = f.Sync()
+	}
 	cerr := f.Close()
 	if err := errors.Join(werr, serr, cerr); err != nil {
 		os.Remove(tmp)
@@ -120,9 +153,9 @@ func WriteAtomic(path string, data []byte) error {
 
 // Read reads path, refusing a link.
 func Read(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := Open(path, os.O_RDONLY, 0)
 	if err != nil {
-		return nil, Refused(path, err)
+		return nil, err
 	}
 	defer f.Close()
 	return io.ReadAll(f)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -36,6 +37,9 @@ func TestLinksRefused(t *testing.T) {
 	}{
 		{"atomic write through a planted .tmp", "last-window.tmp", func(dir string) error {
 			return WriteAtomic(filepath.Join(dir, "last-window"), []byte("1\n"))
+		}},
+		{"atomic write without fsync through a planted .tmp", "cursor.tmp", func(dir string) error {
+			return WriteAtomicNoSync(filepath.Join(dir, "cursor"), []byte("1 2\n"))
 		}},
 		{"append to a planted file", "rejected.lp", func(dir string) error {
 			f, err := OpenAppend(filepath.Join(dir, "rejected.lp"))
@@ -110,9 +114,43 @@ func TestFilesAre0600(t *testing.T) {
 	if err := WriteAtomic(filepath.Join(dir, "m"), []byte("y")); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"q", "m"} {
+	os.WriteFile(filepath.Join(dir, "n.tmp"), []byte("half"), 0o644)
+	if err := WriteAtomicNoSync(filepath.Join(dir, "n"), []byte("z")); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"m": "y", "n": "z"} {
+		if b, _ := os.ReadFile(filepath.Join(dir, name)); string(b) != want {
+			t.Errorf("%s holds %q, want %q", name, b, want)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, name+".tmp")); err == nil {
+			t.Errorf("%s.tmp left behind", name)
+		}
+	}
+	for _, name := range []string{"q", "m", "n"} {
 		if fi, _ := os.Stat(filepath.Join(dir, name)); fi.Mode().Perm() != 0o600 {
 			t.Errorf("%s has mode %v, want 0600", name, fi.Mode().Perm())
 		}
+	}
+}
+
+// TestTempNotAFile: something other than a regular file in the temporary
+// file's place (a FIFO would block an open for writing for ever) is an
+// error naming it, for both kinds of write.
+func TestTempNotAFile(t *testing.T) {
+	for name, write := range map[string]func(string, []byte) error{"WriteAtomic": WriteAtomic, "WriteAtomicNoSync": WriteAtomicNoSync} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			tmp := filepath.Join(dir, "m.tmp")
+			if err := syscall.Mkfifo(tmp, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			err := write(filepath.Join(dir, "m"), []byte("x"))
+			if err == nil || !strings.Contains(err.Error(), tmp) {
+				t.Errorf("error %v, want one naming %s", err, tmp)
+			}
+			if _, err := os.Lstat(filepath.Join(dir, "m")); err == nil {
+				t.Error("m was written")
+			}
+		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"syscall"
 
 	"github.com/tpsmon/tpsmon/internal/statefile"
 )
@@ -34,9 +33,9 @@ type OS struct{}
 // symbolic link: one planted in the spool directory is refused with an
 // error naming it.
 func (OS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
-	f, err := os.OpenFile(name, flag|syscall.O_NOFOLLOW, perm)
+	f, err := statefile.Open(name, flag, perm)
 	if err != nil {
-		return nil, statefile.Refused(name, err)
+		return nil, err
 	}
 	return f, nil
 }
@@ -47,18 +46,22 @@ func (OS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, newp
 // Remove removes a file.
 func (OS) Remove(name string) error { return os.Remove(name) }
 
-// replaceFile replaces path by data: a temporary file beside it, fsync,
-// rename. These are statefile.WriteAtomic's steps, taken through fsys so
-// that tests can fail any of them; a temporary file a crash left is
-// overwritten, a link in its place refused (OS opens with O_NOFOLLOW).
-func replaceFile(fsys FS, path string, data []byte) error {
+// replaceFile replaces path by data: a temporary file beside it, fsync
+// where durable, rename. These are statefile.WriteAtomic's steps, taken
+// through fsys so that tests can fail any of them; a temporary file a
+// crash left is overwritten, a link in its place refused (OS opens with
+// O_NOFOLLOW).
+func replaceFile(fsys FS, path string, data []byte, durable bool) error {
 	tmp := path + ".tmp"
 	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
 	_, werr := f.Write(data)
-	serr := f.Sync()
+	var serr error
+	if durable {
+		serr = f.Sync()
+	}
 	cerr := f.Close()
 	if err := errors.Join(werr, serr, cerr); err != nil {
 		fsys.Remove(tmp)
@@ -70,11 +73,7 @@ func replaceFile(fsys FS, path string, data []byte) error {
 // openNoFollow opens a spool file for reading; a symbolic link in its
 // place is refused, never followed.
 func openNoFollow(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return nil, statefile.Refused(path, err)
-	}
-	return f, nil
+	return statefile.Open(path, os.O_RDONLY, 0)
 }
 
 // readFileNoFollow reads a whole spool file, refusing a symbolic link.

@@ -271,7 +271,7 @@ func countPoints(b []byte) int {
 
 // rewrite replaces a segment by the records kept.
 func (s *Spool) rewrite(path string, kept []byte) error {
-	if err := replaceFile(s.opts.FS, path, kept); err != nil {
+	if err := replaceFile(s.opts.FS, path, kept, true); err != nil {
 		return fmt.Errorf("spool: rewriting %s: %w", filepath.Base(path), err)
 	}
 	return nil
@@ -318,14 +318,17 @@ func (s *Spool) readCursor() (uint64, int64) {
 	return seq, off
 }
 
-// saveCursor writes the cursor atomically.
+// saveCursor writes the cursor atomically, without an fsync: after a power
+// loss an older cursor, or none, only makes the spool resend records
+// InfluxDB already has, which overwrite themselves with the same values
+// (docs/design.md §2). It is written after every delivery.
 func (s *Spool) saveCursor() error {
 	var seq uint64
 	if len(s.segs) > 0 {
 		seq = s.segs[0].seq
 	}
 	cursor := fmt.Appendf(nil, "%d %d\n", seq, s.off)
-	if err := replaceFile(s.opts.FS, filepath.Join(s.opts.Dir, cursorName), cursor); err != nil {
+	if err := replaceFile(s.opts.FS, filepath.Join(s.opts.Dir, cursorName), cursor, false); err != nil {
 		return fmt.Errorf("spool cursor: %w", err)
 	}
 	return nil

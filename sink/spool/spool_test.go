@@ -435,3 +435,139 @@ func TestStateLinksRefused(t *testing.T) {
 		t.Errorf("the link's target was written: %q", b)
 	}
 }
+
+// TestStaleCursorResendsNeverLoses: the cursor is written without an
+// fsync, so after a power loss it may be older than the last delivery,
+// empty or missing. Each such cursor must make the spool resend from a
+// record boundary at or before the true one: delivered records again
+// (InfluxDB overwrites them with the same values), never one skipped.
+func TestStaleCursorResendsNeverLoses(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		stale func(t *testing.T, path string, older []byte)
+	}{
+		{"missing", func(t *testing.T, path string, _ []byte) { os.Remove(path) }},
+		{"empty", func(t *testing.T, path string, _ []byte) { os.WriteFile(path, nil, 0o600) }},
+		{"zeros", func(t *testing.T, path string, _ []byte) { os.WriteFile(path, make([]byte, 8), 0o600) }},
+		{"older, in a segment since removed", func(t *testing.T, path string, older []byte) { os.WriteFile(path, older, 0o600) }},
+		{"an offset inside a record", func(t *testing.T, path string, _ []byte) {
+			b, _ := os.ReadFile(path)
+			var seq, off int64
+			fmt.Sscanf(string(b), "%d %d", &seq, &off)
+			os.WriteFile(path, fmt.Appendf(nil, "%d %d\n", seq, off-7), 0o600)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := Open(Options{Dir: dir, SegmentBytes: 512})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var all []byte
+			for i := range 12 {
+				b := batch(3, int64(i)*10_000)
+				all = append(all, b...)
+				if err := s.Append(b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cursor := filepath.Join(dir, cursorName)
+			var saved [][]byte // the cursor after each delivery
+			var sent []byte
+			for range 7 {
+				b, _, _ := s.Peek(1)
+				sent = append(sent, b.Lines...)
+				if err := s.Ack(b); err != nil {
+					t.Fatal(err)
+				}
+				c, _ := os.ReadFile(cursor)
+				saved = append(saved, c)
+			}
+			// older: the last cursor in a segment before the current
+			// one, which is removed by now; its offset, at that
+			// segment's end, is past the true cursor's.
+			var older []byte
+			last := strings.Fields(string(saved[len(saved)-1]))[0]
+			for _, c := range saved {
+				if strings.Fields(string(c))[0] != last {
+					older = c
+				}
+			}
+			if older == nil {
+				t.Fatal("every delivery was in one segment")
+			}
+			unsent := all[len(sent):]
+			tc.stale(t, cursor, older)
+
+			s2, err := Open(Options{Dir: dir, SegmentBytes: 512})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := drain(t, s2, 1)
+			if !bytes.HasSuffix(got, unsent) {
+				t.Fatalf("after the restart the spool sent\n%s\nwhich does not end with the %d unsent bytes\n%s", got, len(unsent), unsent)
+			}
+			if !bytes.HasSuffix(all, got) {
+				t.Errorf("after the restart the spool sent\n%s\nwhich is not a tail of what was appended", got)
+			}
+		})
+	}
+}
+
+// syncCountFS counts fsyncs by file name.
+type syncCountFS struct {
+	OS
+	mu    sync.Mutex
+	syncs map[string]int
+}
+
+func (c *syncCountFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	f, err := c.OS.OpenFile(name, flag, perm)
+	if err != nil {
+		return f, err
+	}
+	return &syncCountFile{File: f, fs: c, name: filepath.Base(name)}, nil
+}
+
+type syncCountFile struct {
+	File
+	fs   *syncCountFS
+	name string
+}
+
+func (f *syncCountFile) Sync() error {
+	f.fs.mu.Lock()
+	f.fs.syncs[f.name]++
+	f.fs.mu.Unlock()
+	return f.File.Sync()
+}
+
+// TestAppendIsDurableCursorIsNot: every append reaches the disk before
+// it returns (an accepted point is never lost); the cursor, written after
+// every delivery, is not synced (TestStaleCursorResendsNeverLoses says
+// why that is safe).
+func TestAppendIsDurableCursorIsNot(t *testing.T) {
+	cfs := &syncCountFS{syncs: map[string]int{}}
+	s, err := Open(Options{Dir: t.TempDir(), FS: cfs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := s.Append(batch(2, int64(i)*10_000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain(t, s, 1)
+	segSyncs := 0
+	for name, n := range cfs.syncs {
+		if strings.HasSuffix(name, segSuffix) {
+			segSyncs += n
+		}
+	}
+	if segSyncs < 5 {
+		t.Errorf("%d fsyncs of segments for 5 appends (%v)", segSyncs, cfs.syncs)
+	}
+	if n := cfs.syncs[cursorName+".tmp"]; n != 0 {
+		t.Errorf("the cursor was synced %d times (%v)", n, cfs.syncs)
+	}
+}
