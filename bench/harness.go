@@ -27,6 +27,7 @@ type harness struct {
 	work     string
 	tpsmon   string
 	telegraf string
+	floor    string // bench/floor, run beside each side of S1
 	influx   string // base URL
 	stops    []func()
 	// sides are the daemons that run ("tpsmon", "telegraf").
@@ -72,8 +73,15 @@ func (h *harness) build() error {
 			return fmt.Errorf("build telegraf: %w", err)
 		}
 	}
+	floor := filepath.Join(h.work, "build", "floor")
+	if out, err := exec.Command("go", "build", "-o", floor, "./bench/floor").CombinedOutput(); err != nil {
+		return fmt.Errorf("build floor: %v\n%s", err, out)
+	}
 	var err error
 	if h.tpsmon, err = install(built, h.work); err != nil {
+		return err
+	}
+	if h.floor, err = install(floor, h.work); err != nil {
 		return err
 	}
 	if _, err := os.Stat(telegraf); err == nil {

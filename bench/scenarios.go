@@ -165,6 +165,9 @@ type side struct {
 	// steadySelf leaves out the programs the daemon ran.
 	steadySelf time.Duration
 	span       time.Duration
+	// floor is the steady CPU of bench/floor, run beside this side over
+	// the same span: what the machine made of the bare I/O meanwhile.
+	floor time.Duration
 }
 
 // warmUp is left out of the steady-state figure: process start,
@@ -195,7 +198,7 @@ func (h *harness) s1(d time.Duration, runs int) (string, error) {
 			if err != nil {
 				return "", err
 			}
-			sd, err := h.measureS1(p, name, run, d, logPath, db, pprofAddr)
+			sd, err := h.measureS1(p, name, run, d, base, logPath, db, pprofAddr)
 			if err != nil {
 				return "", err
 			}
@@ -254,28 +257,41 @@ log: {level: warn}
 
 // measureS1 runs one side for d, writing the log a line a second, and
 // returns what it cost.
-func (h *harness) measureS1(p *proc, name string, run int, d time.Duration, logPath, db, pprofAddr string) (side, error) {
+func (h *harness) measureS1(p *proc, name string, run int, d time.Duration, base, logPath, db, pprofAddr string) (side, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go writeEverySecond(ctx, logPath)
 	log.Printf("S1 %s for %v", name, d)
 	t0 := time.Now()
+	floorDB := db + "_floor"
+	h.createDB(floorDB)
+	fl, err := start(h.floor, "-url", base, "-log", logPath, "-influx", h.influx, "-db", floorDB,
+		"-spool", filepath.Join(h.work, fmt.Sprintf("floor-%s-%d", name, run)))
+	if err != nil {
+		cancel()
+		p.stop()
+		return side{}, err
+	}
 	time.Sleep(warmUp)
-	warm, warmSelf := p.cpu(), p.cpuSelf()
+	warm, warmSelf, floorWarm := p.cpu(), p.cpuSelf(), fl.cpu()
 	if name == "tpsmon" && pprofAddr != "" {
 		// Returns once the CPU profile (the steady span less
 		// a margin) and the allocations are read.
 		h.profileSteady(pprofAddr, fmt.Sprintf("s1-run%d", run+1), d-warmUp-5*time.Second)
 	}
 	time.Sleep(time.Until(t0.Add(d)))
-	steady, steadySelf := p.cpu()-warm, p.cpuSelf()-warmSelf
+	steady, steadySelf, floor := p.cpu()-warm, p.cpuSelf()-warmSelf, fl.cpu()-floorWarm
 	cancel()
+	if _, err := fl.stop(); err != nil {
+		p.stop()
+		return side{}, fmt.Errorf("floor: %w", err)
+	}
 	u, err := p.stop()
 	if err != nil {
 		return side{}, err
 	}
 	time.Sleep(2 * time.Second)
-	sd := side{name: name, u: u, points: h.points(db), steady: steady, steadySelf: steadySelf, span: d - warmUp}
-	log.Printf("S1 %s run %d: cpu %v, steady %v (itself %v), peak RSS %d MiB, %d points; log tail:\n%s", name, run+1, u.cpu, steady, steadySelf, u.maxRSS>>20, sd.points, tail(p.log.String(), 5))
+	sd := side{name: name, u: u, points: h.points(db), steady: steady, steadySelf: steadySelf, span: d - warmUp, floor: floor}
+	log.Printf("S1 %s run %d: cpu %v, steady %v (itself %v; the floor beside it %v), peak RSS %d MiB, %d points; log tail:\n%s", name, run+1, u.cpu, steady, steadySelf, floor, u.maxRSS>>20, sd.points, tail(p.log.String(), 5))
 	return sd, nil
 }
 
@@ -298,6 +314,13 @@ func s1Table(sides map[string][]side, d time.Duration, runs int) string {
 	steady := func(s side) float64 { return s.steady.Seconds() }
 	steadySelf := func(s side) float64 { return s.steadySelf.Seconds() }
 	rss := func(s side) float64 { return float64(s.u.maxRSS) / (1 << 20) }
+	floor := func(s side) float64 { return s.floor.Seconds() }
+	overFloor := func(s side) float64 {
+		if s.floor <= 0 {
+			return 0
+		}
+		return s.steady.Seconds() / s.floor.Seconds()
+	}
 	points := func(s side) float64 { return float64(s.points) }
 	return fmt.Sprintf(`## S1: steady node (8 GPUs, 2 servers scraped and 1 log, 1 Hz, %v each, %d runs per side)
 
@@ -309,14 +332,21 @@ run (tpsmon's run i against Telegraf's run i, which followed it).
 | CPU seconds (user+sys), whole run | %s | %s | %s | |
 | CPU seconds after the first 30 s (steady state, %v), with the programs each ran | %s | %s | %s | ≤ 0.05 |
 | the same, the daemon's own process only | %s | %s | %s | |
+| steady CPU seconds of bench/floor, run beside the side over the same span | %s | %s | | |
+| the side's steady CPU over the floor's beside it | %s | %s | %s | |
 | peak RSS (MiB) | %s | %s | %s | ≤ 0.4 |
 | points written | %s | %s | | |
 
 tpsmon writes joined 10 s windows (one point per GPU and per server each); Telegraf writes every raw
-sample (each input every second), unjoined: the point counts differ by design.
+sample (each input every second), unjoined: the point counts differ by design. bench/floor does only
+S1's input and output (the ticks, both pages fetched and thrown away, the log read on notification, one
+fsync'd append and one InfluxDB write per 10 s) on the same server, log and InfluxDB; a side's CPU over
+the floor's beside it is what the side adds to that, with the machine's noise of that span divided out.
 `, d, runs, col(t, cpu, "%.2f"), col(g, cpu, "%.2f"), rat(cpu),
 		d-warmUp, col(t, steady, "%.2f"), col(g, steady, "%.2f"), rat(steady),
 		col(t, steadySelf, "%.2f"), col(g, steadySelf, "%.2f"), rat(steadySelf),
+		col(t, floor, "%.2f"), col(g, floor, "%.2f"),
+		col(t, overFloor, "%.2f"), col(g, overFloor, "%.2f"), rat(overFloor),
 		col(t, rss, "%.1f"), col(g, rss, "%.1f"), rat(rss),
 		col(t, points, "%.0f"), col(g, points, "%.0f"))
 }
