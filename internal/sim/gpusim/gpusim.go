@@ -13,8 +13,9 @@ import (
 // profile (0..1), the same one that drives the simulated inference server,
 // so that demo output and tests show GPUs and tokens moving together.
 type Sim struct {
-	load func(time.Time) float64
-	n    int
+	load  func(time.Time) float64
+	n     int
+	uuids []string // made once: a sample a second per GPU would format them anew
 
 	mu       sync.Mutex
 	last     time.Time
@@ -23,7 +24,11 @@ type Sim struct {
 
 // New returns n simulated GPUs following load.
 func New(n int, load func(time.Time) float64) *Sim {
-	return &Sim{load: load, n: n, energyMJ: make([]float64, n)}
+	uuids := make([]string, n)
+	for i := range uuids {
+		uuids[i] = fmt.Sprintf("GPU-5a1e0000-0000-4000-8000-%012d", i)
+	}
+	return &Sim{load: load, n: n, uuids: uuids, energyMJ: make([]float64, n)}
 }
 
 const (
@@ -53,7 +58,7 @@ func (s *Sim) Sample(now time.Time) []gpu.Sample {
 		out[i] = gpu.Sample{
 			Time:          now,
 			Index:         i,
-			UUID:          fmt.Sprintf("GPU-5a1e0000-0000-4000-8000-%012d", i),
+			UUID:          s.uuids[i],
 			Name:          "Simulated H100 80GB HBM3",
 			UtilPct:       util,
 			MemUtilPct:    util * 0.55,
