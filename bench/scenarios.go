@@ -340,8 +340,10 @@ run (tpsmon's run i against Telegraf's run i, which followed it).
 tpsmon writes joined 10 s windows (one point per GPU and per server each); Telegraf writes every raw
 sample (each input every second), unjoined: the point counts differ by design. bench/floor does only
 S1's input and output (the ticks, both pages fetched and thrown away, the log read on notification, one
-fsync'd append and one InfluxDB write per 10 s) on the same server, log and InfluxDB; a side's CPU over
-the floor's beside it is what the side adds to that, with the machine's noise of that span divided out.
+fsync'd append and one InfluxDB write per 10 s) on the same server, log and InfluxDB, over the same span.
+A side's CPU over the floor's beside it says how far the side is from that bare work in the same minutes;
+it is not free of noise either, since the floor also pays for the side's own load on the machine (it
+costs more beside Telegraf).
 `, d, runs, col(t, cpu, "%.2f"), col(g, cpu, "%.2f"), rat(cpu),
 		d-warmUp, col(t, steady, "%.2f"), col(g, steady, "%.2f"), rat(steady),
 		col(t, steadySelf, "%.2f"), col(g, steadySelf, "%.2f"), rat(steadySelf),
