@@ -23,6 +23,21 @@ func batch(n int, ts int64) []byte {
 	return b.Bytes()
 }
 
+// appendBatches appends n batches of lines lines each, the i-th from
+// i*step ms, and returns what it appended.
+func appendBatches(t *testing.T, s *Spool, n, lines int, step int64) []byte {
+	t.Helper()
+	var all []byte
+	for i := range n {
+		b := batch(lines, int64(i)*step)
+		all = append(all, b...)
+		if err := s.Append(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return all
+}
+
 // drain peeks and acks until the spool is empty, returning what it read.
 func drain(t *testing.T, s *Spool, maxBytes int) []byte {
 	t.Helper()
@@ -47,14 +62,7 @@ func TestAppendPeekAckInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []byte
-	for i := range 20 {
-		b := batch(5, int64(i)*100_000)
-		want = append(want, b...)
-		if err := s.Append(b); err != nil {
-			t.Fatal(err)
-		}
-	}
+	want := appendBatches(t, s, 20, 5, 100_000)
 	st := s.Stats()
 	if st.Points != 100 || st.OldestUnsent.UnixMilli() != 0 {
 		t.Errorf("stats before drain: %+v", st)
@@ -463,14 +471,7 @@ func TestStaleCursorResendsNeverLoses(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var all []byte
-			for i := range 12 {
-				b := batch(3, int64(i)*10_000)
-				all = append(all, b...)
-				if err := s.Append(b); err != nil {
-					t.Fatal(err)
-				}
-			}
+			all := appendBatches(t, s, 12, 3, 10_000)
 			cursor := filepath.Join(dir, cursorName)
 			var saved [][]byte // the cursor after each delivery
 			var sent []byte
