@@ -281,9 +281,11 @@ func (h *harness) measureS1(p *proc, name string, run int, d time.Duration, base
 	time.Sleep(time.Until(t0.Add(d)))
 	steady, steadySelf, floor := p.cpu()-warm, p.cpuSelf()-warmSelf, fl.cpu()-floorWarm
 	cancel()
-	if _, err := fl.stop(); err != nil {
+	if _, err := fl.stop(); err != nil || fl.log.Len() > 0 {
+		// The floor says nothing unless it failed, and then its
+		// figure would be of less work.
 		p.stop()
-		return side{}, fmt.Errorf("floor: %w", err)
+		return side{}, fmt.Errorf("floor: %v %s", err, fl.log)
 	}
 	u, err := p.stop()
 	if err != nil {
@@ -317,7 +319,7 @@ func s1Table(sides map[string][]side, d time.Duration, runs int) string {
 	floor := func(s side) float64 { return s.floor.Seconds() }
 	overFloor := func(s side) float64 {
 		if s.floor <= 0 {
-			return 0
+			return math.NaN() // shown as NaN: no figure, not a small one
 		}
 		return s.steady.Seconds() / s.floor.Seconds()
 	}

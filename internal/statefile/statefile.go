@@ -126,7 +126,7 @@ func WriteAtomic(path string, data []byte) error { return write(path, data, true
 // old or the new data whenever the process ends, but after a power loss
 // the file may be older than the last write, or empty. For state whose
 // reader takes an older value as a cost, not a wrong number: the window
-// marker, the spool's cursor (docs/design.md §6).
+// marker, the spool's cursor (docs/design.md §2).
 func WriteAtomicNoSync(path string, data []byte) error { return write(path, data, false) }
 
 func write(path string, data []byte, durable bool) error {
