@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tpsmon/tpsmon/internal/config"
+	_ "github.com/tpsmon/tpsmon/internal/maxprocs" // one P, set before the other initialisers run
 	"github.com/tpsmon/tpsmon/internal/preflight"
 )
 
@@ -25,12 +26,6 @@ var version = "dev"
 var extraCommands []func() *cobra.Command
 
 func main() {
-	// One P: the daemon's work is small and steady, and with more, every
-	// wakeup hands goroutines between threads, which costs more CPU than
-	// the work (measured in bench). GOMAXPROCS in the environment wins.
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(1)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := newRoot().ExecuteContext(ctx)
 	stop()
