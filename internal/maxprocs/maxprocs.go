@@ -1,5 +1,5 @@
 // Package maxprocs gives the process one P (one thread running Go code at
-// a time) unless GOMAXPROCS is in the environment. A blank import of it
+// a time) unless GOMAXPROCS is set in the environment. A blank import of it
 // from package main is all it takes.
 //
 // One P, because tpsmon's work is small and steady: with more, every
@@ -18,7 +18,7 @@ import (
 )
 
 func init() {
-	if _, set := syscall.Getenv("GOMAXPROCS"); !set {
+	if v, _ := syscall.Getenv("GOMAXPROCS"); v == "" { // the runtime takes empty as unset too
 		runtime.GOMAXPROCS(1)
 	}
 }

@@ -27,10 +27,11 @@ func TestProcs(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		env  string // GOMAXPROCS; "" leaves it out
+		env  string // GOMAXPROCS=env; "-" leaves it out
 		want int
 	}{
-		{"unset: one P", "", 1},
+		{"unset: one P", "-", 1},
+		{"empty is unset", "", 1},
 		{"the environment wins", "3", 3},
 		{"even when it asks for one", "1", 1},
 	} {
@@ -46,7 +47,7 @@ func TestProcs(t *testing.T) {
 				}
 			}
 			cmd.Env = append(cmd.Env, report+"=1")
-			if tc.env != "" {
+			if tc.env != "-" {
 				cmd.Env = append(cmd.Env, "GOMAXPROCS="+tc.env)
 			}
 			out, err := cmd.Output()
