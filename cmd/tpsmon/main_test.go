@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	if _, set := os.LookupEnv("GOMAXPROCS"); !set {
+	if os.Getenv("GOMAXPROCS") == "" {
 		// maxprocs gave this process one P, as the daemon has; the tests
 		// and benchmarks that run in it keep Go's default.
 		runtime.SetDefaultGOMAXPROCS()
