@@ -172,3 +172,21 @@ func Query(t testing.TB, base, db, q string) []influxql.Series {
 	}
 	return series
 }
+
+// Write writes line protocol (millisecond timestamps) to db as another
+// client would, past tpsmon: a foreign write.
+func Write(t testing.TB, base, db, lines string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/write?precision=ms&db="+url.QueryEscape(db), strings.NewReader(lines))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("write: HTTP %d: %s", resp.StatusCode, b)
+	}
+}
