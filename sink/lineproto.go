@@ -3,10 +3,13 @@
 package sink
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 	"github.com/influxdata/line-protocol/v2/lineprotocol"
@@ -164,14 +167,44 @@ func fieldValue(x any) (lineprotocol.Value, bool) {
 // from the configuration is normalised first. Invalid UTF-8 becomes
 // U+FFFD, control characters (newlines, tabs) become spaces, and a
 // trailing backslash, which would escape the separator after it, becomes
-// U+FF3C (＼). Everything else (quotes, commas, '=', spaces, inner
-// backslashes) is kept exactly.
+// U+FF3C (＼). A value longer than MaxTagBytes is cut (cutTag).
+// Everything else (quotes, commas, '=', spaces, inner backslashes) is
+// kept exactly. TagValue(TagValue(s)) is TagValue(s).
 func TagValue(s string) string {
 	s = StringValue(s)
 	if n := len(s) - len(strings.TrimRight(s, `\`)); n > 0 {
 		s = s[:len(s)-n] + strings.Repeat("＼", n)
 	}
+	if len(s) > MaxTagBytes {
+		s = cutTag(s)
+	}
 	return s
+}
+
+// MaxTagBytes bounds a tag value as tpsmon stores it. InfluxDB 1.8
+// refuses a point whose series key (measurement, tags), "#!~#" and a
+// field key come to more than 65,535 bytes ("max key length exceeded",
+// found against influxd 1.8.10; it has no bound of its own for one tag
+// value), and a label of a server's page (model_name) can be that long.
+// Five tags at this bound stay far below it, and no name tpsmon meets
+// honestly comes near it (a model path, a GPU list).
+const MaxTagBytes = 256
+
+// cutSep separates the kept prefix of a cut tag value from its hash.
+const cutSep = "…"
+
+// cutTag cuts a tag value longer than MaxTagBytes to MaxTagBytes: the
+// longest prefix of whole characters that leaves room, "…", and 16 hex
+// digits of the SHA-256 of the whole value, so that the same value is
+// always cut the same way and long values that differ anywhere stay
+// distinct series.
+func cutTag(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	keep := MaxTagBytes - len(cutSep) - 16
+	for keep > 0 && !utf8.RuneStart(s[keep]) {
+		keep--
+	}
+	return s[:keep] + cutSep + hex.EncodeToString(sum[:8])
 }
 
 // StringValue is what tpsmon stores for a string field: InfluxDB 1.x

@@ -2,9 +2,11 @@ package sink
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
@@ -64,5 +66,53 @@ func TestLongModelNameStored(t *testing.T) {
 	}
 	if len(seen) != len(models) {
 		t.Errorf("%d distinct model tags stored for %d distinct names", len(seen), len(models))
+	}
+}
+
+// TestTagValueCut: a value up to MaxTagBytes is kept, a longer one cut to
+// at most MaxTagBytes of valid UTF-8 that keep its start; cutting is
+// idempotent and values that differ anywhere stay distinct.
+func TestTagValueCut(t *testing.T) {
+	at := strings.Repeat("a", MaxTagBytes)
+	tests := []struct {
+		name  string
+		in    string
+		cut   bool
+		start string // what the stored value starts with
+	}{
+		{"short", "Llama-3.1-8B-Instruct", false, "Llama-3.1-8B-Instruct"},
+		{"at the bound", at, false, at},
+		{"one byte over", at + "b", true, at[:200]},
+		{"70 KB", strings.Repeat("m", 70<<10), true, strings.Repeat("m", 200)},
+		{"multi-byte characters across the cut", strings.Repeat("模", 200), true, strings.Repeat("模", 70)},
+		{"trailing backslash pushes it over", at[1:] + `\`, true, at[:200]},
+		{"control characters and invalid UTF-8", strings.Repeat("a\n\xff", 300), true, "a \uFFFDa \uFFFD"},
+	}
+	hashed := regexp.MustCompile(cutSep + "[0-9a-f]{16}$")
+	seen := map[string]string{}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := TagValue(tc.in)
+			if len(got) > MaxTagBytes || !utf8.ValidString(got) {
+				t.Errorf("%d bytes (valid UTF-8: %v), want at most %d of valid UTF-8", len(got), utf8.ValidString(got), MaxTagBytes)
+			}
+			if again := TagValue(got); again != got {
+				t.Errorf("not idempotent: %q then %q", got, again)
+			}
+			if hashed.MatchString(got) != tc.cut {
+				t.Errorf("cut %v, want %v: %q", !tc.cut, tc.cut, got)
+			}
+			if !strings.HasPrefix(got, tc.start) {
+				t.Errorf("%q does not start with %q", got, tc.start)
+			}
+			if other, dup := seen[got]; dup {
+				t.Errorf("same tag as %q", other)
+			}
+			seen[got] = tc.name
+		})
+	}
+	long := strings.Repeat("x", 1000)
+	if a, b := TagValue(long+"1"), TagValue(long+"2"); a == b {
+		t.Errorf("values differing only at the end cut to the same tag %q", a)
 	}
 }
