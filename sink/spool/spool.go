@@ -30,8 +30,11 @@ type Options struct {
 	// SegmentBytes is where a segment is rolled; the unit of dropping.
 	// Default: MaxBytes/16, between 64 KiB and 16 MiB.
 	SegmentBytes int64
-	FS           FS // default OS
-	Log          *slog.Logger
+	// QuarantineMaxBytes bounds the quarantine directory (quarantine.go);
+	// default 64 MiB.
+	QuarantineMaxBytes int64
+	FS                 FS // default OS
+	Log                *slog.Logger
 }
 
 // ErrAppend marks points that could not be written to the spool (full
@@ -71,6 +74,10 @@ type Spool struct {
 	quarantined  uint64 // points moved aside
 	quarBytes    int64  // corrupt bytes moved aside at recovery
 	appendErrors uint64
+	// The quarantine's files, and what its bound made go.
+	quar              map[string]*quarFile
+	quarDroppedPoints uint64
+	quarDroppedBytes  int64
 }
 
 // Open opens (or creates) the spool in opts.Dir and recovers it: corrupt
@@ -89,12 +96,18 @@ func Open(opts Options) (*Spool, error) {
 	if opts.SegmentBytes <= 0 {
 		opts.SegmentBytes = min(max(opts.MaxBytes/16, 64<<10), 16<<20)
 	}
+	if opts.QuarantineMaxBytes <= 0 {
+		opts.QuarantineMaxBytes = defaultQuarantineMax
+	}
 	for _, d := range []string{opts.Dir, filepath.Join(opts.Dir, quarDir)} {
 		if err := statefile.EnsureDir(d); err != nil {
 			return nil, fmt.Errorf("spool: %w", err)
 		}
 	}
 	s := &Spool{opts: opts}
+	if err := s.loadQuarantine(); err != nil {
+		return nil, err
+	}
 	if err := s.recover(); err != nil {
 		return nil, err
 	}
@@ -257,18 +270,6 @@ func (s *Spool) quarantineSpan(path string, bad []byte, off int64, why error) er
 	return nil
 }
 
-// countPoints counts the line protocol lines in a corrupt stretch: lines
-// that are neither empty nor comments (record headers are comments).
-func countPoints(b []byte) int {
-	n := 0
-	for _, l := range bytes.Split(b, []byte("\n")) {
-		if l = bytes.TrimSpace(l); len(l) > 0 && l[0] != '#' {
-			n++
-		}
-	}
-	return n
-}
-
 // rewrite replaces a segment by the records kept.
 func (s *Spool) rewrite(path string, kept []byte) error {
 	if err := replaceFile(s.opts.FS, path, kept, true); err != nil {
@@ -277,17 +278,44 @@ func (s *Spool) rewrite(path string, kept []byte) error {
 	return nil
 }
 
+// writeQuarantine appends note and data to the quarantine file name,
+// within the quarantine's bound; data that alone is more than the bound
+// is counted as dropped instead. The caller holds s.mu, or has the spool
+// to itself (recovery).
 func (s *Spool) writeQuarantine(name string, note, data []byte) error {
+	buf := append(append([]byte{}, note...), data...)
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		buf = append(buf, '\n')
+	}
+	fits, err := s.makeRoomLocked(name, int64(len(buf)))
+	if err != nil {
+		return err
+	}
+	if !fits {
+		points := countPoints(data)
+		s.quarDroppedPoints += uint64(points)
+		s.quarDroppedBytes += int64(len(buf))
+		s.opts.Log.Warn("spool: quarantine too small for the points refused: not kept", "file", name, "points", points,
+			"bytes", len(buf), "quarantine_max_bytes", s.opts.QuarantineMaxBytes)
+		return nil
+	}
 	f, err := s.opts.FS.OpenFile(filepath.Join(s.opts.Dir, quarDir, name), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("spool quarantine: %w", err)
 	}
 	defer f.Close()
-	buf := append(append([]byte{}, note...), data...)
-	if len(data) > 0 && data[len(data)-1] != '\n' {
-		buf = append(buf, '\n')
+	qf := s.quar[name]
+	if qf == nil {
+		qf = &quarFile{}
+		s.quar[name] = qf
 	}
-	if _, err := f.Write(buf); err != nil {
+	if fi, err := f.Stat(); err == nil {
+		qf.size = fi.Size() // someone else may have changed it
+	}
+	qf.written = time.Now()
+	w, err := f.Write(buf)
+	qf.size += int64(w)
+	if err != nil {
 		return fmt.Errorf("spool quarantine: %w", err)
 	}
 	return f.Sync()
@@ -296,12 +324,15 @@ func (s *Spool) writeQuarantine(name string, note, data []byte) error {
 // Quarantine moves points the server rejected aside, with its reason.
 func (s *Spool) Quarantine(reason string, lines []byte) error {
 	n := bytes.Count(lines, []byte("\n"))
-	note := fmt.Sprintf("# %s rejected %d points: %s\n", time.Now().UTC().Format(time.RFC3339), n,
-		strings.ReplaceAll(reason, "\n", " "))
-	err := s.writeQuarantine("rejected.lp", []byte(note), lines)
+	reason = strings.ToValidUTF8(strings.ReplaceAll(reason, "\n", " "), "\uFFFD")
+	if len(reason) > maxNote {
+		reason = strings.ToValidUTF8(reason[:maxNote], "") + "…"
+	}
+	note := fmt.Sprintf("# %s rejected %d points: %s\n", time.Now().UTC().Format(time.RFC3339), n, reason)
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.writeQuarantine(rejectedName, []byte(note), lines)
 	s.quarantined += uint64(n)
-	s.mu.Unlock()
 	return err
 }
 
@@ -555,6 +586,11 @@ type Stats struct {
 	AppendErrors     uint64    `json:"append_errors"`          // appends that failed
 	Dropping         bool      `json:"dropping"`               // points are being dropped now (full or unwritable)
 	OldestUnsent     time.Time `json:"oldest_unsent,omitzero"` // timestamp of the oldest unsent point; zero when none
+
+	// The quarantine directory's size, and what its bound made go.
+	QuarantineBytes         int64  `json:"quarantine_bytes"`
+	QuarantineDroppedPoints uint64 `json:"quarantine_dropped_points"`
+	QuarantineDroppedBytes  int64  `json:"quarantine_dropped_bytes"`
 }
 
 // Stats returns the spool's counters.
@@ -562,7 +598,8 @@ func (s *Spool) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := Stats{Bytes: s.pendingBytesLocked(), Points: s.pendingLinesLocked(), Dropped: s.dropped,
-		Quarantined: s.quarantined, QuarantinedBytes: s.quarBytes, AppendErrors: s.appendErrors, Dropping: s.dropping}
+		Quarantined: s.quarantined, QuarantinedBytes: s.quarBytes, AppendErrors: s.appendErrors, Dropping: s.dropping,
+		QuarantineBytes: s.quarTotalLocked(), QuarantineDroppedPoints: s.quarDroppedPoints, QuarantineDroppedBytes: s.quarDroppedBytes}
 	if st.Points > 0 {
 		st.OldestUnsent = s.oldestLocked()
 	}
