@@ -387,7 +387,8 @@ func startInflux(cfg *config.Config, log *slog.Logger, version string) (out *sin
 	if err != nil {
 		return nil, nil, err
 	}
-	sp, err := spool.Open(spool.Options{Dir: cfg.Sink.Spool.Dir, MaxBytes: int64(cfg.Sink.Spool.MaxBytes), Log: log})
+	sp, err := spool.Open(spool.Options{Dir: cfg.Sink.Spool.Dir, MaxBytes: int64(cfg.Sink.Spool.MaxBytes),
+		QuarantineMaxBytes: int64(cfg.Sink.Spool.QuarantineMaxBytes), Log: log})
 	if err != nil {
 		in.Close()
 		return nil, nil, fmt.Errorf("sink.spool.dir: %w", err)

@@ -28,6 +28,7 @@ func TestConfigBounds(t *testing.T) {
 		{"host of 1 MB", "host: " + strings.Repeat("h", 1<<20) + "\n", []string{"host", "at most 253"}},
 		{"1h grace on a 1s window", "window: 1s\ngrace: 1h\n", []string{"grace", "10 windows or a minute"}},
 		{"max_bytes 1e30GiB", "sink: {spool: {max_bytes: 1e30GiB}}\n", []string{"max_bytes", "too large", "1PiB"}},
+		{"quarantine_max_bytes 1KiB", "sink: {spool: {quarantine_max_bytes: 1KiB}}\n", []string{"sink.spool.quarantine_max_bytes", "at least 4MiB"}},
 		{"window 2562047h", "window: 2562047h\n", []string{"window", "at most 1h"}},
 		{"empty file", "# nothing here\n\n", []string{"empty"}},
 		{"unknown top-level key", "windw: 10s\n", []string{"unknown top-level key", "windw"}},

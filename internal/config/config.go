@@ -127,6 +127,9 @@ type FileConfig struct {
 type SpoolConfig struct {
 	Dir      string   `mapstructure:"dir"`
 	MaxBytes ByteSize `mapstructure:"max_bytes"`
+	// QuarantineMaxBytes bounds quarantine/, where refused and corrupt
+	// points are kept for a look.
+	QuarantineMaxBytes ByteSize `mapstructure:"quarantine_max_bytes"`
 }
 
 // HTTPConfig is the self-telemetry endpoint.
@@ -167,6 +170,7 @@ var defaults = map[string]any{
 	"sink.file.path":                       "-",
 	"sink.spool.dir":                       "/var/lib/tpsmon/spool",
 	"sink.spool.max_bytes":                 "1GiB",
+	"sink.spool.quarantine_max_bytes":      "64MiB",
 	"http.listen":                          "127.0.0.1:9464",
 	"http.pprof":                           false,
 	"log.level":                            "info",
@@ -538,6 +542,10 @@ func (c *Config) validateSink() error {
 	}
 	if c.Sink.Spool.MaxBytes < 1<<20 {
 		return fmt.Errorf("sink.spool.max_bytes: %d bytes is too small (at least 1MiB)", c.Sink.Spool.MaxBytes)
+	}
+	// Room for a refused batch (about 1 MiB) twice over, in each half.
+	if c.Sink.Spool.QuarantineMaxBytes < 4<<20 {
+		return fmt.Errorf("sink.spool.quarantine_max_bytes: %d bytes is too small (at least 4MiB)", c.Sink.Spool.QuarantineMaxBytes)
 	}
 	return nil
 }

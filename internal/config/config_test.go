@@ -11,7 +11,8 @@ func TestShippedSampleConfigLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Window != 10*time.Second || cfg.GPU.Backend != "nvml" || cfg.Sink.Spool.MaxBytes != 1<<30 {
+	if cfg.Window != 10*time.Second || cfg.GPU.Backend != "nvml" || cfg.Sink.Spool.MaxBytes != 1<<30 ||
+		cfg.Sink.Spool.QuarantineMaxBytes != 64<<20 {
 		t.Errorf("sample config: %+v", cfg)
 	}
 }
