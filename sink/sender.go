@@ -36,6 +36,9 @@ type Sender struct {
 	// BatchBytes is the size a batch aims at.
 	BatchBytes int
 	Log        *slog.Logger
+	// StaleAfter ends a refusal episode (refusals.go) in which no point
+	// was refused for this long; default 30 minutes.
+	StaleAfter time.Duration
 
 	mu          sync.Mutex
 	sent        uint64
@@ -47,6 +50,8 @@ type Sender struct {
 	// failure is logged once, and its end with this count.
 	episodeFails int
 	swapped      Writer // replaces W (a reload with new credentials)
+	refusing     map[group]*episode
+	refused      uint64 // points InfluxDB refused for their content
 	wake         chan struct{}
 	once         sync.Once
 }
@@ -103,13 +108,18 @@ type Health struct {
 	LastError   string
 	// ConfigError says that InfluxDB refuses the credentials or bucket.
 	ConfigError string
+	// Refused counts the points InfluxDB refused for their content
+	// (quarantined); Refusing lists the groups it refuses now.
+	Refused  uint64
+	Refusing []Refusal
 }
 
 // Health returns the delivery state.
 func (s *Sender) Health() Health {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Health{Sent: s.sent, Retries: s.retries, LastSuccess: s.lastSuccess, LastError: s.lastErr, ConfigError: s.configErr}
+	return Health{Sent: s.sent, Retries: s.retries, LastSuccess: s.lastSuccess, LastError: s.lastErr, ConfigError: s.configErr,
+		Refused: s.refused, Refusing: s.refusalsLocked(time.Now())}
 }
 
 // Run delivers spooled points until ctx ends.
@@ -180,7 +190,11 @@ func (s *Sender) sendOne(ctx context.Context) error {
 	if !ok {
 		return errEmpty
 	}
-	written, err := s.deliver(ctx, b.Lines)
+	var tl tally
+	written, err := s.deliver(ctx, b.Lines, &tl)
+	s.mu.Lock()
+	s.settleLocked(&tl, time.Now())
+	s.mu.Unlock()
 	if err != nil {
 		if ctx.Err() == nil {
 			s.failed(err)
@@ -226,12 +240,14 @@ func isConfigError(we *WriteError) bool {
 var droppedRe = regexp.MustCompile(`dropped=(\d+)`)
 
 // deliver writes lines, splitting and quarantining what the server
-// rejects for its content. It returns how many lines were written, or an
-// error when the batch must be retried as a whole.
-func (s *Sender) deliver(ctx context.Context, lines []byte) (int, error) {
+// rejects for its content, and notes in tl what was taken and refused. It
+// returns how many lines were written, or an error when the batch must be
+// retried as a whole.
+func (s *Sender) deliver(ctx context.Context, lines []byte, tl *tally) (int, error) {
 	err := s.writer().Write(ctx, lines)
 	n := bytes.Count(lines, []byte("\n"))
 	if err == nil {
+		tl.accepted = append(tl.accepted, lines)
 		return n, nil
 	}
 	var we *WriteError
@@ -250,20 +266,20 @@ func (s *Sender) deliver(ctx context.Context, lines []byte) (int, error) {
 		// Not a verdict on the points (a proxy's 4xx, 408, 409): kept.
 		return 0, &WriteError{Status: we.Status, Retry: true, After: we.After, Err: we.Err}
 	case n == 1:
-		return 0, s.quarantine(we, lines)
+		return 0, s.quarantine(we, lines, tl)
 	default:
 		if m := droppedRe.FindStringSubmatch(we.Error()); m != nil {
 			if d, _ := strconv.Atoi(m[1]); d >= n {
-				return 0, s.quarantine(we, lines) // every line was refused
+				return 0, s.quarantine(we, lines, tl) // every line was refused
 			}
 		}
 	}
 	half := splitAt(lines, n/2)
-	a, err := s.deliver(ctx, lines[:half])
+	a, err := s.deliver(ctx, lines[:half], tl)
 	if err != nil {
 		return 0, err
 	}
-	b, err := s.deliver(ctx, lines[half:])
+	b, err := s.deliver(ctx, lines[half:], tl)
 	return a + b, err
 }
 
@@ -281,11 +297,13 @@ func contentError(we *WriteError) bool {
 	return contentRe.MatchString(we.Error())
 }
 
-func (s *Sender) quarantine(we *WriteError, lines []byte) error {
+// quarantine moves refused lines aside; the log and /readyz say so once
+// per episode (refusals.go), not once per batch.
+func (s *Sender) quarantine(we *WriteError, lines []byte, tl *tally) error {
 	if err := s.Spool.Quarantine(we.Error(), lines); err != nil {
 		return fmt.Errorf("quarantine rejected points: %w", err)
 	}
-	s.Log.Error("InfluxDB rejected points; moved to quarantine", "points", bytes.Count(lines, []byte("\n")), "err", we.Error())
+	tl.refuse(lines, shortReason(we.Error()))
 	return nil
 }
 

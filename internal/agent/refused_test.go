@@ -89,6 +89,7 @@ func TestRefusedPointsMakeNotReady(t *testing.T) {
 	}
 	rep, code := tel.health()
 	issues := strings.Join(rep.Issues, "\n")
+	t.Logf("/readyz %d: %s", code, issues)
 	if code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz %d %q while every point is refused: %v", code, rep.Status, rep.Issues)
 	}

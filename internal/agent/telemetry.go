@@ -68,6 +68,16 @@ func (t *telemetry) registry() *prometheus.Registry {
 		func() float64 { return float64(st().Quarantined) })
 	counter("tpsmon_spool_corrupt_bytes_total", "Corrupt spool bytes moved to quarantine at recovery.",
 		func() float64 { return float64(st().QuarantinedBytes) })
+	gauge("tpsmon_quarantine_bytes", "Bytes in the quarantine directory (bounded by sink.spool.quarantine_max_bytes).",
+		func() float64 { return float64(st().QuarantineBytes) })
+	counter("tpsmon_quarantine_dropped_points_total", "Quarantined points removed to keep the quarantine within its bound.",
+		func() float64 { return float64(st().QuarantineDroppedPoints) })
+	counter("tpsmon_quarantine_dropped_bytes_total", "Quarantine bytes removed to keep it within its bound.",
+		func() float64 { return float64(st().QuarantineDroppedBytes) })
+	counter("tpsmon_refused_points_total", "Points InfluxDB refused for their content (type conflict, parse, retention), moved to quarantine.",
+		func() float64 { return float64(t.sender.Health().Refused) })
+	gauge("tpsmon_refused_series", "Measurement and server pairs whose points InfluxDB refuses now.",
+		func() float64 { return float64(len(t.sender.Health().Refusing)) })
 	counter("tpsmon_sent_points_total", "Points InfluxDB accepted.",
 		func() float64 { return float64(t.sender.Health().Sent) })
 	counter("tpsmon_write_retries_total", "Writes to InfluxDB that failed and will be retried.",
@@ -99,6 +109,7 @@ type influxHealth struct {
 	Retries     uint64     `json:"retries"`
 	LastSuccess *time.Time `json:"last_success,omitempty"`
 	LastError   string     `json:"last_error,omitempty"`
+	Refused     uint64     `json:"refused_points"`
 }
 
 // liveReport is /healthz.
@@ -132,7 +143,7 @@ func (t *telemetry) health() (healthReport, int) {
 		st := t.spool.Stats()
 		r.Spool = &st
 		h.LastError, h.ConfigError = redact.Text(h.LastError), redact.Text(h.ConfigError)
-		r.Influx = &influxHealth{Sent: h.Sent, Retries: h.Retries, LastError: h.LastError}
+		r.Influx = &influxHealth{Sent: h.Sent, Retries: h.Retries, LastError: h.LastError, Refused: h.Refused}
 		if !h.LastSuccess.IsZero() {
 			r.Influx.LastSuccess = &h.LastSuccess
 		}
@@ -140,6 +151,9 @@ func (t *telemetry) health() (healthReport, int) {
 			r.Issues = append(r.Issues, "InfluxDB refuses the credentials or the bucket: "+h.ConfigError)
 		} else if h.LastError != "" {
 			r.Issues = append(r.Issues, "InfluxDB writes failing, points kept in the spool: "+h.LastError)
+		}
+		for _, rf := range h.Refusing {
+			r.Issues = append(r.Issues, refusalIssue(rf))
 		}
 		// The present, not the past: a finished episode stays in the
 		// counters (dropped_points), not in the status.
@@ -161,6 +175,16 @@ func (t *telemetry) health() (healthReport, int) {
 		return r, http.StatusServiceUnavailable
 	}
 	return r, http.StatusOK
+}
+
+// refusalIssue says on /readyz that InfluxDB refuses a group's points.
+func refusalIssue(rf sink.Refusal) string {
+	who := rf.Measurement + " points"
+	if rf.Server != "" {
+		who += " of server " + rf.Server
+	}
+	return fmt.Sprintf("InfluxDB refuses %s (moved to quarantine): %d points since %s, the last at %s: %s",
+		who, rf.Points, rf.Since.UTC().Format(time.RFC3339), rf.Last.UTC().Format(time.RFC3339), redact.Text(rf.Reason))
 }
 
 func (t *telemetry) handler() http.Handler {
