@@ -393,7 +393,10 @@ func startInflux(cfg *config.Config, log *slog.Logger, version string) (out *sin
 		in.Close()
 		return nil, nil, fmt.Errorf("sink.spool.dir: %w", err)
 	}
-	sender := &sink.Sender{Spool: sp, W: in, Log: log}
+	// A refusal episode is over once no point was refused for a while:
+	// longer than a few windows, so that one window's point per server
+	// does not end and restart it.
+	sender := &sink.Sender{Spool: sp, W: in, Log: log, StaleAfter: max(30*time.Minute, 3*cfg.Window)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { sender.Run(ctx); close(done) }()
