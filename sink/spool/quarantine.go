@@ -15,7 +15,8 @@ import (
 // keeps refusing would otherwise fill the disk at the rate they come.
 // rejected.lp is rotated to rejected.lp.1 when it would pass half the
 // bound, and when a write would pass the bound the files written longest
-// ago are removed first; what goes is counted in points and bytes.
+// ago are removed first; what goes is counted in points and bytes. The
+// functions named ...Locked here are called with s.qmu held.
 const (
 	rejectedName = "rejected.lp"
 	rotatedName  = rejectedName + ".1"

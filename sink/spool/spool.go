@@ -74,7 +74,10 @@ type Spool struct {
 	quarantined  uint64 // points moved aside
 	quarBytes    int64  // corrupt bytes moved aside at recovery
 	appendErrors uint64
-	// The quarantine's files, and what its bound made go.
+	// The quarantine's files, and what its bound made go, under qmu
+	// (taken after mu): removing a large file to keep the bound must not
+	// hold up appends.
+	qmu               sync.Mutex
 	quar              map[string]*quarFile
 	quarDroppedPoints uint64
 	quarDroppedBytes  int64
@@ -280,9 +283,10 @@ func (s *Spool) rewrite(path string, kept []byte) error {
 
 // writeQuarantine appends note and data to the quarantine file name,
 // within the quarantine's bound; data that alone is more than the bound
-// is counted as dropped instead. The caller holds s.mu, or has the spool
-// to itself (recovery).
+// is counted as dropped instead.
 func (s *Spool) writeQuarantine(name string, note, data []byte) error {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
 	buf := append(append([]byte{}, note...), data...)
 	if len(data) > 0 && data[len(data)-1] != '\n' {
 		buf = append(buf, '\n')
@@ -329,10 +333,10 @@ func (s *Spool) Quarantine(reason string, lines []byte) error {
 		reason = strings.ToValidUTF8(reason[:maxNote], "") + "…"
 	}
 	note := fmt.Sprintf("# %s rejected %d points: %s\n", time.Now().UTC().Format(time.RFC3339), n, reason)
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	err := s.writeQuarantine(rejectedName, []byte(note), lines)
+	s.mu.Lock()
 	s.quarantined += uint64(n)
+	s.mu.Unlock()
 	return err
 }
 
@@ -598,8 +602,10 @@ func (s *Spool) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := Stats{Bytes: s.pendingBytesLocked(), Points: s.pendingLinesLocked(), Dropped: s.dropped,
-		Quarantined: s.quarantined, QuarantinedBytes: s.quarBytes, AppendErrors: s.appendErrors, Dropping: s.dropping,
-		QuarantineBytes: s.quarTotalLocked(), QuarantineDroppedPoints: s.quarDroppedPoints, QuarantineDroppedBytes: s.quarDroppedBytes}
+		Quarantined: s.quarantined, QuarantinedBytes: s.quarBytes, AppendErrors: s.appendErrors, Dropping: s.dropping}
+	s.qmu.Lock()
+	st.QuarantineBytes, st.QuarantineDroppedPoints, st.QuarantineDroppedBytes = s.quarTotalLocked(), s.quarDroppedPoints, s.quarDroppedBytes
+	s.qmu.Unlock()
 	if st.Points > 0 {
 		st.OldestUnsent = s.oldestLocked()
 	}
