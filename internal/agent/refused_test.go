@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -97,6 +99,17 @@ func TestRefusedPointsMakeNotReady(t *testing.T) {
 		if !strings.Contains(issues, want) {
 			t.Errorf("/readyz issues do not say %q: %q", want, issues)
 		}
+	}
+	rec := httptest.NewRecorder()
+	tel.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, want := range []string{"tpsmon_refused_points_total 9\n", "tpsmon_refused_series 1\n",
+		"tpsmon_quarantined_points_total 9\n", "tpsmon_quarantine_dropped_points_total 0\n"} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^tpsmon_quarantine_bytes [1-9]`).MatchString(rec.Body.String()) {
+		t.Errorf("/metrics does not count the quarantine's bytes")
 	}
 	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 {
 		t.Errorf("%d ERROR lines for one episode of %d refused batches:\n%s", n, refused, logs.String())
