@@ -210,3 +210,28 @@ func TestRefusedBatchesKeepQuarantineBounded(t *testing.T) {
 	}
 	t.Logf("%d refused points: %d kept in %d bytes (%d files), %d dropped in %d bytes", batches*points, kept, onDisk, len(entries), st.QuarantineDroppedPoints, st.QuarantineDroppedBytes)
 }
+
+// TestGroupOf reads the measurement and server tag of the lines the
+// encoder writes, escapes included.
+func TestGroupOf(t *testing.T) {
+	enc := NewEncoder()
+	tests := []struct {
+		tags   []Tag
+		server string
+	}{
+		{[]Tag{{"host", "h"}, {"server", "llm"}}, "llm"},
+		{[]Tag{{"host", "h"}}, ""},
+		{[]Tag{{"model", `a\,b=c d`}, {"server", `x,y=z w\`}}, TagValue(`x,y=z w\`)},
+		{[]Tag{{"server", "s"}, {"uuid", "GPU-1"}}, "s"},
+		{[]Tag{{"server", strings.Repeat("s", 1000)}}, TagValue(strings.Repeat("s", 1000))},
+	}
+	for _, tc := range tests {
+		line, err := enc.Append(nil, Point{Measurement: "tpsmon gpu,x", Tags: tc.tags, Fields: []Field{{"v", 1.0}}, Time: time.Unix(1, 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := groupOf(bytes.TrimSuffix(line, []byte("\n"))); g != (group{"tpsmon gpu,x", tc.server}) {
+			t.Errorf("%s: %+v, want server %q", line, g, tc.server)
+		}
+	}
+}
