@@ -94,7 +94,12 @@ func (s *Spool) rotateLocked() error {
 		}
 	}
 	dir := filepath.Join(s.opts.Dir, quarDir)
-	if err := s.opts.FS.Rename(filepath.Join(dir, rejectedName), filepath.Join(dir, rotatedName)); err != nil {
+	err := s.opts.FS.Rename(filepath.Join(dir, rejectedName), filepath.Join(dir, rotatedName))
+	if errors.Is(err, fs.ErrNotExist) {
+		delete(s.quar, rejectedName) // removed by hand: nothing to rotate
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("spool quarantine: rotating %s: %w", rejectedName, err)
 	}
 	s.quar[rotatedName] = s.quar[rejectedName]

@@ -124,3 +124,41 @@ func TestQuarantineNoteBounded(t *testing.T) {
 		t.Errorf("note of %d bytes, then %q", len(note), rest)
 	}
 }
+
+// TestQuarantineFilesRemovedByHand: an operator empties the quarantine
+// while tpsmon runs, just before rejected.lp is due to rotate; refusals go
+// on being kept, within the bound.
+func TestQuarantineFilesRemovedByHand(t *testing.T) {
+	const bound = 16 << 10
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir, QuarantineMaxBytes: bound})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	removed := 0
+	for i := range 60 {
+		b := batch(5, int64(i)*10_000)
+		if f := s.quar[rejectedName]; f != nil && f.size+int64(len(b)) > bound/2 {
+			// The next refusal rotates it: take it away first, and
+			// rejected.lp.1 every other time.
+			os.Remove(filepath.Join(dir, quarDir, rejectedName))
+			if removed%2 == 1 {
+				os.Remove(filepath.Join(dir, quarDir, rotatedName))
+			}
+			removed++
+		}
+		if err := s.Quarantine("partial write: field type conflict", b); err != nil {
+			t.Fatalf("refusal %d: %v", i, err)
+		}
+		if b, _ := quarOnDisk(t, dir); b > bound {
+			t.Fatalf("after %d refusals %d bytes, over the bound %d", i+1, b, bound)
+		}
+	}
+	if removed < 2 {
+		t.Fatalf("removed files %d times: the test did not test", removed)
+	}
+	if b, p := quarOnDisk(t, dir); p == 0 || b == 0 {
+		t.Errorf("the quarantine holds %d bytes, %d points: the last refusals were not kept", b, p)
+	}
+}
