@@ -22,7 +22,6 @@ import (
 	enginereg "github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/collector/gpumap"
-	"github.com/tpsmon/tpsmon/collector/logline"
 	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/internal/statefile"
@@ -706,13 +705,11 @@ const defaultLogGrace = 11 * time.Second
 // startLog follows a server's log file or journal unit. Its lines are
 // parsed here, in the source's goroutine; the main loop gets intervals.
 func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerConfig, send func(message)) error {
-	parser, err := logline.NewParser(s.Engine)
+	r, err := p.newLogReader(s, send)
 	if err != nil {
 		return err
 	}
 	name := s.Name
-	r := &logReader{p: p, name: name, parser: parser, send: send, hasMetrics: s.MetricsURL != "",
-		stream: &logline.Stream{Discarded: func(d collector.Discard) { p.metrics.discards.Add(name, d) }}}
 	state := p.positionFile(name)
 	if s.Log.File != "" {
 		t := &tail.Tailer{Path: s.Log.File, StateFile: state, Log: p.log.With("server", name), Alive: r.alive, Now: p.now, Poll: p.logPoll,
