@@ -65,6 +65,8 @@ type pipeline struct {
 
 	// logPoll is how often log files are read; 0 is the tailer's default.
 	logPoll time.Duration
+	// stopSources is how long shutdown waits for the sources to end.
+	stopSources time.Duration
 	// attribEvery is how often servers with gpus: auto are placed.
 	attribEvery time.Duration
 	// gpuRetry is how long a failed GPU backend waits before the next
@@ -228,6 +230,9 @@ func (p *pipeline) startSources(ctx context.Context, cfg *config.Config, msgs ch
 	src = &sources{cancel: cancel}
 	opened = make(chan struct{})
 	send := func(m message) {
+		if ctx.Err() != nil {
+			return // stopped: the main loop no longer takes what a source says
+		}
 		select {
 		case msgs <- m:
 		case <-ctx.Done():
@@ -272,6 +277,29 @@ func (p *pipeline) startSources(ctx context.Context, cfg *config.Config, msgs ch
 func (s *sources) stop() {
 	s.cancel()
 	s.wg.Wait()
+}
+
+// defaultStopSources is how long shutdown waits for the sources to end:
+// each ends at once when told (no read blocks or goes on unbounded), but a
+// GPU driver call can hang, and the unit's TimeoutStopSec= (30 s) must
+// still leave the final windows and InfluxDB's stopTimeout (10 s).
+const defaultStopSources = 5 * time.Second
+
+// stopWithin stops the sources, waiting for them at most d; false when
+// some were still running then. Those are left behind: they touch
+// nothing the shutdown uses (what they send is not taken after ctx ended).
+func (s *sources) stopWithin(d time.Duration) bool {
+	s.cancel()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // run drives everything until ctx ends, then closes the open windows as
@@ -332,7 +360,10 @@ func (p *pipeline) run(ctx context.Context) error {
 			if p.stopping != nil {
 				p.stopping()
 			}
-			src.stop()
+			if !src.stopWithin(p.stopSources) {
+				p.log.Error("sources still running at shutdown; closing the windows without them", "waited", p.stopSources,
+					"stacks", ourStacks())
+			}
 			p.drain(msgs, j, down)
 			p.emit(j.Close(p.now()))
 			p.savePositions()
@@ -713,7 +744,7 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerCo
 	state := p.positionFile(name)
 	if s.Log.File != "" {
 		t := &tail.Tailer{Path: s.Log.File, StateFile: state, Log: p.log.With("server", name), Alive: r.alive, Now: p.now, Poll: p.logPoll,
-			Peek: r.peek, Flush: r.flush}
+			Peek: r.peek, Flush: r.flush, Failed: func(err error) { p.sourceFailed(name, err) }}
 		src.wg.Go(func() {
 			if err := t.Run(ctx, r.line); err != nil {
 				err = fmt.Errorf("log %s: %w", s.Log.File, err)
