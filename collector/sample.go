@@ -109,12 +109,25 @@ type Interval struct {
 	// Observed says the source was watching all through the interval
 	// (a log line's own interval); spread-back tokens are not.
 	Observed bool
+	// Hole says a line spoke for the interval but was refused (an
+	// impossible value): nothing is known of it, and it is not observed,
+	// however readable the log was meanwhile (Hole).
+	Hole bool
 }
 
 // Unknown returns an interval over (start, end] with every value unknown.
 func Unknown(start, end time.Time) Interval {
 	return Interval{Start: start, End: end, Tokens: -1, PromptTokens: -1, UserTokens: -1, UserSeconds: -1,
 		Running: -1, Waiting: -1, KV: -1, Preemptions: -1}
+}
+
+// Hole returns the hole a refused line leaves over (start, end]: its
+// windows are observed for less, never filled with what the line did not
+// say (design §3).
+func Hole(start, end time.Time) Interval {
+	iv := Unknown(start, end)
+	iv.Hole = true
+	return iv
 }
 
 // ErrMalformed marks metrics text that could not be parsed; the scrape is

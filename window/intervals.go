@@ -96,6 +96,30 @@ func (r *ivSums) add(iv collector.Interval, s, e time.Time) {
 type windowAcc struct {
 	sums  [2]ivSums // [0]: spread-back metrics, [1]: log lines (Observed)
 	cover []seg     // observed time, disjoint, in order
+	// holes are what refused lines spoke for, disjoint, in order: not
+	// observed, whatever else says so.
+	holes []seg
+}
+
+// coverLess is how much of segs, disjoint and in order, lies outside the
+// holes.
+func (a *windowAcc) coverLess(segs []seg) time.Duration {
+	total := covered(segs)
+	for _, h := range a.holes {
+		for _, sg := range segs {
+			lo, hi := sg.a, sg.b
+			if lo.Before(h.a) {
+				lo = h.a
+			}
+			if hi.After(h.b) {
+				hi = h.b
+			}
+			if hi.After(lo) {
+				total -= hi.Sub(lo)
+			}
+		}
+	}
+	return total
 }
 
 type seg struct{ a, b time.Time }

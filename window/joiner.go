@@ -272,8 +272,49 @@ func (j *Joiner) AddLog(name string, iv collector.Interval) bool {
 	if !ok {
 		return false
 	}
+	if iv.Hole {
+		j.addHole(st, iv.Start, iv.End)
+		return true
+	}
 	iv.Observed = true
 	return j.addInterval(st, iv)
+}
+
+// addHole takes (a, b], which a refused line spoke for, out of the log's
+// coverage of the open windows it touches; of closed ones nothing is
+// left to take.
+func (j *Joiner) addHole(st *serverState, a, b time.Time) {
+	if a.Before(j.next) {
+		a = j.next
+	}
+	if !b.After(a) {
+		return
+	}
+	if st.acc == nil {
+		st.acc = map[time.Time]*windowAcc{}
+	}
+	for w := Start(a, j.cfg.Window); w.Before(b); w = w.Add(j.cfg.Window) {
+		acc := st.acc[w]
+		if acc == nil {
+			acc = st.newAcc()
+			st.acc[w] = acc
+		}
+		acc.holes = addCover(acc.holes, latest(a, w), earliest(b, w.Add(j.cfg.Window)))
+	}
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // NameEngine sets a server's engine tag when its configuration left it to
@@ -827,9 +868,18 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 	scraped := st.seen.covered(s, e, j.cfg.MaxGap)
 	scrapedAny := scraped > 0 || st.seen.count(s, e) > 0
 	acc := st.takeAcc(s)
-	logCover := max(st.watched.covered(s, e, j.cfg.MaxGap), covered(acc.cover))
+	var logCover time.Duration
 	logIv := acc.sums[1]
-	logAny := logCover > 0 || logIv.n > 0 || st.watched.count(s, e) > 0
+	var logAny bool
+	if len(acc.holes) == 0 {
+		logCover = max(st.watched.covered(s, e, j.cfg.MaxGap), covered(acc.cover))
+		logAny = logCover > 0 || logIv.n > 0 || st.watched.count(s, e) > 0
+	} else {
+		// What refused lines spoke for was not observed, however readable
+		// the log was: a window that is all hole knows nothing (down).
+		logCover = acc.coverLess(st.watched.segments(acc.cover, s, e, j.cfg.MaxGap))
+		logAny = logCover > 0 || logIv.n > 0
+	}
 
 	if scrapedAny || !logAny {
 		m.covered = scraped
@@ -863,7 +913,7 @@ func (st *serverState) newAcc() *windowAcc {
 	}
 	a := st.spare[n-1]
 	st.spare = st.spare[:n-1]
-	*a = windowAcc{cover: a.cover[:0]}
+	*a = windowAcc{cover: a.cover[:0], holes: a.holes[:0]}
 	return a
 }
 

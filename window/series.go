@@ -235,6 +235,27 @@ func (tl *timeline) covered(s, e time.Time, maxGap time.Duration) time.Duration 
 	return total
 }
 
+// segments merges into segs (disjoint, in order) the parts of [s, e)
+// that covered counts, and returns them; for a window with holes only,
+// which must know where it was covered, not just for how long.
+func (tl *timeline) segments(segs []seg, s, e time.Time, maxGap time.Duration) []seg {
+	out := append([]seg(nil), segs...)
+	for i := max(1, tl.after(s)); i < len(tl.ts) && tl.ts[i-1].Before(e); i++ {
+		a, b := tl.ts[i-1], tl.ts[i]
+		if b.After(a.Add(maxGap)) {
+			continue
+		}
+		if a.Before(s) {
+			a = s
+		}
+		if b.After(e) {
+			b = e
+		}
+		out = addCover(out, a, b)
+	}
+	return out
+}
+
 // after returns the index of the first delivery after t.
 func (tl *timeline) after(t time.Time) int {
 	return sort.Search(len(tl.ts), func(i int) bool { return tl.ts[i].After(t) })

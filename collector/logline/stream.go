@@ -19,6 +19,11 @@ type Stream struct {
 	// Discarded is told of each line refused for an impossible value
 	// (collector.CheckInterval); nil: not told.
 	Discarded func(collector.Discard)
+	// Hole is told of the stretch a refused line spoke for
+	// (collector.Hole), for the joiner to take out of its windows'
+	// coverage; nil: not told. A line refused for its own time or span
+	// leaves none: where it belongs is what is wrong with it.
+	Hole func(collector.Interval)
 
 	last map[string]*time.Time
 	// lastKey's entry of last: a log's stat lines nearly all come from
@@ -62,6 +67,13 @@ func (s *Stream) Interval(r Record, t time.Time) (collector.Interval, bool) {
 		}
 		if s.Discarded != nil {
 			s.Discarded(d)
+		}
+		// A refused progress or iteration line leaves no hole: the next
+		// valid one carries on from the last valid one, over its span.
+		// CheckInterval names the bounds "interval" when they are wrong.
+		spoke := r.Kind == Stat || r.Kind == Request
+		if s.Hole != nil && spoke && d.Series != "interval" && iv.End.After(iv.Start) {
+			s.Hole(collector.Hole(iv.Start, iv.End))
 		}
 		return collector.Interval{}, false
 	}

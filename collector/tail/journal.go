@@ -146,9 +146,19 @@ func (j *Journal) report(err error, failing string) string {
 	return failing
 }
 
-// read runs journalctl once and returns the cursor it ended at.
+// journalTimeout bounds one journalctl run: one that never answers (a
+// journal it waits on) is an unreadable journal, said so, not a quiet one.
+// A run cut short is not lost: the next goes on after the last entry read.
+const journalTimeout = 30 * time.Second
+
+// read runs journalctl once and returns the cursor it ended at. It returns
+// as soon as ctx ends, even when journalctl left a child holding its
+// output open: the pipe is closed under the read.
 func (j *Journal) read(ctx context.Context, name string, args []string, emit func(Line)) (string, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
+	rctx, cancel := context.WithTimeout(ctx, journalTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(rctx, name, args...)
+	cmd.WaitDelay = 100 * time.Millisecond // then stderr's pipe is closed too
 	var stderr bytes.Buffer
 	cmd.Stderr = &limitedWriter{w: &stderr, n: 4 << 10}
 	out, err := cmd.StdoutPipe()
@@ -158,6 +168,8 @@ func (j *Journal) read(ctx context.Context, name string, args []string, emit fun
 	if err := cmd.Start(); err != nil {
 		return "", fmt.Errorf("journalctl: %w", err)
 	}
+	stop := context.AfterFunc(rctx, func() { out.Close() })
+	defer stop()
 	r := bufio.NewReaderSize(out, 64<<10)
 	last := ""
 	for {
@@ -181,6 +193,9 @@ func (j *Journal) read(ctx context.Context, name string, args []string, emit fun
 		}
 		if rerr != nil {
 			werr := cmd.Wait()
+			if ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
+				return last, fmt.Errorf("journalctl -u %s: no answer within %v", j.Unit, journalTimeout)
+			}
 			msg := strings.TrimSpace(stderr.String())
 			// journalctl without the right to read the system journal
 			// still exits 0 and shows nothing but this hint.

@@ -2,8 +2,11 @@ package tail
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -56,5 +59,40 @@ func TestJournalUnreadableIsAnErrorWithJournalctlsWords(t *testing.T) {
 		if !strings.Contains(reasons[0].Error(), want) {
 			t.Errorf("reason %q lacks %q", reasons[0], want)
 		}
+	}
+}
+
+// TestJournalStopsWhenJournalctlNeverAnswers: a journalctl that never
+// answers, whose child keeps its pipes open once it is killed, does not
+// hold Run past its cancel.
+func TestJournalStopsWhenJournalctlNeverAnswers(t *testing.T) {
+	pids := filepath.Join(t.TempDir(), "pids")
+	t.Setenv("TPSMON_TEST_PIDS", pids)
+	t.Cleanup(func() {
+		b, _ := os.ReadFile(pids)
+		for _, l := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(l); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	cmd, _ := filepath.Abs("testdata/fake-journalctl-mute")
+	ctx, cancel := context.WithCancel(context.Background())
+	j := &Journal{Unit: "vllm.service", Command: cmd}
+	done := make(chan struct{})
+	go func() { j.Run(ctx, func(Line) {}); close(done) }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, _ := os.ReadFile(pids); len(b) > 0 {
+			break // journalctl runs, and its child holds the pipes
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the fake journalctl did not start")
+		}
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run still running 5 s after cancel")
 	}
 }

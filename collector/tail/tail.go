@@ -89,8 +89,21 @@ type Tailer struct {
 	// Flush is told after each read's lines were emitted (nil: not
 	// told): a consumer that gathers what a read's lines said hands it
 	// on in one piece, and before Alive.
-	Flush   func()
+	Flush func()
+	// Failed is told why the log cannot be read (it is no regular file,
+	// it cannot be opened or read) when that changes, and nil once it can
+	// be again; each reason is logged once. Meanwhile Alive is not told:
+	// the server reads as down.
+	Failed  func(error)
 	created bool // the file did not exist when Run began
+	failing string
+
+	// budget is what may still be read before the next tick: a file that
+	// always has more (a huge sparse one, a firehose) is read maxPerSecond
+	// a second, not with a whole core; behind says the last read stopped
+	// there, with more to read.
+	budget int64
+	behind bool
 
 	f       *os.File
 	pos     Position
@@ -160,13 +173,27 @@ func readHead(f *os.File) []byte {
 	return b[:n]
 }
 
+// maxPerSecond bounds the bytes read a second, given out a poll interval
+// at a time (perTick): 16 MiB, hundreds of times what a busy server logs,
+// and tens of milliseconds of CPU.
+const maxPerSecond = 16 << 20
+
+// perTick is what one poll interval may read: its share of maxPerSecond,
+// one full read at least.
+func (t *Tailer) perTick() int64 {
+	return max(readMax, int64(float64(maxPerSecond)*t.Poll.Seconds()))
+}
+
 // Run follows the file until ctx ends, handing each complete line to
-// emit. A file that does not exist yet is waited for.
+// emit. A file that does not exist yet, or cannot be read (Failed), is
+// waited for. It returns once ctx ends, whatever the file does: nothing it
+// does blocks (openRegular) or reads without bound (maxPerSecond).
 func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
 	ctx, cancel := context.WithCancel(ctx) // ends the watcher with Run
 	defer cancel()
 	t.setDefaults()
 	t.buf = make([]byte, readMin)
+	t.budget = t.perTick()
 	defer func() {
 		if t.f != nil {
 			t.f.Close()
@@ -204,6 +231,7 @@ func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
 		case <-tick.C:
 			tick.Next()
 			ticked = true
+			t.budget = t.perTick()
 		case <-changed:
 			ticked = false
 		}
@@ -224,18 +252,21 @@ func (t *Tailer) setDefaults() {
 	}
 }
 
-// awaitFile opens the file, waiting for it to be created; false when ctx
-// ended or opening failed (then with the error) first.
+// awaitFile opens the file, waiting for it to be created or to become
+// readable (told to Failed); false when ctx ended first.
 func (t *Tailer) awaitFile(ctx context.Context, saved Position, have bool, tick *wake.Ticker, changed <-chan struct{}, emit func(Line)) (bool, error) {
 	for t.f == nil {
-		if err := t.open(saved, have, emit); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return false, err
-		}
+		err := t.open(saved, have, emit)
 		if t.f != nil {
+			t.fail(nil)
 			break
 		}
-		// Created after we started: all of it is new.
-		t.created = true
+		if errors.Is(err, fs.ErrNotExist) {
+			// Created after we started: all of it is new.
+			t.created = true
+		} else {
+			t.fail(err)
+		}
 		select {
 		case <-ctx.Done():
 			return false, nil
@@ -251,7 +282,14 @@ func (t *Tailer) awaitFile(ctx context.Context, saved Position, have bool, tick 
 // and returns the time of the last notified read without error.
 func (t *Tailer) step(ticked bool, notifiedAt time.Time, emit func(Line)) time.Time {
 	now := t.Now()
-	if ticked && now.Sub(notifiedAt) < t.Poll {
+	if t.f == nil {
+		// Rotated to what could not be opened: try again.
+		if err := t.reopen(); err != nil {
+			t.fail(err)
+			return notifiedAt
+		}
+	}
+	if ticked && !t.behind && now.Sub(notifiedAt) < t.Poll {
 		// A notified read since the last tick left nothing to find:
 		// the tick only says the file is still readable.
 		if t.Alive != nil {
@@ -259,16 +297,53 @@ func (t *Tailer) step(ticked bool, notifiedAt time.Time, emit func(Line)) time.T
 		}
 		return notifiedAt
 	}
+	if t.budget <= 0 {
+		return notifiedAt // this tick's share is read; the next tick reads on
+	}
 	if err := t.poll(emit); err != nil {
-		t.Log.Warn("tail: read failed", "path", t.Path, "err", err)
+		t.fail(err)
 		return notifiedAt
 	}
+	t.fail(nil)
 	if !ticked {
 		notifiedAt = now
 	} else if t.Alive != nil {
 		t.Alive(now)
 	}
 	return notifiedAt
+}
+
+// fail says why the file cannot be read, once per reason, and that it can
+// again (err nil) after it could not.
+func (t *Tailer) fail(err error) {
+	switch {
+	case err != nil && err.Error() != t.failing:
+		t.failing = err.Error()
+		t.Log.Warn("tail: log unreadable; the server reads as down until it is", "path", t.Path, "err", err)
+		if t.Failed != nil {
+			t.Failed(err)
+		}
+	case err == nil && t.failing != "":
+		t.failing = ""
+		t.Log.Info("tail: log readable again", "path", t.Path)
+		if t.Failed != nil {
+			t.Failed(nil)
+		}
+	}
+}
+
+// reopen opens the file that replaced the one read (rename rotation),
+// from its start: all of it is new.
+func (t *Tailer) reopen() error {
+	f, fi, err := openRegular(t.Path)
+	if err != nil {
+		return err
+	}
+	dev, ino := fileID(fi)
+	t.f, t.pos = f, Position{Path: t.Path, Dev: dev, Ino: ino, Head: hex.EncodeToString(readHead(f))}
+	t.partial, t.skipLen = t.partial[:0], 0
+	t.Log.Info("tail: file rotated (renamed)", "path", t.Path)
+	return nil
 }
 
 // watch notifies of changes to the file's directory entry and contents:
@@ -316,13 +391,8 @@ func (t *Tailer) watch(ctx context.Context) (<-chan struct{}, error) {
 // open opens the file, resuming at the saved position when it still
 // names this file, or reading the rest of the rotated file it names.
 func (t *Tailer) open(saved Position, have bool, emit func(Line)) error {
-	f, err := os.Open(t.Path)
+	f, fi, err := openRegular(t.Path)
 	if err != nil {
-		return err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
 		return err
 	}
 	dev, ino := fileID(fi)
@@ -386,7 +456,9 @@ func (t *Tailer) poll(emit func(Line)) error {
 	case len(head) > len(t.pos.Head)/2:
 		t.pos.Head = hex.EncodeToString(head) // the fingerprint grows with a young file
 	}
-	if err := t.readAll(t.f, &t.pos, emit); err != nil {
+	more, err := t.readAll(t.f, &t.pos, emit, &t.budget)
+	if t.behind = more; err != nil || more {
+		// Behind: the rest of this file first, rotated or not.
 		return err
 	}
 	pfi, err := os.Stat(t.Path)
@@ -400,20 +472,20 @@ func (t *Tailer) poll(emit func(Line)) error {
 	if dev == t.pos.Dev && ino == t.pos.Ino {
 		return nil
 	}
-	// Rename rotation: take the old file's last writes, then the new file.
-	if err := t.readAll(t.f, &t.pos, emit); err != nil {
+	// Rename rotation: take the old file's last writes, then the new
+	// file, which must be a regular file too (else step tries again).
+	if more, err = t.readAll(t.f, &t.pos, emit, &t.budget); err != nil || more {
+		t.behind = more
 		return err
 	}
 	t.flushPartial(emit)
 	t.f.Close()
 	t.f = nil
-	f, err := os.Open(t.Path)
-	if err != nil {
+	if err := t.reopen(); err != nil {
 		return err
 	}
-	t.f, t.pos = f, Position{Path: t.Path, Dev: dev, Ino: ino, Head: hex.EncodeToString(readHead(f))}
-	t.Log.Info("tail: file rotated (renamed)", "path", t.Path)
-	return t.readAll(t.f, &t.pos, emit)
+	t.behind, err = t.readAll(t.f, &t.pos, emit, &t.budget)
+	return err
 }
 
 // findRotated looks for the rotated copy of the file pos described:
@@ -436,17 +508,16 @@ func (t *Tailer) findRotated(pos Position) string {
 		seen[c] = true
 		fi, err := os.Stat(c)
 		if err != nil || !fi.Mode().IsRegular() || fi.Size() < pos.Offset {
-			continue
+			continue // a FIFO or device beside the log is no rotated copy of it
 		}
 		cs = append(cs, cand{c, fi.ModTime()})
 	}
 	sort.Slice(cs, func(a, b int) bool { return cs[a].mod.After(cs[b].mod) })
 	for _, c := range cs {
-		f, err := os.Open(c.path)
+		f, fi, err := openRegular(c.path)
 		if err != nil {
 			continue
 		}
-		fi, _ := f.Stat()
 		dev, ino := fileID(fi)
 		head := readHead(f)
 		f.Close()
@@ -457,24 +528,32 @@ func (t *Tailer) findRotated(pos Position) string {
 	return ""
 }
 
-// drainFile reads path from pos.Offset to its end.
+// drainFile reads path from pos.Offset to its end, or maxPerSecond of it:
+// what was written to a rotated copy between the last read and the
+// rotation is seconds of log, and a copy that holds more is not followed.
 func (t *Tailer) drainFile(path string, pos Position, emit func(Line)) {
-	f, err := os.Open(path)
+	f, _, err := openRegular(path)
 	if err != nil {
 		return
 	}
 	defer f.Close()
 	p := pos
-	t.readAll(f, &p, emit)
+	left := int64(maxPerSecond)
+	if more, _ := t.readAll(f, &p, emit, &left); more {
+		t.Log.Warn("tail: the rotated copy holds more than is read of one; its rest is skipped", "path", path,
+			"read", maxPerSecond)
+	}
 	t.flushPartial(emit)
 }
 
 // readAll reads f from pos.Offset to EOF, emitting complete lines and
-// advancing pos past each.
-func (t *Tailer) readAll(f *os.File, pos *Position, emit func(Line)) error {
-	for {
+// advancing pos past each, until it has read budget bytes (taken off
+// budget); more says it stopped there, not at the end.
+func (t *Tailer) readAll(f *os.File, pos *Position, emit func(Line), budget *int64) (more bool, err error) {
+	for *budget > 0 {
 		n, err := f.ReadAt(t.buf, pos.Offset+int64(len(t.partial))+int64(t.skipLen))
 		if n > 0 {
+			*budget -= int64(n)
 			t.split(t.buf[:n], pos, emit)
 			t.flushed()
 			if n == len(t.buf) && n < readMax {
@@ -482,12 +561,13 @@ func (t *Tailer) readAll(f *os.File, pos *Position, emit func(Line)) error {
 			}
 		}
 		if err == io.EOF || n == 0 {
-			return nil
+			return false, nil
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 	}
+	return true, nil
 }
 
 // split cuts data (which follows any partial line) into lines. They take

@@ -95,6 +95,9 @@ type Options struct {
 	// messages); nil: systemd's NOTIFY_SOCKET, nothing outside systemd.
 	// The watchdog's timeout is read from WATCHDOG_USEC either way.
 	Notify func(state string) error
+	// StopSources is how long shutdown waits for the sources to end;
+	// 0: defaultStopSources.
+	StopSources time.Duration
 	// StallAfter is how long the main loop or the GPU sampler may make no
 	// progress before the watchdog is starved; 0: three ticks of the
 	// loop or the sampler, and at least defaultStall.
@@ -134,6 +137,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		p.attribEvery = attribEvery
 	}
 	p.gpuRetry = o.GPURetry
+	if p.stopSources = o.StopSources; p.stopSources <= 0 {
+		p.stopSources = defaultStopSources
+	}
 	if p.client == nil {
 		p.client = collector.NewClient(5 * time.Second)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/logline"
 	"github.com/tpsmon/tpsmon/collector/tail"
+	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -49,7 +50,7 @@ func (l *logMsg) apply(p *pipeline, j *window.Joiner, _ map[string]bool) {
 		engine := ""
 		for i := range *l.ivs {
 			li := &(*l.ivs)[i]
-			if li.engine != engine {
+			if li.engine != engine && li.engine != "" {
 				j.NameEngine(l.server, li.engine)
 				engine = li.engine
 			}
@@ -90,6 +91,35 @@ type logReader struct {
 	batchPos tail.Position
 }
 
+// newLogReader is the reader of server s's log lines, which hands what
+// they said to send.
+func (p *pipeline) newLogReader(s config.ServerConfig, send func(message)) (*logReader, error) {
+	parser, err := logline.NewParser(s.Engine)
+	if err != nil {
+		return nil, err
+	}
+	name := s.Name
+	r := &logReader{p: p, name: name, parser: parser, send: send, hasMetrics: s.MetricsURL != "",
+		stream: &logline.Stream{Discarded: func(d collector.Discard) { p.metrics.discards.Add(name, d) }}}
+	r.stream.Hole = r.hole
+	return r, nil
+}
+
+// hole hands on, in its place among the intervals, the stretch a refused
+// line spoke for: the joiner takes it out of the windows' coverage.
+func (r *logReader) hole(iv collector.Interval) { r.add(logInterval{iv: iv}) }
+
+// add queues one interval for the main loop.
+func (r *logReader) add(li logInterval) {
+	if r.batch == nil {
+		r.batch = logBatches.Get().(*[]logInterval)
+	}
+	*r.batch = append(*r.batch, li)
+	if len(*r.batch) >= maxLogBatch {
+		r.flush()
+	}
+}
+
 // line reads one line.
 func (r *logReader) line(l tail.Line) {
 	r.read = l.Pos
@@ -114,15 +144,9 @@ func (r *logReader) line(l tail.Line) {
 	if !ok {
 		return
 	}
+	r.batchPos = l.Pos // a refused line's hole is handed on too
 	if iv, ok := r.stream.Interval(rec, t); ok {
-		if r.batch == nil {
-			r.batch = logBatches.Get().(*[]logInterval)
-		}
-		*r.batch = append(*r.batch, logInterval{rec.Engine, iv})
-		r.batchPos = l.Pos
-		if len(*r.batch) >= maxLogBatch {
-			r.flush()
-		}
+		r.add(logInterval{rec.Engine, iv})
 	}
 }
 

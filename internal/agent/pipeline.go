@@ -22,7 +22,6 @@ import (
 	enginereg "github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/collector/gpumap"
-	"github.com/tpsmon/tpsmon/collector/logline"
 	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/internal/statefile"
@@ -66,6 +65,8 @@ type pipeline struct {
 
 	// logPoll is how often log files are read; 0 is the tailer's default.
 	logPoll time.Duration
+	// stopSources is how long shutdown waits for the sources to end.
+	stopSources time.Duration
 	// attribEvery is how often servers with gpus: auto are placed.
 	attribEvery time.Duration
 	// gpuRetry is how long a failed GPU backend waits before the next
@@ -229,6 +230,9 @@ func (p *pipeline) startSources(ctx context.Context, cfg *config.Config, msgs ch
 	src = &sources{cancel: cancel}
 	opened = make(chan struct{})
 	send := func(m message) {
+		if ctx.Err() != nil {
+			return // stopped: the main loop no longer takes what a source says
+		}
 		select {
 		case msgs <- m:
 		case <-ctx.Done():
@@ -273,6 +277,29 @@ func (p *pipeline) startSources(ctx context.Context, cfg *config.Config, msgs ch
 func (s *sources) stop() {
 	s.cancel()
 	s.wg.Wait()
+}
+
+// defaultStopSources is how long shutdown waits for the sources to end:
+// each ends at once when told (no read blocks or goes on unbounded), but a
+// GPU driver call can hang, and the unit's TimeoutStopSec= (30 s) must
+// still leave the final windows and InfluxDB's stopTimeout (10 s).
+const defaultStopSources = 5 * time.Second
+
+// stopWithin stops the sources, waiting for them at most d; false when
+// some were still running then. Those are left behind: they touch
+// nothing the shutdown uses (what they send is not taken after ctx ended).
+func (s *sources) stopWithin(d time.Duration) bool {
+	s.cancel()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // run drives everything until ctx ends, then closes the open windows as
@@ -333,7 +360,10 @@ func (p *pipeline) run(ctx context.Context) error {
 			if p.stopping != nil {
 				p.stopping()
 			}
-			src.stop()
+			if !src.stopWithin(p.stopSources) {
+				p.log.Error("sources still running at shutdown; closing the windows without them", "waited", p.stopSources,
+					"stacks", ourStacks())
+			}
 			p.drain(msgs, j, down)
 			p.emit(j.Close(p.now()))
 			p.savePositions()
@@ -706,17 +736,15 @@ const defaultLogGrace = 11 * time.Second
 // startLog follows a server's log file or journal unit. Its lines are
 // parsed here, in the source's goroutine; the main loop gets intervals.
 func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerConfig, send func(message)) error {
-	parser, err := logline.NewParser(s.Engine)
+	r, err := p.newLogReader(s, send)
 	if err != nil {
 		return err
 	}
 	name := s.Name
-	r := &logReader{p: p, name: name, parser: parser, send: send, hasMetrics: s.MetricsURL != "",
-		stream: &logline.Stream{Discarded: func(d collector.Discard) { p.metrics.discards.Add(name, d) }}}
 	state := p.positionFile(name)
 	if s.Log.File != "" {
 		t := &tail.Tailer{Path: s.Log.File, StateFile: state, Log: p.log.With("server", name), Alive: r.alive, Now: p.now, Poll: p.logPoll,
-			Peek: r.peek, Flush: r.flush}
+			Peek: r.peek, Flush: r.flush, Failed: func(err error) { p.sourceFailed(name, err) }}
 		src.wg.Go(func() {
 			if err := t.Run(ctx, r.line); err != nil {
 				err = fmt.Errorf("log %s: %w", s.Log.File, err)

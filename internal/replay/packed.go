@@ -47,6 +47,7 @@ const (
 	pkRequest = 1 << iota
 	pkObserved
 	pkInstant // start equals end, same zone
+	pkHole    // a refused line's stretch (collector.Hole)
 )
 
 // Kinds of a value.
@@ -84,6 +85,9 @@ func (p *packed) add(iv collector.Interval) {
 	}
 	if iv.Observed {
 		flags |= pkObserved
+	}
+	if iv.Hole {
+		flags |= pkHole
 	}
 	instant := iv.Start == iv.End
 	if instant {
@@ -280,7 +284,7 @@ func (r *pkReader) peek() *collector.Interval {
 		b = rest
 		iv.Start = time.Unix(last-back, sns).In(sloc)
 	}
-	iv.Request, iv.Observed = flags&pkRequest != 0, flags&pkObserved != 0
+	iv.Request, iv.Observed, iv.Hole = flags&pkRequest != 0, flags&pkObserved != 0, flags&pkHole != 0
 	kinds := binary.LittleEndian.Uint16(b)
 	b = b[2:]
 	for i, v := range values(iv) {

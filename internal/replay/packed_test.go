@@ -36,7 +36,7 @@ func TestPackedReadsBackExactly(t *testing.T) {
 		iv(at.Add(-time.Hour).In(time.Local), at.Add(-30*time.Minute).In(time.Local), 42),
 		iv(at.AddDate(-30, 0, 0), at.AddDate(-30, 0, 1), 7), // end far before the previous one
 	}
-	ivs[0].Request, ivs[1].Observed, ivs[2].Request, ivs[2].Observed = true, true, true, true
+	ivs[0].Request, ivs[1].Observed, ivs[2].Request, ivs[2].Observed, ivs[6].Hole = true, true, true, true, true
 	var p packed
 	for _, x := range ivs {
 		p.add(x)
@@ -69,7 +69,8 @@ func same(a, b collector.Interval) bool {
 			return false
 		}
 	}
-	return a.Start == b.Start && a.End == b.End && a.Request == b.Request && a.Observed == b.Observed
+	return a.Start == b.Start && a.End == b.End && a.Request == b.Request && a.Observed == b.Observed &&
+		a.Hole == b.Hole
 }
 
 // Many records across chunks, heap and mapped ones, read by two readers

@@ -686,7 +686,13 @@ func readLog(path, engineName string, loc *time.Location, year int, startedAt ti
 	}
 	defer f.Close()
 	out.refused = map[collector.Discard]int{}
-	st := logline.Stream{Discarded: func(d collector.Discard) { out.refused[d]++ }}
+	// A refused line's stretch is a hole in the windows, as live: watched
+	// (the log went on) but not observed.
+	hole := func(iv collector.Interval) {
+		out.ivs.add(iv)
+		out.watched.add(iv.Start, iv.End)
+	}
+	st := logline.Stream{Discarded: func(d collector.Discard) { out.refused[d]++ }, Hole: hole}
 	timed := 0
 	// Each record becomes an interval as it is placed: a long log's
 	// records are not kept.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/internal/sim/logsim"
+	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -267,6 +268,49 @@ func TestReplaySaysWhatItRefused(t *testing.T) {
 	}
 	if n := window.Count(out); n == 0 || n > 4 {
 		t.Errorf("%d points, want those of the one good line", n)
+	}
+}
+
+// A vLLM line with an absurd rate is refused, and the 10 s it spoke for,
+// (10:00:15, 10:00:25], are a hole, as live (internal/agent's
+// TestRefusedLogLineIsAHole, on the same log): its windows are half
+// observed, with the valid lines' tokens, never idle or whole.
+func TestReplayRefusedLineIsAHole(t *testing.T) {
+	var out closed
+	var warn bytes.Buffer
+	o := Options{LogFile: "testdata/vllm_refused_line.log", Engine: "auto", Year: 2026,
+		Window: 10 * time.Second, Server: "s", Host: "h", TZ: "UTC"}
+	if err := Run(context.Background(), o, &out, &warn); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(warn.String(), "1 throughput lines refused, tokens huge") {
+		t.Errorf("warnings %q do not name the refused line", warn.String())
+	}
+	got := map[int]window.ServerWindow{}
+	for _, c := range out {
+		for _, w := range c.Servers {
+			got[w.Start.Second()] = w
+		}
+	}
+	for _, tc := range []struct {
+		start    int // seconds after 10:00
+		tokens   int64
+		coverage float64
+	}{
+		{10, 100, 0.5}, // half of (5, 15]; (15, 20] is the hole
+		{20, 100, 0.5}, // (20, 25] is the hole; half of (25, 35]
+		{30, 200, 1},   // halves of (25, 35] and (35, 45]
+	} {
+		w, ok := got[tc.start]
+		if !ok {
+			t.Errorf("window 10:00:%02d not written", tc.start)
+			continue
+		}
+		if w.Tokens != window.Some(tc.tokens) || w.Coverage != tc.coverage || w.State != schema.StateOK ||
+			w.SystemTPS != window.Some(20.0) {
+			t.Errorf("window 10:00:%02d: tokens %v coverage %v system_tps %v state %s, want %d at %v, 20, ok",
+				tc.start, w.Tokens, w.Coverage, w.SystemTPS, w.State, tc.tokens, tc.coverage)
+		}
 	}
 }
 

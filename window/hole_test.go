@@ -1,0 +1,58 @@
+package window
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/schema"
+)
+
+// A refused log line's stretch (collector.Hole) is not observed, whatever
+// else says it was: the log found readable every second, or a valid
+// line's interval beside it. A window that is all hole is down, with no
+// tokens; one that is part hole is observed for the rest, its rate over
+// that part. A hole in a window already closed changes nothing.
+func TestJoinerHoles(t *testing.T) {
+	stat := func(from, to, tokens float64) collector.Interval {
+		iv := collector.Unknown(at(from), at(to))
+		iv.Tokens, iv.Running = tokens, 2
+		return iv
+	}
+	tests := []struct {
+		name     string
+		ivs      []collector.Interval
+		tokens   Opt[int64]
+		coverage float64
+		state    string
+	}{
+		{"no hole", []collector.Interval{stat(10, 20, 100)}, Some[int64](100), 1, schema.StateOK},
+		{"all hole", []collector.Interval{collector.Hole(at(5), at(25))}, Opt[int64]{}, 0, schema.StateDown},
+		{"half hole", []collector.Interval{stat(5, 15, 100), collector.Hole(at(15), at(25))}, Some[int64](50), 0.5, schema.StateOK},
+		{"hole over a valid line", []collector.Interval{stat(10, 20, 100), collector.Hole(at(12), at(14)),
+			collector.Hole(at(13), at(16))}, Some[int64](100), 0.6, schema.StateOK},
+		{"hole before the first window", []collector.Interval{stat(10, 20, 100), collector.Hole(at(0), at(10))}, Some[int64](100), 1, schema.StateOK},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			j := New(Config{Window: 10 * time.Second, Grace: 5 * time.Second, MaxGap: 2500 * time.Millisecond, Start: at(10)},
+				[]Server{{Name: "llm", Engine: "vllm", Source: schema.SourceLog}})
+			for s := 0; s <= 30; s++ {
+				j.Watch("llm", at(float64(s)))
+			}
+			for _, iv := range tc.ivs {
+				j.AddLog("llm", iv)
+			}
+			var w ServerWindow
+			for _, sw := range servers(j.Close(at(30))) {
+				if sw.Start.Equal(at(10)) {
+					w = sw
+				}
+			}
+			if w.Tokens != tc.tokens || w.Coverage != tc.coverage || w.State != tc.state {
+				t.Errorf("window at 10 s: tokens %v coverage %v state %s, want %v, %v, %s",
+					w.Tokens, w.Coverage, w.State, tc.tokens, tc.coverage, tc.state)
+			}
+		})
+	}
+}
