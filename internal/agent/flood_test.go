@@ -230,7 +230,7 @@ func TestHTTPFloodLeavesScrapesAndProbes(t *testing.T) {
 		"the longest held %v, %d held past %v; /healthz failed %d of %d; windows %v",
 		base, peak, after, n, longest.Round(time.Millisecond), held, patience.Sub(start).Round(time.Millisecond), len(failed), probes, during)
 
-	if peak > base+floodCap+4 {
+	if peak > base+floodCap+6 { // and a scrape, a probe, one accepted to be closed
 		t.Errorf("%d files open during the flood, %d before: the cap of %d connections did not hold", peak, base, floodCap)
 	}
 	if len(failed) > 0 {
