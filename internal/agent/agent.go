@@ -335,6 +335,7 @@ func (a *Agent) reload(p *pipeline, influx *sink.SpoolWriter, gpuReopens bool) e
 	keep("host", nc.Host != old.Host)
 	keep("sink.spool", nc.Sink.Spool != old.Sink.Spool)
 	keep("http.listen", nc.HTTP.Listen != old.HTTP.Listen)
+	keep("http.max_connections", nc.HTTP.MaxConnections != old.HTTP.MaxConnections)
 	keep("sink.influx.url (on/off)", (nc.Sink.Influx.URL == "") != (old.Sink.Influx.URL == ""))
 	keep("sink.file", nc.Sink.File != old.Sink.File)
 	nc.Window, nc.Grace, nc.Host, nc.Sink.Spool, nc.HTTP, nc.Sink.File = old.Window, old.Grace, old.Host, old.Sink.Spool, old.HTTP, old.Sink.File
