@@ -82,9 +82,9 @@ func Serve(ln net.Listener, h http.Handler, lim Limits, log *slog.Logger) *Serve
 		IdleTimeout:       lim.Idle,
 		MaxHeaderBytes:    64 << 10, // requests are GETs with a few headers
 		ConnState:         cl.track,
-		// Errors of single connections (a TLS handshake, a bad request
-		// line); accept errors never get here (capListener retries them).
-		ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelDebug),
+		// What net/http says of a single connection (a handler's panic);
+		// accept errors never get here: capListener retries them.
+		ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn),
 	}
 	s := &Server{srv: srv, ln: cl, done: make(chan struct{})}
 	go func() {
