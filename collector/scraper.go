@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -191,7 +192,25 @@ func (s *Scraper) fetch(ctx context.Context, client *http.Client) (Sample, error
 // than its buffer to the socket), so a bigger one saved about 4 µs a
 // scrape of an 8 KB page (BenchmarkScrape) and held 60 KB more of live
 // heap per server, for as long as the daemon runs.
+//
+// It follows no redirect (RefuseRedirect).
 func NewClient(timeout time.Duration) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	return &http.Client{Timeout: timeout, Transport: t}
+	return &http.Client{Timeout: timeout, Transport: t, CheckRedirect: RefuseRedirect}
+}
+
+// ErrRedirect is a server's answer that sends tpsmon elsewhere.
+var ErrRedirect = errors.New("redirect not followed")
+
+// RefuseRedirect is the CheckRedirect of every client tpsmon reads servers
+// (and its own endpoint) with: a metrics_url names the page itself, and a
+// redirect, even to the same host, would let whoever answers on the port
+// point tpsmon at another server's numbers, or at any URL. The error
+// names the Location.
+func RefuseRedirect(req *http.Request, _ []*http.Request) error {
+	code := 0
+	if req.Response != nil {
+		code = req.Response.StatusCode
+	}
+	return fmt.Errorf("%w: HTTP %d to Location %s (the URL must name the page itself)", ErrRedirect, code, redact.URL(req.URL.String()))
 }

@@ -13,9 +13,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/internal/agent"
 	"github.com/tpsmon/tpsmon/internal/api"
 	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/httpserve"
 	"github.com/tpsmon/tpsmon/internal/logging"
 	"github.com/tpsmon/tpsmon/internal/sim/gpusim"
 	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
@@ -96,10 +98,10 @@ func runDemo(ctx context.Context, cfg *config.Config, out agent.WindowWriter, o 
 	if err != nil {
 		return fmt.Errorf("demo server: %w", err)
 	}
+	log, _ := logging.New(cfg.Log.Level)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", sim)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
+	srv := httpserve.Serve(ln, mux, httpserve.Defaults(), log)
 	defer srv.Close()
 
 	cfg.GPU.Backend = "sim"
@@ -116,13 +118,12 @@ func runDemo(ctx context.Context, cfg *config.Config, out agent.WindowWriter, o 
 		defer os.RemoveAll(dir)
 		cfg.Sink.Spool.Dir = filepath.Join(dir, "spool")
 	}
-	log, _ := logging.New(cfg.Log.Level)
 	a := agent.New(cfg, agent.Options{
 		Log:     log,
 		Version: version,
 		OpenGPU: func() (agent.GPUSampler, error) { return gpusim.New(gpus, load), nil },
 		Outputs: []agent.WindowWriter{out},
-		Client:  &http.Client{Timeout: 2 * time.Second},
+		Client:  collector.NewClient(2 * time.Second),
 		Listening: func(addr net.Addr) {
 			fmt.Fprintf(o.note, "tpsmon demo: serving http://%s%s; watch it with: tpsmon top --addr %s\n", addr, api.WindowsPath, addr)
 		},

@@ -9,6 +9,7 @@ import (
 	"github.com/charmbracelet/x/term"
 	"github.com/spf13/cobra"
 
+	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/internal/top"
 )
 
@@ -33,7 +34,7 @@ Keys: q quits, s changes the order, f shows only what needs a look.
 exits (scripts, tickets).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := top.NewClient(addr, &http.Client{Timeout: 5 * time.Second})
+			c, err := top.NewClient(addr, &http.Client{Timeout: 5 * time.Second, CheckRedirect: collector.RefuseRedirect})
 			if err != nil {
 				return err
 			}

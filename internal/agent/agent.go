@@ -22,6 +22,7 @@ import (
 
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/httpserve"
 	"github.com/tpsmon/tpsmon/internal/live"
 	"github.com/tpsmon/tpsmon/internal/redact"
 	"github.com/tpsmon/tpsmon/internal/sim/gpusim"
@@ -109,6 +110,9 @@ type Agent struct {
 	cfg     *config.Config
 	o       Options
 	metrics *metrics
+	// http bounds the HTTP endpoint; its MaxConns comes from
+	// http.max_connections at Run. Tests shorten the timeouts.
+	http httpserve.Limits
 }
 
 // New returns the daemon of cfg; nothing starts before Run.
@@ -116,7 +120,7 @@ func New(cfg *config.Config, o Options) *Agent {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Agent{cfg: cfg, o: o, metrics: newMetrics()}
+	return &Agent{cfg: cfg, o: o, metrics: newMetrics(), http: httpserve.Defaults()}
 }
 
 // defaultStall is the shortest time without progress that starves the
@@ -229,7 +233,7 @@ func (a *Agent) assemble(p *pipeline, tel *telemetry) (influx *sink.SpoolWriter,
 		view := live.New(cfg.Host, cfg.Window, nil)
 		p.live, tel.windows = view, view
 		p.outputs = append(p.outputs, view)
-		addr, stopHTTP, err := tel.serve(cfg.HTTP.Listen, log)
+		addr, stopHTTP, err := tel.serve(cfg.HTTP.Listen, a.httpLimits(), log)
 		if err != nil {
 			return nil, closeAll, err
 		}
@@ -337,6 +341,7 @@ func (a *Agent) reload(p *pipeline, influx *sink.SpoolWriter, gpuReopens bool) e
 	keep("host", nc.Host != old.Host)
 	keep("sink.spool", nc.Sink.Spool != old.Sink.Spool)
 	keep("http.listen", nc.HTTP.Listen != old.HTTP.Listen)
+	keep("http.max_connections", nc.HTTP.MaxConnections != old.HTTP.MaxConnections)
 	keep("sink.influx.url (on/off)", (nc.Sink.Influx.URL == "") != (old.Sink.Influx.URL == ""))
 	keep("sink.file", nc.Sink.File != old.Sink.File)
 	nc.Window, nc.Grace, nc.Host, nc.Sink.Spool, nc.HTTP, nc.Sink.File = old.Window, old.Grace, old.Host, old.Sink.Spool, old.HTTP, old.Sink.File
@@ -383,6 +388,22 @@ func (a *Agent) notify(state string) {
 func sdNotify(state string) error {
 	_, err := daemon.SdNotify(false, state)
 	return err
+}
+
+// httpLimits are the HTTP endpoint's bounds: http.max_connections, lowered
+// to a share of the open-file limit so that clients of the endpoint can
+// never take the descriptors scrapes need.
+func (a *Agent) httpLimits() httpserve.Limits {
+	lim := a.http
+	if n := a.cfg.HTTP.MaxConnections; n > 0 {
+		lim.MaxConns = n
+	}
+	if n, nofile := httpserve.CapToFiles(lim.MaxConns); n < lim.MaxConns {
+		a.o.Log.Warn("http.max_connections lowered to a quarter of the open-file limit", "configured", lim.MaxConns,
+			"max_connections", n, "nofile", nofile)
+		lim.MaxConns = n
+	}
+	return lim
 }
 
 // startInflux opens the spool and starts the sender that drains it into

@@ -59,6 +59,11 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "daemon role:", err)
 			os.Exit(1)
 		}
+	case "flood":
+		if err := runFloodRole(); err != nil {
+			fmt.Fprintln(os.Stderr, "flood role:", err)
+			os.Exit(1)
+		}
 	}
 	os.Exit(0)
 }

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/internal/api"
+	"github.com/tpsmon/tpsmon/internal/httpserve"
 	"github.com/tpsmon/tpsmon/internal/redact"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/spool"
@@ -217,22 +217,19 @@ func (t *telemetry) handler() http.Handler {
 	return mux
 }
 
-// serve listens on addr and serves until stop, which returns once the
-// listener is closed and the server's goroutine has ended.
-func (t *telemetry) serve(addr string, log *slog.Logger) (_ net.Addr, stop func(), _ error) {
+// serve listens on addr and serves within lim (httpserve) until stop,
+// which returns once the listener and its connections are closed and the
+// server's goroutine has ended.
+func (t *telemetry) serve(addr string, lim httpserve.Limits, log *slog.Logger) (_ net.Addr, stop func(), _ error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("http.listen: %w", err)
 	}
-	srv := &http.Server{Handler: t.handler(), ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("telemetry endpoint stopped", "err", err)
-		}
-	}()
-	return ln.Addr(), func() { srv.Close(); <-done }, nil
+	if t.pprof {
+		lim.Write = max(lim.Write, httpserve.ProfileWrite)
+	}
+	srv := httpserve.Serve(ln, t.handler(), lim, log)
+	return ln.Addr(), func() { srv.Close() }, nil
 }
 
 // discardCollector puts the values tpsmon refused on /metrics.

@@ -138,6 +138,10 @@ type HTTPConfig struct {
 	// Pprof serves Go's profiles under /debug/pprof/ on the same listener:
 	// off by default, since anyone who reaches the port may read them.
 	Pprof bool `mapstructure:"pprof"`
+	// MaxConnections caps the endpoint's open connections, so that
+	// clients cannot take the file descriptors scrapes need; the daemon
+	// lowers it to a quarter of its open-file limit.
+	MaxConnections int `mapstructure:"max_connections"`
 }
 
 // LogConfig sets tpsmon's own logging.
@@ -173,6 +177,7 @@ var defaults = map[string]any{
 	"sink.spool.quarantine_max_bytes":      "64MiB",
 	"http.listen":                          "127.0.0.1:9464",
 	"http.pprof":                           false,
+	"http.max_connections":                 64,
 	"log.level":                            "info",
 	"thresholds.kv_bound":                  0.9,
 	"thresholds.queue_util":                60.0,
@@ -361,6 +366,9 @@ const (
 	// maxSize bounds sizes (1 PiB): beyond it a size is a typo, and the
 	// byte count would overflow.
 	maxSize = 1 << 50
+	// maxHTTPConns bounds http.max_connections: the endpoint serves a few
+	// scrapers and probes, and the open-file limit lowers it further.
+	maxHTTPConns = 65536
 )
 
 // CheckWindow says what is wrong with a window length, if anything: the
@@ -416,6 +424,9 @@ func (c *Config) validateNode() error {
 		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
 			return fmt.Errorf("http.listen: %q is not host:port with a port in 0-65535 (0: any free port)", c.HTTP.Listen)
 		}
+	}
+	if n := c.HTTP.MaxConnections; n < 1 || n > maxHTTPConns {
+		return fmt.Errorf("http.max_connections: %d is not between 1 and %d", n, maxHTTPConns)
 	}
 	return nil
 }

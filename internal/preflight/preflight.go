@@ -31,7 +31,7 @@ import (
 func Run(ctx context.Context, cfg *config.Config, version string, w io.Writer) int {
 	c := &checker{w: w, version: version}
 	gpus := c.gpuBackend(cfg)
-	client := &http.Client{Timeout: 5 * time.Second}
+	client := collector.NewClient(5 * time.Second) // follows no redirect, as the daemon
 	servers := cfg.Servers
 	if len(servers) == 0 && cfg.Discovery.Enabled {
 		servers = agent.Discover(ctx, client, cfg.Discovery.Ports, logging.Quiet())

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/internal/api"
 )
 
@@ -36,7 +37,7 @@ func NewClient(addr string, hc *http.Client) (*Client, error) {
 		return nil, fmt.Errorf("--addr %q: want host:port or an http:// URL", addr)
 	}
 	if hc == nil {
-		hc = http.DefaultClient
+		hc = &http.Client{CheckRedirect: collector.RefuseRedirect}
 	}
 	return &Client{base: strings.TrimRight(u.Scheme+"://"+u.Host, "/"), HTTP: hc}, nil
 }

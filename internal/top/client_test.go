@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/internal/api"
 	"github.com/tpsmon/tpsmon/internal/live"
 	"github.com/tpsmon/tpsmon/internal/loopback"
@@ -67,6 +68,9 @@ func TestClientAgainstLiveView(t *testing.T) {
 func TestClientErrors(t *testing.T) {
 	other := httptest.NewServer(http.NotFoundHandler())
 	defer other.Close()
+	// A daemon address that redirects (here to a server with no API).
+	redirect := httptest.NewServer(http.RedirectHandler(other.URL+"/api/v1/windows", http.StatusFound))
+	defer redirect.Close()
 	gone := loopback.FreeAddr(t)
 	for _, tc := range []struct {
 		addr     string
@@ -75,6 +79,7 @@ func TestClientErrors(t *testing.T) {
 	}{
 		{gone, ErrNotListening, []string{"nothing listening at http://" + gone, "service running", "http.listen"}},
 		{other.URL, nil, []string{"serves no /api/v1/windows", "404"}},
+		{redirect.URL, collector.ErrRedirect, []string{"redirect not followed", "Location " + other.URL + "/api/v1/windows"}},
 	} {
 		c, err := NewClient(tc.addr, nil)
 		if err != nil {
