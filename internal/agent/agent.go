@@ -135,7 +135,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if openGPU == nil {
 		openGPU = OpenBackend(cfg, nil)
 	}
-	p := &pipeline{cfg: cfg, log: log, openGPU: openGPU, reconf: make(chan *config.Config), applied: make(chan struct{}),
+	p := &pipeline{cfg: cfg, log: log, openGPU: openGPU, reconf: make(chan reconfig), applied: make(chan struct{}),
 		logPoll: o.LogPoll, logGrace: o.LogGrace, metrics: a.metrics, client: o.Client, attribEvery: o.AttribEvery}
 	if p.attribEvery <= 0 {
 		p.attribEvery = attribEvery
@@ -178,7 +178,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	log.Info("tpsmon running", "version", o.Version, "host", cfg.Host, "window", cfg.Window,
 		"servers", len(cfg.Servers), "gpu_backend", cfg.GPU.Backend, "influx", redact.URL(cfg.Sink.Influx.URL))
-	return a.supervise(p, tel, influx, openGPU != nil, done)
+	return a.supervise(p, tel, influx, done)
 }
 
 // assemble gives the pipeline its outputs (InfluxDB through the spool,
@@ -249,7 +249,7 @@ func (a *Agent) assemble(p *pipeline, tel *telemetry) (influx *sink.SpoolWriter,
 // supervise tells systemd the daemon's status, applies reloads and feeds
 // the watchdog (at half its timeout, and only while the main loop and the
 // sampler make progress) until the main loop ends.
-func (a *Agent) supervise(p *pipeline, tel *telemetry, influx *sink.SpoolWriter, gpuReopens bool, done <-chan error) error {
+func (a *Agent) supervise(p *pipeline, tel *telemetry, influx *sink.SpoolWriter, done <-chan error) error {
 	log := a.o.Log
 	status := statusLine(p, tel)
 	a.notify(daemon.SdNotifyReady + "\nSTATUS=" + status)
@@ -267,9 +267,12 @@ func (a *Agent) supervise(p *pipeline, tel *telemetry, influx *sink.SpoolWriter,
 		case err := <-done:
 			return err
 		case <-a.o.Reload:
-			if err := a.reload(p, influx, gpuReopens); err != nil {
+			err := a.reload(p, influx)
+			if err != nil {
 				log.Error("reload rejected; the running configuration stays", "err", err)
+				a.metrics.reloadFailures.Inc()
 			}
+			p.reloadFailed(err)
 			// What the beat compares with: the GPU backend reopens after
 			// this, and the status must follow it.
 			status = statusLine(p, tel)
@@ -319,7 +322,9 @@ func statusLine(p *pipeline, tel *telemetry) string {
 // settings, InfluxDB client and log level change at once; keys that shape
 // the stored series or what the process holds open (window, grace, host,
 // spool, http.listen, whether InfluxDB is used at all) need a restart.
-func (a *Agent) reload(p *pipeline, influx *sink.SpoolWriter, gpuReopens bool) error {
+// All or nothing: a file that does not load, or that drops keys the
+// running file sets (config.CheckReload), changes nothing.
+func (a *Agent) reload(p *pipeline, influx *sink.SpoolWriter) error {
 	log, o := a.o.Log, a.o
 	a.notify(daemon.SdNotifyReloading + "\n" + daemon.SdNotifyMonotonicUsec())
 	if o.Load == nil {
@@ -330,6 +335,9 @@ func (a *Agent) reload(p *pipeline, influx *sink.SpoolWriter, gpuReopens bool) e
 		return err
 	}
 	old := p.cfg
+	if err := config.CheckReload(old, nc); err != nil {
+		return err
+	}
 	var kept []string
 	keep := func(name string, differs bool) {
 		if differs {
@@ -361,13 +369,17 @@ func (a *Agent) reload(p *pipeline, influx *sink.SpoolWriter, gpuReopens bool) e
 	if len(nc.Servers) == 0 && nc.Discovery.Enabled {
 		nc.Servers = old.Servers
 	}
-	if gpuReopens && nc.GPU.Backend != old.GPU.Backend {
-		p.openGPU = OpenBackend(nc, nil)
+	// The main loop hands the opener to the sampler it starts: the one
+	// still retrying the old backend reads its own. A backend of
+	// Options.OpenGPU stays until the file names another.
+	rc := reconfig{cfg: nc}
+	if o.OpenGPU == nil || nc.GPU.Backend != old.GPU.Backend {
+		rc.openGPU, rc.newGPU = OpenBackend(nc, nil), true
 	}
 	if o.SetLevel != nil {
 		o.SetLevel(nc.Log.Level)
 	}
-	p.reconf <- nc
+	p.reconf <- rc
 	<-p.applied
 	log.Info("configuration reloaded", "servers", len(nc.Servers))
 	return nil

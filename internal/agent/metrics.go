@@ -12,6 +12,7 @@ import (
 // its event happens.
 type metrics struct {
 	late, lateTokens, malformed, failed, logSkipped, logUnseen prometheus.Counter
+	reloadFailures                                             prometheus.Counter
 	discards, gpuDiscards                                      collector.DiscardCounts
 	// The joiner counts late samples and tokens itself; these are what
 	// the counters have taken of them so far.
@@ -32,11 +33,13 @@ func newMetrics() *metrics {
 			"their tokens are missing from servers read from their log alone."),
 		lateTokens: c("tpsmon_late_tokens_total",
 			"Output tokens that fell in windows already closed (requests reported at their end)."),
+		reloadFailures: c("tpsmon_reload_failures_total",
+			"Reloads (SIGHUP) rejected: the file did not load, or dropped keys the running file sets; the running configuration stayed."),
 	}
 }
 
 func (m *metrics) register(reg *prometheus.Registry) {
-	reg.MustRegister(m.late, m.malformed, m.failed, m.logSkipped, m.logUnseen, m.lateTokens, discardCollector{&m.discards, discardDesc},
+	reg.MustRegister(m.late, m.malformed, m.failed, m.logSkipped, m.logUnseen, m.lateTokens, m.reloadFailures, discardCollector{&m.discards, discardDesc},
 		discardCollector{&m.gpuDiscards, gpuDiscardDesc})
 }
 

@@ -48,6 +48,8 @@ type pipeline struct {
 	log *slog.Logger
 	// openGPU opens the GPU backend; nil for backend none. It is retried
 	// while it fails, so a node whose driver comes up late is picked up.
+	// The main loop owns it: a reload hands it a new one (reconfig), and
+	// each sampler is given the opener it retries.
 	openGPU func() (GPUSampler, error)
 	outputs []WindowWriter
 	// live sees every scrape and GPU reading, for the API's open window;
@@ -60,7 +62,7 @@ type pipeline struct {
 	ready, stopping func()
 	// reconf hands the main loop a new configuration (SIGHUP); applied
 	// tells the reloader it is in force.
-	reconf  chan *config.Config
+	reconf  chan reconfig
 	applied chan struct{}
 
 	// logPoll is how often log files are read; 0 is the tailer's default.
@@ -95,6 +97,7 @@ type pipeline struct {
 	// last GPU reading arrived, and whether a GPU backend is open.
 	loopAt, gpuAt atomic.Int64
 	gpuOpen       atomic.Bool
+	gpuBackend    atomic.Bool // a GPU backend is configured (not none)
 	gpus          atomic.Int64
 	unreadable    atomic.Int64
 	servers       atomic.Int64
@@ -106,6 +109,36 @@ type pipeline struct {
 	srcErrMu sync.Mutex
 	srcErr   map[string]string
 	unplaced map[string]string
+	// reloadErr is why the last reload was rejected; "" when it was
+	// applied (or none came). Written by the reloader, read by the
+	// endpoint and the status line, under srcErrMu.
+	reloadErr string
+}
+
+// reconfig is a reload for the main loop: the configuration, and the GPU
+// opener its sampler starts with when newGPU.
+type reconfig struct {
+	cfg     *config.Config
+	openGPU func() (GPUSampler, error)
+	newGPU  bool
+}
+
+// reloadFailed records why the last reload was rejected (err != nil), or
+// that it was applied.
+func (p *pipeline) reloadFailed(err error) {
+	p.srcErrMu.Lock()
+	defer p.srcErrMu.Unlock()
+	p.reloadErr = ""
+	if err != nil {
+		p.reloadErr = err.Error()
+	}
+}
+
+// lastReloadError is why the last reload was rejected; "" if it was not.
+func (p *pipeline) lastReloadError() string {
+	p.srcErrMu.Lock()
+	defer p.srcErrMu.Unlock()
+	return p.reloadErr
 }
 
 // sourceFailed records (err != nil) or clears why a server's log source
@@ -264,10 +297,11 @@ func (p *pipeline) startSources(ctx context.Context, cfg *config.Config, msgs ch
 			return nil, nil, err
 		}
 	}
-	if p.openGPU != nil {
+	p.gpuBackend.Store(p.openGPU != nil)
+	if open := p.openGPU; open != nil {
 		interval := cfg.GPU.Interval
 		auto := AutoServers(cfg.Servers)
-		src.wg.Go(func() { p.sampleGPUs(ctx, interval, auto, send, opened) })
+		src.wg.Go(func() { p.sampleGPUs(ctx, open, interval, auto, send, opened) })
 	} else {
 		close(opened)
 	}
@@ -347,12 +381,15 @@ func (p *pipeline) run(ctx context.Context) error {
 		case <-tick.C:
 			tick.Next()
 			p.flush(j)
-		case nc := <-p.reconf:
+		case rc := <-p.reconf:
 			src.stop()
 			p.drain(msgs, j, down)
-			p.reconfigure(nc, j)
+			p.reconfigure(rc.cfg, j)
+			if rc.newGPU {
+				p.openGPU = rc.openGPU // no sampler runs now
+			}
 			clear(down)
-			if src, _, err = p.startSources(ctx, nc, msgs); err != nil {
+			if src, _, err = p.startSources(ctx, rc.cfg, msgs); err != nil {
 				return err
 			}
 			p.applied <- struct{}{}
@@ -549,10 +586,12 @@ func (p *pipeline) emit(cs []window.Closed) {
 	p.markClosed(cs[len(cs)-1].Start.Add(p.cfg.Window))
 }
 
-// sampleGPUs opens the GPU backend, retrying while it fails, and samples
-// it every interval until ctx ends. tried is closed after the first try.
-// Servers with gpus: auto are mapped to their GPUs every attribEvery.
-func (p *pipeline) sampleGPUs(ctx context.Context, interval time.Duration, auto []gpumap.Server, send func(message), tried chan struct{}) {
+// sampleGPUs opens the GPU backend with open, retrying while it fails,
+// and samples it every interval until ctx ends. tried is closed after the
+// first try. Servers with gpus: auto are mapped to their GPUs every
+// attribEvery.
+func (p *pipeline) sampleGPUs(ctx context.Context, open func() (GPUSampler, error), interval time.Duration, auto []gpumap.Server,
+	send func(message), tried chan struct{}) {
 	var g GPUSampler
 	lastErr := ""
 	retry := p.gpuRetry
@@ -561,7 +600,7 @@ func (p *pipeline) sampleGPUs(ctx context.Context, interval time.Duration, auto 
 	}
 	for g == nil {
 		var err error
-		g, err = p.openGPU()
+		g, err = open()
 		if err == nil {
 			p.gpuOpen.Store(true)
 			p.gpuAt.Store(p.now().UnixNano())
@@ -676,7 +715,7 @@ func (p *pipeline) status() string {
 		s += fmt.Sprintf(" (%d unreadable)", n)
 	}
 	switch {
-	case p.openGPU == nil:
+	case !p.gpuBackend.Load():
 		s += ", GPUs not sampled"
 	case p.gpuOpen.Load():
 		s += fmt.Sprintf(", %d GPUs", p.gpus.Load())
@@ -685,6 +724,9 @@ func (p *pipeline) status() string {
 	}
 	if len(logErrs) > 0 {
 		s += "; " + logErrs[0]
+	}
+	if p.lastReloadError() != "" {
+		s += "; reload rejected, the running configuration stays (see the log)"
 	}
 	return s
 }

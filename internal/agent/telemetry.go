@@ -170,6 +170,10 @@ func (t *telemetry) health() (healthReport, int) {
 	for _, e := range t.p.unattributed() {
 		r.Issues = append(r.Issues, "GPUs not attributed (gpus: auto): "+e)
 	}
+	// The file on disk is not what runs until a reload is applied.
+	if e := t.p.lastReloadError(); e != "" {
+		r.Issues = append(r.Issues, "reload rejected, the running configuration stays: "+redact.Text(e))
+	}
 	if len(r.Issues) > 0 {
 		r.Status = "degraded"
 		return r, http.StatusServiceUnavailable

@@ -4,6 +4,7 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -52,6 +53,11 @@ type Config struct {
 	Log       LogConfig       `mapstructure:"log"`
 	// Thresholds of the state verdict (design §5).
 	Thresholds ThresholdsConfig `mapstructure:"thresholds"`
+
+	// What the file held (reload.go): its path, "" when no file was read,
+	// and the keys it set.
+	file     string
+	fileKeys []string
 }
 
 // ThresholdsConfig tunes the state of a server window.
@@ -222,23 +228,30 @@ func Load(path string, explicit bool, flags *pflag.FlagSet) (*Config, error) {
 			}
 		}
 	}
+	var file string
+	var fileKeys []string
 	if path != "" {
-		if b, err := os.ReadFile(path); err == nil && noKeys(b) {
+		// Read once: the keys a reload compares are those of the bytes
+		// parsed, even while an editor rewrites the file.
+		b, err := os.ReadFile(path)
+		switch {
+		case err != nil && !explicit && errors.Is(err, fs.ErrNotExist):
+			// No file at the default path: defaults, env and flags.
+		case err != nil:
+			return nil, fmt.Errorf("config %s: %w", path, err)
+		case noKeys(b):
 			// Defaults for everything is never what a written file means
 			// (a truncated save, a reload racing an editor).
 			return nil, fmt.Errorf("config %s: the file is empty; refusing to run on defaults", path)
-		}
-		v.SetConfigFile(path)
-		v.SetConfigType("yaml")
-		if err := v.ReadInConfig(); err != nil {
-			if !explicit && errors.Is(err, fs.ErrNotExist) {
-				// No file at the default path: defaults, env and flags.
-			} else {
+		default:
+			v.SetConfigType("yaml")
+			if err := v.ReadConfig(bytes.NewReader(b)); err != nil {
 				return nil, fmt.Errorf("config %s: %w", path, err)
 			}
+			file, fileKeys = path, keysOf(b)
 		}
 	}
-	var c Config
+	c := Config{file: file, fileKeys: fileKeys}
 	hook := viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
 		rejectBareDuration,
 		mapstructure.StringToTimeDurationHookFunc(),
