@@ -31,7 +31,13 @@ func newCheckCmd() *cobra.Command {
 				fmt.Fprintf(w, "FAIL  %s\n", redact.Text(err.Error()))
 				return errors.New("check failed: the configuration is invalid")
 			}
-			fmt.Fprintf(w, "ok    config %s\n", path)
+			if cfg.File() == "" {
+				// Only the default path may be missing (an explicit one
+				// failed above): say that nothing was read.
+				fmt.Fprintf(w, "note  config %s: no such file; running on the defaults (and TPSMON_* variables, flags)\n", path)
+			} else {
+				fmt.Fprintf(w, "ok    config %s\n", cfg.File())
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
 			if n := preflight.Run(ctx, cfg, version, w); n > 0 {

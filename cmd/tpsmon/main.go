@@ -17,10 +17,15 @@ import (
 	"github.com/tpsmon/tpsmon/internal/config"
 	_ "github.com/tpsmon/tpsmon/internal/maxprocs" // one P, set before the other initialisers run
 	"github.com/tpsmon/tpsmon/internal/preflight"
+	"github.com/tpsmon/tpsmon/internal/redact"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=…".
 var version = "dev"
+
+// defaultConfig is --config's default: the packaged file (a test may
+// point it elsewhere).
+var defaultConfig = config.DefaultPath
 
 // extraCommands are commands only some builds carry (man: -tags manpages).
 var extraCommands []func() *cobra.Command
@@ -34,7 +39,8 @@ func main() {
 	case errors.As(err, &told):
 		os.Exit(max(told.Code, 1))
 	case err != nil:
-		fmt.Fprintln(os.Stderr, "tpsmon:", err)
+		// Errors may quote a URL (net/http's do): never its credentials.
+		fmt.Fprintln(os.Stderr, "tpsmon:", redact.Text(err.Error()))
 		os.Exit(1)
 	}
 }
@@ -70,7 +76,7 @@ func versionLine() string {
 // addConfigFlags adds --config and the flags that override config keys.
 func addConfigFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringP("config", "c", config.DefaultPath, "configuration file (YAML)")
+	f.StringP("config", "c", defaultConfig, "configuration file (YAML)")
 	f.String("host", "", "host tag (default: the hostname)")
 	f.Duration("window", 0, "window length, e.g. 10s")
 	f.Duration("grace", 0, "how long a window waits for late samples")

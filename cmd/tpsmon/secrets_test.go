@@ -3,11 +3,14 @@ package main
 import (
 	"fmt"
 	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
 )
 
@@ -38,5 +41,35 @@ sink:
 	}
 	if !strings.Contains(out, "admin:xxxxx@") || !strings.Contains(out, "scraper:xxxxx@") {
 		t.Errorf("check does not show the masked URLs:\n%s", out)
+	}
+}
+
+// TestCheckMasksQuerySecrets: a token in a metrics URL's query string is
+// masked in check's lines, the one that prints the URL on success and the
+// one that quotes net/http's error (url.Error holds the whole URL).
+func TestCheckMasksQuerySecrets(t *testing.T) {
+	srv := httptest.NewServer(&vllmsim.Driven{Rate: 10, Start: time.Now(), ResetAt: time.Now().Add(time.Hour)})
+	defer srv.Close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := l.Addr().String()
+	l.Close()
+	cfgPath := filepath.Join(t.TempDir(), "tpsmon.yaml")
+	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`gpu: {backend: none}
+servers:
+  - {name: up, metrics_url: "%s/metrics?api_key=hunter2&format=text"}
+  - {name: down, metrics_url: "http://%s/metrics?access_token=hunter2"}
+  - {name: odd, metrics_url: "http://%s/metrics?X-Auth-Token=hunter2"}
+`, srv.URL, gone, gone)), 0o600)
+	out, _ := runCLI(t, "check", "-c", cfgPath)
+	if strings.Contains(out, "hunter2") {
+		t.Errorf("check printed a token:\n%s", out)
+	}
+	for _, w := range []string{"/metrics?api_key=xxxxx&format=text", "/metrics?access_token=xxxxx", "/metrics?X-Auth-Token=xxxxx"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("check does not show %s:\n%s", w, out)
+		}
 	}
 }

@@ -3,8 +3,10 @@ package logging
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -46,6 +48,14 @@ func TestLogsMaskCredentials(t *testing.T) {
 	log.Info("tpsmon started", "influx", "http://admin:hunter2@db:8086")
 	log.Warn("influx write failed", "err", errors.New(`Post "https://u:hunter2@db:8086/api/v2/write": EOF`))
 	if strings.Contains(buf.String(), "hunter2") || strings.Count(buf.String(), ":xxxxx@") != 2 {
+		t.Errorf("log:\n%s", buf.String())
+	}
+	// A token in the query string, as net/http's error quotes it.
+	buf.Reset()
+	uerr := &url.Error{Op: "Get", URL: "http://127.0.0.1:8000/metrics?token=hunter2&x=1", Err: errors.New("connection refused")}
+	log.Warn("server unreadable", "err", fmt.Errorf("scrape s: %w", uerr), "url", "http://h/m?API_KEY=hunter2")
+	if strings.Contains(buf.String(), "hunter2") || !strings.Contains(buf.String(), "metrics?token=xxxxx&x=1") ||
+		!strings.Contains(buf.String(), "API_KEY=xxxxx") {
 		t.Errorf("log:\n%s", buf.String())
 	}
 }

@@ -124,7 +124,7 @@ func (c *checker) serverMetrics(ctx context.Context, client *http.Client, s conf
 	}
 	sc := &collector.Scraper{Server: s.Name, URL: s.MetricsURL, Interval: time.Second, Dialect: d, Client: client}
 	r := sc.Scrape(ctx)
-	c.report(r.Err, "server %s: %s metrics at %s (model %q)", s.Name, r.Sample.Engine, s.MetricsURL, r.Sample.Model)
+	c.report(r.Err, "server %s: %s metrics at %s (model %q)", s.Name, r.Sample.Engine, redact.URL(s.MetricsURL), r.Sample.Model)
 }
 
 // fileSink checks where points go without InfluxDB.
@@ -167,7 +167,7 @@ func (c *checker) influx(ctx context.Context, cfg *config.Config) {
 		c.report(err, "")
 		return
 	}
-	c.report(probeError(in.Probe(ctx), cfg), "influx %s: reachable, token and bucket %q accepted", cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket)
+	c.report(probeError(in.Probe(ctx), cfg), "influx %s: reachable, token and bucket %q accepted", redact.URL(cfg.Sink.Influx.URL), cfg.Sink.Influx.Bucket)
 	if _, err := os.Stat(stateDir); AsService() && errors.Is(err, os.ErrNotExist) && underStateDir(cfg.Sink.Spool.Dir) {
 		fmt.Fprintf(c.w, "ok    spool %s: systemd creates %s for the service (StateDirectory=)\n", cfg.Sink.Spool.Dir, stateDir)
 	} else {

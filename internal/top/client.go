@@ -14,6 +14,7 @@ import (
 
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/internal/api"
+	"github.com/tpsmon/tpsmon/internal/redact"
 )
 
 // ErrNotListening means nothing accepts connections at the address.
@@ -34,7 +35,7 @@ func NewClient(addr string, hc *http.Client) (*Client, error) {
 	}
 	u, err := url.Parse(base)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("--addr %q: want host:port or an http:// URL", addr)
+		return nil, fmt.Errorf("--addr %q: want host:port or an http:// URL", redact.URL(addr))
 	}
 	if hc == nil {
 		hc = &http.Client{CheckRedirect: collector.RefuseRedirect}

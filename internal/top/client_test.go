@@ -105,9 +105,9 @@ func TestClientErrors(t *testing.T) {
 			t.Errorf("nothing to print when the daemon does not answer, got %q", out.String())
 		}
 	}
-	for _, bad := range []string{"ftp://x:1", "http://", "::"} {
-		if _, err := NewClient(bad, nil); err == nil || !strings.Contains(err.Error(), "--addr") {
-			t.Errorf("NewClient(%q): %v, want an --addr error", bad, err)
+	for _, bad := range []string{"ftp://x:1", "http://", "::", "ftp://u:hunter2@x:1/?token=hunter2"} {
+		if _, err := NewClient(bad, nil); err == nil || !strings.Contains(err.Error(), "--addr") || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("NewClient(%q): %v, want an --addr error without the credentials", bad, err)
 		}
 	}
 }
