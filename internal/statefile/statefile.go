@@ -2,17 +2,22 @@
 // cursor, window marker, log positions, quarantine) without following
 // symbolic links: tpsmon often runs as root, and a link planted in its
 // state directory must not make it overwrite or append to another file.
-// Directories are kept at 0700 and files at 0600, even when they existed
-// before with looser modes.
+// Its directories must be tpsmon's own (owner, mode; EnsureDir), are kept
+// at 0700 and files at 0600, even when they existed before with looser
+// modes.
 package statefile
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -27,28 +32,112 @@ func Refused(path string, err error) error {
 	return err
 }
 
+// ErrNotOwn marks a state directory that is not tpsmon's own: owned by
+// another user, or writable by others. Files planted there would be taken
+// for tpsmon's (a spool segment would be delivered with its credentials).
+var ErrNotOwn = errors.New("is not tpsmon's own")
+
 // EnsureDir creates dir (and its parents) with mode 0700, or checks an
-// existing one: it must be a directory, not a link to one, and its mode
-// is narrowed to 0700.
+// existing one. It must be a directory (not a link to one: links above
+// it, such as DynamicUser='s /var/lib/NAME -> private/NAME, are followed),
+// owned by this process's effective user and writable by no one else;
+// otherwise it is refused (ErrNotOwn, ErrLink) and left as it is. Only a
+// directory that passed is narrowed to 0700 (from, say, systemd's
+// StateDirectoryMode=0750). The checks are made on the opened directory
+// (O_NOFOLLOW, fstat), not on a path a link could be swapped into.
 func EnsureDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
-	fi, err := os.Lstat(dir)
+	fd, err := openDir(dir)
 	if err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
+	defer syscall.Close(fd)
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	perm := fs.FileMode(st.Mode).Perm()
+	if st.Mode&syscall.S_ISVTX != 0 {
+		perm |= fs.ModeSticky
+	}
+	euid := os.Geteuid()
 	switch {
-	case fi.Mode()&fs.ModeSymlink != 0:
-		return fmt.Errorf("state directory: %s %w", dir, ErrLink)
-	case !fi.IsDir():
-		return fmt.Errorf("state directory: %s is not a directory", dir)
-	case fi.Mode().Perm() != 0o700:
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return fmt.Errorf("state directory: %w", err)
+	case int(st.Uid) != euid:
+		return fmt.Errorf("state directory: %s (owner uid %d, mode %04o) %w: it is owned by another user than tpsmon's (uid %d); "+
+			"chown it to tpsmon's user or configure another sink.spool.dir", dir, st.Uid, st.Mode&0o7777, ErrNotOwn, euid)
+	case perm&0o022 != 0:
+		return fmt.Errorf("state directory: %s (owner uid %d, mode %04o) %w: other users can write into it; "+
+			"chmod go-w it or configure a directory of tpsmon's own", dir, st.Uid, st.Mode&0o7777, ErrNotOwn)
+	case perm != 0o700:
+		if err := syscall.Fchmod(fd, 0o700); err != nil {
+			return fmt.Errorf("state directory %s: %w", dir, err)
 		}
 	}
 	return nil
+}
+
+// openDir opens dir itself, never a link in its place.
+func openDir(dir string) (int, error) {
+	for {
+		fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.ELOOP:
+			return -1, fmt.Errorf("%s %w", dir, ErrLink)
+		case err == syscall.ENOTDIR:
+			// Linux says ENOTDIR, not ELOOP, for a link with O_DIRECTORY.
+			if fi, lerr := os.Lstat(dir); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
+				return -1, fmt.Errorf("%s %w", dir, ErrLink)
+			}
+			return -1, fmt.Errorf("%s is not a directory", dir)
+		case err != nil:
+			return -1, &os.PathError{Op: "open", Path: dir, Err: err}
+		}
+		return fd, nil
+	}
+}
+
+// Join returns the path of name in dir after checking that it is one
+// name, directly in dir: not empty, not . or .., without a slash or NUL.
+// Names that come from outside (a server's) go through FileName first.
+func Join(dir, name string) (string, error) {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+		return "", fmt.Errorf("state file name %q: not one name inside %s", name, dir)
+	}
+	return filepath.Join(dir, name), nil
+}
+
+// maxName is what FileName leaves of NAME_MAX (255) for the suffixes
+// callers add (".json.tmp").
+const maxName = 255 - 16
+
+// FileName encodes name (a server's, as configured: "team/llama" is one)
+// as one file name: '/', '%', control characters and a leading '.' are
+// written %XX, everything else is kept, so names that were valid file
+// names before keep their files. The encoding is reversible, hence
+// without collisions; a name that would be longer than maxName is cut and
+// ends in "%~" and a hash of the whole name (a plain encoding never holds
+// "%~").
+func FileName(name string) string {
+	var b strings.Builder
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c == '/' || c == '%' || c < 0x20 || c == 0x7f || (i == 0 && c == '.') {
+			fmt.Fprintf(&b, "%%%02X", c)
+			continue
+		}
+		b.WriteByte(c)
+	}
+	s := b.String()
+	if len(s) <= maxName {
+		return s
+	}
+	sum := sha256.Sum256([]byte(name))
+	h := "%~" + hex.EncodeToString(sum[:16])
+	return s[:maxName-len(h)] + h
 }
 
 // OpenAppend opens path for appending, creating it 0600; a link is
@@ -161,8 +250,68 @@ func Read(path string) ([]byte, error) {
 	return io.ReadAll(f)
 }
 
-// Dir returns filepath.Join(dir, name) after EnsureDir on it.
+// Dir returns the path of name in dir after EnsureDir on it.
 func Dir(dir, name string) (string, error) {
-	p := filepath.Join(dir, name)
+	p, err := Join(dir, name)
+	if err != nil {
+		return "", err
+	}
 	return p, EnsureDir(p)
+}
+
+// LockName is the lock file Lock keeps in the state directory.
+const LockName = "lock"
+
+// ErrLocked marks a state directory another process holds.
+var ErrLocked = errors.New("is in use by another tpsmon")
+
+// Lock takes the state directory dir for this process: an exclusive
+// flock on its lock file, which holds the holder's pid. A second daemon
+// on the same directory is refused with ErrLocked (and the first one's
+// pid) rather than both appending to one spool. Closing the file ends the
+// lock, as does the process's exit; the file stays.
+func Lock(dir string) (*os.File, error) {
+	path, err := Join(dir, LockName)
+	if err != nil {
+		return nil, err
+	}
+	f, err := Open(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("state directory lock: %w", err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("state directory lock: %s is not a regular file", path)
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err == syscall.EWOULDBLOCK {
+		b := make([]byte, 32)
+		n, _ := f.ReadAt(b, 0)
+		f.Close()
+		holder := strings.TrimSpace(string(b[:n]))
+		if holder == "" {
+			holder = "unknown"
+		}
+		return nil, fmt.Errorf("state directory %s %w (pid %s holds %s): one daemon per sink.spool.dir", dir, ErrLocked, holder, path)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("state directory lock %s: %w", path, err)
+	}
+	pid := strconv.Itoa(os.Getpid()) + "\n"
+	if err := errors.Join(f.Truncate(0), writeAt(f, pid)); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("state directory lock %s: %w", path, err)
+	}
+	return f, nil
+}
+
+func writeAt(f *os.File, s string) error {
+	_, err := f.WriteAt([]byte(s), 0)
+	return err
 }

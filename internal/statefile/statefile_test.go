@@ -2,6 +2,7 @@ package statefile
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -152,5 +153,197 @@ func TestTempNotAFile(t *testing.T) {
 				t.Error("m was written")
 			}
 		})
+	}
+}
+
+// otherUID is a user that is not this process's: nobody (65534) for root,
+// root for anyone else. chownOther gives path to it, or says why it cannot.
+func chownOther(t *testing.T, path string) (uid int, ok bool) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return 0, false
+	}
+	if err := os.Lchown(path, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	return 65534, true
+}
+
+// TestStateDirMustBeOwn: a directory tpsmon's user does not own, or that
+// others can write, is refused with an error naming it, its owner and
+// mode, and left as it was; tpsmon's own is narrowed to 0700.
+func TestStateDirMustBeOwn(t *testing.T) {
+	tests := []struct {
+		name    string
+		mode    os.FileMode // of the directory before EnsureDir
+		foreign bool        // owned by another user
+		want    string      // in the error; "" : accepted
+		after   os.FileMode // its mode after
+	}{
+		{"own, 0700", 0o700, false, "", 0o700},
+		{"own, 0750 as systemd's StateDirectoryMode= makes it", 0o750, false, "", 0o700},
+		{"own, 0755", 0o755, false, "", 0o700},
+		{"own, group-writable", 0o770, false, "other users can write into it", 0o770},
+		{"own, shared like /tmp (1777)", 0o777 | os.ModeSticky, false, "other users can write into it", 0o777 | os.ModeSticky},
+		{"another user's, 0700", 0o700, true, "owned by another user", 0o700},
+		{"another user's, 0755", 0o755, true, "owned by another user", 0o755},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "spool")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(dir, tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			owner := os.Geteuid()
+			if tc.foreign {
+				uid, ok := chownOther(t, dir)
+				if !ok {
+					// Not root: a directory root owns is another user's.
+					dir, uid = "/", 0
+					if fi, _ := os.Stat(dir); fi.Mode().Perm() != tc.mode.Perm() {
+						t.Skipf("not root, and / has mode %v, not %v", fi.Mode().Perm(), tc.mode.Perm())
+					}
+				}
+				owner = uid
+			}
+			err := EnsureDir(dir)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				mode := fmt.Sprintf("mode %04o", uint32(tc.mode.Perm())|map[bool]uint32{true: 0o1000}[tc.mode&os.ModeSticky != 0])
+				for _, s := range []string{tc.want, dir, fmt.Sprintf("owner uid %d", owner), mode} {
+					if err == nil || !strings.Contains(err.Error(), s) {
+						t.Errorf("error %v, want one saying %q", err, s)
+					}
+				}
+				if !errors.Is(err, ErrNotOwn) {
+					t.Errorf("error %v is not ErrNotOwn", err)
+				}
+			}
+			fi, _ := os.Stat(dir)
+			if got := fi.Mode() & (os.ModePerm | os.ModeSticky); got != tc.after {
+				t.Errorf("mode %v after, want %v", got, tc.after)
+			}
+		})
+	}
+}
+
+// TestStateSubdirs: a subdirectory (quarantine, positions) is checked as
+// the state directory is, and a link in its place is not followed; a link
+// above the state directory (DynamicUser='s /var/lib/tpsmon ->
+// private/tpsmon) is.
+func TestStateSubdirs(t *testing.T) {
+	base := t.TempDir()
+	state := filepath.Join(base, "state")
+	if err := EnsureDir(state); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := filepath.Join(base, "elsewhere")
+	os.Mkdir(elsewhere, 0o700)
+	os.Symlink(elsewhere, filepath.Join(state, "quarantine"))
+	if _, err := Dir(state, "quarantine"); !errors.Is(err, ErrLink) {
+		t.Errorf("a linked subdirectory: %v, want ErrLink", err)
+	}
+	open := filepath.Join(state, "positions")
+	os.Mkdir(open, 0o777)
+	os.Chmod(open, 0o777)
+	if _, err := Dir(state, "positions"); !errors.Is(err, ErrNotOwn) {
+		t.Errorf("a world-writable subdirectory: %v, want ErrNotOwn", err)
+	}
+	if _, err := Dir(state, "../x"); err == nil {
+		t.Error("a subdirectory outside the state directory was accepted")
+	}
+
+	private := filepath.Join(base, "private", "tpsmon")
+	if err := os.MkdirAll(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(base, "tpsmon")
+	os.Symlink(filepath.Join("private", "tpsmon"), link)
+	if err := EnsureDir(filepath.Join(link, "spool")); err != nil {
+		t.Errorf("a state directory below systemd's link: %v", err)
+	}
+	if fi, err := os.Lstat(filepath.Join(private, "spool")); err != nil || !fi.IsDir() {
+		t.Errorf("spool not made in the link's target: %v", err)
+	}
+}
+
+func TestJoin(t *testing.T) {
+	for _, name := range []string{"", ".", "..", "../x", "a/b", "/etc", "a\x00b"} {
+		if p, err := Join("/var/lib/tpsmon", name); err == nil {
+			t.Errorf("Join(%q) = %s, want an error", name, p)
+		}
+	}
+	for _, name := range []string{"cursor", "..json", "a..b", "%2F"} {
+		if p, err := Join("/s", name); err != nil || filepath.Dir(p) != "/s" {
+			t.Errorf("Join(%q) = %s, %v", name, p, err)
+		}
+	}
+}
+
+func TestFileName(t *testing.T) {
+	long := strings.Repeat("x", 300)
+	tests := []struct{ name, want string }{
+		{"vllm-8000", "vllm-8000"},
+		{"llama:8080 (big)", "llama:8080 (big)"},
+		{"team/llama", "team%2Fllama"},
+		{"../../../x", "%2E.%2F..%2F..%2Fx"},
+		{".", "%2E"},
+		{"..", "%2E."},
+		{"100%", "100%25"},
+		{"a\x00b\nc", "a%00b%0Ac"},
+		{"modèle", "modèle"},
+	}
+	seen := map[string]string{}
+	for _, tc := range tests {
+		got := FileName(tc.name)
+		if got != tc.want {
+			t.Errorf("FileName(%q) = %q, want %q", tc.name, got, tc.want)
+		}
+		if _, err := Join("/s", got+".json"); err != nil {
+			t.Errorf("FileName(%q): %v", tc.name, err)
+		}
+		if other, ok := seen[got]; ok {
+			t.Errorf("%q and %q share %q", tc.name, other, got)
+		}
+		seen[got] = tc.name
+	}
+	a, b := FileName(long), FileName(long[:299]+"y")
+	if a == b || len(a) > maxName || len(b) > maxName || !strings.Contains(a, "%~") {
+		t.Errorf("long names: %q (%d bytes) and %q", a, len(a), b)
+	}
+}
+
+// TestLock: a second lock on one state directory is refused, naming the
+// directory and the holder's pid; closing the first frees it.
+func TestLock(t *testing.T) {
+	dir := t.TempDir()
+	first, err := Lock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Lock(dir)
+	pid := fmt.Sprintf("pid %d", os.Getpid())
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), pid) {
+		t.Errorf("second lock: %v, want ErrLocked naming %s and %s", err, dir, pid)
+	}
+	first.Close()
+	again, err := Lock(dir)
+	if err != nil {
+		t.Fatalf("after the first was closed: %v", err)
+	}
+	again.Close()
+	fifo := filepath.Join(t.TempDir(), LockName)
+	syscall.Mkfifo(fifo, 0o600)
+	if f, err := Lock(filepath.Dir(fifo)); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("a FIFO as the lock file: %v", err)
+		if f != nil {
+			f.Close()
+		}
 	}
 }
