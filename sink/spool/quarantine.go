@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"time"
+
+	"github.com/tpsmon/tpsmon/internal/statefile"
 )
 
 // The quarantine is bounded (Options.QuarantineMaxBytes): points InfluxDB
@@ -132,7 +134,10 @@ func (s *Spool) oldestQuarLocked(except string) string {
 // removeQuarLocked removes a quarantine file, counting its points and
 // bytes as dropped.
 func (s *Spool) removeQuarLocked(name string) error {
-	path := filepath.Join(s.opts.Dir, quarDir, name)
+	path, err := statefile.Join(filepath.Join(s.opts.Dir, quarDir), name)
+	if err != nil {
+		return fmt.Errorf("spool quarantine: %w", err)
+	}
 	points, err := countPointsIn(path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("spool quarantine: %w", err)

@@ -85,7 +85,9 @@ type Spool struct {
 
 // Open opens (or creates) the spool in opts.Dir and recovers it: corrupt
 // or torn record tails are moved to the quarantine directory and the good
-// prefix kept.
+// prefix kept. The directory and its quarantine must be tpsmon's own
+// (statefile.EnsureDir): segments in another user's would be delivered as
+// tpsmon's. The daemon's lock on it is the agent's (statefile.Lock).
 func Open(opts Options) (*Spool, error) {
 	if opts.FS == nil {
 		opts.FS = OS{}
@@ -303,7 +305,11 @@ func (s *Spool) writeQuarantine(name string, note, data []byte) error {
 			"bytes", len(buf), "quarantine_max_bytes", s.opts.QuarantineMaxBytes)
 		return nil
 	}
-	f, err := s.opts.FS.OpenFile(filepath.Join(s.opts.Dir, quarDir, name), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	path, err := statefile.Join(filepath.Join(s.opts.Dir, quarDir), name)
+	if err != nil {
+		return fmt.Errorf("spool quarantine: %w", err)
+	}
+	f, err := s.opts.FS.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("spool quarantine: %w", err)
 	}

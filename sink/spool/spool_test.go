@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/tpsmon/tpsmon/internal/statefile"
 )
 
 // batch returns n line protocol lines with timestamps from ts (ms).
@@ -570,5 +572,51 @@ func TestAppendIsDurableCursorIsNot(t *testing.T) {
 	}
 	if n := cfs.syncs[cursorName+".tmp"]; n != 0 {
 		t.Errorf("the cursor was synced %d times (%v)", n, cfs.syncs)
+	}
+}
+
+// TestForeignDirRefused: a spool directory planted by another user, with
+// a segment in it, or one every user can write into, is refused: nothing
+// in it is taken for delivery, and its owner and mode stay.
+func TestForeignDirRefused(t *testing.T) {
+	tests := []struct {
+		name string
+		prep func(t *testing.T, dir string) // after the planted segment
+	}{
+		{"owned by another user", func(t *testing.T, dir string) {
+			if os.Geteuid() != 0 {
+				t.Skip("needs root to give a directory to another user; statefile's tests cover the check as any user")
+			}
+			for _, p := range []string{dir, filepath.Join(dir, quarDir)} {
+				if err := os.Chown(p, 65534, 65534); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
+		{"shared, 1777", func(t *testing.T, dir string) { os.Chmod(dir, 0o777|os.ModeSticky) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "spool")
+			planted, err := Open(Options{Dir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			appendBatches(t, planted, 1, 5, 0)
+			planted.Close()
+			tc.prep(t, dir)
+			before, _ := os.Stat(dir)
+			s, err := Open(Options{Dir: dir})
+			if err == nil {
+				t.Errorf("opened; %d planted points would be delivered", s.Stats().Points)
+				s.Close()
+			} else if !errors.Is(err, statefile.ErrNotOwn) || !strings.Contains(err.Error(), dir) {
+				t.Errorf("error %v, want ErrNotOwn naming %s", err, dir)
+			}
+			after, _ := os.Stat(dir)
+			if after.Mode() != before.Mode() || after.Sys().(*syscall.Stat_t).Uid != before.Sys().(*syscall.Stat_t).Uid {
+				t.Errorf("directory changed from %v to %v", before.Mode(), after.Mode())
+			}
+		})
 	}
 }
