@@ -18,6 +18,7 @@ import (
 	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/internal/config/configtest"
 	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
+	"github.com/tpsmon/tpsmon/internal/statefile"
 	"github.com/tpsmon/tpsmon/internal/tpsmonbin"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/influxtest"
@@ -350,6 +351,14 @@ sink:
   influx: {url: %s, bucket: tpsmon}
   spool: {dir: %s}
 `, influx.URL, filepath.Join(dir, "spool"))), 0o600)
+	// A daemon holds the state directory: --once keeps no state, so it
+	// neither needs nor takes its lock.
+	os.Mkdir(filepath.Join(dir, "spool"), 0o700)
+	held, err := statefile.Lock(filepath.Join(dir, "spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
 	out, err := runCLI(t, "run", "--once", "-c", cfgPath)
 	if err != nil {
 		t.Fatalf("run --once: %v\n%s", err, out)
@@ -369,7 +378,7 @@ sink:
 	if writes != 0 {
 		t.Errorf("--once wrote to InfluxDB %d times", writes)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "spool")); err == nil {
-		t.Error("--once left a spool behind")
+	if left, _ := os.ReadDir(filepath.Join(dir, "spool")); len(left) != 1 || left[0].Name() != statefile.LockName {
+		t.Errorf("--once left state behind: %v", left)
 	}
 }

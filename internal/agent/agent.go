@@ -194,6 +194,13 @@ func (a *Agent) assemble(p *pipeline, tel *telemetry) (influx *sink.SpoolWriter,
 		}
 	}
 	if cfg.Sink.Influx.URL != "" {
+		// One daemon per state directory: a second one would append to
+		// and send the same spool (run --once has no InfluxDB, no state).
+		lock, err := lockState(cfg.Sink.Spool.Dir)
+		if err != nil {
+			return nil, closeAll, err
+		}
+		closers = append(closers, func() { lock.Close() })
 		out, stop, err := startInflux(cfg, log, o.Version)
 		if err != nil {
 			return nil, closeAll, err
@@ -476,16 +483,37 @@ func Discover(ctx context.Context, client *http.Client, ports []int, log *slog.L
 	return found
 }
 
+// lockState checks the state directory and takes it for this process
+// for as long as the returned file is open.
+func lockState(dir string) (*os.File, error) {
+	if err := statefile.EnsureDir(dir); err != nil {
+		return nil, fmt.Errorf("sink.spool.dir: %w", err)
+	}
+	f, err := statefile.Lock(dir)
+	if err != nil {
+		return nil, fmt.Errorf("sink.spool.dir: %w", err)
+	}
+	return f, nil
+}
+
 // movePositions moves the log positions an earlier version kept beside
 // the state directory into it, once; a failure only means logs are read
-// from their end once.
+// from their end once. Only from a directory of tpsmon's own: positions
+// planted by another user would choose where logs are read from.
 func movePositions(old, cur string, log *slog.Logger) {
 	names, err := filepath.Glob(filepath.Join(old, "*.json"))
 	if err != nil || len(names) == 0 {
 		return
 	}
+	if err := statefile.Owned(old); err != nil {
+		log.Warn("log positions of an earlier version left where they are", "err", err)
+		return
+	}
 	for _, n := range names {
-		dst := filepath.Join(cur, filepath.Base(n))
+		dst, err := statefile.Join(cur, filepath.Base(n))
+		if err != nil {
+			continue
+		}
 		if _, err := os.Lstat(dst); err == nil {
 			continue
 		}

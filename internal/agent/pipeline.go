@@ -483,8 +483,8 @@ func (p *pipeline) rename(j *window.Joiner, from, to string) {
 		delete(p.logPos, from)
 		delete(p.logDirty, from)
 	}
-	if f := p.positionFile(from); f != "" {
-		if err := os.Rename(f, p.positionFile(to)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if f, g := p.positionFile(from), p.positionFile(to); f != "" && g != "" {
+		if err := os.Rename(f, g); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			p.log.Warn("log position not carried to the new name; its log is read from its end", "server", to, "err", err)
 		}
 	}
@@ -740,8 +740,10 @@ func (p *pipeline) markClosed(end time.Time) {
 	if p.stateDir == "" {
 		return
 	}
-	path := filepath.Join(p.stateDir, markerName)
-	err := statefile.WriteAtomicNoSync(path, []byte(strconv.FormatInt(end.UnixMilli(), 10)+"\n"))
+	path, err := statefile.Join(p.stateDir, markerName)
+	if err == nil {
+		err = statefile.WriteAtomicNoSync(path, []byte(strconv.FormatInt(end.UnixMilli(), 10)+"\n"))
+	}
 	if err != nil && !p.markerFailed {
 		p.log.Warn("window marker not saved", "err", err)
 	}
@@ -803,12 +805,19 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerCo
 }
 
 // positionFile is where a server's log position is kept; "" when there
-// is no state directory.
+// is no state directory. The name is encoded (statefile.FileName: a
+// server may be called team/llama) and the file is always directly in
+// posDir.
 func (p *pipeline) positionFile(server string) string {
 	if p.posDir == "" {
 		return ""
 	}
-	return filepath.Join(p.posDir, server+".json")
+	f, err := statefile.Join(p.posDir, statefile.FileName(server)+".json")
+	if err != nil { // FileName's names always join; kept for the proof
+		p.log.Error("log position has no file", "server", server, "err", err)
+		return ""
+	}
+	return f
 }
 
 // savePositions writes the positions of the log lines the joiner took.

@@ -49,6 +49,14 @@ func EnsureDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
+	return check(dir, true)
+}
+
+// Owned checks dir as EnsureDir does, without creating or narrowing it:
+// for a directory tpsmon only reads from (an earlier version's).
+func Owned(dir string) error { return check(dir, false) }
+
+func check(dir string, narrow bool) error {
 	fd, err := openDir(dir)
 	if err != nil {
 		return fmt.Errorf("state directory: %w", err)
@@ -58,19 +66,15 @@ func EnsureDir(dir string) error {
 	if err := syscall.Fstat(fd, &st); err != nil {
 		return fmt.Errorf("state directory %s: %w", dir, err)
 	}
-	perm := fs.FileMode(st.Mode).Perm()
-	if st.Mode&syscall.S_ISVTX != 0 {
-		perm |= fs.ModeSticky
-	}
-	euid := os.Geteuid()
+	mode, euid := st.Mode&0o7777, os.Geteuid()
 	switch {
 	case int(st.Uid) != euid:
 		return fmt.Errorf("state directory: %s (owner uid %d, mode %04o) %w: it is owned by another user than tpsmon's (uid %d); "+
-			"chown it to tpsmon's user or configure another sink.spool.dir", dir, st.Uid, st.Mode&0o7777, ErrNotOwn, euid)
-	case perm&0o022 != 0:
+			"chown it to tpsmon's user or configure another sink.spool.dir", dir, st.Uid, mode, ErrNotOwn, euid)
+	case mode&0o022 != 0:
 		return fmt.Errorf("state directory: %s (owner uid %d, mode %04o) %w: other users can write into it; "+
-			"chmod go-w it or configure a directory of tpsmon's own", dir, st.Uid, st.Mode&0o7777, ErrNotOwn)
-	case perm != 0o700:
+			"chmod go-w it or configure a directory of tpsmon's own", dir, st.Uid, mode, ErrNotOwn)
+	case narrow && mode != 0o700:
 		if err := syscall.Fchmod(fd, 0o700); err != nil {
 			return fmt.Errorf("state directory %s: %w", dir, err)
 		}
