@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/url"
@@ -16,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unicode"
 
@@ -616,11 +618,65 @@ func (c *Config) InfluxToken() (string, error) {
 			return "", nil
 		}
 	}
-	b, err := os.ReadFile(path)
+	b, err := readToken(path)
 	if err != nil {
 		return "", fmt.Errorf("sink.influx.token_file: %w", err)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// maxTokenBytes bounds a token file: tokens and user:password pairs are
+// short, and a larger file is not one.
+const maxTokenBytes = 64 << 10
+
+// readToken reads a regular file of at most maxTokenBytes. The open does
+// not wait (O_NONBLOCK: a FIFO's open would block until a writer came),
+// and anything but a regular file (FIFO, device, socket, directory) is
+// refused before a read. A link to a regular file is followed.
+func readToken(path string) ([]byte, error) {
+	var fd int
+	var err error
+	for {
+		fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s): give a file that holds the token", path, fileKind(fi.Mode()))
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxTokenBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(b) > maxTokenBytes {
+		return nil, fmt.Errorf("%s is longer than %d bytes: not a token", path, maxTokenBytes)
+	}
+	return b, nil
+}
+
+// fileKind names what a file that is not a regular one is.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m.IsDir():
+		return "a directory"
+	}
+	return "mode " + m.String()
 }
 
 // InfluxClient connects to the configured InfluxDB; userAgent names this
