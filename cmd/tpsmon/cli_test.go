@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -191,17 +193,30 @@ func TestCheckInflux(t *testing.T) {
 		os.Chmod(p, mode)
 		return p
 	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A spool directory every user can write into (one they may have
+	// filled): refused, as the daemon refuses it.
+	shared := filepath.Join(dir, "shared")
+	os.Mkdir(shared, 0o700)
+	os.Chmod(shared, 0o777|os.ModeSticky)
 	tests := []struct {
 		name      string
 		tokenFile string
 		bucket    string
+		spool     string // "": dir/spool
 		want      []string
 		problems  int
 	}{
-		{"all well", token("good", "admin:pw", 0o600), "checkdb", []string{"token and bucket \"checkdb\" accepted", "spool"}, 0},
-		{"token refused", token("bad", "admin:nope", 0o600), "checkdb", []string{"the token is refused (HTTP 401)"}, 1},
-		{"no such bucket", token("good2", "admin:pw", 0o600), "nodb", []string{`bucket "nodb" does not exist`}, 1},
-		{"world-readable token", token("open", "admin:pw", 0o644), "checkdb", []string{"readable or writable by every user (mode 0644)"}, 1},
+		{"all well", token("good", "admin:pw", 0o600), "checkdb", "", []string{"token and bucket \"checkdb\" accepted", "spool"}, 0},
+		{"token refused", token("bad", "admin:nope", 0o600), "checkdb", "", []string{"the token is refused (HTTP 401)"}, 1},
+		{"no such bucket", token("good2", "admin:pw", 0o600), "nodb", "", []string{`bucket "nodb" does not exist`}, 1},
+		{"world-readable token", token("open", "admin:pw", 0o644), "checkdb", "", []string{"readable or writable by every user (mode 0644)"}, 1},
+		{"token file a FIFO", fifo, "checkdb", "", []string{fifo + " is not a regular file"}, 2},
+		{"spool shared by every user", token("good3", "admin:pw", 0o600), "checkdb", shared,
+			[]string{shared + " (owner uid", "mode 1777", "other users can write into it"}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -211,7 +226,7 @@ servers: [{name: s, metrics_url: "%s"}]
 sink:
   influx: {url: "%s", bucket: %s, token_file: "%s"}
   spool: {dir: "%s"}
-`, vllm.URL, srv.URL, tt.bucket, tt.tokenFile, filepath.Join(dir, "spool"))), 0o600)
+`, vllm.URL, srv.URL, tt.bucket, tt.tokenFile, cmp.Or(tt.spool, filepath.Join(dir, "spool")))), 0o600)
 			out, err := runCLI(t, "check", "-c", cfgPath)
 			if (tt.problems == 0) != (err == nil) {
 				t.Errorf("check err = %v\n%s", err, out)

@@ -22,6 +22,7 @@ import (
 	"github.com/tpsmon/tpsmon/internal/config"
 	"github.com/tpsmon/tpsmon/internal/logging"
 	"github.com/tpsmon/tpsmon/internal/redact"
+	"github.com/tpsmon/tpsmon/internal/statefile"
 	"github.com/tpsmon/tpsmon/sink"
 )
 
@@ -269,6 +270,9 @@ func tokenFileMode(cfg *config.Config) error {
 	if err != nil {
 		return fmt.Errorf("sink.influx.token_file: %w", err)
 	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("sink.influx.token_file %s is not a regular file (mode %v)", path, fi.Mode())
+	}
 	if m := fi.Mode().Perm(); m&0o006 != 0 {
 		return fmt.Errorf("sink.influx.token_file %s is readable or writable by every user (mode %04o): chmod 600 it", path, m)
 	}
@@ -284,9 +288,10 @@ func fileSinkWritable(path string) error {
 	return f.Close()
 }
 
-// spoolWritable creates and removes a file in the spool directory.
+// spoolWritable checks the spool directory as the daemon does (tpsmon's
+// own, statefile.EnsureDir), then creates and removes a file in it.
 func spoolWritable(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := statefile.EnsureDir(dir); err != nil {
 		return fmt.Errorf("sink.spool.dir: %w", err)
 	}
 	f, err := os.CreateTemp(dir, ".check-*")
