@@ -57,7 +57,9 @@ func EnsureDir(dir string) error {
 func Owned(dir string) error { return check(dir, false) }
 
 func check(dir string, narrow bool) error {
-	fd, err := openDir(dir)
+	// O_PATH: the owner and mode of a directory this user cannot read
+	// (another's, 0700) are still told.
+	fd, err := openDir(dir, oPath)
 	if err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
@@ -75,17 +77,37 @@ func check(dir string, narrow bool) error {
 		return fmt.Errorf("state directory: %s (owner uid %d, mode %04o) %w: other users can write into it; "+
 			"chmod go-w it or configure a directory of tpsmon's own", dir, st.Uid, mode, ErrNotOwn)
 	case narrow && mode != 0o700:
-		if err := syscall.Fchmod(fd, 0o700); err != nil {
+		if err := narrowDir(dir, &st); err != nil {
 			return fmt.Errorf("state directory %s: %w", dir, err)
 		}
 	}
 	return nil
 }
 
-// openDir opens dir itself, never a link in its place.
-func openDir(dir string) (int, error) {
+// narrowDir sets dir, the directory checked as st, to 0700. An O_PATH
+// descriptor cannot be chmod-ed: dir is opened again, and must be the
+// same directory.
+func narrowDir(dir string, st *syscall.Stat_t) error {
+	fd, err := openDir(dir, syscall.O_RDONLY)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	var again syscall.Stat_t
+	if err := syscall.Fstat(fd, &again); err != nil {
+		return err
+	}
+	if again.Dev != st.Dev || again.Ino != st.Ino {
+		return errors.New("replaced while it was checked")
+	}
+	return syscall.Fchmod(fd, 0o700)
+}
+
+// openDir opens dir itself (mode O_RDONLY or oPath), never a link in
+// its place.
+func openDir(dir string, mode int) (int, error) {
 	for {
-		fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+		fd, err := syscall.Open(dir, mode|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 		switch {
 		case err == syscall.EINTR:
 			continue

@@ -169,6 +169,18 @@ func chownOther(t *testing.T, path string) (uid int, ok bool) {
 	return 65534, true
 }
 
+// rootsDir is a directory of root's with mode, for a test not run as
+// root: / is 0755, /root usually 0700.
+func rootsDir(t *testing.T, mode os.FileMode) string {
+	for _, d := range []string{"/", "/root"} {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm() == mode.Perm() && fi.Sys().(*syscall.Stat_t).Uid == 0 {
+			return d
+		}
+	}
+	t.Skipf("not root, and neither / nor /root is root's with mode %v", mode.Perm())
+	return ""
+}
+
 // TestStateDirMustBeOwn: a directory tpsmon's user does not own, or that
 // others can write, is refused with an error naming it, its owner and
 // mode, and left as it was; tpsmon's own is narrowed to 0700.
@@ -202,10 +214,7 @@ func TestStateDirMustBeOwn(t *testing.T) {
 				uid, ok := chownOther(t, dir)
 				if !ok {
 					// Not root: a directory root owns is another user's.
-					dir, uid = "/", 0
-					if fi, _ := os.Stat(dir); fi.Mode().Perm() != tc.mode.Perm() {
-						t.Skipf("not root, and / has mode %v, not %v", fi.Mode().Perm(), tc.mode.Perm())
-					}
+					dir, uid = rootsDir(t, tc.mode), 0
 				}
 				owner = uid
 			}
