@@ -71,11 +71,11 @@ func check(dir string, narrow bool) error {
 	mode, euid := st.Mode&0o7777, os.Geteuid()
 	switch {
 	case int(st.Uid) != euid:
-		return fmt.Errorf("state directory: %s (owner uid %d, mode %04o) %w: it is owned by another user than tpsmon's (uid %d); "+
+		return fmt.Errorf("state directory: %s (owner uid %d, mode %04o) %w: tpsmon runs as uid %d, another user owns it; "+
 			"chown it to tpsmon's user or configure another sink.spool.dir", dir, st.Uid, mode, ErrNotOwn, euid)
 	case mode&0o022 != 0:
 		return fmt.Errorf("state directory: %s (owner uid %d, mode %04o) %w: other users can write into it; "+
-			"chmod go-w it or configure a directory of tpsmon's own", dir, st.Uid, mode, ErrNotOwn)
+			"configure a directory only tpsmon's user can write", dir, st.Uid, mode, ErrNotOwn)
 	case narrow && mode != 0o700:
 		if err := narrowDir(dir, &st); err != nil {
 			return fmt.Errorf("state directory %s: %w", dir, err)

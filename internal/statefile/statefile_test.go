@@ -197,8 +197,8 @@ func TestStateDirMustBeOwn(t *testing.T) {
 		{"own, 0755", 0o755, false, "", 0o700},
 		{"own, group-writable", 0o770, false, "other users can write into it", 0o770},
 		{"own, shared like /tmp (1777)", 0o777 | os.ModeSticky, false, "other users can write into it", 0o777 | os.ModeSticky},
-		{"another user's, 0700", 0o700, true, "owned by another user", 0o700},
-		{"another user's, 0755", 0o755, true, "owned by another user", 0o755},
+		{"another user's, 0700", 0o700, true, "another user owns it", 0o700},
+		{"another user's, 0755", 0o755, true, "another user owns it", 0o755},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
