@@ -629,15 +629,22 @@ func (c *Config) InfluxToken() (string, error) {
 // short, and a larger file is not one.
 const maxTokenBytes = 64 << 10
 
-// readToken reads a regular file of at most maxTokenBytes. The open does
-// not wait (O_NONBLOCK: a FIFO's open would block until a writer came),
-// and anything but a regular file (FIFO, device, socket, directory) is
-// refused before a read. A link to a regular file is followed.
+// readToken reads a regular file of at most maxTokenBytes. Anything else
+// (FIFO, device, socket, directory) is refused: looked at first, so a
+// device is not even opened, then opened without waiting (O_NONBLOCK: a
+// FIFO swapped in would hold the open until a writer came) and looked at
+// again. A link to a regular file is followed (Kubernetes' secrets are
+// links). As collector/tail's openRegular does for logs.
 func readToken(path string) ([]byte, error) {
+	if fi, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s): give a file that holds the token", path, fileKind(fi.Mode()))
+	}
 	var fd int
 	var err error
 	for {
-		fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+		fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
 		if err != syscall.EINTR {
 			break
 		}
