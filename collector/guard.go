@@ -42,10 +42,13 @@ const (
 	Jump                     // a counter grew faster than the bound allows
 	Flap                     // a counter fell and the next reading did not confirm a restart
 	OutOfRange               // a time outside [MinTime, MaxTime], a reading below its range
+	// Suspect: a counter that cannot be one process's (several replicas
+	// behind one URL, a page that flaps): its readings are not trusted.
+	Suspect
 	NumReasons
 )
 
-var reasonNames = [NumReasons]string{"nan", "inf", "negative", "huge", "jump", "flap", "range"}
+var reasonNames = [NumReasons]string{"nan", "inf", "negative", "huge", "jump", "flap", "range", "suspect"}
 
 // MinTime and MaxTime bound the times tpsmon joins: line protocol stamps a
 // point with int64 nanoseconds since 1970 (1677-09-21 to 2262-04-11), and
@@ -73,9 +76,21 @@ type Discard struct {
 // jump is caught, and holds a decrease back until the next reading says
 // whether it was a restart (which then counts from the new value) or a
 // flap between two values (which must not count the difference twice).
+//
+// A series that cannot be one process's counter (two replicas behind one
+// URL answering in turn, a page that flaps up or down) is never made a
+// rate: a flap, or a fall to a value no restarted process can have counted
+// yet, makes the server suspect. Its counters are then untrusted: the
+// sample says since when (Sample.Rewind, before the first reading the
+// flapping may have touched), the joiner forgets what they said since,
+// and they are dropped (Suspect) until they have read as one growing
+// series for quietReadings scrapes in a row; they are then followed again
+// from there, the untrusted span a hole, not tokens.
 // One Guard per server; the zero value is ready.
 type Guard struct {
 	counters [NumCounters]guarded
+	suspect  bool
+	quiet    int // readings in a row, while suspect, in which no counter fell
 }
 
 type guarded struct {
@@ -84,13 +99,100 @@ type guarded struct {
 	t   time.Time
 	off float64 // subtracted from readings after a confirmed level shift
 	// A decrease waiting for the next reading to confirm a restart.
-	held  bool
-	hv    float64
-	ht    time.Time
-	jumps int // consecutive rejected jumps that agree with each other
-	jv    float64
-	jt    time.Time
+	held   bool
+	hfresh bool // the held decrease can be a restarted process's count
+	hv     float64
+	ht     time.Time
+	jumps  int // consecutive rejected jumps that agree with each other
+	jv     float64
+	jt     time.Time
+	// The last accepted readings, oldest first from hi once full: what a
+	// fall is compared with (a restarted process is below all of them,
+	// and slower than they grew), and where an untrusted span begins.
+	hist   [histLen]histPoint
+	hn, hi int
+	// restart is the last reading before the last confirmed restart: a
+	// flap soon after says the restart was none.
+	restart int64
+	// While the server is suspect: the last reading, to see it grow.
+	sv  float64
+	sok bool
 }
+
+type histPoint struct {
+	t int64 // Unix nanoseconds
+	v float64
+}
+
+const (
+	// histLen is how many accepted readings a counter remembers: the
+	// longest run of one replica's answers that is still undone when the
+	// other answers again.
+	histLen = 32
+	// quietReadings is how many readings in a row a suspect server's
+	// counters must grow (none falls) before they are trusted again. More
+	// than MaxGap's 2.5 scrape intervals, so the untrusted span stays a
+	// hole in coverage.
+	quietReadings = 16
+	// restartRateFactor: a restarted process counts at most this many
+	// times the fastest rate the counter grew at in its remembered
+	// readings (at least restartFloor of the counter's bound) over the
+	// time since the last reading.
+	restartRateFactor = 4
+	restartFloor      = 1e-4
+)
+
+func (st *guarded) push(t time.Time, v float64) {
+	st.hist[st.hi] = histPoint{t.UnixNano(), v}
+	st.hi = (st.hi + 1) % histLen
+	st.hn = min(st.hn+1, histLen)
+}
+
+// at returns the i-th newest remembered reading (0: the newest).
+func (st *guarded) at(i int) histPoint { return st.hist[(st.hi-1-i+2*histLen)%histLen] }
+
+// fresh says whether v, below the last reading, can be a restarted
+// process's first count: below every remembered reading, and no more than
+// it can have counted since the last one at the counter's remembered pace.
+func (st *guarded) fresh(c Counter, t time.Time, v float64) bool {
+	peak := restartFloor * counterRate(c)
+	for i := 0; i < st.hn; i++ {
+		p := st.at(i)
+		if v >= p.v {
+			return false
+		}
+		if i+1 < st.hn {
+			q := st.at(i + 1)
+			if dt := float64(p.t-q.t) / 1e9; dt > 0 {
+				peak = max(peak, (p.v-q.v)/dt)
+			}
+		}
+	}
+	return v <= restartRateFactor*peak*t.Sub(st.t).Seconds()
+}
+
+// since returns when the readings that v disagrees with began: the newest
+// remembered reading at or below v (the oldest remembered one if none),
+// or the reading before a restart still remembered, if earlier.
+func (st *guarded) since(v float64) int64 {
+	if st.hn == 0 {
+		return st.t.UnixNano()
+	}
+	t := st.at(st.hn - 1).t
+	for i := 0; i < st.hn; i++ {
+		if p := st.at(i); p.v <= v {
+			t = p.t
+			break
+		}
+	}
+	if st.restart != 0 && st.restart >= st.at(st.hn-1).t {
+		t = min(t, st.restart)
+	}
+	return t
+}
+
+// rebase forgets the counter's past: its next reading is its first.
+func (st *guarded) rebase() { *st = guarded{} }
 
 // rebaseAfter is how many consecutive jumps, each plausible from the one
 // before, make a new level: a counter that really moved (a source that
@@ -154,26 +256,16 @@ func gaugeLimit(g Gauge) float64 {
 
 // Check removes the values of s that cannot be right and returns what
 // went and why. The sample keeps its valid values; s.Discarded counts the
-// values it lost, a decrease held for confirmation included.
+// counters it lost, a decrease held for confirmation included (a lost
+// gauge costs only itself: the window's tokens are still known). A
+// server that turns suspect sets s.Rewind; s.Suspect says its counters
+// are untrusted.
 func (g *Guard) Check(s *Sample) []Discard {
 	var out []Discard
-	for c := range NumCounters {
-		if !s.HasCounter[c] {
-			continue
-		}
-		v, r, flapped := g.counters[c].accept(c, s.Time, s.Counter[c])
-		if flapped {
-			out = append(out, Discard{Series: c.String(), Reason: Flap})
-		}
-		if r == accepted {
-			s.Counter[c] = v
-			continue
-		}
-		s.HasCounter[c], s.Counter[c] = false, 0
-		s.Discarded++
-		if r != held {
-			out = append(out, Discard{Series: c.String(), Reason: r})
-		}
+	if g.suspect {
+		out = g.checkSuspect(s, out)
+	} else {
+		out = g.checkCounters(s, out)
 	}
 	for k := range NumGauges {
 		if !s.HasGauge[k] {
@@ -181,8 +273,134 @@ func (g *Guard) Check(s *Sample) []Discard {
 		}
 		if r, ok := valueReason(s.Gauge[k], gaugeLimit(k)); !ok {
 			s.HasGauge[k], s.Gauge[k] = false, 0
-			s.Discarded++
 			out = append(out, Discard{Series: k.String(), Reason: r})
+		}
+	}
+	return out
+}
+
+// verdict is accept's decision on one reading.
+type verdict struct {
+	v       float64 // the value to pass on, when accepted
+	r       Reason  // accepted, held, or why it went
+	flapped bool    // an earlier held decrease was a flap
+	// evidence: the series cannot be one process's counter; the readings
+	// since then (Unix nanoseconds) are in doubt.
+	evidence bool
+	since    int64
+}
+
+func (g *Guard) checkCounters(s *Sample, out []Discard) []Discard {
+	var vs [NumCounters]verdict
+	evidence, since := false, int64(0)
+	for c := range NumCounters {
+		if !s.HasCounter[c] {
+			continue
+		}
+		vs[c] = g.counters[c].accept(c, s.Time, s.Counter[c])
+		if vs[c].evidence && (!evidence || vs[c].since < since) {
+			evidence, since = true, vs[c].since
+		}
+	}
+	if evidence {
+		return g.turnSuspect(s, &vs, since, out)
+	}
+	for c := range NumCounters {
+		if !s.HasCounter[c] {
+			continue
+		}
+		vd := vs[c]
+		if vd.flapped {
+			out = append(out, Discard{Series: c.String(), Reason: Flap})
+		}
+		if vd.r == accepted {
+			s.Counter[c] = vd.v
+			continue
+		}
+		s.HasCounter[c], s.Counter[c] = false, 0
+		s.Discarded++
+		if vd.r != held {
+			out = append(out, Discard{Series: c.String(), Reason: vd.r})
+		}
+	}
+	return out
+}
+
+// turnSuspect starts an episode: every counter of s is dropped, the
+// flapping ones as flaps, and the joiner told to forget the counters'
+// readings since since.
+func (g *Guard) turnSuspect(s *Sample, vs *[NumCounters]verdict, since int64, out []Discard) []Discard {
+	g.suspect, g.quiet = true, 0
+	s.Rewind, s.Suspect = time.Unix(0, since), true
+	for c := range NumCounters {
+		st := &g.counters[c]
+		st.sv, st.sok = st.v, st.ok
+		if !s.HasCounter[c] {
+			continue
+		}
+		r := Suspect
+		switch vd := vs[c]; {
+		case vd.evidence:
+			r = Flap
+		case vd.r != accepted && vd.r != held && vd.r != Jump:
+			r = vd.r // not a number of any series
+		}
+		if r != Suspect && r != Flap {
+			st.sok = false
+		} else {
+			st.sv, st.sok = s.Counter[c], true
+		}
+		s.HasCounter[c], s.Counter[c] = false, 0
+		s.Discarded++
+		out = append(out, Discard{Series: c.String(), Reason: r})
+	}
+	return out
+}
+
+// checkSuspect drops the counters of a suspect server, counting how long
+// they have grown; once they have for quietReadings, they are followed
+// again from this reading, the span before forgotten.
+func (g *Guard) checkSuspect(s *Sample, out []Discard) []Discard {
+	fell := false
+	for c := range NumCounters {
+		if !s.HasCounter[c] {
+			continue
+		}
+		st := &g.counters[c]
+		v := s.Counter[c]
+		if r, ok := valueReason(v, MaxCounter); !ok {
+			s.HasCounter[c], s.Counter[c] = false, 0
+			s.Discarded++
+			out = append(out, Discard{Series: c.String(), Reason: r})
+			continue
+		}
+		if st.sok && v < st.sv {
+			fell = true
+		}
+		st.sv, st.sok = v, true
+	}
+	g.quiet++
+	if fell {
+		g.quiet = 0
+	}
+	if g.quiet < quietReadings {
+		for c := range NumCounters {
+			if s.HasCounter[c] {
+				s.HasCounter[c], s.Counter[c] = false, 0
+				s.Discarded++
+				out = append(out, Discard{Series: c.String(), Reason: Suspect})
+			}
+		}
+		s.Suspect = true
+		return out
+	}
+	// Trusted again: every counter starts from this reading.
+	g.suspect, g.quiet = false, 0
+	for c := range NumCounters {
+		st := &g.counters[c]
+		st.rebase()
+		if s.HasCounter[c] {
+			st.accept(c, s.Time, s.Counter[c])
 		}
 	}
 	return out
@@ -195,25 +413,35 @@ const (
 )
 
 // accept decides on one counter reading: the value to pass on, accepted
-// or held or the reason it went; flapped says an earlier held decrease
-// turned out to be a flap.
-func (st *guarded) accept(c Counter, t time.Time, v float64) (float64, Reason, bool) {
+// or held or the reason it went; whether an earlier held decrease turned
+// out to be a flap; whether the series showed it is no single counter.
+func (st *guarded) accept(c Counter, t time.Time, v float64) verdict {
 	if r, ok := valueReason(v, MaxCounter); !ok {
-		return 0, r, false
+		return verdict{r: r}
 	}
 	if !st.ok {
 		st.ok, st.v, st.t = true, v, t
-		return v, accepted, false
+		st.push(t, v)
+		return verdict{v: v, r: accepted}
 	}
 	if !t.After(st.t) {
-		return v - st.off, accepted, false // not newer: the joiner ignores it
+		return verdict{v: v - st.off, r: accepted} // not newer: the joiner ignores it
 	}
 	bound := func(since time.Time) float64 {
 		return counterRate(c) * (t.Sub(since) + completionSlack(c)).Seconds()
 	}
 	if v >= st.v {
 		flapped := st.held
-		st.held = false
+		if st.held {
+			st.held = false
+			if st.stepped(c, t, v) {
+				// Down and back up, and what is above entered with a
+				// step: two series, or a page that flaps up.
+				return verdict{r: Flap, flapped: true, evidence: true, since: st.since(st.hv)}
+			}
+			// A stale page: the series above carries on smoothly from
+			// where it met the lower reading; the lower one is dropped.
+		}
 		if v-st.v > bound(st.t) {
 			if st.jumps > 0 && v >= st.jv && v-st.jv <= bound(st.jt) {
 				st.jumps++
@@ -222,25 +450,82 @@ func (st *guarded) accept(c Counter, t time.Time, v float64) (float64, Reason, b
 			}
 			st.jv, st.jt = v, t
 			if st.jumps < rebaseAfter {
-				return 0, Jump, flapped
+				return verdict{r: Jump, flapped: flapped}
 			}
 			// A new level: carry on from it, the step itself not counted.
 			st.off += v - st.v
 		}
 		st.jumps = 0
 		st.v, st.t = v, t
-		return v - st.off, accepted, flapped
+		st.push(t, v)
+		return verdict{v: v - st.off, r: accepted, flapped: flapped}
 	}
 	st.jumps = 0
-	// A decrease: a restart only if the next reading carries on from it.
-	if st.held && v >= st.hv && v-st.hv <= bound(st.ht) {
+	// A decrease: a restart only if the next reading carries on from it
+	// and it can be a restarted process's count.
+	if st.held {
 		st.held = false
-		st.v, st.t, st.off = v, t, 0
-		return v, accepted, false
+		if v >= st.hv && v-st.hv <= bound(st.ht) && st.hfresh {
+			st.restart = st.t.UnixNano()
+			st.v, st.t, st.off = v, t, 0
+			st.push(t, v)
+			return verdict{v: v, r: accepted}
+		}
+		// Down and carrying on below, from more than a restarted process
+		// can have counted, or down twice: another series.
+		return verdict{r: Flap, flapped: true, evidence: true, since: st.since(min(st.hv, v))}
 	}
-	flapped := st.held
-	st.held, st.hv, st.ht = true, v, t
-	return 0, held, flapped
+	st.held, st.hv, st.ht, st.hfresh = true, v, t, st.fresh(c, t, v)
+	return verdict{r: held}
+}
+
+// stepped says whether the remembered readings above the held one
+// entered with a step: the rise from the newest reading at or below it to
+// the next was faster than restartRateFactor times any other remembered
+// rise, the one to v at t included. Where none is at or below it, whether
+// any rise is such a step.
+func (st *guarded) stepped(c Counter, t time.Time, v float64) bool {
+	k := -1
+	for i := 0; i < st.hn; i++ {
+		if st.at(i).v <= st.hv {
+			k = i
+			break
+		}
+	}
+	slack := 1e-5 * counterRate(c)
+	cur := 0.0
+	if dt := t.Sub(st.t).Seconds(); dt > 0 {
+		cur = (v - st.v) / dt
+	}
+	// Rises of the remembered pairs, newest first: pair i is at(i+1) to at(i).
+	var rates [histLen]float64
+	n := 0
+	for i := 0; i+1 < st.hn; i++ {
+		p, q := st.at(i), st.at(i+1)
+		if dt := float64(p.t-q.t) / 1e9; dt > 0 {
+			rates[n] = (p.v - q.v) / dt
+		}
+		n++
+	}
+	if k > 0 {
+		entry := rates[k-1]
+		peak := cur
+		for i := range n {
+			if i != k-1 {
+				peak = max(peak, rates[i])
+			}
+		}
+		return entry > restartRateFactor*peak+slack
+	}
+	first, second := cur, 0.0
+	for _, r := range rates[:n] {
+		if r > first {
+			first, second = r, first
+		} else if r > second {
+			second = r
+		}
+	}
+	return first > restartRateFactor*second+slack
 }
 
 // CheckInterval validates what a log line (or a count spread back over

@@ -710,9 +710,13 @@ const maxBridged = 3
 // derivation: the next whole sample derives from the last whole one, so
 // the hole is bridged, neither lost nor counted twice.
 func (d *Deriver) Derive(s Sample) Sample {
-	s.Discards = append(s.Discards, d.guard.Check(&s)...)
-	if s.Discarded > 0 && !s.HasCounter[GenerationTokens] && d.bridged < maxBridged {
+	ds := d.guard.Check(&s)
+	s.Discards = append(s.Discards, ds...)
+	if (s.Discarded > 0 || lostLiveGauge(ds)) && !s.HasCounter[GenerationTokens] && d.bridged < maxBridged {
 		d.bridged++
+		if s.Discarded == 0 {
+			s.Discarded++ // left out: its tokens come with the next sample
+		}
 		return s
 	}
 	d.bridged = 0
@@ -733,6 +737,18 @@ func (d *Deriver) Derive(s Sample) Sample {
 	}
 	spreadCompletions(&s, prev, dt)
 	return s
+}
+
+// lostLiveGauge says whether a gauge that live derivation reads was
+// refused; other gauges cost only themselves.
+func lostLiveGauge(ds []Discard) bool {
+	for _, d := range ds {
+		switch d.Series {
+		case Running.String(), GenRate.String(), GenRequests.String(), SlotsPerDecode.String():
+			return true
+		}
+	}
+	return false
 }
 
 // live returns the tokens made since prev by the engine's live signal,

@@ -77,12 +77,20 @@ type Sample struct {
 	// than to the moment of the scrape (completion-time counters spread
 	// back, engine rate gauges).
 	Intervals []Interval
-	// Discarded counts the values a Guard removed from the sample (a
-	// decrease held for confirmation included); Discards says which were
-	// refused and why. A sample that lost values does not count as
-	// coverage: its window knows less.
+	// Discarded counts the counters a Guard removed from the sample (a
+	// decrease held for confirmation included), and a sample left out of
+	// a derivation; Discards says which values were refused and why, lost
+	// gauges too. A sample that lost counters does not count as coverage:
+	// its window knows less of its tokens. A lost gauge costs only itself.
 	Discarded int
 	Discards  []Discard
+	// Rewind, when set, says the server's counters read since then are in
+	// doubt (they cannot be one process's): the joiner forgets them and
+	// the coverage they gave, and their next reading starts them anew, the
+	// span between a hole. Suspect says this sample's counters were
+	// dropped for that reason (Guard).
+	Rewind  time.Time
+	Suspect bool
 }
 
 // SetCounter records counter c.

@@ -240,6 +240,18 @@ func (j *Joiner) AddServer(name string, s collector.Sample) bool {
 	if s.Engine != "" {
 		st.Engine = s.Engine
 	}
+	if !s.Rewind.IsZero() {
+		// What the counters said since is in doubt: forgotten, as far as
+		// the open windows reach, with the coverage it gave.
+		cut := s.Rewind
+		if cut.Before(j.next) {
+			cut = j.next
+		}
+		for c := range st.counters {
+			st.counters[c].rewind(cut)
+		}
+		st.seen.rewind(cut)
+	}
 	for c := range collector.NumCounters {
 		if s.HasCounter[c] {
 			st.counters[c].add(s.Time, s.Counter[c])

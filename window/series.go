@@ -22,6 +22,9 @@ type counter struct {
 	// twice or lost between them.
 	edge    float64
 	hasEdge bool
+	// rebase says the next reading starts the series anew: nothing is
+	// known of the growth since the last point kept (rewind).
+	rebase bool
 }
 
 type cpoint struct {
@@ -45,10 +48,25 @@ func (c *counter) add(t time.Time, v float64) {
 		return
 	}
 	d := v - last.raw
-	if d < 0 {
+	switch {
+	case c.rebase:
+		d, c.rebase = 0, false
+	case d < 0:
 		d = v // the source restarted: it counted v since then
 	}
 	c.pts = append(c.pts, cpoint{t: t, raw: v, m: last.m + d})
+}
+
+// rewind forgets the points after cut; the next reading carries on from
+// the last point kept without counting the growth in between. cut must
+// not be before the last closed window's end, whose point is kept.
+func (c *counter) rewind(cut time.Time) {
+	n := len(c.pts)
+	for n > 0 && c.pts[n-1].t.After(cut) {
+		n--
+	}
+	c.pts = c.pts[:n]
+	c.rebase = n > 0
 }
 
 // at returns the running total at time e, and false before the first point.
@@ -255,6 +273,9 @@ func (tl *timeline) segments(segs []seg, s, e time.Time, maxGap time.Duration) [
 	}
 	return out
 }
+
+// rewind forgets the deliveries after cut.
+func (tl *timeline) rewind(cut time.Time) { tl.ts = tl.ts[:tl.after(cut)] }
 
 // after returns the index of the first delivery after t.
 func (tl *timeline) after(t time.Time) int {

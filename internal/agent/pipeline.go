@@ -88,6 +88,7 @@ type pipeline struct {
 	logPos   map[string]tail.Position
 	logDirty map[string]bool
 	gpuErr   map[string]bool     // GPUs whose last reading failed, logged once
+	suspect  map[string]bool     // servers whose counters are untrusted now, logged once an episode
 	placed   map[string][]string // GPU UUIDs found for servers with gpus: auto
 
 	// metrics are the counters of /metrics, updated where things happen.
@@ -347,6 +348,7 @@ func (p *pipeline) run(ctx context.Context) error {
 	start := p.now()
 	p.logPos, p.logDirty = map[string]tail.Position{}, map[string]bool{}
 	p.gpuErr = map[string]bool{}
+	p.suspect = map[string]bool{}
 	p.placed = map[string][]string{}
 	th := cfg.Thresholds
 	j := window.New(window.Config{
@@ -553,9 +555,38 @@ func (r scrapeMsg) apply(p *pipeline, j *window.Joiner, down map[string]bool) {
 	for _, d := range r.Sample.Discards {
 		p.metrics.discards.Add(r.Server, d)
 	}
+	p.noteSuspect(r)
 	j.AddServer(r.Server, r.Sample)
 	if p.live != nil {
 		p.live.Server(r.Server, r.Sample)
+	}
+}
+
+// noteSuspect logs once per episode that a server's counters cannot be
+// one process's, and when they are followed again.
+func (p *pipeline) noteSuspect(r scrapeMsg) {
+	switch was := p.suspect[r.Server]; {
+	case r.Sample.Suspect && !was:
+		series := ""
+		for _, d := range r.Sample.Discards {
+			if d.Reason == collector.Flap || d.Reason == collector.Suspect {
+				series = d.Series
+				break
+			}
+		}
+		p.log.Warn("counters go up and down as no single server's do; several replicas behind one URL? "+
+			"list each replica as its own server. Their tokens are not counted until they read as one again",
+			"server", r.Server, "series", series, "since", r.Sample.Rewind.Format(time.RFC3339Nano))
+	case !r.Sample.Suspect && was:
+		p.log.Info("counters read as one server's again; counted from here", "server", r.Server)
+	}
+	if r.Sample.Suspect {
+		if p.suspect == nil {
+			p.suspect = map[string]bool{}
+		}
+		p.suspect[r.Server] = true
+	} else {
+		delete(p.suspect, r.Server)
 	}
 }
 
