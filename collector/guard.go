@@ -2,6 +2,7 @@ package collector
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -111,12 +112,12 @@ type guarded struct {
 	// and slower than they grew), and where an untrusted span begins.
 	hist   [histLen]histPoint
 	hn, hi int
-	// restart is the last reading before the last confirmed restart: a
-	// flap soon after says the restart was none.
-	restart int64
-	// While the server is suspect: the last reading, to see it grow.
-	sv  float64
-	sok bool
+	// While the server is suspect: the last reading, to see it grow at
+	// no more than restartRateFactor times the pace it had (fast).
+	sv   float64
+	st   time.Time
+	sok  bool
+	fast float64
 }
 
 type histPoint struct {
@@ -128,7 +129,7 @@ const (
 	// histLen is how many accepted readings a counter remembers: the
 	// longest run of one replica's answers that is still undone when the
 	// other answers again.
-	histLen = 32
+	histLen = 64
 	// quietReadings is how many readings in a row a suspect server's
 	// counters must grow (none falls) before they are trusted again. More
 	// than MaxGap's 2.5 scrape intervals, so the untrusted span stays a
@@ -151,44 +152,54 @@ func (st *guarded) push(t time.Time, v float64) {
 // at returns the i-th newest remembered reading (0: the newest).
 func (st *guarded) at(i int) histPoint { return st.hist[(st.hi-1-i+2*histLen)%histLen] }
 
-// fresh says whether v, below the last reading, can be a restarted
-// process's first count: below every remembered reading, and no more than
-// it can have counted since the last one at the counter's remembered pace.
-func (st *guarded) fresh(c Counter, t time.Time, v float64) bool {
-	peak := restartFloor * counterRate(c)
-	for i := 0; i < st.hn; i++ {
-		p := st.at(i)
-		if v >= p.v {
-			return false
+// rates returns the rises per second of the remembered readings, newest
+// first (rates[i] is from at(i+1) to at(i)), and the counter's pace, which
+// steps (another series, a page that flaps) do not set even when they are
+// most of the rises: their lower quartile, at least restartFloor of the
+// counter's bound.
+func (st *guarded) rates(c Counter) (rates [histLen]float64, n int, pace float64) {
+	for i := 0; i+1 < st.hn; i++ {
+		p, q := st.at(i), st.at(i+1)
+		if dt := float64(p.t-q.t) / 1e9; dt > 0 {
+			rates[n] = (p.v - q.v) / dt
 		}
-		if i+1 < st.hn {
-			q := st.at(i + 1)
-			if dt := float64(p.t-q.t) / 1e9; dt > 0 {
-				peak = max(peak, (p.v-q.v)/dt)
-			}
-		}
+		n++
 	}
-	return v <= restartRateFactor*peak*t.Sub(st.t).Seconds()
+	if n >= 4 { // fewer are no pace: a step may be most of them
+		sorted := rates
+		slices.Sort(sorted[:n])
+		pace = sorted[n/4]
+	}
+	return rates, n, max(pace, restartFloor*counterRate(c))
 }
 
-// since returns when the readings that v disagrees with began: the newest
-// remembered reading at or below v (the oldest remembered one if none),
-// or the reading before a restart still remembered, if earlier.
-func (st *guarded) since(v float64) int64 {
+// stepSlack is the rise per second below which no rise is a step.
+func stepSlack(c Counter) float64 { return 1e-5 * counterRate(c) }
+
+// fresh says whether v, below the last reading, can be a restarted
+// process's first count: below every remembered reading, and no more than
+// it can have counted since the last one at restartRateFactor times the
+// counter's remembered pace.
+func (st *guarded) fresh(c Counter, t time.Time, v float64) bool {
+	for i := 0; i < st.hn; i++ {
+		if v >= st.at(i).v {
+			return false
+		}
+	}
+	_, _, pace := st.rates(c)
+	return v <= restartRateFactor*pace*t.Sub(st.t).Seconds()
+}
+
+// since returns when the readings in doubt may have begun: at the oldest
+// one remembered. Which of the series behind the flapping one was read
+// when is not known: one that stepped over to another long ago looks like
+// a burst until the other is read again, so everything remembered is in
+// doubt (the joiner forgets no more than its open windows hold).
+func (st *guarded) since() int64 {
 	if st.hn == 0 {
 		return st.t.UnixNano()
 	}
-	t := st.at(st.hn - 1).t
-	for i := 0; i < st.hn; i++ {
-		if p := st.at(i); p.v <= v {
-			t = p.t
-			break
-		}
-	}
-	if st.restart != 0 && st.restart >= st.at(st.hn-1).t {
-		t = min(t, st.restart)
-	}
-	return t
+	return st.at(st.hn - 1).t
 }
 
 // rebase forgets the counter's past: its next reading is its first.
@@ -334,7 +345,9 @@ func (g *Guard) turnSuspect(s *Sample, vs *[NumCounters]verdict, since int64, ou
 	s.Rewind, s.Suspect = time.Unix(0, since), true
 	for c := range NumCounters {
 		st := &g.counters[c]
-		st.sv, st.sok = st.v, st.ok
+		st.sv, st.st, st.sok = st.v, st.t, st.ok
+		_, _, pace := st.rates(c)
+		st.fast = restartRateFactor*pace + stepSlack(c)
 		if !s.HasCounter[c] {
 			continue
 		}
@@ -348,7 +361,7 @@ func (g *Guard) turnSuspect(s *Sample, vs *[NumCounters]verdict, since int64, ou
 		if r != Suspect && r != Flap {
 			st.sok = false
 		} else {
-			st.sv, st.sok = s.Counter[c], true
+			st.sv, st.st, st.sok = s.Counter[c], s.Time, true
 		}
 		s.HasCounter[c], s.Counter[c] = false, 0
 		s.Discarded++
@@ -358,8 +371,9 @@ func (g *Guard) turnSuspect(s *Sample, vs *[NumCounters]verdict, since int64, ou
 }
 
 // checkSuspect drops the counters of a suspect server, counting how long
-// they have grown; once they have for quietReadings, they are followed
-// again from this reading, the span before forgotten.
+// they have grown at their pace (neither falling nor stepping up); once
+// they have for quietReadings, they are followed again from this reading,
+// the span before forgotten.
 func (g *Guard) checkSuspect(s *Sample, out []Discard) []Discard {
 	fell := false
 	for c := range NumCounters {
@@ -374,10 +388,11 @@ func (g *Guard) checkSuspect(s *Sample, out []Discard) []Discard {
 			out = append(out, Discard{Series: c.String(), Reason: r})
 			continue
 		}
-		if st.sok && v < st.sv {
+		// Falling, or rising in a step: still more than one series.
+		if st.sok && (v < st.sv || v-st.sv > st.fast*s.Time.Sub(st.st).Seconds()) {
 			fell = true
 		}
-		st.sv, st.sok = v, true
+		st.sv, st.st, st.sok = v, s.Time, true
 	}
 	g.quiet++
 	if fell {
@@ -437,7 +452,7 @@ func (st *guarded) accept(c Counter, t time.Time, v float64) verdict {
 			if st.stepped(c, t, v) {
 				// Down and back up, and what is above entered with a
 				// step: two series, or a page that flaps up.
-				return verdict{r: Flap, flapped: true, evidence: true, since: st.since(st.hv)}
+				return verdict{r: Flap, flapped: true, evidence: true, since: st.since()}
 			}
 			// A stale page: the series above carries on smoothly from
 			// where it met the lower reading; the lower one is dropped.
@@ -466,14 +481,13 @@ func (st *guarded) accept(c Counter, t time.Time, v float64) verdict {
 	if st.held {
 		st.held = false
 		if v >= st.hv && v-st.hv <= bound(st.ht) && st.hfresh {
-			st.restart = st.t.UnixNano()
 			st.v, st.t, st.off = v, t, 0
 			st.push(t, v)
 			return verdict{v: v, r: accepted}
 		}
 		// Down and carrying on below, from more than a restarted process
 		// can have counted, or down twice: another series.
-		return verdict{r: Flap, flapped: true, evidence: true, since: st.since(min(st.hv, v))}
+		return verdict{r: Flap, flapped: true, evidence: true, since: st.since()}
 	}
 	st.held, st.hv, st.ht, st.hfresh = true, v, t, st.fresh(c, t, v)
 	return verdict{r: held}
@@ -492,21 +506,11 @@ func (st *guarded) stepped(c Counter, t time.Time, v float64) bool {
 			break
 		}
 	}
-	slack := 1e-5 * counterRate(c)
 	cur := 0.0
 	if dt := t.Sub(st.t).Seconds(); dt > 0 {
 		cur = (v - st.v) / dt
 	}
-	// Rises of the remembered pairs, newest first: pair i is at(i+1) to at(i).
-	var rates [histLen]float64
-	n := 0
-	for i := 0; i+1 < st.hn; i++ {
-		p, q := st.at(i), st.at(i+1)
-		if dt := float64(p.t-q.t) / 1e9; dt > 0 {
-			rates[n] = (p.v - q.v) / dt
-		}
-		n++
-	}
+	rates, n, _ := st.rates(c)
 	if k > 0 {
 		entry := rates[k-1]
 		peak := cur
@@ -515,7 +519,7 @@ func (st *guarded) stepped(c Counter, t time.Time, v float64) bool {
 				peak = max(peak, rates[i])
 			}
 		}
-		return entry > restartRateFactor*peak+slack
+		return entry > restartRateFactor*peak+stepSlack(c)
 	}
 	first, second := cur, 0.0
 	for _, r := range rates[:n] {
@@ -525,7 +529,7 @@ func (st *guarded) stepped(c Counter, t time.Time, v float64) bool {
 			second = r
 		}
 	}
-	return first > restartRateFactor*second+slack
+	return first > restartRateFactor*second+stepSlack(c)
 }
 
 // CheckInterval validates what a log line (or a count spread back over
