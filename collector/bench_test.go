@@ -66,3 +66,32 @@ func BenchmarkScrape(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDerive is what each scrape of a vLLM server costs after the
+// page is read: the Guard's checks of its counters and gauges and the
+// derivation, on counters that grow steadily.
+func BenchmarkDerive(b *testing.B) {
+	var der Deriver
+	s := Sample{Time: time.Unix(1000, 0)}
+	for _, c := range []Counter{GenerationTokens, PromptTokens, Preemptions, ITLSum, ITLCount} {
+		s.SetCounter(c, 1000)
+	}
+	for _, g := range []Gauge{Running, Waiting, KVUsage} {
+		s.SetGauge(g, 0.5)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		smp := s
+		smp.Time = s.Time.Add(time.Duration(i) * time.Second)
+		for c := range NumCounters {
+			if smp.HasCounter[c] {
+				smp.Counter[c] += 100 * float64(i)
+			}
+		}
+		if out := der.Derive(smp); !out.HasCounter[GenerationTokens] {
+			b.Fatal("counter dropped")
+		}
+	}
+}

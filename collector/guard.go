@@ -80,8 +80,9 @@ type Discard struct {
 //
 // A series that cannot be one process's counter (two replicas behind one
 // URL answering in turn, a page that flaps up or down) is never made a
-// rate: a flap, or a fall to a value no restarted process can have counted
-// yet, makes the server suspect. Its counters are then untrusted: the
+// rate: a fall to more than a restarted process can have counted yet, a
+// fall the next reading carries on from or falls again, or a second flap
+// back across the same step makes the server suspect. Its counters are then untrusted: the
 // sample says since when (Sample.Rewind, before the first reading the
 // flapping may have touched), the joiner forgets what they said since,
 // and they are dropped (Suspect) until they have read as one growing
@@ -91,7 +92,7 @@ type Discard struct {
 type Guard struct {
 	counters [NumCounters]guarded
 	suspect  bool
-	quiet    int // readings in a row, while suspect, in which no counter fell
+	quiet    int // readings in a row, while suspect, in which no counter fell or stepped
 }
 
 type guarded struct {
@@ -107,11 +108,15 @@ type guarded struct {
 	jumps  int // consecutive rejected jumps that agree with each other
 	jv     float64
 	jt     time.Time
-	// The last accepted readings, oldest first from hi once full: what a
-	// fall is compared with (a restarted process is below all of them,
-	// and slower than they grew), and where an untrusted span begins.
+	// The last accepted readings, oldest first from hi once full: the
+	// counter's pace (no restarted process counts faster), what a flap is
+	// compared with, and where an untrusted span begins.
 	hist   [histLen]histPoint
 	hn, hi int
+	own    int // of them, read since the last restart: this process's
+	// step is where the readings above a stale page last entered with a
+	// step (Unix nanoseconds of the reading before it).
+	step int64
 	// While the server is suspect: the last reading, to see it grow at
 	// no more than restartRateFactor times the pace it had (fast).
 	sv   float64
@@ -131,14 +136,15 @@ const (
 	// other answers again.
 	histLen = 64
 	// quietReadings is how many readings in a row a suspect server's
-	// counters must grow (none falls) before they are trusted again. More
+	// counters must grow at their pace (none falls or steps up) before
+	// they are trusted again. More
 	// than MaxGap's 2.5 scrape intervals, so the untrusted span stays a
 	// hole in coverage.
 	quietReadings = 16
 	// restartRateFactor: a restarted process counts at most this many
-	// times the fastest rate the counter grew at in its remembered
-	// readings (at least restartFloor of the counter's bound) over the
-	// time since the last reading.
+	// times the counter's pace (rates) over the time since the last
+	// reading; a rise faster than this many times every other is a step.
+	// restartFloor is the least pace, as a share of the counter's bound.
 	restartRateFactor = 4
 	restartFloor      = 1e-4
 )
@@ -147,6 +153,7 @@ func (st *guarded) push(t time.Time, v float64) {
 	st.hist[st.hi] = histPoint{t.UnixNano(), v}
 	st.hi = (st.hi + 1) % histLen
 	st.hn = min(st.hn+1, histLen)
+	st.own = min(st.own+1, histLen)
 }
 
 // at returns the i-th newest remembered reading (0: the newest).
@@ -158,7 +165,7 @@ func (st *guarded) at(i int) histPoint { return st.hist[(st.hi-1-i+2*histLen)%hi
 // most of the rises: their lower quartile, at least restartFloor of the
 // counter's bound.
 func (st *guarded) rates(c Counter) (rates [histLen]float64, n int, pace float64) {
-	for i := 0; i+1 < st.hn; i++ {
+	for i := 0; i+1 < st.own; i++ {
 		p, q := st.at(i), st.at(i+1)
 		if dt := float64(p.t-q.t) / 1e9; dt > 0 {
 			rates[n] = (p.v - q.v) / dt
@@ -177,15 +184,9 @@ func (st *guarded) rates(c Counter) (rates [histLen]float64, n int, pace float64
 func stepSlack(c Counter) float64 { return 1e-5 * counterRate(c) }
 
 // fresh says whether v, below the last reading, can be a restarted
-// process's first count: below every remembered reading, and no more than
-// it can have counted since the last one at restartRateFactor times the
-// counter's remembered pace.
+// process's first count: no more than it can have counted since the last
+// reading at restartRateFactor times the counter's remembered pace.
 func (st *guarded) fresh(c Counter, t time.Time, v float64) bool {
-	for i := 0; i < st.hn; i++ {
-		if v >= st.at(i).v {
-			return false
-		}
-	}
 	_, _, pace := st.rates(c)
 	return v <= restartRateFactor*pace*t.Sub(st.t).Seconds()
 }
@@ -449,13 +450,17 @@ func (st *guarded) accept(c Counter, t time.Time, v float64) verdict {
 		flapped := st.held
 		if st.held {
 			st.held = false
-			if st.stepped(c, t, v) {
-				// Down and back up, and what is above entered with a
-				// step: two series, or a page that flaps up.
-				return verdict{r: Flap, flapped: true, evidence: true, since: st.since()}
+			// Down and back up: a stale page, dropped, where the series
+			// above carries on smoothly from where it met the lower
+			// reading, or where it entered with a step (a burst) the first
+			// time. A second flap back across the same step says two
+			// series, or a page that flaps up.
+			if step, ok := st.stepped(c, t, v); ok {
+				if step == st.step {
+					return verdict{r: Flap, flapped: true, evidence: true, since: st.since()}
+				}
+				st.step = step
 			}
-			// A stale page: the series above carries on smoothly from
-			// where it met the lower reading; the lower one is dropped.
 		}
 		if v-st.v > bound(st.t) {
 			if st.jumps > 0 && v >= st.jv && v-st.jv <= bound(st.jt) {
@@ -481,7 +486,7 @@ func (st *guarded) accept(c Counter, t time.Time, v float64) verdict {
 	if st.held {
 		st.held = false
 		if v >= st.hv && v-st.hv <= bound(st.ht) && st.hfresh {
-			st.v, st.t, st.off = v, t, 0
+			st.v, st.t, st.off, st.own = v, t, 0, 0
 			st.push(t, v)
 			return verdict{v: v, r: accepted}
 		}
@@ -494,13 +499,13 @@ func (st *guarded) accept(c Counter, t time.Time, v float64) verdict {
 }
 
 // stepped says whether the remembered readings above the held one
-// entered with a step: the rise from the newest reading at or below it to
-// the next was faster than restartRateFactor times any other remembered
-// rise, the one to v at t included. Where none is at or below it, whether
-// any rise is such a step.
-func (st *guarded) stepped(c Counter, t time.Time, v float64) bool {
+// entered with a step, and where (the time of the reading before it): the
+// rise from the newest reading at or below it to the next was faster than
+// restartRateFactor times any other remembered rise, the one to v at t
+// included. Where none is at or below it, whether any rise is such a step.
+func (st *guarded) stepped(c Counter, t time.Time, v float64) (int64, bool) {
 	k := -1
-	for i := 0; i < st.hn; i++ {
+	for i := 0; i < st.own; i++ {
 		if st.at(i).v <= st.hv {
 			k = i
 			break
@@ -519,17 +524,17 @@ func (st *guarded) stepped(c Counter, t time.Time, v float64) bool {
 				peak = max(peak, rates[i])
 			}
 		}
-		return entry > restartRateFactor*peak+stepSlack(c)
+		return st.at(k).t, entry > restartRateFactor*peak+stepSlack(c)
 	}
-	first, second := cur, 0.0
-	for _, r := range rates[:n] {
+	first, second, at := cur, 0.0, st.t.UnixNano()
+	for i, r := range rates[:n] {
 		if r > first {
-			first, second = r, first
+			first, second, at = r, first, st.at(i+1).t
 		} else if r > second {
 			second = r
 		}
 	}
-	return first > restartRateFactor*second+stepSlack(c)
+	return at, first > restartRateFactor*second+stepSlack(c)
 }
 
 // CheckInterval validates what a log line (or a count spread back over

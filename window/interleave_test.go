@@ -132,3 +132,55 @@ func TestInterleavedSeriesNeverAddUp(t *testing.T) {
 	}
 	t.Logf("%d interleavings", n)
 }
+
+// TestRewindMakesAHole: a sample that rewinds makes the joiner forget what
+// the counters said since, with the coverage it gave; the next reading
+// starts the counter again, the growth across the span not counted.
+func TestRewindMakesAHole(t *testing.T) {
+	j := New(Config{Window: 2 * time.Second, Grace: 3 * time.Second, MaxGap: 2500 * time.Millisecond, Host: "h", Start: at(0)},
+		[]Server{{Name: "llm", Engine: "vllm"}})
+	var got []ServerWindow
+	add := func(sec, v float64, rewind float64, counted bool) {
+		var s collector.Sample
+		s.Time = at(sec)
+		if rewind >= 0 {
+			s.Rewind, s.Suspect = at(rewind), true
+		}
+		if counted {
+			s.SetCounter(collector.GenerationTokens, v)
+		} else {
+			s.Discarded = 1
+		}
+		j.AddServer("llm", s)
+		got = append(got, servers(j.Flush(at(sec)))...)
+	}
+	for i := 0; i <= 3; i++ {
+		add(float64(i), 1000+100*float64(i), -1, true)
+	}
+	add(4, 50000, -1, true) // another series, taken for a burst
+	add(5, 50100, -1, true)
+	add(6, 0, 3, false) // found out: back to second 3
+	for i := 7; i <= 12; i++ {
+		add(float64(i), 0, -1, false)
+	}
+	for i := 13; i <= 20; i++ {
+		add(float64(i), 9000+100*float64(i), -1, true)
+	}
+	got = append(got, servers(j.Close(at(21)))...)
+	var tok []int64
+	var cov []float64
+	for _, w := range got {
+		tok = append(tok, w.Tokens.V)
+		cov = append(cov, w.Coverage)
+	}
+	want := []int64{200, 100, 0, 0, 0, 0, 100, 200, 200, 200, 0}
+	wantCov := []float64{1, 0.5, 0, 0, 0, 0, 0.5, 1, 1, 1, 0}
+	if len(tok) != len(want) {
+		t.Fatalf("tokens %v, want %v", tok, want)
+	}
+	for i := range want {
+		if tok[i] != want[i] || cov[i] != wantCov[i] {
+			t.Fatalf("tokens %v coverage %v, want %v %v", tok, cov, want, wantCov)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,7 +18,11 @@ import (
 
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/internal/config/configtest"
+	"github.com/tpsmon/tpsmon/internal/sim/gpusim"
+	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink"
+	"github.com/tpsmon/tpsmon/sink/influxtest"
 )
 
 // The attacks of issue 28 on counters, as measured there: 2 s windows, a
@@ -283,5 +288,71 @@ func TestHostileGaugeCostsOnlyItself(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestReplicasAgainstRealInfluxDB: two replicas behind one URL answering
+// in turn for 2 s, the daemon writing to a real InfluxDB. No point holds
+// more tokens than the server made in its window, the points of the
+// episode say they saw less, and the replicas are counted as suspect.
+func TestReplicasAgainstRealInfluxDB(t *testing.T) {
+	t.Parallel()
+	base := influxtest.URL(t)
+	db := influxtest.CreateDB(t, base, "replicas")
+	const window = 500 * time.Millisecond
+	rng := rand.New(rand.NewPCG(28, 2))
+	h := &hostileVLLM{start: time.Now(), page: func(since time.Duration, n int) (float64, string, string) {
+		if since >= time.Second && since < 3*time.Second && rng.IntN(2) == 1 {
+			return 20000 + hostileRate/2*since.Seconds(), "1", "0.5"
+		}
+		return 5000 + hostileRate/2*min(since, 3*time.Second).Seconds() + hostileRate*max(0, since.Seconds()-3), "1", "0.5"
+	}}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	cfg := configtest.Private(t)
+	cfg.Window, cfg.Grace = window, time.Second
+	cfg.Servers = []config.ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: srv.URL + "/metrics",
+		GPUs: []string{"auto"}, ScrapeInterval: 50 * time.Millisecond}}
+	cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket = base, db+"/autogen"
+	cfg.Sink.Spool.Dir = t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	a := New(cfg, Options{Log: slog.New(slog.DiscardHandler), OpenGPU: func() (GPUSampler, error) { return gpusim.Steady{Start: h.start}, nil }})
+	if err := a.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	series := influxtest.Query(t, base, db, `SELECT tokens, coverage FROM tpsmon_server WHERE "server" = 'llm' ORDER BY time`)
+	if len(series) != 1 {
+		t.Fatalf("%d series", len(series))
+	}
+	rows := series[0].Rows()
+	if len(rows) < 6 {
+		t.Fatalf("%d windows written", len(rows))
+	}
+	perWindow := hostileRate * window.Seconds()
+	holes := 0
+	var sum float64
+	for _, r := range rows {
+		if r[schema.FieldCoverage] != nil && influxtest.Num(t, r[schema.FieldCoverage]) < 0.999 {
+			holes++
+		}
+		if r[schema.FieldTokens] == nil {
+			continue
+		}
+		tok := influxtest.Num(t, r[schema.FieldTokens])
+		sum += tok
+		t.Logf("window %v: tokens %v coverage %v", r["time"], tok, r[schema.FieldCoverage])
+		if tok > perWindow*1.1 {
+			t.Errorf("window %v: %v tokens, the server made %v: %v", r["time"], tok, perWindow, rows)
+		}
+	}
+	if sum > hostileRate*5 {
+		t.Errorf("%v tokens in all, the server made at most %v", sum, hostileRate*5)
+	}
+	if holes < 2 {
+		t.Errorf("%d windows say they saw less: %v", holes, rows)
+	}
+	if got := discardsOf(a); got[collector.Suspect] == 0 {
+		t.Errorf("discards %v, want some %v", got, collector.Suspect)
 	}
 }

@@ -244,7 +244,7 @@ type discardCollector struct {
 
 var (
 	discardDesc = prometheus.NewDesc("tpsmon_samples_discarded_total",
-		"Server values refused before they reached a window (NaN, Inf, negative, beyond the physical bound, jumps, flaps).",
+		"Server values refused before they reached a window (NaN, Inf, negative, beyond the physical bound, jumps, flaps, counters of a suspect server).",
 		[]string{"server", "reason"}, nil)
 	gpuDiscardDesc = prometheus.NewDesc("tpsmon_gpu_samples_discarded_total",
 		"GPU readings refused before they reached a window (NaN, Inf, negative, beyond the physical bound).",
