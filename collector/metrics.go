@@ -712,6 +712,12 @@ const maxBridged = 3
 func (d *Deriver) Derive(s Sample) Sample {
 	ds := d.guard.Check(&s)
 	s.Discards = append(s.Discards, ds...)
+	if s.Suspect {
+		// Nothing is derived from counters in doubt, and the next trusted
+		// sample derives from none: the span between is a hole.
+		d.prev, d.hasPrev, d.bridged = Sample{}, false, 0
+		return s
+	}
 	if (s.Discarded > 0 || lostLiveGauge(ds)) && !s.HasCounter[GenerationTokens] && d.bridged < maxBridged {
 		d.bridged++
 		if s.Discarded == 0 {
