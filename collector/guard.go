@@ -133,7 +133,7 @@ type histPoint struct {
 const (
 	// histLen is how many accepted readings a counter remembers: the
 	// longest run of one replica's answers that is still undone when the
-	// other answers again.
+	// other answers again. A power of two.
 	histLen = 64
 	// quietReadings is how many readings in a row a suspect server's
 	// counters must grow at their pace (none falls or steps up) before
@@ -151,13 +151,13 @@ const (
 
 func (st *guarded) push(t time.Time, v float64) {
 	st.hist[st.hi] = histPoint{t.UnixNano(), v}
-	st.hi = (st.hi + 1) % histLen
+	st.hi = (st.hi + 1) & (histLen - 1) // histLen is a power of two
 	st.hn = min(st.hn+1, histLen)
 	st.own = min(st.own+1, histLen)
 }
 
 // at returns the i-th newest remembered reading (0: the newest).
-func (st *guarded) at(i int) histPoint { return st.hist[(st.hi-1-i+2*histLen)%histLen] }
+func (st *guarded) at(i int) histPoint { return st.hist[(st.hi-1-i+2*histLen)&(histLen-1)] }
 
 // rates returns the rises per second of the remembered readings, newest
 // first (rates[i] is from at(i+1) to at(i)), and the counter's pace, which
@@ -296,32 +296,19 @@ type verdict struct {
 	v       float64 // the value to pass on, when accepted
 	r       Reason  // accepted, held, or why it went
 	flapped bool    // an earlier held decrease was a flap
-	// evidence: the series cannot be one process's counter; the readings
-	// since then (Unix nanoseconds) are in doubt.
+	// evidence: the series cannot be one process's counter.
 	evidence bool
-	since    int64
 }
 
 func (g *Guard) checkCounters(s *Sample, out []Discard) []Discard {
-	var vs [NumCounters]verdict
-	evidence, since := false, int64(0)
 	for c := range NumCounters {
 		if !s.HasCounter[c] {
 			continue
 		}
-		vs[c] = g.counters[c].accept(c, s.Time, s.Counter[c])
-		if vs[c].evidence && (!evidence || vs[c].since < since) {
-			evidence, since = true, vs[c].since
+		vd := g.counters[c].accept(c, s.Time, s.Counter[c])
+		if vd.evidence {
+			return g.turnSuspect(s, c, out)
 		}
-	}
-	if evidence {
-		return g.turnSuspect(s, &vs, since, out)
-	}
-	for c := range NumCounters {
-		if !s.HasCounter[c] {
-			continue
-		}
-		vd := vs[c]
 		if vd.flapped {
 			out = append(out, Discard{Series: c.String(), Reason: Flap})
 		}
@@ -338,14 +325,18 @@ func (g *Guard) checkCounters(s *Sample, out []Discard) []Discard {
 	return out
 }
 
-// turnSuspect starts an episode: every counter of s is dropped, the
-// flapping ones as flaps, and the joiner told to forget the counters'
-// readings since since.
-func (g *Guard) turnSuspect(s *Sample, vs *[NumCounters]verdict, since int64, out []Discard) []Discard {
+// turnSuspect starts an episode at counter flapped of s: every counter of
+// s still there is dropped, that one as a flap, and the joiner told to
+// forget what the counters said since the oldest reading remembered (see
+// since).
+func (g *Guard) turnSuspect(s *Sample, flapped Counter, out []Discard) []Discard {
 	g.suspect, g.quiet = true, 0
-	s.Rewind, s.Suspect = time.Unix(0, since), true
+	since := int64(math.MaxInt64)
 	for c := range NumCounters {
 		st := &g.counters[c]
+		if st.ok {
+			since = min(since, st.since())
+		}
 		st.sv, st.st, st.sok = st.v, st.t, st.ok
 		_, _, pace := st.rates(c)
 		st.fast = restartRateFactor*pace + stepSlack(c)
@@ -353,21 +344,25 @@ func (g *Guard) turnSuspect(s *Sample, vs *[NumCounters]verdict, since int64, ou
 			continue
 		}
 		r := Suspect
-		switch vd := vs[c]; {
-		case vd.evidence:
+		if c == flapped {
 			r = Flap
-		case vd.r != accepted && vd.r != held && vd.r != Jump:
-			r = vd.r // not a number of any series
+		} else if c > flapped {
+			// Not judged yet: a reading no series can give still says why.
+			if why, ok := valueReason(s.Counter[c], MaxCounter); !ok {
+				r = why
+			}
 		}
-		if r != Suspect && r != Flap {
-			st.sok = false
-		} else {
+		if r == Suspect || r == Flap {
 			st.sv, st.st, st.sok = s.Counter[c], s.Time, true
 		}
 		s.HasCounter[c], s.Counter[c] = false, 0
 		s.Discarded++
 		out = append(out, Discard{Series: c.String(), Reason: r})
 	}
+	if since == math.MaxInt64 {
+		since = s.Time.UnixNano()
+	}
+	s.Rewind, s.Suspect = time.Unix(0, since), true
 	return out
 }
 
@@ -457,7 +452,7 @@ func (st *guarded) accept(c Counter, t time.Time, v float64) verdict {
 			// series, or a page that flaps up.
 			if step, ok := st.stepped(c, t, v); ok {
 				if step == st.step {
-					return verdict{r: Flap, flapped: true, evidence: true, since: st.since()}
+					return verdict{r: Flap, flapped: true, evidence: true}
 				}
 				st.step = step
 			}
@@ -492,7 +487,7 @@ func (st *guarded) accept(c Counter, t time.Time, v float64) verdict {
 		}
 		// Down and carrying on below, from more than a restarted process
 		// can have counted, or down twice: another series.
-		return verdict{r: Flap, flapped: true, evidence: true, since: st.since()}
+		return verdict{r: Flap, flapped: true, evidence: true}
 	}
 	st.held, st.hv, st.ht, st.hfresh = true, v, t, st.fresh(c, t, v)
 	return verdict{r: held}
