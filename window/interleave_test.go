@@ -184,3 +184,37 @@ func TestRewindMakesAHole(t *testing.T) {
 		}
 	}
 }
+
+// TestDerivedTokensBehindReplicas: an engine whose tokens are derived
+// (llama.cpp's decode calls times busy slots) behind two replicas: what is
+// derived from counters in doubt is forgotten too, no window holds more
+// than one replica made.
+func TestDerivedTokensBehindReplicas(t *testing.T) {
+	j := New(Config{Window: 2 * time.Second, Grace: 10 * time.Second, MaxGap: 2500 * time.Millisecond, Host: "h", Start: at(0)},
+		[]Server{{Name: "llm", Engine: "llamacpp"}})
+	var der collector.Deriver
+	var sum int64
+	check := func(ws []ServerWindow) {
+		for _, w := range ws {
+			sum += w.Tokens.V
+			if w.Tokens.V > 2*2*10*1.1 { // 2 s of 10 decodes/s, 2 slots each
+				t.Errorf("window %v: %d tokens", w.Start.Sub(at(0)), w.Tokens.V)
+			}
+		}
+	}
+	for i := range 80 {
+		dec := 5000 + 10*float64(i)
+		if i >= 10 && i < 40 && i%3 != 0 {
+			dec = 90000 + 10*float64(i) // the other replica
+		}
+		s := collector.Sample{Time: at(float64(i))}
+		s.SetCounter(collector.Decodes, dec)
+		s.SetGauge(collector.SlotsPerDecode, 2)
+		j.AddServer("llm", der.Derive(s))
+		check(servers(j.Flush(at(float64(i)))))
+	}
+	check(servers(j.Close(at(80))))
+	if sum > 2*10*80 {
+		t.Errorf("%d tokens, one replica made %d", sum, 2*10*80)
+	}
+}
