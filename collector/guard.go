@@ -80,11 +80,11 @@ type Discard struct {
 //
 // A series that cannot be one process's counter (two replicas behind one
 // URL answering in turn, a page that flaps up or down) is never made a
-// rate: a fall to more than a restarted process can have counted yet, a
-// fall the next reading carries on from or falls again, or a second flap
-// back across the same step makes the server suspect. Its counters are then untrusted: the
-// sample says since when (Sample.Rewind, before the first reading the
-// flapping may have touched), the joiner forgets what they said since,
+// rate: a fall to more than a restarted process can have counted yet that
+// the next reading carries on from, two falls in a row, or a second flap
+// back across the same step makes the server suspect. Its counters are
+// then untrusted: the sample says since when (Sample.Rewind, the oldest
+// reading remembered), the joiner forgets what they said since,
 // and they are dropped (Suspect) until they have read as one growing
 // series for quietReadings scrapes in a row; they are then followed again
 // from there, the untrusted span a hole, not tokens.
