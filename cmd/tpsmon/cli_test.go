@@ -214,7 +214,7 @@ func TestCheckInflux(t *testing.T) {
 		{"token refused", token("bad", "admin:nope", 0o600), "checkdb", "", []string{"the token is refused (HTTP 401)"}, 1},
 		{"no such bucket", token("good2", "admin:pw", 0o600), "nodb", "", []string{`bucket "nodb" does not exist`}, 1},
 		{"world-readable token", token("open", "admin:pw", 0o644), "checkdb", "", []string{"readable or writable by every user (mode 0644)"}, 1},
-		{"token file a FIFO", fifo, "checkdb", "", []string{fifo + " is not a regular file"}, 2},
+		{"token file a FIFO", fifo, "checkdb", "", []string{fifo + " is a named pipe (FIFO), not a regular file"}, 2},
 		{"spool shared by every user", token("good3", "admin:pw", 0o600), "checkdb", shared,
 			[]string{shared + " (owner uid", "mode 1777", "other users can write into it"}, 1},
 	}

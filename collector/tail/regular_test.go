@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tpsmon/tpsmon/internal/statefile"
 )
 
 // failures records what a tailer tells Failed.
@@ -91,7 +93,7 @@ func TestNotRegularRefused(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("Run did not return after cancel")
 			}
-			if len(fails.errs) != 1 || !errors.Is(errs[0], ErrNotRegular) || !strings.Contains(errs[0].Error(), tc.path+" is "+tc.kind) {
+			if len(fails.errs) != 1 || !errors.Is(errs[0], statefile.ErrNotRegular) || !strings.Contains(errs[0].Error(), tc.path+" is "+tc.kind) {
 				t.Errorf("Failed told %v, want once that %s is %s", fails.errs, tc.path, tc.kind)
 			}
 			if lines != 0 || alive != 0 {
@@ -124,13 +126,15 @@ func TestRotatedToNotRegular(t *testing.T) {
 		t.Fatal(err)
 	}
 	errs := fails.await(t, 1)
-	if !errors.Is(errs[0], ErrNotRegular) || !strings.Contains(errs[0].Error(), "named pipe") {
+	if !errors.Is(errs[0], statefile.ErrNotRegular) || !strings.Contains(errs[0].Error(), "named pipe") {
 		t.Fatalf("Failed told %v, want that %s is a FIFO", errs[0], path)
 	}
-	if err := os.Remove(path); err != nil {
+	// Put in place by rename, as a rotation does: removed first, the path
+	// would be missing for a poll, a failure of its own.
+	if err := os.WriteFile(path+".new", []byte("line 1\nline 2\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, []byte("line 1\nline 2\n"), 0o644); err != nil {
+	if err := os.Rename(path+".new", path); err != nil {
 		t.Fatal(err)
 	}
 	if errs := fails.await(t, 2); errs[1] != nil || len(errs) != 2 {

@@ -187,7 +187,7 @@ func (t *Tailer) perTick() int64 {
 // Run follows the file until ctx ends, handing each complete line to
 // emit. A file that does not exist yet, or cannot be read (Failed), is
 // waited for. It returns once ctx ends, whatever the file does: nothing it
-// does blocks (openRegular) or reads without bound (maxPerSecond).
+// does blocks (statefile.OpenRegular) or reads without bound (maxPerSecond).
 func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
 	ctx, cancel := context.WithCancel(ctx) // ends the watcher with Run
 	defer cancel()
@@ -335,7 +335,7 @@ func (t *Tailer) fail(err error) {
 // reopen opens the file that replaced the one read (rename rotation),
 // from its start: all of it is new.
 func (t *Tailer) reopen() error {
-	f, fi, err := openRegular(t.Path)
+	f, fi, err := statefile.OpenRegular(t.Path)
 	if err != nil {
 		return err
 	}
@@ -391,7 +391,7 @@ func (t *Tailer) watch(ctx context.Context) (<-chan struct{}, error) {
 // open opens the file, resuming at the saved position when it still
 // names this file, or reading the rest of the rotated file it names.
 func (t *Tailer) open(saved Position, have bool, emit func(Line)) error {
-	f, fi, err := openRegular(t.Path)
+	f, fi, err := statefile.OpenRegular(t.Path)
 	if err != nil {
 		return err
 	}
@@ -514,7 +514,7 @@ func (t *Tailer) findRotated(pos Position) string {
 	}
 	sort.Slice(cs, func(a, b int) bool { return cs[a].mod.After(cs[b].mod) })
 	for _, c := range cs {
-		f, fi, err := openRegular(c.path)
+		f, fi, err := statefile.OpenRegular(c.path)
 		if err != nil {
 			continue
 		}
@@ -532,7 +532,7 @@ func (t *Tailer) findRotated(pos Position) string {
 // what was written to a rotated copy between the last read and the
 // rotation is seconds of log, and a copy that holds more is not followed.
 func (t *Tailer) drainFile(path string, pos Position, emit func(Line)) {
-	f, _, err := openRegular(path)
+	f, _, err := statefile.OpenRegular(path)
 	if err != nil {
 		return
 	}

@@ -1,14 +1,12 @@
 package agent
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,24 +15,6 @@ import (
 	"github.com/tpsmon/tpsmon/sink/influxtest"
 	"github.com/tpsmon/tpsmon/window"
 )
-
-// logBuffer is a log sink the sender's goroutine and the test share.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // serverWindows are n windows of server llm from start, one per second.
 func serverWindows(start time.Time, n int) []window.Closed {
@@ -70,7 +50,7 @@ func TestRefusedPointsMakeNotReady(t *testing.T) {
 	db := influxtest.CreateDB(t, base, "poison")
 	cfg := configtest.Private(t)
 	cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket = base, db
-	var logs logBuffer
+	var logs syncBuffer
 	out, stop, err := startInflux(cfg, slog.New(slog.NewTextHandler(&logs, nil)), "test")
 	if err != nil {
 		t.Fatal(err)

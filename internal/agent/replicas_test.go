@@ -53,24 +53,6 @@ func (h *hostileVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"vllm:kv_cache_usage_perc{model_name=\"m\"} %s\n", strconv.FormatFloat(gen, 'f', 3, 64), waiting, kv)
 }
 
-// lockedBuffer is a bytes.Buffer the daemon's goroutines may log into.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // hostileWindowOut is one server window as written in line protocol.
 type hostileWindowOut struct {
 	start     time.Time
@@ -101,7 +83,7 @@ func runHostile(t *testing.T, h http.Handler, d time.Duration) ([]hostileWindowO
 	cfg.Servers = []config.ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: "http://llm/metrics",
 		GPUs: []string{"auto"}, ScrapeInterval: 250 * time.Millisecond}}
 	var out bytes.Buffer
-	var logs lockedBuffer
+	var logs syncBuffer
 	a := New(cfg, Options{Outputs: []WindowWriter{sink.NewLPWriter(&out)}, Client: client,
 		Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	ctx, cancel := context.WithTimeout(context.Background(), d)

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"log/slog"
@@ -22,24 +21,6 @@ import (
 	"github.com/tpsmon/tpsmon/sink/influxtest"
 	"github.com/tpsmon/tpsmon/window"
 )
-
-// syncBuffer is a log destination for a daemon under test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestStopWhateverSourcesDo runs the daemon with every kind of source
 // stuck at once: a log that is a FIFO no one writes (whose plain open

@@ -17,7 +17,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 	"unicode"
 
@@ -28,6 +27,7 @@ import (
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/internal/redact"
+	"github.com/tpsmon/tpsmon/internal/statefile"
 	"github.com/tpsmon/tpsmon/sink"
 )
 
@@ -629,38 +629,16 @@ func (c *Config) InfluxToken() (string, error) {
 // short, and a larger file is not one.
 const maxTokenBytes = 64 << 10
 
-// readToken reads a regular file of at most maxTokenBytes. Anything else
-// (FIFO, device, socket, directory) is refused: looked at first, so a
-// device is not even opened, then opened without waiting (O_NONBLOCK: a
-// FIFO swapped in would hold the open until a writer came) and looked at
-// again. A link to a regular file is followed (Kubernetes' secrets are
-// links). As collector/tail's openRegular does for logs.
+// readToken reads a regular file of at most maxTokenBytes; anything else
+// (FIFO, device, socket, directory) is refused without being read or
+// waited for (statefile.OpenRegular). A link to a regular file is followed
+// (Kubernetes' secrets are links).
 func readToken(path string) ([]byte, error) {
-	if fi, err := os.Stat(path); err != nil {
-		return nil, err
-	} else if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%s): give a file that holds the token", path, fileKind(fi.Mode()))
-	}
-	var fd int
-	var err error
-	for {
-		fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
-		if err != syscall.EINTR {
-			break
-		}
-	}
+	f, _, err := statefile.OpenRegular(path)
 	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		return nil, fmt.Errorf("%w: give a file that holds the token", err)
 	}
-	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%s): give a file that holds the token", path, fileKind(fi.Mode()))
-	}
 	b, err := io.ReadAll(io.LimitReader(f, maxTokenBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -669,21 +647,6 @@ func readToken(path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s is longer than %d bytes: not a token", path, maxTokenBytes)
 	}
 	return b, nil
-}
-
-// fileKind names what a file that is not a regular one is.
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	case m.IsDir():
-		return "a directory"
-	}
-	return "mode " + m.String()
 }
 
 // InfluxClient connects to the configured InfluxDB; userAgent names this

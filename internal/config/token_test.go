@@ -30,10 +30,10 @@ func TestTokenFileMustBeRegular(t *testing.T) {
 	}{
 		{"regular", regular, "admin:s3cret", ""},
 		{"link to a regular file", link, "admin:s3cret", ""},
-		{"FIFO", fifo, "", "not a regular file (a named pipe)"},
+		{"FIFO", fifo, "", "is a named pipe (FIFO), not a regular file"},
 		// Not /dev/zero: read to its end, it would take every byte of memory.
-		{"device", "/dev/null", "", "not a regular file (a device)"},
-		{"directory", dir, "", "not a regular file (a directory)"},
+		{"device", "/dev/null", "", "is a character device, not a regular file"},
+		{"directory", dir, "", "is a directory, not a regular file"},
 		{"too long", big, "", "longer than"},
 	}
 	for _, tc := range tests {

@@ -1,4 +1,4 @@
-package tail
+package statefile
 
 import (
 	"errors"
@@ -8,20 +8,20 @@ import (
 	"syscall"
 )
 
-// ErrNotRegular marks a log path that names no regular file: a FIFO (whose
-// open waits for a writer, and whose reads wait for lines), a device
-// (/dev/zero reads zeros forever), a socket or a directory. Such a path
-// is refused, not read: a log is a regular file.
+// ErrNotRegular marks a path that names no regular file where tpsmon reads
+// one (a log, a token file): a FIFO (whose open waits for a writer, and
+// whose reads wait for data), a device (/dev/zero reads zeros forever), a
+// socket or a directory. Such a path is refused, not read.
 var ErrNotRegular = errors.New("not a regular file")
 
-// openRegular opens path for reading only if it is a regular file. It is
+// OpenRegular opens path for reading only if it is a regular file. It is
 // looked at first (a device is not even opened: opening some has effects),
 // then opened with O_NONBLOCK, so that a FIFO swapped in between does not
 // hold the open until someone writes it, and the file opened is looked
 // at again (Fstat: what is read is what was checked). A regular file is
 // then read in blocking mode, and not registered with the runtime's
-// poller, which only fails for one (statefile.Open).
-func openRegular(path string) (*os.File, fs.FileInfo, error) {
+// poller, which only fails for one (as Open).
+func OpenRegular(path string) (*os.File, fs.FileInfo, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, nil, err
@@ -62,7 +62,7 @@ func openRegular(path string) (*os.File, fs.FileInfo, error) {
 
 // notRegular says what path is instead of a regular file.
 func notRegular(path string, m fs.FileMode) error {
-	return fmt.Errorf("%s is %s, %w: a log must be one", path, kindOf(m), ErrNotRegular)
+	return fmt.Errorf("%s is %s, %w", path, kindOf(m), ErrNotRegular)
 }
 
 // kindOf names a file type as people know it.
