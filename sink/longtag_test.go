@@ -21,14 +21,7 @@ import (
 func TestLongModelNameStored(t *testing.T) {
 	base := influxtest.URL(t)
 	db := influxtest.CreateDB(t, base, "longtag")
-	sp, err := spool.Open(spool.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
-	in, _ := NewInflux(InfluxConfig{URL: base, Bucket: db + "/autogen", Timeout: 5 * time.Second})
-	defer in.Close()
-	s := &Sender{Spool: sp, W: in, Log: quiet()}
+	sp, s := realSender(t, base, db, spool.Options{Dir: t.TempDir()})
 	long := strings.Repeat("m", 70<<10)
 	models := []string{long + "-a", long + "-b"}
 	start := time.Unix(1_700_000_000, 0)

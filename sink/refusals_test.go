@@ -168,14 +168,7 @@ func TestRefusedBatchesKeepQuarantineBounded(t *testing.T) {
 	start := int64(1_700_000_000_000)
 	influxtest.Write(t, base, db, fmt.Sprintf(`m,host=evil tokens="poison" %d`, start-1))
 	dir := t.TempDir()
-	sp, err := spool.Open(spool.Options{Dir: dir, QuarantineMaxBytes: bound})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
-	in, _ := NewInflux(InfluxConfig{URL: base, Bucket: db + "/autogen", Timeout: 5 * time.Second})
-	defer in.Close()
-	s := &Sender{Spool: sp, W: in, Log: quiet()}
+	sp, s := realSender(t, base, db, spool.Options{Dir: dir, QuarantineMaxBytes: bound})
 	const batches, points = 20, 40
 	for i := range batches {
 		var b strings.Builder

@@ -91,14 +91,7 @@ func TestProxy413IsTransient(t *testing.T) {
 func TestTypeConflictQuarantinesOnlyThePoint(t *testing.T) {
 	base := influxtest.URL(t)
 	db := influxtest.CreateDB(t, base, "conflict")
-	sp, err := spool.Open(spool.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
-	in, _ := NewInflux(InfluxConfig{URL: base, Bucket: db + "/autogen", Timeout: 5 * time.Second})
-	defer in.Close()
-	s := &Sender{Spool: sp, W: in, Log: quiet()}
+	sp, s := realSender(t, base, db, spool.Options{Dir: t.TempDir()})
 	var b strings.Builder
 	for i := range 10 {
 		v := fmt.Sprintf("%di", i)
