@@ -34,8 +34,8 @@ type wildExcerpt struct {
 	// States is the truth in the excerpt's own words (what its lines
 	// print); Trusts says which of its numbers tpsmon trusts where they
 	// disagree, and why.
-	States string `json:"states"`
-	Trusts string `json:"trusts,omitempty"`
+	States string   `json:"states"`
+	Trusts string   `json:"trusts,omitempty"`
 	Want   wildWant `json:"want"`
 }
 
