@@ -819,7 +819,12 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerCo
 	state := p.positionFile(name)
 	if s.Log.File != "" {
 		t := &tail.Tailer{Path: s.Log.File, StateFile: state, Log: p.log.With("server", name), Alive: r.alive, Now: p.now, Poll: p.logPoll,
-			Peek: r.peek, Flush: r.flush, Failed: func(err error) { p.sourceFailed(name, err) }}
+			Peek: r.peek, Flush: r.flush, Failed: func(err error) {
+				if err != nil {
+					err = fmt.Errorf("log %s: %w", s.Log.File, err) // the status line names the file
+				}
+				p.sourceFailed(name, err)
+			}}
 		src.wg.Go(func() {
 			if err := t.Run(ctx, r.line); err != nil {
 				err = fmt.Errorf("log %s: %w", s.Log.File, err)
