@@ -258,6 +258,27 @@ func TestHTTPFloodLeavesScrapesAndProbes(t *testing.T) {
 	if l := dlog.msgs("http: connection cap reached"); len(l) != 1 {
 		t.Errorf("%d log lines for the cap reached, want 1 (once a minute): %v", len(l), l)
 	}
+	// What the cap shed is counted, not only logged.
+	resp, err := probe.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("/metrics after the flood: %v", err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	shed := 0.0
+	for _, name := range []string{"tpsmon_http_idle_closed_total", "tpsmon_http_refused_total"} {
+		m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindSubmatch(page)
+		if m == nil {
+			t.Errorf("/metrics has no %s", name)
+			continue
+		}
+		v, _ := strconv.ParseFloat(string(m[1]), 64)
+		shed += v
+	}
+	t.Logf("shed at the cap, on /metrics: %v", shed)
+	if shed < float64(floodWaves*(floodWave-floodCap)) { // each wave passes the cap by this much
+		t.Errorf("/metrics counts %v connections shed at the cap, want at least %d", shed, floodWaves*(floodWave-floodCap))
+	}
 }
 
 // openFiles counts the file descriptors process pid holds.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,8 @@ type telemetry struct {
 	// windows serves the recent windows (api.WindowsPath); nil: not served.
 	windows http.Handler
 	pprof   bool // serve /debug/pprof/ (http.pprof)
+	// shed is what the endpoint turned away, once it serves (serve).
+	shed atomic.Pointer[httpserve.Shed]
 }
 
 func (t *telemetry) registry() *prometheus.Registry {
@@ -47,6 +50,20 @@ func (t *telemetry) registry() *prometheus.Registry {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
 	}
 	t.p.metrics.register(reg)
+	shed := func(f func(*httpserve.Shed) *atomic.Uint64) func() float64 {
+		return func() float64 {
+			if sh := t.shed.Load(); sh != nil {
+				return float64(f(sh).Load())
+			}
+			return 0
+		}
+	}
+	counter("tpsmon_http_accept_failures_total", "Accepts on http.listen that failed (out of file descriptors) and were retried.",
+		shed(func(s *httpserve.Shed) *atomic.Uint64 { return &s.FailedAccepts }))
+	counter("tpsmon_http_idle_closed_total", "Idle connections to http.listen closed at http.max_connections to let a new one in.",
+		shed(func(s *httpserve.Shed) *atomic.Uint64 { return &s.ClosedIdle }))
+	counter("tpsmon_http_refused_total", "New connections to http.listen closed at http.max_connections, every open one busy.",
+		shed(func(s *httpserve.Shed) *atomic.Uint64 { return &s.Refused }))
 	if t.spool == nil {
 		return reg
 	}
@@ -233,6 +250,7 @@ func (t *telemetry) serve(addr string, lim httpserve.Limits, log *slog.Logger) (
 		lim.Write = max(lim.Write, httpserve.ProfileWrite)
 	}
 	srv := httpserve.Serve(ln, t.handler(), lim, log)
+	t.shed.Store(srv.Shed())
 	return ln.Addr(), func() { srv.Close() }, nil
 }
 

@@ -96,6 +96,9 @@ func Serve(ln net.Listener, h http.Handler, lim Limits, log *slog.Logger) *Serve
 	return s
 }
 
+// Shed is what the endpoint turned away since Serve, counted as it goes.
+func (s *Server) Shed() *Shed { return &s.ln.total }
+
 // Close closes the listener and every connection, and returns once the
 // serving goroutine has ended.
 func (s *Server) Close() error {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -35,6 +36,16 @@ type capListener struct {
 	// Only Accept's goroutine touches these: counts since the last line.
 	failed, closedIdle, refused int
 	failLog, fullLog            rateLog
+
+	// The same since the start, for /metrics.
+	total Shed
+}
+
+// Shed counts what the endpoint turned away since it started.
+type Shed struct {
+	FailedAccepts atomic.Uint64 // accepts that failed (out of file descriptors) and were retried
+	ClosedIdle    atomic.Uint64 // idle connections closed at the cap to let a new one in
+	Refused       atomic.Uint64 // new connections closed at the cap, every one busy
 }
 
 func newCapListener(ln net.Listener, n int, log *slog.Logger) *capListener {
@@ -66,6 +77,7 @@ func (l *capListener) Accept() (net.Conn, error) {
 				return nil, err
 			}
 			l.failed++
+			l.total.FailedAccepts.Add(1)
 			if l.failLog.due(time.Now(), l.every) {
 				l.log.Warn("http: accepting connections fails; retrying", "addr", l.Addr().String(),
 					"failed_accepts", l.failed, "err", err)
@@ -108,9 +120,11 @@ func (l *capListener) admit(nc net.Conn) *conn {
 	case victim != nil:
 		victim.Conn.Close() // its server goroutine ends on the error
 		l.closedIdle++
+		l.total.ClosedIdle.Add(1)
 	case c == nil:
 		nc.Close()
 		l.refused++
+		l.total.Refused.Add(1)
 	default:
 		return c
 	}
