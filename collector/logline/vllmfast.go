@@ -44,7 +44,7 @@ func (p *Parser) vllmFast(line []byte) (r Record, ok, matched bool) {
 	c.lit(" reqs, ")
 	vllmQueue(&c, &r)
 	if c.bad || r.GenTPS < 0 || r.PromptTPS < 0 || r.Running < 0 || r.Waiting < 0 {
-		p.Skipped++
+		p.skip(SkipUnparsed, "vllm", line)
 		return Record{}, false, true
 	}
 	return r, true, true
