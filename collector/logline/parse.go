@@ -60,7 +60,7 @@ type Parser struct {
 	// SkippedBy counts them by reason; FirstSkip is the first (nil: none).
 	SkippedBy [NumSkipReasons]uint64
 	FirstSkip *Skip
-	Truncated   uint64 // lines cut at the maximum length
+	Truncated uint64 // lines cut at the maximum length
 }
 
 // NewParser returns a parser for one engine's log, the engine named as
