@@ -344,7 +344,7 @@ func (p *Parser) vllm(s string) (Record, bool) {
 	r.PromptTPS, r.GenTPS, r.Running = num(m[3]), num(m[4]), num(m[5])
 	r.DefaultGap = 10 * time.Second // V1: VLLM_LOG_STATS_INTERVAL
 	if m[6] != "" {
-		r.DefaultGap = 5 * time.Second // V0
+		r.DefaultGap, r.GapIsExact = 5*time.Second, true // V0: see vllmQueue
 		r.Waiting = num(m[7])
 	} else {
 		r.Waiting = num(m[8])

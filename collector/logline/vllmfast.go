@@ -70,7 +70,9 @@ func vllmQueue(c *cursor, r *Record) {
 		c.lit(" reqs, Pending: ")
 		r.Waiting = c.num()
 		c.lit(" reqs")
-		r.DefaultGap = 5 * time.Second // V0
+		// V0 averages over the time since its previous line, however
+		// long (metrics.py: now - last_local_log), every 5 s or less often.
+		r.DefaultGap, r.GapIsExact = 5*time.Second, true
 	case c.maybe("Waiting: "):
 		r.Waiting = c.num()
 		c.lit(" reqs")
