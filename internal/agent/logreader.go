@@ -164,8 +164,9 @@ func (r *logReader) countSkipped() {
 	}
 	if f := parser.FirstSkip; f != nil && !r.toldSkip {
 		r.toldSkip = true
+		// The message is replay's warning; the line is in it, cut.
 		r.p.log.Warn(f.String()+"; lines like it are counted in tpsmon_log_lines_skipped_total", "server", r.name,
-			"engine", f.Engine, "reason", f.Reason.String(), "line", f.Line)
+			"engine", f.Engine, "reason", f.Reason.String())
 	}
 }
 
