@@ -56,8 +56,6 @@ type Dialect struct {
 	// SingleRank names the label of tensor-parallel ranks, which all see
 	// the same batch: only rank 0 is read, never a sum.
 	SingleRank string
-	// Marks are metric name prefixes that identify the engine (auto).
-	Marks []string
 	// ModelPath is the server's endpoint that names its model, for
 	// engines whose metrics do not (JSON: OpenAI's data[0].id or TGI's
 	// model_id).
@@ -65,6 +63,41 @@ type Dialect struct {
 
 	once   sync.Once
 	wanted map[string]bool
+	relays []relay
+}
+
+// relay is a prefix under which another process re-exposes an engine's
+// series, and the engine's own prefix it stands for (engine.MetricRelays).
+type relay struct{ from, to string }
+
+// registry is the dialect's engine as collector/engine lists it: its
+// marks and relays are data there, not cases here. A dialect the registry
+// lacks (a bug, which a test ties) has neither.
+func (d *Dialect) registry() engine.Engine {
+	e, _ := engine.Lookup(d.Engine)
+	return e
+}
+
+// relayOf returns the relay whose prefix name carries (nil: none).
+func (d *Dialect) relayOf(name []byte) *relay {
+	for i := range d.relays {
+		if from := d.relays[i].from; len(name) >= len(from) && string(name[:len(from)]) == from {
+			return &d.relays[i]
+		}
+	}
+	return nil
+}
+
+// unrelay renames a page's relayed series to the engine's own names.
+func (d *Dialect) unrelay(p Page) {
+	d.names()
+	for name, ss := range p {
+		if r := d.relayOf([]byte(name)); r != nil {
+			own := r.to + name[len(r.from):]
+			p[own] = append(p[own], ss...)
+			delete(p, name)
+		}
+	}
 }
 
 func prefixed(prefix string, names ...string) []Ref {
@@ -93,7 +126,6 @@ var VLLM = Dialect{
 		KVUsage: refs("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
 	},
 	ModelLabels: []string{"model_name"},
-	Marks:       []string{"vllm:"},
 }
 
 // NIM reads NVIDIA NIM for LLMs: vLLM's series without the prefix (and
@@ -113,7 +145,6 @@ var NIM = Dialect{
 		KVUsage: prefixed("vllm:", "kv_cache_usage_perc", "gpu_cache_usage_perc"),
 	},
 	ModelLabels: []string{"model_name"},
-	Marks:       []string{"generation_tokens_total", "num_requests_running"},
 }
 
 // SGLang: the real-time decode counter where the version has it, else the
@@ -139,7 +170,6 @@ var SGLang = Dialect{
 	},
 	ModelLabels: []string{"model_name", "name"},
 	SingleRank:  "tp_rank",
-	Marks:       []string{"sglang:"},
 }
 
 // TGI counts output tokens only at completion (tgi_request_generated_tokens);
@@ -163,7 +193,6 @@ var TGI = Dialect{
 		Waiting:     refs("tgi_queue_size"),
 		GenRequests: refs("tgi_batch_current_size"),
 	},
-	Marks:     []string{"tgi_"},
 	ModelPath: "/info",
 }
 
@@ -188,7 +217,6 @@ var LlamaCPP = Dialect{
 		KVUsage:        refs("llamacpp:kv_cache_usage_ratio"),
 		SlotsPerDecode: refs("llamacpp:n_busy_slots_per_decode"),
 	},
-	Marks:     []string{"llamacpp:"},
 	ModelPath: "/v1/models",
 }
 
@@ -209,7 +237,6 @@ var Triton = Dialect{
 		GenRequests: refs(`nv_trt_llm_inflight_batcher_metrics{inflight_batcher_specific_metric="generation_requests"}`),
 	},
 	ModelLabels: []string{"model"},
-	Marks:       []string{"nv_trt_llm_", "nv_llm_"},
 }
 
 // TRTLLM is trtllm-serve's own Prometheus endpoint (trtllm_ prefix, or
@@ -228,7 +255,6 @@ var TRTLLM = Dialect{
 		KVUsage: refs("trtllm_kv_cache_utilization", "trtllm:kv_cache_utilization"),
 	},
 	ModelLabels: []string{"model_name"},
-	Marks:       []string{"trtllm_", "trtllm:"},
 }
 
 // LMDeploy counts output tokens every iteration; the engine label is the
@@ -247,7 +273,6 @@ var LMDeploy = Dialect{
 		KVUsage: refs("lmdeploy:gpu_cache_usage_perc"),
 	},
 	ModelLabels: []string{"model_name"},
-	Marks:       []string{"lmdeploy:"},
 }
 
 // dialects is the detection order: prefixed engines before NIM's bare names.
@@ -328,7 +353,8 @@ func Detect(p Page) (*Dialect, error) {
 	}
 	sort.Strings(names)
 	for _, d := range dialects {
-		for _, mark := range d.Marks {
+		e := d.registry()
+		for _, mark := range append(e.MetricMarks[:len(e.MetricMarks):len(e.MetricMarks)], e.MetricRelays...) {
 			for _, n := range names {
 				if strings.HasPrefix(n, mark) {
 					return d, nil
@@ -355,6 +381,11 @@ func (d *Dialect) Parse(r io.Reader) (Sample, error) {
 // names returns the exposed names the dialect reads.
 func (d *Dialect) names() map[string]bool {
 	d.once.Do(func() {
+		if e := d.registry(); len(e.MetricRelays) > 0 && len(e.MetricMarks) > 0 {
+			for _, r := range e.MetricRelays {
+				d.relays = append(d.relays, relay{r, e.MetricMarks[0]})
+			}
+		}
 		d.wanted = map[string]bool{}
 		for _, rs := range d.Counters {
 			for _, r := range rs {
@@ -390,6 +421,7 @@ func (d *Dialect) parseFiltered(page []byte, cache *seriesCache) (Page, error) {
 	// so the last name's verdict is asked first.
 	var last []byte
 	lastWanted := false
+	var lastRelay *relay
 	for len(page) > 0 {
 		line := page
 		if i := bytes.IndexByte(page, '\n'); i >= 0 {
@@ -406,10 +438,17 @@ func (d *Dialect) parseFiltered(page []byte, cache *seriesCache) (Page, error) {
 		}
 		name := t[:nameEnd(t)]
 		if !bytes.Equal(name, last) {
-			last, lastWanted = name, wanted[string(name)]
+			last, lastWanted, lastRelay = name, wanted[string(name)], nil
+			if r := d.relayOf(name); !lastWanted && r != nil && wanted[r.to+string(name[len(r.from):])] {
+				lastWanted, lastRelay = true, r
+			}
 		}
 		if !lastWanted {
 			continue
+		}
+		if lastRelay != nil {
+			// A relayed series is read under the engine's own name.
+			line = append([]byte(lastRelay.to), t[len(lastRelay.from):]...)
 		}
 		if cache != nil {
 			if err := cache.add(out, line); err != nil {
@@ -559,6 +598,7 @@ func readPage(body []byte, d *Dialect, cache *seriesCache) (Sample, *Dialect, er
 		if d, err = Detect(page); err != nil {
 			return Sample{}, nil, err
 		}
+		d.unrelay(page)
 	}
 	smp, err := d.Read(page)
 	smp.Engine = d.Engine

@@ -283,3 +283,43 @@ func TestReadPage(t *testing.T) {
 		t.Errorf("malformed: %v, want the page's line 4", err)
 	}
 }
+
+// A vLLM page re-exposed by Ray Serve's metrics agent (ray_vllm:, and
+// ray_vllm_ since Ray turned the colon into _) reads exactly as the page
+// itself: detected, read with the dialect given, and through the live
+// scraper's series cache. The relays are the registry's, not cases here.
+func TestRelayedPagesReadAsTheEngine(t *testing.T) {
+	for _, f := range []string{"v1_metrics_design_doc.prom", "v1_two_engines.prom"} {
+		b, err := os.ReadFile(filepath.Join("testdata", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, d, err := ReadPage(b, nil)
+		if err != nil || d != &VLLM {
+			t.Fatalf("%s: %v (%v)", f, d, err)
+		}
+		e, _ := engine.Lookup("vllm")
+		if len(e.MetricRelays) == 0 {
+			t.Fatal("the registry names no relay of vLLM's page")
+		}
+		for _, prefix := range e.MetricRelays {
+			page := []byte(strings.ReplaceAll(string(b), "vllm:", prefix))
+			var cache seriesCache
+			for _, read := range []struct {
+				how string
+				d   *Dialect
+				c   *seriesCache
+			}{{"detected", nil, nil}, {"given", &VLLM, nil}, {"cached", &VLLM, &cache}, {"cached again", &VLLM, &cache}} {
+				got, gd, err := readPage(page, read.d, read.c)
+				if err != nil || gd != &VLLM {
+					t.Errorf("%s %s %s: %v (%v)", f, prefix, read.how, gd, err)
+					continue
+				}
+				if got.Engine != want.Engine || got.Model != want.Model || got.Counter != want.Counter || got.Gauge != want.Gauge ||
+					got.HasCounter != want.HasCounter || got.HasGauge != want.HasGauge {
+					t.Errorf("%s %s %s: read %+v, the page itself %+v", f, prefix, read.how, got, want)
+				}
+			}
+		}
+	}
+}

@@ -32,20 +32,30 @@ type Engine struct {
 	// Instead tells a user asking for what tpsmon does not read what to
 	// read instead.
 	Instead string
+	// MetricMarks are metric name prefixes that name the engine on a
+	// metrics page (auto): its own prefix first, the one its dialect's
+	// series are named with.
+	MetricMarks []string
+	// MetricRelays are prefixes under which another process re-exposes
+	// the engine's series: a page name R+rest is read as
+	// MetricMarks[0]+rest (Ray Serve's metrics agent prefixes vLLM's
+	// with ray_, and Ray 2.5x also turns its colon into _).
+	MetricRelays []string
 }
 
 // All lists the engines, in the order help texts name them.
 var All = []Engine{
-	{Name: "vllm", Metrics: true, Log: "vllm"},
-	{Name: "sglang", Metrics: true, Log: "sglang"},
-	{Name: "tgi", Aliases: []string{"text-generation-inference"}, Metrics: true, Log: "tgi"},
-	{Name: "llamacpp", Aliases: []string{"llama.cpp", "llama-server"}, Metrics: true, Log: "llamacpp"},
-	{Name: "trtllm", Aliases: []string{"tensorrt-llm", "trtllm-serve"}, Metrics: true, Log: "trtllm"},
+	{Name: "vllm", Metrics: true, Log: "vllm", MetricMarks: []string{"vllm:"}, MetricRelays: []string{"ray_vllm:", "ray_vllm_"}},
+	{Name: "sglang", Metrics: true, Log: "sglang", MetricMarks: []string{"sglang:"}},
+	{Name: "tgi", Aliases: []string{"text-generation-inference"}, Metrics: true, Log: "tgi", MetricMarks: []string{"tgi_"}},
+	{Name: "llamacpp", Aliases: []string{"llama.cpp", "llama-server"}, Metrics: true, Log: "llamacpp", MetricMarks: []string{"llamacpp:"}},
+	{Name: "trtllm", Aliases: []string{"tensorrt-llm", "trtllm-serve"}, Metrics: true, Log: "trtllm", MetricMarks: []string{"trtllm_", "trtllm:"}},
 	// Triton's TensorRT-LLM backend prints TensorRT-LLM's iteration lines.
-	{Name: "triton", Metrics: true, Log: "trtllm"},
-	// NIM's vLLM backend prints vLLM's stat line.
-	{Name: "nim", Metrics: true, Log: "vllm"},
-	{Name: "lmdeploy", Metrics: true, Log: "lmdeploy"},
+	{Name: "triton", Metrics: true, Log: "trtllm", MetricMarks: []string{"nv_trt_llm_", "nv_llm_"}},
+	// NIM's vLLM backend prints vLLM's stat line; its page has vLLM's
+	// names without the prefix.
+	{Name: "nim", Metrics: true, Log: "vllm", MetricMarks: []string{"generation_tokens_total", "num_requests_running"}},
+	{Name: "lmdeploy", Metrics: true, Log: "lmdeploy", MetricMarks: []string{"lmdeploy:"}},
 	// Ollama >= 0.30 relays llama-server's lines; it serves no metrics page.
 	{Name: "ollama", Log: "llamacpp", Instead: "read its log (log.journal_unit: ollama.service, or log.file)"},
 }

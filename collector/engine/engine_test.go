@@ -128,3 +128,21 @@ func TestNamesAreUnique(t *testing.T) {
 		}
 	}
 }
+
+// Every engine whose page tpsmon reads is named on a page by its marks, and
+// a relay stands for the engine's own prefix: detection is the registry's.
+func TestMetricMarks(t *testing.T) {
+	for _, e := range engine.All {
+		if e.Metrics && len(e.MetricMarks) == 0 {
+			t.Errorf("%s serves metrics but has no marks to be detected by", e.Name)
+		}
+		if len(e.MetricRelays) > 0 && len(e.MetricMarks) == 0 {
+			t.Errorf("%s has relays but no prefix of its own for them to stand for", e.Name)
+		}
+		for _, r := range e.MetricRelays {
+			if r == "" || slices.Contains(e.MetricMarks, r) {
+				t.Errorf("%s: relay %q is empty or one of its own marks", e.Name, r)
+			}
+		}
+	}
+}

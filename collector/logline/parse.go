@@ -57,7 +57,10 @@ type Parser struct {
 	// compare the two).
 	noLlamaFast bool
 	Skipped     uint64 // lines that looked like throughput lines but did not parse
-	Truncated   uint64 // lines cut at the maximum length
+	// SkippedBy counts them by reason; FirstSkip is the first (nil: none).
+	SkippedBy [NumSkipReasons]uint64
+	FirstSkip *Skip
+	Truncated uint64 // lines cut at the maximum length
 }
 
 // NewParser returns a parser for one engine's log, the engine named as
@@ -295,7 +298,7 @@ func (p *Parser) match(line []byte, may parser) (r Record, ok bool) {
 func (p *Parser) finish(r Record, line []byte) (Record, bool) {
 	if !r.valid() {
 		// The pattern matched, a number in it did not parse ("1.2.3").
-		p.Skipped++
+		p.skip(SkipBadNumber, r.Engine, line)
 		return Record{}, false
 	}
 	if r.Time.IsZero() && p.Timestamps {
@@ -334,14 +337,14 @@ func (p *Parser) vllm(s string) (Record, bool) {
 	}
 	m := vllmStat.FindStringSubmatch(s)
 	if m == nil {
-		p.Skipped++
+		p.skip(SkipUnparsed, "vllm", []byte(s))
 		return Record{}, false
 	}
 	r := newRecord(Stat, "vllm")
 	r.PromptTPS, r.GenTPS, r.Running = num(m[3]), num(m[4]), num(m[5])
 	r.DefaultGap = 10 * time.Second // V1: VLLM_LOG_STATS_INTERVAL
 	if m[6] != "" {
-		r.DefaultGap = 5 * time.Second // V0
+		r.DefaultGap, r.GapIsExact = 5*time.Second, true // V0: see vllmQueue
 		r.Waiting = num(m[7])
 	} else {
 		r.Waiting = num(m[8])
@@ -391,7 +394,7 @@ func (p *Parser) sglang(s string) (Record, bool) {
 	if decode {
 		m := sglDecode.FindStringSubmatch(s)
 		if m == nil {
-			p.Skipped++
+			p.skip(SkipUnparsed, "sglang", []byte(s))
 			return Record{}, false
 		}
 		r.Running, r.GenTPS, r.Waiting = num(m[1]), num(m[3]), num(m[4])
@@ -406,7 +409,7 @@ func (p *Parser) sglang(s string) (Record, bool) {
 	}
 	m := sglPrefill.FindStringSubmatch(s)
 	if m == nil {
-		p.Skipped++
+		p.skip(SkipUnparsed, "sglang", []byte(s))
 		return Record{}, false
 	}
 	r.Kind = Batch
@@ -529,7 +532,7 @@ func (p *Parser) llamaJSON(line []byte) (Record, bool) {
 		PerSec    float64 `json:"n_tokens_second"`
 	}
 	if err := json.Unmarshal(line, &j); err != nil {
-		p.Skipped++
+		p.skip(SkipUnparsed, "llamacpp", line)
 		return Record{}, false
 	}
 	r := newRecord(Request, "llamacpp")
@@ -558,13 +561,13 @@ func (p *Parser) tgi(s string) (Record, bool) {
 	}
 	m := tgiSuccess.FindStringSubmatch(s)
 	if m == nil {
-		p.Skipped++
+		p.skip(SkipUnparsed, "tgi", []byte(s))
 		return Record{}, false
 	}
 	inf, err1 := time.ParseDuration(m[5])
 	tpt, err2 := time.ParseDuration(m[6])
 	if err1 != nil || err2 != nil || tpt <= 0 {
-		p.Skipped++
+		p.skip(SkipBadNumber, "tgi", []byte(s))
 		return Record{}, false
 	}
 	r := newRecord(Request, "tgi")
@@ -600,7 +603,7 @@ func (p *Parser) lmdeploy(s string) (Record, bool) {
 		r.PromptTPS, r.GenTPS, r.Running, r.Waiting, r.KV = num(m[1]), num(m[2]), num(m[5]), num(m[6]), num(m[7])/100
 	} else {
 		if strings.Contains(s, "tokens/s") {
-			p.Skipped++
+			p.skip(SkipUnparsed, "lmdeploy", []byte(s))
 		}
 		return Record{}, false
 	}
@@ -614,8 +617,15 @@ func (p *Parser) lmdeploy(s string) (Record, bool) {
 
 var (
 	trtIterJSON = lazy(`\{"Active Request Count":(\d+),.*?"Iteration Counter":(\d+).*?\}`)
-	trtIterLog  = lazy(`iter = (\d+),.*?host_step_time = ([0-9.]+) ?ms.*?'num_generation_tokens': (\d+)`)
 	trtStamp    = lazy(`"Timestamp":"(\d\d-\d\d-\d{4} \d\d:\d\d:\d\d)"`)
+	// The PyTorch executor's print_iter_log line. Its fields moved between
+	// versions (elapsed_time in seconds until 2025-05, then host_step_time
+	// in ms; num_scheduled_requests after the states, later before them
+	// with " = "), so each is found on its own.
+	trtIter   = lazy(`\biter = (\d+), `)
+	trtStep   = lazy(`\b(?:host_step_time = ([0-9.]+) ?ms|elapsed_time = ([0-9.]+) ?s)\b`)
+	trtSched  = lazy(`\bnum_scheduled_requests(?::| =) (\d+)`)
+	trtStates = lazy(`'num_ctx_requests': (\d+), 'num_ctx_tokens': (\d+), 'num_generation_tokens': (\d+)`)
 )
 
 func (p *Parser) trtllm(s string) (Record, bool) {
@@ -629,16 +639,41 @@ func (p *Parser) trtllm(s string) (Record, bool) {
 		}
 		return r, true
 	}
-	if m := trtIterLog.FindStringSubmatch(s); m != nil {
-		r := newRecord(Request, "trtllm")
-		step := num(m[2])
-		r.Iterations, r.Tokens = num(m[1]), num(m[3])
-		r.Duration = time.Duration(step * float64(time.Millisecond))
-		if step > 0 {
-			r.UserTPS = 1000 / step
-		}
-		r.Key = "iterations"
-		return r, true
+	if !strings.Contains(s, "iter = ") {
+		return Record{}, false
 	}
-	return Record{}, false
+	it, step, states := trtIter.FindStringSubmatch(s), trtStep.FindStringSubmatch(s), trtStates.FindStringSubmatch(s)
+	if it == nil || step == nil || states == nil {
+		if strings.Contains(s, "[TRT-LLM]") || strings.Contains(s, "num_generation_tokens") {
+			p.skip(SkipUnparsed, "trtllm", []byte(s))
+		}
+		return Record{}, false
+	}
+	sched := trtSched.FindStringSubmatch(s)
+	if sched == nil {
+		// num_generation_tokens counts CUDA-graph padding (TensorRT-LLM
+		// PR #3914): without the scheduled requests the line holds no
+		// count of real tokens.
+		p.skip(SkipPadded, "trtllm", []byte(s))
+		return Record{}, false
+	}
+	r := newRecord(Request, "trtllm")
+	d := num(step[1]) // ms
+	if step[1] == "" {
+		d = num(step[2]) * 1000
+	}
+	// Every generation request of the step makes one token; the scheduled
+	// requests that are not context requests are they (design §3).
+	ctx, scheduled := num(states[1]), num(sched[1])
+	r.Iterations, r.Running = num(it[1]), scheduled
+	r.Tokens = scheduled - ctx
+	if ctx < 0 || scheduled < 0 || r.Tokens < 0 {
+		r.Tokens = -1 // refused by finish as unreadable
+	}
+	r.Duration = time.Duration(d * float64(time.Millisecond))
+	if d > 0 && r.Tokens > 0 {
+		r.UserTPS = 1000 / d
+	}
+	r.Key = "iterations"
+	return r, true
 }

@@ -100,6 +100,11 @@ var wantRecords = map[string][]string{
 	"tgi_success_span_generate.log": {
 		"request tokens=14 dur=610.405028ms user=22.9356 key=\"generate\" t=2024-02-14T06:49:51.437631Z",
 	},
+	// The line before num_scheduled_requests holds only the padded count:
+	// skipped (padded), never read as tokens.
+	"trtllm_iter_log_pr3914.log": {
+		"request tokens=10 dur=5.060911ms user=197.593 run=10 iter=198 key=\"iterations\" t=2025-04-28T09:56:44Z",
+	},
 	"triton_trtllm_triton_verbose_iteration_stats.log": {
 		"iteration run=1 iter=200 t=2023-11-20T02:29:01Z",
 	},

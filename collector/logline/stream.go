@@ -183,6 +183,7 @@ func (s *Stream) request(r *Record, t time.Time) collector.Interval {
 		return iv
 	}
 	iv.Tokens = r.Tokens
+	iv.Running = r.Running // an engine step's scheduled requests (TensorRT-LLM); -1 else
 	if r.UserTPS > 0 {
 		iv.UserTokens, iv.UserSeconds = r.UserTPS*r.Duration.Seconds(), r.Duration.Seconds()
 	}

@@ -44,7 +44,7 @@ func (p *Parser) vllmFast(line []byte) (r Record, ok, matched bool) {
 	c.lit(" reqs, ")
 	vllmQueue(&c, &r)
 	if c.bad || r.GenTPS < 0 || r.PromptTPS < 0 || r.Running < 0 || r.Waiting < 0 {
-		p.Skipped++
+		p.skip(SkipUnparsed, "vllm", line)
 		return Record{}, false, true
 	}
 	return r, true, true
@@ -70,7 +70,9 @@ func vllmQueue(c *cursor, r *Record) {
 		c.lit(" reqs, Pending: ")
 		r.Waiting = c.num()
 		c.lit(" reqs")
-		r.DefaultGap = 5 * time.Second // V0
+		// V0 averages over the time since its previous line, however
+		// long (metrics.py: now - last_local_log), every 5 s or less often.
+		r.DefaultGap, r.GapIsExact = 5*time.Second, true
 	case c.maybe("Waiting: "):
 		r.Waiting = c.num()
 		c.lit(" reqs")

@@ -80,8 +80,10 @@ type logReader struct {
 	send       func(message)
 	hasMetrics bool
 
-	id                 logline.Identity
-	skipped, cancelled uint64
+	id        logline.Identity
+	cancelled uint64
+	skipped   [logline.NumSkipReasons]uint64
+	toldSkip  bool // the first line not read was logged
 	// last is the position after the lines handed over, read after the
 	// lines read, whose intervals may still wait in batch.
 	last, read tail.Position
@@ -128,9 +130,8 @@ func (r *logReader) line(l tail.Line) {
 	// them, else now (the tailer reads on notification).
 	t := parser.LiveTime(l.Text, l.Time)
 	rec, ok := parser.Parse(l.Text)
-	if d := parser.Skipped - r.skipped; d > 0 {
-		p.metrics.logSkipped.Add(float64(d))
-		r.skipped = parser.Skipped
+	if parser.Skipped > 0 {
+		r.countSkipped()
 	}
 	r.named()
 	if d := parser.Cancelled - r.cancelled; d > 0 && !r.hasMetrics {
@@ -147,6 +148,25 @@ func (r *logReader) line(l tail.Line) {
 	r.batchPos = l.Pos // a refused line's hole is handed on too
 	if iv, ok := r.stream.Interval(rec, t); ok {
 		r.add(logInterval{rec.Engine, iv})
+	}
+}
+
+// countSkipped counts the lines the parser did not read, by reason, and
+// says the first once: a format tpsmon cannot read is never dropped
+// silently.
+func (r *logReader) countSkipped() {
+	parser := r.parser
+	for reason, n := range parser.SkippedBy {
+		if d := n - r.skipped[reason]; d > 0 {
+			r.p.metrics.logSkipped.WithLabelValues(r.name, logline.SkipReason(reason).String()).Add(float64(d))
+			r.skipped[reason] = n
+		}
+	}
+	if f := parser.FirstSkip; f != nil && !r.toldSkip {
+		r.toldSkip = true
+		// The message is replay's warning; the line is in it, cut.
+		r.p.log.Warn(f.String()+"; lines like it are counted in tpsmon_log_lines_skipped_total", "server", r.name,
+			"engine", f.Engine, "reason", f.Reason.String())
 	}
 }
 

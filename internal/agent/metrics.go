@@ -11,9 +11,12 @@ import (
 // metrics are the daemon's own counters on /metrics, each updated where
 // its event happens.
 type metrics struct {
-	late, lateTokens, malformed, failed, logSkipped, logUnseen prometheus.Counter
-	reloadFailures                                             prometheus.Counter
-	discards, gpuDiscards                                      collector.DiscardCounts
+	late, lateTokens, malformed, failed, logUnseen prometheus.Counter
+	reloadFailures                                 prometheus.Counter
+	// logSkipped is by server and logline.SkipReason: both sets bounded
+	// (configured servers, a fixed list of reasons).
+	logSkipped            *prometheus.CounterVec
+	discards, gpuDiscards collector.DiscardCounts
 	// The joiner counts late samples and tokens itself; these are what
 	// the counters have taken of them so far.
 	lateSeen, lateTokensSeen uint64
@@ -27,8 +30,10 @@ func newMetrics() *metrics {
 		late:      c("tpsmon_late_samples_total", "Samples that arrived after their window closed; dropped."),
 		malformed: c("tpsmon_scrapes_malformed_total", "Scrapes skipped because the metrics text did not parse."),
 		failed:    c("tpsmon_scrapes_failed_total", "Scrapes that did not reach the server."),
-		logSkipped: c("tpsmon_log_lines_skipped_total",
-			"Log lines that looked like throughput lines but did not parse."),
+		logSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tpsmon_log_lines_skipped_total",
+			Help: "Log lines that looked like throughput lines but were not read, by server and reason " +
+				"(unparsed: a layout tpsmon does not know; bad_number; too_long: cut before its figures; " +
+				"padded: its only token count includes CUDA-graph padding)."}, []string{"server", "reason"}),
 		logUnseen: c("tpsmon_log_requests_unseen_total", "Requests the server cancelled, which print no timing line: "+
 			"their tokens are missing from servers read from their log alone."),
 		lateTokens: c("tpsmon_late_tokens_total",

@@ -130,7 +130,14 @@ func (rec *recording) addLog(o Options, loc *time.Location, warn io.Writer) erro
 		return err
 	}
 	if lr.skipped > 0 {
-		fmt.Fprintf(warn, "tpsmon: replay: %d lines looked like throughput lines but did not parse\n", lr.skipped)
+		var by []string
+		for reason, n := range lr.skippedBy {
+			if n > 0 {
+				by = append(by, fmt.Sprintf("%s %d", logline.SkipReason(reason), n))
+			}
+		}
+		fmt.Fprintf(warn, "tpsmon: replay: %d lines looked like throughput lines but were not read (%s); the first: %s\n",
+			lr.skipped, strings.Join(by, ", "), lr.firstSkip)
 	}
 	if lr.far > 0 {
 		fmt.Fprintf(warn, "tpsmon: replay: %d throughput lines carry no time and were placed by timestamps more than %v away: their windows are uncertain\n", lr.far, logline.FarLimit)
@@ -651,14 +658,18 @@ func mibBytes(mib float64) int64 {
 
 // logRead is what replay took from a server log.
 type logRead struct {
-	ivs      packed
-	watched  spanSet
-	id       logline.Identity
-	skipped  uint64
-	far      int    // lines placed by timestamps far from them
-	byGIN    int    // lines placed by the [GIN] line of their request
-	canceled uint64 // requests cancelled without a timing line
-	refused  map[collector.Discard]int
+	ivs     packed
+	watched spanSet
+	id      logline.Identity
+	skipped uint64
+	// skippedBy counts them by reason; firstSkip is the first (the daemon
+	// logs the same).
+	skippedBy [logline.NumSkipReasons]uint64
+	firstSkip *logline.Skip
+	far       int    // lines placed by timestamps far from them
+	byGIN     int    // lines placed by the [GIN] line of their request
+	canceled  uint64 // requests cancelled without a timing line
+	refused   map[collector.Discard]int
 }
 
 // readLog parses a server log into intervals. Each line's time is its most
@@ -728,6 +739,9 @@ func readLog(path, engineName string, loc *time.Location, year int, startedAt ti
 		case pl.Untimed > 0:
 			return out, fmt.Errorf("--log %s: %d throughput lines but no timestamps to place them; replay needs them (docker logs -t or journalctl -o short-iso add them)", path, pl.Untimed)
 		}
+		if p.FirstSkip != nil {
+			return out, fmt.Errorf("--log %s: no throughput lines read; %d looked like them, the first: %s", path, p.Skipped, p.FirstSkip)
+		}
 		return out, fmt.Errorf("--log %s: no throughput lines found", path)
 	}
 	if pl.Far == timed {
@@ -744,6 +758,7 @@ func readLog(path, engineName string, loc *time.Location, year int, startedAt ti
 		out.id.Engine = e.Name
 	}
 	out.skipped, out.far, out.byGIN, out.canceled = p.Skipped, pl.Far, pl.ByGIN, p.Cancelled
+	out.skippedBy, out.firstSkip = p.SkippedBy, p.FirstSkip
 	return out, nil
 }
 
