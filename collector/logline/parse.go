@@ -454,6 +454,7 @@ func (p *Parser) llamacpp(line []byte) (Record, bool) {
 		if m := llamaProgress.FindSubmatch(line); m != nil {
 			r := newRecord(Progress, "llamacpp")
 			r.Key, r.Tokens, r.UserTPS = key, num(string(m[1])), num(string(m[2]))
+			r.SinceStartTPS = r.UserTPS
 			if len(m[3]) > 0 {
 				r.UserTPS = num(string(m[3]))
 			}

@@ -19,11 +19,11 @@ var wantRecords = map[string][]string{
 	},
 	"llamacpp_llama_cli_perf_context_print.log": {},
 	"llamacpp_midrun_tg_3s.log": {
-		"progress tokens=1081 user=12.57 key=\"slot 3 task 0\"",
-		"progress tokens=1119 user=12.57 key=\"slot 3 task 0\"",
-		"progress tokens=1157 user=12.61 key=\"slot 3 task 0\"",
-		"progress tokens=1196 user=12.99 key=\"slot 3 task 0\"",
-		"progress tokens=1235 user=12.92 key=\"slot 3 task 0\"",
+		"progress tokens=1081 user=12.57 avg=12.93 key=\"slot 3 task 0\"",
+		"progress tokens=1119 user=12.57 avg=12.92 key=\"slot 3 task 0\"",
+		"progress tokens=1157 user=12.61 avg=12.9 key=\"slot 3 task 0\"",
+		"progress tokens=1196 user=12.99 avg=12.91 key=\"slot 3 task 0\"",
+		"progress tokens=1235 user=12.92 avg=12.91 key=\"slot 3 task 0\"",
 	},
 	"llamacpp_print_timing_multiline_no_prefix.log": {
 		"request prompt_tokens=51 dur=915.13ms key=\"slot 0 task 0\"",
@@ -41,10 +41,10 @@ var wantRecords = map[string][]string{
 	"llamacpp_print_timing_per_line_timestamps_spec.log": {
 		"request prompt_tokens=4 dur=252.01ms key=\"slot 0 task 160\"",
 		"request tokens=96 dur=5.7292s user=16.58 key=\"slot 0 task 160\"",
-		"progress tokens=100 user=19.23 key=\"slot 0 task 202\"",
-		"progress tokens=158 user=18.62 key=\"slot 0 task 202\"",
-		"progress tokens=212 user=17.1 key=\"slot 0 task 202\"",
-		"progress tokens=259 user=15.3 key=\"slot 0 task 202\"",
+		"progress tokens=100 user=19.23 avg=19.04 key=\"slot 0 task 202\"",
+		"progress tokens=158 user=18.62 avg=18.88 key=\"slot 0 task 202\"",
+		"progress tokens=212 user=17.1 avg=18.39 key=\"slot 0 task 202\"",
+		"progress tokens=259 user=15.3 avg=17.74 key=\"slot 0 task 202\"",
 	},
 	"llamacpp_prompt_processing_progress.log": {},
 	"llamacpp_router_port_prefix_multiline.log": {
