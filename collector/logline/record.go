@@ -63,11 +63,11 @@ type Record struct {
 	// SinceStartTPS is a Progress line's average since its request began
 	// decoding (llama.cpp tg): what dates the tokens decoded before the
 	// first line read. UserTPS there is the latest speed (tg_3s).
-	SinceStartTPS float64
-	Running, Waiting  float64
-	KV                float64 // 0..1
-	Preemptions       float64
-	Iterations        float64 // Iteration: the engine's step counter
+	SinceStartTPS    float64
+	Running, Waiting float64
+	KV               float64 // 0..1
+	Preemptions      float64
+	Iterations       float64 // Iteration: the engine's step counter
 }
 
 func newRecord(k Kind, engine string) Record {
