@@ -32,6 +32,10 @@ type Engine struct {
 	// Instead tells a user asking for what tpsmon does not read what to
 	// read instead.
 	Instead string
+	// Syslog are the identifiers the engine's process logs under in a
+	// syslog or journald prefix ("host ollama[373]: "): a line so
+	// prefixed is the engine's, whatever format it prints.
+	Syslog []string
 }
 
 // All lists the engines, in the order help texts name them.
@@ -39,16 +43,44 @@ var All = []Engine{
 	{Name: "vllm", Metrics: true, Log: "vllm"},
 	{Name: "sglang", Metrics: true, Log: "sglang"},
 	{Name: "tgi", Aliases: []string{"text-generation-inference"}, Metrics: true, Log: "tgi"},
-	{Name: "llamacpp", Aliases: []string{"llama.cpp", "llama-server"}, Metrics: true, Log: "llamacpp"},
+	{Name: "llamacpp", Aliases: []string{"llama.cpp", "llama-server"}, Metrics: true, Log: "llamacpp", Syslog: []string{"llama-server"}},
 	{Name: "trtllm", Aliases: []string{"tensorrt-llm", "trtllm-serve"}, Metrics: true, Log: "trtllm"},
 	// Triton's TensorRT-LLM backend prints TensorRT-LLM's iteration lines.
 	{Name: "triton", Metrics: true, Log: "trtllm"},
 	// NIM's vLLM backend prints vLLM's stat line.
 	{Name: "nim", Metrics: true, Log: "vllm"},
 	{Name: "lmdeploy", Metrics: true, Log: "lmdeploy"},
-	// Ollama >= 0.30 relays llama-server's lines; it serves no metrics page.
-	{Name: "ollama", Log: "llamacpp", Instead: "read its log (log.journal_unit: ollama.service, or log.file)"},
+	// Ollama >= 0.30 relays llama-server's lines (see Relays), as its
+	// embedded server did in 2024; it serves no metrics page.
+	{Name: "ollama", Log: "llamacpp", Instead: "read its log (log.journal_unit: ollama.service, or log.file)", Syslog: []string{"ollama"}},
 }
+
+// Relays tells whether engine relayer's log carries engine lines' lines
+// as its own: relayer's log format is lines' (Ollama copies llama-server's
+// output into its log; NIM and Triton print their backend's lines). Such
+// lines, read as lines', are relayer's once the log names relayer: the
+// detected engine refines from lines to relayer, never back.
+func Relays(relayer, lines string) bool {
+	e, ok := byName[relayer]
+	return ok && e.Name != lines && e.Log == lines
+}
+
+// BySyslog finds the engine that logs under a syslog identifier.
+func BySyslog(ident string) (Engine, bool) {
+	e, ok := bySyslog[ident]
+	return e, ok
+}
+
+var byName, bySyslog = func() (names, idents map[string]Engine) {
+	names, idents = map[string]Engine{}, map[string]Engine{}
+	for _, e := range All {
+		names[e.Name] = e
+		for _, id := range e.Syslog {
+			idents[id] = e
+		}
+	}
+	return names, idents
+}()
 
 // ErrUnknown marks an engine name that is neither an engine's name nor
 // one of its aliases.

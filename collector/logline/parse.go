@@ -41,6 +41,10 @@ type Parser struct {
 	anchor      time.Time     // live: when the process started
 	lastElapsed time.Duration // live: the last elapsed stamp
 
+	// syslogNamed: a syslog identifier named the engine; syslogBody: the
+	// lines carry such a prefix, which identify looks behind.
+	syslogNamed, syslogBody bool
+
 	llamaKey string // slot/task of the last multi-line print_timing header
 	slotText []byte // the slot and task text of the last key made, and the key
 	slotKeyS string
@@ -307,8 +311,8 @@ func (p *Parser) finish(r Record, line []byte) (Record, bool) {
 	if p.id.Engine == "" {
 		p.id.Engine = r.Engine
 	}
-	if r.Engine == "llamacpp" && p.id.Engine == "ollama" {
-		r.Engine = "ollama" // Ollama relays llama-server's lines
+	if r.Engine != p.id.Engine && engine.Relays(p.id.Engine, r.Engine) {
+		r.Engine = p.id.Engine // Ollama relays llama-server's lines
 	}
 	if r.Kind == Cancelled {
 		p.Cancelled++
