@@ -42,18 +42,23 @@ func (p *Parser) Identify(line []byte) bool {
 func (p *Parser) identify(line []byte) bool {
 	before := p.id
 	body := line
-	if !p.syslogNamed || p.syslogBody {
+	if !p.syslogNone {
 		// A journald or syslog prefix names the process that wrote the
-		// line (the registry's Syslog identifiers): once one names an
-		// engine, only where each line's own text starts is looked for.
-		if ident, at := syslogIdent(line); at > 0 {
-			body = line[at:]
+		// line (the registry's Syslog identifiers). Such a log prefixes
+		// every line: one whose first line has none is never looked at
+		// again (a busy llama-server log pays one scan).
+		ident, at := syslogIdent(line)
+		switch {
+		case at > 0:
+			p.syslogBody, body = true, line[at:]
 			if e, ok := engine.BySyslog(string(ident)); ok && !p.syslogNamed {
-				p.syslogNamed, p.syslogBody = true, true
+				p.syslogNamed = true
 				if p.id.Engine == "" || engine.Relays(e.Name, p.id.Engine) {
 					p.id.Engine = e.Name
 				}
 			}
+		case !p.syslogBody && len(line) > 0:
+			p.syslogNone = true
 		}
 	}
 	switch {

@@ -42,8 +42,9 @@ type Parser struct {
 	lastElapsed time.Duration // live: the last elapsed stamp
 
 	// syslogNamed: a syslog identifier named the engine; syslogBody: the
-	// lines carry such a prefix, which identify looks behind.
-	syslogNamed, syslogBody bool
+	// lines carry such a prefix, which identify looks behind; syslogNone:
+	// the first line had none, so the log has none.
+	syslogNamed, syslogBody, syslogNone bool
 
 	llamaKey string // slot/task of the last multi-line print_timing header
 	slotText []byte // the slot and task text of the last key made, and the key

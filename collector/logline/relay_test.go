@@ -59,21 +59,36 @@ func TestSyslogIdentifierNamesEngine(t *testing.T) {
 	}
 }
 
-// Once a journald prefix names Ollama, a llama.cpp start-up line read
-// first does not keep the log llama.cpp's, and the relayed lines after
-// it are Ollama's (the registry's Relays).
-func TestSyslogRefinesLlamaToOllama(t *testing.T) {
+// Ollama relays llama-server's start-up banner too: behind Ollama's
+// journald prefix it makes the log Ollama's, not llama.cpp's, and the
+// relayed lines after it are Ollama's (the registry's Relays).
+func TestSyslogOllamaOverLlamaBanner(t *testing.T) {
+	p, err := NewParser("auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Parse([]byte("Aug 28 16:17:13 spark-08 ollama[2924030]: main: server is listening on http://0.0.0.0:9999 - starting the main loop"))
+	if got := p.Identity().Engine; got != "ollama" {
+		t.Fatalf("after the relayed banner: engine %q, want ollama", got)
+	}
+	r, ok := p.Parse([]byte("Aug 28 16:17:19 spark-08 ollama[2924030]: slot print_timing: id  0 | task 1549 | n_gen =    100, tg =  19.02 t/s, tg_3s =  19.22 t/s"))
+	if !ok || r.Engine != "ollama" || p.Identity().Engine != "ollama" {
+		t.Errorf("relayed line: ok %v, record engine %q, identity %q; want ollama", ok, r.Engine, p.Identity().Engine)
+	}
+}
+
+// A log whose first line has no syslog prefix has none: a later line
+// that looks like one names no engine (a busy llama-server log pays one
+// scan, not one a line).
+func TestSyslogFirstLineDecides(t *testing.T) {
 	p, err := NewParser("auto")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Parse([]byte("main: server is listening on http://0.0.0.0:9999 - starting the main loop"))
-	if got := p.Identity().Engine; got != "llamacpp" {
-		t.Fatalf("after llama-server's banner: engine %q, want llamacpp", got)
-	}
 	r, ok := p.Parse([]byte("Aug 28 16:17:19 spark-08 ollama[2924030]: slot print_timing: id  0 | task 1549 | n_gen =    100, tg =  19.02 t/s, tg_3s =  19.22 t/s"))
-	if !ok || r.Engine != "ollama" || p.Identity().Engine != "ollama" {
-		t.Errorf("relayed line: ok %v, record engine %q, identity %q; want ollama", ok, r.Engine, p.Identity().Engine)
+	if !ok || r.Engine != "llamacpp" {
+		t.Errorf("ok %v, engine %q; want llamacpp", ok, r.Engine)
 	}
 }
 
