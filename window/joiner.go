@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/schema"
 )
@@ -331,15 +332,16 @@ func earliest(a, b time.Time) time.Time {
 
 // NameEngine sets a server's engine tag when its configuration left it to
 // detection.
-func (j *Joiner) NameEngine(name, engine string) {
+func (j *Joiner) NameEngine(name, detected string) {
 	st, ok := j.byName[name]
-	if !ok || engine == "" {
+	if !ok || detected == "" {
 		return
 	}
-	// Ollama relays llama-server's lines: a detected llamacpp becomes
-	// ollama once one of Ollama's own lines is read.
-	if st.Engine == "" || st.engineNamed && st.Engine == "llamacpp" && engine == "ollama" {
-		st.Engine, st.engineNamed = engine, true
+	// An engine that relays another's lines (Ollama, llama-server's): a
+	// detected llamacpp becomes ollama once one of Ollama's own lines is
+	// read (the registry says who relays whom).
+	if st.Engine == "" || st.engineNamed && engine.Relays(detected, st.Engine) {
+		st.Engine, st.engineNamed = detected, true
 	}
 }
 

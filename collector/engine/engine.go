@@ -41,6 +41,10 @@ type Engine struct {
 	// MetricMarks[0]+rest (Ray Serve's metrics agent prefixes vLLM's
 	// with ray_, and Ray 2.5x also turns its colon into _).
 	MetricRelays []string
+	// Syslog are the identifiers the engine's process logs under in a
+	// syslog or journald prefix ("host ollama[373]: "): a line so
+	// prefixed is the engine's, whatever format it prints.
+	Syslog []string
 }
 
 // All lists the engines, in the order help texts name them.
@@ -48,7 +52,8 @@ var All = []Engine{
 	{Name: "vllm", Metrics: true, Log: "vllm", MetricMarks: []string{"vllm:"}, MetricRelays: []string{"ray_vllm:", "ray_vllm_"}},
 	{Name: "sglang", Metrics: true, Log: "sglang", MetricMarks: []string{"sglang:"}},
 	{Name: "tgi", Aliases: []string{"text-generation-inference"}, Metrics: true, Log: "tgi", MetricMarks: []string{"tgi_"}},
-	{Name: "llamacpp", Aliases: []string{"llama.cpp", "llama-server"}, Metrics: true, Log: "llamacpp", MetricMarks: []string{"llamacpp:"}},
+	{Name: "llamacpp", Aliases: []string{"llama.cpp", "llama-server"}, Metrics: true, Log: "llamacpp", MetricMarks: []string{"llamacpp:"},
+		Syslog: []string{"llama-server"}},
 	{Name: "trtllm", Aliases: []string{"tensorrt-llm", "trtllm-serve"}, Metrics: true, Log: "trtllm", MetricMarks: []string{"trtllm_", "trtllm:"}},
 	// Triton's TensorRT-LLM backend prints TensorRT-LLM's iteration lines.
 	{Name: "triton", Metrics: true, Log: "trtllm", MetricMarks: []string{"nv_trt_llm_", "nv_llm_"}},
@@ -56,9 +61,37 @@ var All = []Engine{
 	// names without the prefix.
 	{Name: "nim", Metrics: true, Log: "vllm", MetricMarks: []string{"generation_tokens_total", "num_requests_running"}},
 	{Name: "lmdeploy", Metrics: true, Log: "lmdeploy", MetricMarks: []string{"lmdeploy:"}},
-	// Ollama >= 0.30 relays llama-server's lines; it serves no metrics page.
-	{Name: "ollama", Log: "llamacpp", Instead: "read its log (log.journal_unit: ollama.service, or log.file)"},
+	// Ollama >= 0.30 relays llama-server's lines (see Relays), as its
+	// embedded server did in 2024; it serves no metrics page.
+	{Name: "ollama", Log: "llamacpp", Instead: "read its log (log.journal_unit: ollama.service, or log.file)", Syslog: []string{"ollama"}},
 }
+
+// Relays tells whether engine relayer's log carries engine lines' lines
+// as its own: relayer's log format is lines' (Ollama copies llama-server's
+// output into its log; NIM and Triton print their backend's lines). Such
+// lines, read as lines', are relayer's once the log names relayer: the
+// detected engine refines from lines to relayer, never back.
+func Relays(relayer, lines string) bool {
+	e, ok := byName[relayer]
+	return ok && e.Name != lines && e.Log == lines
+}
+
+// BySyslog finds the engine that logs under a syslog identifier.
+func BySyslog(ident string) (Engine, bool) {
+	e, ok := bySyslog[ident]
+	return e, ok
+}
+
+var byName, bySyslog = func() (names, idents map[string]Engine) {
+	names, idents = map[string]Engine{}, map[string]Engine{}
+	for _, e := range All {
+		names[e.Name] = e
+		for _, id := range e.Syslog {
+			idents[id] = e
+		}
+	}
+	return names, idents
+}()
 
 // ErrUnknown marks an engine name that is neither an engine's name nor
 // one of its aliases.

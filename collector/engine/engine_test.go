@@ -146,3 +146,48 @@ func TestMetricMarks(t *testing.T) {
 		}
 	}
 }
+
+// Ollama relays llama-server's lines, and the refinement runs one way:
+// a detected llamacpp becomes ollama, never the reverse; an engine does
+// not relay itself.
+func TestRelays(t *testing.T) {
+	for _, c := range []struct {
+		relayer, lines string
+		want           bool
+	}{
+		{"ollama", "llamacpp", true},
+		{"llamacpp", "ollama", false},
+		{"llamacpp", "llamacpp", false},
+		{"ollama", "vllm", false},
+		{"nim", "vllm", true},
+		{"no-such-engine", "llamacpp", false},
+	} {
+		if got := engine.Relays(c.relayer, c.lines); got != c.want {
+			t.Errorf("Relays(%q, %q) = %v, want %v", c.relayer, c.lines, got, c.want)
+		}
+	}
+}
+
+// A syslog identifier names one engine, and finds it.
+func TestSyslogIdentifiers(t *testing.T) {
+	seen := map[string]string{}
+	for _, e := range engine.All {
+		for _, id := range e.Syslog {
+			if other, dup := seen[id]; dup {
+				t.Errorf("syslog identifier %q names both %s and %s", id, other, e.Name)
+			}
+			seen[id] = e.Name
+			if got, ok := engine.BySyslog(id); !ok || got.Name != e.Name {
+				t.Errorf("BySyslog(%q) = %q, %v; want %s", id, got.Name, ok, e.Name)
+			}
+		}
+	}
+	for _, id := range []string{"ollama", "llama-server"} {
+		if _, ok := engine.BySyslog(id); !ok {
+			t.Errorf("BySyslog(%q): not found", id)
+		}
+	}
+	if _, ok := engine.BySyslog("systemd"); ok {
+		t.Error("BySyslog(systemd) names an engine")
+	}
+}

@@ -25,6 +25,9 @@ func format(r Record) string {
 		fmt.Fprintf(&b, " dur=%v", r.Duration)
 	}
 	f("user", r.UserTPS)
+	if r.SinceStartTPS >= 0 && r.SinceStartTPS != r.UserTPS {
+		f("avg", r.SinceStartTPS)
+	}
 	f("run", r.Running)
 	f("wait", r.Waiting)
 	f("kv", r.KV)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"path"
 	"strings"
+
+	"github.com/tpsmon/tpsmon/collector/engine"
 )
 
 // Identity is what a log says of the server writing it: its engine and
@@ -39,8 +41,29 @@ func (p *Parser) Identify(line []byte) bool {
 // Ollama's). It reports whether the identity changed.
 func (p *Parser) identify(line []byte) bool {
 	before := p.id
+	body := line
+	if !p.syslogNone {
+		// A journald or syslog prefix names the process that wrote the
+		// line (the registry's Syslog identifiers). Such a log prefixes
+		// every line: one whose first line has none is never looked at
+		// again (a busy llama-server log pays one scan).
+		ident, at := syslogIdent(line)
+		switch {
+		case at > 0:
+			p.syslogBody, body = true, line[at:]
+			if e, ok := engine.BySyslog(string(ident)); ok && !p.syslogNamed {
+				p.syslogNamed = true
+				if p.id.Engine == "" || engine.Relays(e.Name, p.id.Engine) {
+					p.id.Engine = e.Name
+				}
+			}
+		case !p.syslogBody && len(line) > 0:
+			p.syslogNone = true
+		}
+	}
 	switch {
-	case bytes.HasPrefix(line, []byte("time=")) && bytes.Contains(line, ollamaSlog):
+	case bytes.HasPrefix(body, []byte("time=")) && bytes.Contains(body, ollamaSlog):
+		line = body
 		p.id.Engine = "ollama"
 		if i := bytes.Index(line, ollamaModel); i >= 0 {
 			if m := ollamaModelName(line[i+len(ollamaModel):]); m != "" {
@@ -66,6 +89,34 @@ func (p *Parser) identify(line []byte) bool {
 		}
 	}
 	return p.id != before
+}
+
+// syslogHead bounds where a syslog prefix's identifier may end: after a
+// stamp and a host name.
+const syslogHead = 160
+
+// syslogIdent reads the identifier of a syslog or journald prefix
+// ("Jan 28 05:07:10 host ollama[373]: ...") and where the text after it
+// starts (0: no such prefix), from the line's first bytes only.
+func syslogIdent(line []byte) (ident []byte, body int) {
+	head := line[:min(len(line), syslogHead)]
+	k := bytes.Index(head, []byte("]: "))
+	if k <= 0 {
+		return nil, 0
+	}
+	j := k
+	for j > 0 && line[j-1] >= '0' && line[j-1] <= '9' {
+		j--
+	}
+	if j == k || j < 2 || line[j-1] != '[' {
+		return nil, 0
+	}
+	end := j - 1
+	start := bytes.LastIndexByte(line[:end], ' ') + 1
+	if start == end {
+		return nil, 0
+	}
+	return line[start:end], k + len("]: ")
 }
 
 func hasLlamaMark(line []byte) bool {

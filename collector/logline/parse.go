@@ -41,6 +41,11 @@ type Parser struct {
 	anchor      time.Time     // live: when the process started
 	lastElapsed time.Duration // live: the last elapsed stamp
 
+	// syslogNamed: a syslog identifier named the engine; syslogBody: the
+	// lines carry such a prefix, which identify looks behind; syslogNone:
+	// the first line had none, so the log has none.
+	syslogNamed, syslogBody, syslogNone bool
+
 	llamaKey string // slot/task of the last multi-line print_timing header
 	slotText []byte // the slot and task text of the last key made, and the key
 	slotKeyS string
@@ -310,8 +315,8 @@ func (p *Parser) finish(r Record, line []byte) (Record, bool) {
 	if p.id.Engine == "" {
 		p.id.Engine = r.Engine
 	}
-	if r.Engine == "llamacpp" && p.id.Engine == "ollama" {
-		r.Engine = "ollama" // Ollama relays llama-server's lines
+	if r.Engine != p.id.Engine && engine.Relays(p.id.Engine, r.Engine) {
+		r.Engine = p.id.Engine // Ollama relays llama-server's lines
 	}
 	if r.Kind == Cancelled {
 		p.Cancelled++
@@ -432,6 +437,10 @@ var (
 	llamaSlotMark = anchor("slot print_timing: id", ':')
 	llamaDecoded  = anchor("n_decoded =", '_')
 	llamaGen      = anchor("n_gen =", '_')
+	// The mid-2024 text log ("INFO [           print_timings] generation
+	// eval time = ... | tid=... timestamp=... id_slot=0 id_task=7 ..."),
+	// kept by ik_llama.cpp and relayed by Ollama (slot_id=, task_id=).
+	llamaTextMark = anchor("print_timings] ", ']')
 )
 
 // llamacpp reads llama.cpp's lines from the bytes (a timing line is about
@@ -446,8 +455,15 @@ func (p *Parser) llamacpp(line []byte) (Record, bool) {
 	if llamaPerf.in(line) >= 0 {
 		return Record{}, false // llama-cli's end-of-run summary, not a server
 	}
-	if bytes.HasPrefix(bytes.TrimSpace(line), []byte("{")) && bytes.Contains(line, llamaTimings) {
-		return p.llamaJSON(line)
+	if bytes.Contains(line, llamaTimings) {
+		// Behind whatever prefix relayed it (journald, docker -t, a
+		// quote): the object starts at its first brace.
+		if j := bytes.IndexByte(line, '{'); j >= 0 {
+			return p.llamaJSON(line[j:])
+		}
+	}
+	if i := llamaTextMark.in(line); i >= 0 {
+		return p.llamaText(line, i)
 	}
 	key, i, ok := p.llamaLineKey(line)
 	if !ok {
@@ -457,6 +473,7 @@ func (p *Parser) llamacpp(line []byte) (Record, bool) {
 		if m := llamaProgress.FindSubmatch(line); m != nil {
 			r := newRecord(Progress, "llamacpp")
 			r.Key, r.Tokens, r.UserTPS = key, num(string(m[1])), num(string(m[2]))
+			r.SinceStartTPS = r.UserTPS
 			if len(m[3]) > 0 {
 				r.UserTPS = num(string(m[3]))
 			}
@@ -518,31 +535,117 @@ func (p *Parser) llamaLineKey(line []byte) (key string, eval int, ok bool) {
 	return key, eval, true
 }
 
-// llamaJSON reads the mid-2024 JSON log lines of print_timings.
-func (p *Parser) llamaJSON(line []byte) (Record, bool) {
-	var j struct {
-		Timestamp int64   `json:"timestamp"`
-		Msg       string  `json:"msg"`
-		Slot      int     `json:"id_slot"`
-		Task      int     `json:"id_task"`
-		TPrompt   float64 `json:"t_prompt_processing"`
-		NPrompt   float64 `json:"n_prompt_tokens_processed"`
-		TGen      float64 `json:"t_token_generation"`
-		NGen      float64 `json:"n_decoded"`
-		PerSec    float64 `json:"n_tokens_second"`
+// llamaText reads a print_timings line of the mid-2024 text log, whose
+// mark ends at i: the figures as the other forms print them, the request
+// and the time from the key=value pairs after them.
+func (p *Parser) llamaText(line []byte, i int) (Record, bool) {
+	rest := bytes.TrimLeft(line[i+len(llamaTextMark.text):], " ")
+	rest = bytes.TrimPrefix(rest, []byte("generation "))
+	// "prompt eval time     =": the name is padded to the '='.
+	eq := bytes.IndexByte(rest, '=')
+	if eq < 0 {
+		return Record{}, false
 	}
-	if err := json.Unmarshal(line, &j); err != nil {
+	var figures []byte
+	switch string(bytes.TrimRight(rest[:eq], " ")) {
+	case "prompt eval time":
+		figures = append([]byte("prompt eval time ="), rest[eq+1:]...)
+	case "eval time":
+		figures = append([]byte("eval time ="), rest[eq+1:]...)
+	default:
+		return Record{}, false // total time
+	}
+	prompt, ms, tokens, perSec, ok := llamaEvalFast(figures)
+	if !ok {
+		p.skip(SkipBadNumber, "llamacpp", line)
+		return Record{}, false
+	}
+	slot, okS := kvField(line, "id_slot=", "slot_id=")
+	task, okT := kvField(line, "id_task=", "task_id=")
+	if !okS || !okT {
 		p.skip(SkipUnparsed, "llamacpp", line)
 		return Record{}, false
 	}
+	r := llamaRequest("slot "+slot+" task "+task, prompt, ms, tokens, perSec)
+	if ts, ok := kvField(line, "timestamp="); ok {
+		if sec, err := strconv.ParseInt(ts, 10, 64); err == nil && sec > 0 {
+			r.Time = time.Unix(sec, 0)
+		}
+	}
+	return r, true
+}
+
+// kvField is the value of the first of names (each ending in '=') that
+// the line has as a " name=value" pair: its digits, a leading '-' kept.
+func kvField(line []byte, names ...string) (string, bool) {
+	for _, name := range names {
+		for b := line; ; {
+			k := bytes.Index(b, []byte(name))
+			if k < 0 {
+				break
+			}
+			if k > 0 && b[k-1] == ' ' {
+				v := b[k+len(name):]
+				neg := 0
+				if len(v) > 0 && v[0] == '-' {
+					neg = 1
+				}
+				if n := countDigits(v, neg); n > neg {
+					return string(v[:n]), true
+				}
+			}
+			b = b[k+len(name):]
+		}
+	}
+	return "", false
+}
+
+// llamaJSON reads the mid-2024 JSON log lines of print_timings (Ollama's
+// of early 2024 name the request slot_id and task_id). line starts at the
+// object; what follows it (a relay's suffix) is left.
+func (p *Parser) llamaJSON(line []byte) (Record, bool) {
+	var j struct {
+		Timestamp int64    `json:"timestamp"`
+		Msg       string   `json:"msg"`
+		Slot      *int     `json:"id_slot"`
+		Task      *int     `json:"id_task"`
+		SlotOld   *int     `json:"slot_id"`
+		TaskOld   *int     `json:"task_id"`
+		TPrompt   float64  `json:"t_prompt_processing"`
+		NPrompt   *float64 `json:"n_prompt_tokens_processed"`
+		NPromptLF *float64 `json:"num_prompt_tokens_processed"`
+		TGen      float64  `json:"t_token_generation"`
+		NGen      float64  `json:"n_decoded"`
+		PerSec    float64  `json:"n_tokens_second"`
+	}
+	if err := json.NewDecoder(bytes.NewReader(line)).Decode(&j); err != nil {
+		p.skip(SkipUnparsed, "llamacpp", line)
+		return Record{}, false
+	}
+	slot, task := j.Slot, j.Task
+	if slot == nil || task == nil {
+		slot, task = j.SlotOld, j.TaskOld
+	}
+	if slot == nil || task == nil {
+		p.skip(SkipUnparsed, "llamacpp", line)
+		return Record{}, false
+	}
+	nPrompt := j.NPrompt
+	if nPrompt == nil {
+		nPrompt = j.NPromptLF
+	}
 	r := newRecord(Request, "llamacpp")
-	r.Key = fmt.Sprintf("slot %d task %d", j.Slot, j.Task)
+	r.Key = fmt.Sprintf("slot %d task %d", *slot, *task)
 	if j.Timestamp > 0 {
 		r.Time = time.Unix(j.Timestamp, 0)
 	}
 	switch {
 	case strings.HasPrefix(strings.TrimSpace(j.Msg), "prompt eval time"):
-		r.PromptTokens, r.Duration = j.NPrompt, time.Duration(j.TPrompt*float64(time.Millisecond))
+		if nPrompt == nil {
+			p.skip(SkipUnparsed, "llamacpp", line)
+			return Record{}, false
+		}
+		r.PromptTokens, r.Duration = *nPrompt, time.Duration(j.TPrompt*float64(time.Millisecond))
 	case strings.HasPrefix(strings.TrimSpace(j.Msg), "generation eval time"):
 		r.Tokens, r.UserTPS, r.Duration = j.NGen, j.PerSec, time.Duration(j.TGen*float64(time.Millisecond))
 	default:

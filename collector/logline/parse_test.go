@@ -19,11 +19,11 @@ var wantRecords = map[string][]string{
 	},
 	"llamacpp_llama_cli_perf_context_print.log": {},
 	"llamacpp_midrun_tg_3s.log": {
-		"progress tokens=1081 user=12.57 key=\"slot 3 task 0\"",
-		"progress tokens=1119 user=12.57 key=\"slot 3 task 0\"",
-		"progress tokens=1157 user=12.61 key=\"slot 3 task 0\"",
-		"progress tokens=1196 user=12.99 key=\"slot 3 task 0\"",
-		"progress tokens=1235 user=12.92 key=\"slot 3 task 0\"",
+		"progress tokens=1081 user=12.57 avg=12.93 key=\"slot 3 task 0\"",
+		"progress tokens=1119 user=12.57 avg=12.92 key=\"slot 3 task 0\"",
+		"progress tokens=1157 user=12.61 avg=12.9 key=\"slot 3 task 0\"",
+		"progress tokens=1196 user=12.99 avg=12.91 key=\"slot 3 task 0\"",
+		"progress tokens=1235 user=12.92 avg=12.91 key=\"slot 3 task 0\"",
 	},
 	"llamacpp_print_timing_multiline_no_prefix.log": {
 		"request prompt_tokens=51 dur=915.13ms key=\"slot 0 task 0\"",
@@ -41,16 +41,26 @@ var wantRecords = map[string][]string{
 	"llamacpp_print_timing_per_line_timestamps_spec.log": {
 		"request prompt_tokens=4 dur=252.01ms key=\"slot 0 task 160\"",
 		"request tokens=96 dur=5.7292s user=16.58 key=\"slot 0 task 160\"",
-		"progress tokens=100 user=19.23 key=\"slot 0 task 202\"",
-		"progress tokens=158 user=18.62 key=\"slot 0 task 202\"",
-		"progress tokens=212 user=17.1 key=\"slot 0 task 202\"",
-		"progress tokens=259 user=15.3 key=\"slot 0 task 202\"",
+		"progress tokens=100 user=19.23 avg=19.04 key=\"slot 0 task 202\"",
+		"progress tokens=158 user=18.62 avg=18.88 key=\"slot 0 task 202\"",
+		"progress tokens=212 user=17.1 avg=18.39 key=\"slot 0 task 202\"",
+		"progress tokens=259 user=15.3 avg=17.74 key=\"slot 0 task 202\"",
 	},
 	"llamacpp_prompt_processing_progress.log": {},
 	"llamacpp_router_port_prefix_multiline.log": {
 		"progress tokens=172 user=12 key=\"slot 0 task 388\"",
 		"request prompt_tokens=27 dur=789.03ms key=\"slot 0 task 388\"",
 		"request tokens=192 dur=16.1125s user=11.92 key=\"slot 0 task 388\"",
+	},
+	"llamacpp_text_log_print_timings_2024.log": {
+		"request prompt_tokens=12 dur=15.62ms key=\"slot 0 task 0\" t=2024-08-13T17:20:22Z",
+		"request tokens=783 dur=3.19422s user=245.13 key=\"slot 0 task 0\" t=2024-08-13T17:20:22Z",
+	},
+	"llamacpp_text_log_ik_llama_2025.log": {
+		"request prompt_tokens=76425 dur=9m40.85317s key=\"slot 0 task 2\" t=2025-10-05T20:03:03Z",
+		"request tokens=403 dur=30.54066s user=13.2 key=\"slot 0 task 2\" t=2025-10-05T20:03:03Z",
+		"request prompt_tokens=1 dur=259.95ms key=\"slot 0 task 425\" t=2025-10-05T20:03:59Z",
+		"request tokens=336 dur=25.42014s user=13.22 key=\"slot 0 task 425\" t=2025-10-05T20:03:59Z",
 	},
 	"lmdeploy_metrics_log_2026.log": {
 		"stat gen=2756.3 prompt=4618.5 run=45 wait=5 kv=0.216 key=\"DP0\" t=2026-02-05T17:05:17Z",
@@ -61,6 +71,20 @@ var wantRecords = map[string][]string{
 	"ollama_inference_compute_gpu.log":          {},
 	"ollama_journald_prefixed.log":              {},
 	"ollama_llama_server_passthrough_v0.30.log": {},
+	"ollama_json_print_timings_slot_id_2024.log": {
+		"request tokens=64 dur=31.807067s user=2.01213 key=\"slot 0 task 850\" t=2024-04-26T15:51:30Z",
+	},
+	"ollama_journald_llama_server_progress_v0.30.log": {
+		"progress tokens=215 user=19.26 avg=18.96 key=\"slot 0 task 4121\" t=2026-08-28T16:17:16Z",
+		"progress tokens=100 user=19.22 avg=19.02 key=\"slot 0 task 1549\" t=2026-08-28T16:17:19Z",
+		"progress tokens=272 user=18.73 avg=18.91 key=\"slot 0 task 4121\" t=2026-08-28T16:17:19Z",
+		"progress tokens=157 user=18.83 avg=18.95 key=\"slot 0 task 1549\" t=2026-08-28T16:17:22Z",
+		"progress tokens=329 user=18.87 avg=18.91 key=\"slot 0 task 4121\" t=2026-08-28T16:17:22Z",
+		"progress tokens=214 user=18.84 avg=18.92 key=\"slot 0 task 1549\" t=2026-08-28T16:17:25Z",
+		"progress tokens=386 user=18.84 avg=18.9 key=\"slot 0 task 4121\" t=2026-08-28T16:17:25Z",
+		"progress tokens=271 user=18.82 avg=18.9 key=\"slot 0 task 1549\" t=2026-08-28T16:17:28Z",
+	},
+
 	"sglang_decode_batch_bare_no_prefix.log": {
 		"stat gen=1397.13 run=1010 wait=12279 kv=0.93",
 	},

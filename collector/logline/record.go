@@ -60,15 +60,19 @@ type Record struct {
 	PromptTokens      float64 // Request: prompt tokens (llama.cpp prompt eval)
 	Duration          time.Duration
 	UserTPS           float64 // the speed one stream saw
-	Running, Waiting  float64
-	KV                float64 // 0..1
-	Preemptions       float64
-	Iterations        float64 // Iteration: the engine's step counter
+	// SinceStartTPS is a Progress line's average since its request began
+	// decoding (llama.cpp tg): what dates the tokens decoded before the
+	// first line read. UserTPS there is the latest speed (tg_3s).
+	SinceStartTPS    float64
+	Running, Waiting float64
+	KV               float64 // 0..1
+	Preemptions      float64
+	Iterations       float64 // Iteration: the engine's step counter
 }
 
 func newRecord(k Kind, engine string) Record {
 	return Record{Kind: k, Engine: engine, GenTPS: -1, PromptTPS: -1, Tokens: -1, PromptTokens: -1,
-		UserTPS: -1, Running: -1, Waiting: -1, KV: -1, Preemptions: -1, Iterations: -1}
+		UserTPS: -1, SinceStartTPS: -1, Running: -1, Waiting: -1, KV: -1, Preemptions: -1, Iterations: -1}
 }
 
 // valid tells whether the figures a record's kind needs were read.

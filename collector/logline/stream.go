@@ -160,10 +160,16 @@ func (s *Stream) progressed(r *Record, t time.Time) (collector.Interval, bool) {
 	case ok && r.Tokens > prev.tokens && t.After(prev.t):
 		iv = collector.Unknown(prev.t, t)
 		iv.Tokens = r.Tokens - prev.tokens
-	case !ok && r.UserTPS > 0:
+	case !ok && (r.SinceStartTPS > 0 || r.UserTPS > 0):
 		// The first progress line: what was decoded so far, at the
-		// request's average speed.
-		d := time.Duration(r.Tokens / r.UserTPS * float64(time.Second))
+		// request's average speed since it began (tg), which dates those
+		// tokens exactly; the latest speed (tg_3s) only where no average
+		// is given (docs/design.md).
+		rate := r.SinceStartTPS
+		if rate <= 0 {
+			rate = r.UserTPS
+		}
+		d := time.Duration(r.Tokens / rate * float64(time.Second))
 		iv = collector.Unknown(t.Add(-d), t)
 		iv.Tokens = r.Tokens
 	default:
