@@ -54,7 +54,9 @@ type Parser struct {
 	vllmKey  string
 	lastDate time.Time // the last full date seen, for time-of-day-only stamps
 	stamps   stampCache
-	isoBuf   []byte // a stamp without its fraction
+	stampRes time.Duration     // the resolution of the last stamp read
+	sglTP    map[string]string // SGLang DP rank -> the TP rank that logs its batch
+	isoBuf   []byte            // a stamp without its fraction
 	day      dayStart
 	maxLine  int
 	needles  []anchorGroup
@@ -308,6 +310,7 @@ func (p *Parser) finish(r Record, line []byte) (Record, bool) {
 	}
 	if r.Time.IsZero() && p.Timestamps {
 		r.Time = p.stamp(line)
+		r.Res = p.stampRes
 	}
 	if !r.Time.IsZero() && r.Time.After(p.lastDate) {
 		p.lastDate = r.Time
@@ -372,12 +375,25 @@ func (p *Parser) vllm(s string) (Record, bool) {
 // --- SGLang ----------------------------------------------------------------
 
 var (
-	sglDecode  = lazy(`Decode batch(?: \[\d+\])?[.,] #running-req: (\d+), (.*?)gen throughput \(token/s\): ([0-9.]+), #queue-req: (\d+)`)
-	sglPrefill = lazy(`Prefill batch(?: \[\d+\])?[.,] #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), (?:full )?token usage: ([0-9.]+), #running-req: (\d+), #queue-req: (\d+)`)
-	sglUsage   = lazy(`token usage: ([0-9.]+)`)
+	sglDecode = lazy(`Decode batch(?: \[\d+\])?[.,] #running-req: (\d+), (.*?)gen throughput \(token/s\): ([0-9.]+), #queue-req: (\d+)`)
+	// Between #cached-token and #running-req: the KV use, "token usage",
+	// or hybrid models' "full token usage" with "swa token usage" or
+	// "mamba usage"; 2024's "cache hit rate" before it.
+	sglPrefill = lazy(`Prefill batch(?: \[\d+\])?[.,] #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), (.*?)#running-req: (\d+), #queue-req: (\d+)`)
+	sglUsage   = lazy(`(?:^|, )(full |swa )?token usage: ([0-9.]+)`)
+	sglAccept  = lazy(`accept len: ([0-9.]+)`)
 	sglPrefix  = lazy(`\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|\d\d:\d\d:\d\d)((?: (?:NP|DP|PP|TP|EP)\d+)*)\] `)
 	sglRank    = lazy(`(DP|TP)(\d+)`)
 )
+
+// sglangSteps is --decode-log-interval's default: a decode line comes
+// every 40 decode steps, each making one token per running request (times
+// the accept length with speculative decoding).
+const sglangSteps = 40
+
+// sglangMaxSpan bounds the span a decode line's own numbers give (a
+// stalled server's line may say minutes; a misprint, days).
+const sglangMaxSpan = 5 * time.Minute
 
 func (p *Parser) sglang(s string) (Record, bool) {
 	decode := strings.Contains(s, "Decode batch")
@@ -386,14 +402,8 @@ func (p *Parser) sglang(s string) (Record, bool) {
 	}
 	r := newRecord(Stat, "sglang")
 	if pm := sglPrefix.FindStringSubmatch(s); pm != nil {
-		for _, rk := range sglRank.FindAllStringSubmatch(pm[2], -1) {
-			// Tensor-parallel ranks log the same batch: only rank 0 counts.
-			if rk[1] == "TP" && rk[2] != "0" {
-				return Record{}, false
-			}
-			if rk[1] == "DP" {
-				r.Key = "DP" + rk[2]
-			}
+		if !p.sglangRank(&r, pm[2]) {
+			return Record{}, false
 		}
 	}
 	if decode {
@@ -403,13 +413,16 @@ func (p *Parser) sglang(s string) (Record, bool) {
 			return Record{}, false
 		}
 		r.Running, r.GenTPS, r.Waiting = num(m[1]), num(m[3]), num(m[4])
-		if u := sglUsage.FindStringSubmatch(m[2]); u != nil {
-			r.KV = num(u[1])
+		r.KV = sglangKV(m[2])
+		// gen throughput is the tokens of the steps since the previous
+		// decode line over exactly the time since it (scheduler
+		// log_decode_stats): the line's span is those tokens over it.
+		r.GapIsExact = true
+		r.Span = sglangSpan(r.Running, r.GenTPS, m[2])
+		r.DefaultGap = r.Span
+		if r.DefaultGap == 0 {
+			r.DefaultGap = time.Second
 		}
-		// gen throughput covers exactly the time since the previous decode
-		// line; for the first line, one log interval of ~40 steps is about
-		// a second.
-		r.DefaultGap, r.GapIsExact = time.Second, true
 		return r, true
 	}
 	m := sglPrefill.FindStringSubmatch(s)
@@ -418,8 +431,75 @@ func (p *Parser) sglang(s string) (Record, bool) {
 		return Record{}, false
 	}
 	r.Kind = Batch
-	r.Tokens, r.KV, r.Running, r.Waiting = num(m[2]), num(m[4]), num(m[5]), num(m[6])
+	r.Tokens, r.KV, r.Running, r.Waiting = num(m[2]), sglangKV(m[4]), num(m[5]), num(m[6])
 	return r, true
+}
+
+// sglangRank reads the rank tags of a line's prefix (" DP6 TP6 EP6") into
+// r's key and tells whether the line is counted. Tensor-parallel ranks log
+// the same batch: only the first of each data-parallel rank counts (TP0
+// without DP; under DP attention DPk's own TP rank, TPk).
+func (p *Parser) sglangRank(r *Record, tags string) bool {
+	dp, tp := "", ""
+	for _, rk := range sglRank.FindAllStringSubmatch(tags, -1) {
+		if rk[1] == "DP" {
+			dp = rk[2]
+		} else {
+			tp = rk[2]
+		}
+	}
+	if dp == "" {
+		return tp == "" || tp == "0"
+	}
+	r.Key = "DP" + dp
+	if tp == "" {
+		return true
+	}
+	if p.sglTP == nil {
+		p.sglTP = map[string]string{}
+	}
+	first, ok := p.sglTP[dp]
+	if !ok {
+		if len(p.sglTP) < maxSGLangRanks {
+			p.sglTP[dp] = tp
+		}
+		return true
+	}
+	return first == tp
+}
+
+// maxSGLangRanks bounds the DP ranks remembered.
+const maxSGLangRanks = 1024
+
+// sglangKV is the KV use among a line's fields: "token usage", or for a
+// hybrid model the larger of "full token usage" and "swa token usage", as
+// SGLang's own token_usage gauge takes it; -1 when none is printed.
+func sglangKV(fields string) float64 {
+	kv := -1.0
+	for _, u := range sglUsage.FindAllStringSubmatch(fields, -1) {
+		kv = max(kv, num(u[2]))
+	}
+	return kv
+}
+
+// sglangSpan is the time a decode line's tokens took at its stated rate:
+// steps x running (x accept len) / gen throughput; 0 when that is not
+// known (no request running, no rate).
+func sglangSpan(running, rate float64, fields string) time.Duration {
+	if !(running > 0 && rate > 0) {
+		return 0
+	}
+	tokens := sglangSteps * running
+	if a := sglAccept.FindStringSubmatch(fields); a != nil {
+		if acc := num(a[1]); acc >= 1 {
+			tokens *= acc
+		}
+	}
+	secs := tokens / rate
+	if !(secs < sglangMaxSpan.Seconds()) {
+		return sglangMaxSpan
+	}
+	return time.Duration(secs * float64(time.Second))
 }
 
 // --- llama.cpp (and Ollama >= 0.30) ----------------------------------------

@@ -2,6 +2,7 @@ package logline
 
 import (
 	"bytes"
+	"strings"
 	"time"
 )
 
@@ -42,6 +43,8 @@ type Placer struct {
 	Far, Untimed int
 	// ByGIN counts records placed by the [GIN] line of their request.
 	ByGIN int
+
+	chains map[string]*chain // by reporter (Record.Key), for lines placed by their span
 }
 
 type start struct {
@@ -61,7 +64,15 @@ func (pl *Placer) Line(line []byte) {
 	rec, ok := pl.P.Parse(line)
 	if ok && !rec.Time.IsZero() {
 		pl.resolve(rec.Time)
-		pl.put(Placed{rec, rec.Time})
+		switch {
+		case rec.Kind == Stat && rec.Span > 0 && rec.Res > 0:
+			pl.chained(rec)
+		case rec.Kind == Stat && pl.chains != nil:
+			pl.unchain(rec.Key)
+			fallthrough
+		default:
+			pl.put(Placed{rec, rec.Time})
+		}
 		pl.stamp(rec.Time)
 		return
 	}
@@ -168,6 +179,9 @@ func (pl *Placer) resolve(next time.Time) {
 // and take the last timestamp before them (Far), or none (Untimed). It
 // returns every placed record in time order of the log (none with Emit).
 func (pl *Placer) Close() []Placed {
+	for _, c := range pl.chains {
+		pl.flushRun(c, Record{})
+	}
 	for _, r := range pl.pending {
 		if pl.prev.IsZero() {
 			pl.Untimed++
@@ -178,4 +192,120 @@ func (pl *Placer) Close() []Placed {
 	}
 	pl.pending = nil
 	return pl.out
+}
+
+// chain places the lines of one reporter that say how long they cover
+// (Record.Span) but carry a stamp coarser than their spacing: SGLang
+// prints "13:53:38" on five decode lines 0.175 s apart, and each line's
+// time follows the one before by its own span, kept within the second its
+// stamp allows. The span a line is given is then what it says, never the
+// stamp's resolution (design §3).
+type chain struct {
+	end      time.Time // the last line's time
+	anchored bool      // end is known: the lines of the first stamp are placed
+	// run holds the lines of the reporter's first stamp, until a line of
+	// a later stamp tells where in their second they end.
+	run []Record
+}
+
+// maxRun bounds the lines held for one stamp.
+const maxRun = 4096
+
+// chained places r, a line with its own span and a coarse stamp.
+func (pl *Placer) chained(r Record) {
+	if pl.chains == nil {
+		pl.chains = map[string]*chain{}
+	}
+	c := pl.chains[r.Key]
+	if c == nil {
+		c = &chain{}
+		pl.chains[strings.Clone(r.Key)] = c
+	}
+	if !c.anchored {
+		if len(c.run) == 0 || r.Time.Equal(c.run[0].Time) && len(c.run) < maxRun {
+			c.run = append(c.run, r)
+			return
+		}
+		next := r
+		if r.Time.Before(c.run[0].Time) {
+			next = Record{} // a stamp going back says nothing of the run
+		}
+		pl.flushRun(c, next)
+	}
+	lo, hi := r.Time, r.Time.Add(r.Res)
+	if hi.Before(c.end) {
+		// The stamp went back past the chain: it starts again there.
+		c.end = r.Time
+		pl.put(Placed{r, r.Time})
+		return
+	}
+	// Behind the stamp, the line is stretched to it: the spans said less
+	// than the stamps (requests finished within the steps). Ahead of its
+	// second, it is held at the end of that second.
+	e := c.end.Add(r.Span)
+	if e.Before(lo) {
+		e = lo
+	}
+	if e.After(hi) {
+		e = hi
+	}
+	if e.Before(c.end) {
+		e = c.end
+	}
+	c.end = e
+	pl.put(Placed{r, e})
+}
+
+// unchain places the held lines of a reporter whose next line is placed
+// by its own stamp.
+func (pl *Placer) unchain(key string) {
+	if c := pl.chains[key]; c != nil && !c.anchored {
+		pl.flushRun(c, Record{})
+	}
+}
+
+// flushRun places the lines held for a reporter's first stamp, all in
+// the second [S, S+res) that stamp allows, each its span after the one
+// before: the last one where next (the reporter's first line of a later
+// stamp; zero: none) follows it by its own span, as near the middle of
+// what the stamps allow as they allow.
+func (pl *Placer) flushRun(c *chain, next Record) {
+	run := c.run
+	if len(run) == 0 {
+		return
+	}
+	s, res := run[0].Time, run[0].Res
+	var inner time.Duration
+	for _, r := range run[1:] {
+		inner += r.Span
+	}
+	lo, hi := s.Add(inner), s.Add(res)
+	if !next.Time.IsZero() {
+		if b := next.Time.Add(-next.Span); b.After(lo) {
+			lo = b
+		}
+		if b := next.Time.Add(next.Res - next.Span); b.Before(hi) {
+			hi = b
+		}
+	}
+	end := s.Add(res)
+	switch {
+	case !lo.After(hi):
+		end = lo.Add(hi.Sub(lo) / 2)
+	case lo.Before(end):
+		end = lo
+	}
+	times := make([]time.Time, len(run))
+	times[len(run)-1] = end
+	for i := len(run) - 1; i > 0; i-- {
+		t := times[i].Add(-run[i].Span)
+		if t.Before(s) {
+			t = s
+		}
+		times[i-1] = t
+	}
+	for i, r := range run {
+		pl.put(Placed{r, times[i]})
+	}
+	c.end, c.anchored, c.run = end, true, nil
 }

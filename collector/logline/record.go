@@ -54,6 +54,14 @@ type Record struct {
 	// GapIsExact says the line's average is over all the time since the
 	// previous line of its reporter, however long (SGLang).
 	GapIsExact bool
+	// Span is the interval the line's own numbers say it covers (SGLang:
+	// decode steps x running x accept len / gen throughput); 0: unknown.
+	// It places lines that share a coarse stamp (Placer) and is the first
+	// line's span.
+	Span time.Duration
+	// Res is the resolution of Time as the line printed it (1 s for
+	// "2026-03-22 13:53:37"; 0 for a finer stamp or none).
+	Res time.Duration
 
 	GenTPS, PromptTPS float64 // Stat: tokens/s over the interval
 	Tokens            float64 // Request: output tokens; Progress: decoded so far; Batch: new prompt tokens

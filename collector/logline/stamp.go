@@ -56,13 +56,17 @@ type stampCache struct {
 // format is looked for only where a cheap scan finds its shape, so a line
 // without a timestamp costs a few byte scans.
 func (p *Parser) stamp(b []byte) time.Time {
+	// Only the stamps without a fraction say which second and no more.
+	p.stampRes = 0
 	if t, ok := p.stampISO(b); ok {
 		return t
 	}
 	if t, ok := p.stampSyslog(b); ok {
+		p.stampRes = time.Second
 		return t
 	}
 	if t, ok := p.stampVLLM(b); ok {
+		p.stampRes = time.Second
 		return t
 	}
 	if t, ok := p.stampGlog(b); ok {
@@ -86,6 +90,9 @@ func (p *Parser) stampISO(b []byte) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	if t, ok := p.sameSecond(b[c:]); ok {
+		if fractionEnd(b[c:], len("dddd-dd-ddTdd:dd:dd")) == len("dddd-dd-ddTdd:dd:dd") {
+			p.stampRes = time.Second
+		}
 		return t, true
 	}
 	// Both patterns start with the date: no match starts before it.
@@ -97,15 +104,24 @@ func (p *Parser) stampISO(b []byte) (time.Time, bool) {
 		m := b[c : c+n]
 		p.isoBuf = append(append(p.isoBuf[:0], m[:fs]...), m[fe:]...)
 		if t, ok := p.cached(kindRFC3339, p.isoBuf, p.parseRFC3339); ok {
+			if fs == fe {
+				p.stampRes = time.Second
+			}
 			return t.Add(fraction(m[fs:fe])), true
 		}
 	} else if m := rfc3339.Find(b[c:]); m != nil {
 		if t, ok := p.cached(kindRFC3339, m, p.parseRFC3339); ok {
+			if bytes.IndexByte(m, '.') < 0 {
+				p.stampRes = time.Second
+			}
 			return t, true
 		}
 	}
 	if m := isoSpace.Find(b[c:]); m != nil {
 		if t, ok := p.cached(kindISOSpace, m, p.parseISOSpace); ok {
+			if len(m) == len("2006-01-02 15:04:05") {
+				p.stampRes = time.Second
+			}
 			return t, true
 		}
 	}
@@ -320,6 +336,7 @@ func (p *Parser) stampTimeOfDay(b []byte) time.Time {
 		return time.Time{}
 	}
 	d := p.lastDate.In(p.Loc)
+	p.stampRes = time.Second
 	return time.Date(d.Year(), d.Month(), d.Day(), t.Hour(), t.Minute(), t.Second(), 0, p.Loc)
 }
 

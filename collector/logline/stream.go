@@ -135,6 +135,11 @@ func (s *Stream) stat(r *Record, t time.Time) (collector.Interval, bool) {
 		if r.GapIsExact && d <= s.MaxGap || d <= r.DefaultGap*3/2 {
 			gap = d
 		}
+	} else if t.Equal(prev) {
+		// At the previous line's very time (a stamp that says only the
+		// second, several lines in it): that time is spoken for already,
+		// and a second span would count it twice.
+		gap = 0
 	}
 	*last = t
 	iv := collector.Unknown(t.Add(-gap), t)
