@@ -24,6 +24,9 @@ func format(r Record) string {
 	if r.Duration > 0 {
 		fmt.Fprintf(&b, " dur=%v", r.Duration)
 	}
+	if r.Span > 0 {
+		fmt.Fprintf(&b, " span=%v", r.Span.Round(time.Millisecond))
+	}
 	f("user", r.UserTPS)
 	if r.SinceStartTPS >= 0 && r.SinceStartTPS != r.UserTPS {
 		f("avg", r.SinceStartTPS)

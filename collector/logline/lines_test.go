@@ -34,7 +34,7 @@ func TestParseLines(t *testing.T) {
 			"[2026-04-08 14:05:21 TP1] Decode batch, #running-req: 5, #token: 20800, token usage: 0.29, cuda graph: True, gen throughput (token/s): 144.95, #queue-req: 0", ""},
 		{"SGLang data-parallel rank", "sglang",
 			"[2026-04-08 14:05:21 DP1 TP0] Decode batch, #running-req: 5, #token: 20800, full token usage: 0.29, #swa token: 1, swa token usage: 0.01, cuda graph: True, gen throughput (token/s): 144.95, #queue-req: 2, ",
-			`stat gen=144.95 run=5 wait=2 kv=0.29 key="DP1" t=2026-04-08T14:05:21Z`},
+			`stat gen=144.95 span=1.38s run=5 wait=2 kv=0.29 key="DP1" t=2026-04-08T14:05:21Z`},
 		{"TGI with microsecond times and the s unit", "tgi",
 			`2024-12-10T21:50:03.478010Z  INFO generate_stream{total_time="2.5s" validation_time="12us" queue_time="3.1ms" inference_time="2s" time_per_token="20ms" seed="None"}: text_generation_router::server: router/src/server.rs:500: Success`,
 			`request tokens=100 dur=2s user=50 key="generate_stream" t=2024-12-10T21:50:03.47801Z`},

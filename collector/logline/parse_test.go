@@ -86,26 +86,51 @@ var wantRecords = map[string][]string{
 	},
 
 	"sglang_decode_batch_bare_no_prefix.log": {
-		"stat gen=1397.13 run=1010 wait=12279 kv=0.93",
+		"stat gen=1397.13 span=28.916s run=1010 wait=12279 kv=0.93",
 	},
 	"sglang_decode_batch_comma_cuda_graph_tp0.log": {
-		"stat gen=144.95 run=5 wait=0 kv=0.29 t=2026-04-08T14:05:21Z",
-		"stat gen=140.27 run=5 wait=0 kv=0.29 t=2026-04-08T14:05:22Z",
-		"stat gen=136.39 run=5 wait=0 kv=0.29 t=2026-04-08T14:05:24Z",
-		"stat gen=139.89 run=5 wait=0 kv=0.29 t=2026-04-08T14:05:25Z",
+		"stat gen=144.95 span=1.38s run=5 wait=0 kv=0.29 t=2026-04-08T14:05:21Z",
+		"stat gen=140.27 span=1.426s run=5 wait=0 kv=0.29 t=2026-04-08T14:05:22Z",
+		"stat gen=136.39 span=1.466s run=5 wait=0 kv=0.29 t=2026-04-08T14:05:24Z",
+		"stat gen=139.89 span=1.43s run=5 wait=0 kv=0.29 t=2026-04-08T14:05:25Z",
 	},
 	"sglang_decode_batch_old_period_hms.log": {
-		"stat gen=447.31 run=2 wait=0 kv=0",
-		"stat gen=405.38 run=2 wait=0 kv=0",
-		"stat gen=446.97 run=2 wait=0 kv=0",
-		"stat gen=333.97 run=1 wait=0 kv=0",
-		"stat gen=238.27 run=1 wait=0 kv=0",
+		"stat gen=447.31 span=179ms run=2 wait=0 kv=0",
+		"stat gen=405.38 span=197ms run=2 wait=0 kv=0",
+		"stat gen=446.97 span=179ms run=2 wait=0 kv=0",
+		"stat gen=333.97 span=120ms run=1 wait=0 kv=0",
+		"stat gen=238.27 span=168ms run=1 wait=0 kv=0",
 	},
 	"sglang_decode_prefill_comma_no_tp.log": {
-		"stat gen=1635.11 run=32 wait=0 kv=0.08 t=2026-04-05T20:02:51Z",
+		"stat gen=1635.11 span=783ms run=32 wait=0 kv=0.08 t=2026-04-05T20:02:51Z",
 		"batch tokens=158 run=31 wait=0 kv=0.08 t=2026-04-05T20:02:51Z",
 		"batch tokens=290 run=31 wait=0 kv=0.08 t=2026-04-05T20:02:52Z",
 		"batch tokens=160 run=31 wait=0 kv=0.08 t=2026-04-05T20:02:52Z",
+	},
+	"sglang_decode_dp_attention_accept_len.log": {
+		"stat gen=171.01 span=5.427s run=8 wait=0 kv=0.13 key=\"DP0\" t=2025-05-31T18:31:21Z",
+		"stat gen=168.28 span=5.439s run=8 wait=0 kv=0.12 key=\"DP6\" t=2025-05-31T18:31:21Z",
+		"stat gen=173.06 span=5.436s run=8 wait=0 kv=0.13 key=\"DP5\" t=2025-05-31T18:31:21Z",
+		"stat gen=155.8 span=5.443s run=8 wait=0 kv=0.13 key=\"DP7\" t=2025-05-31T18:31:23Z",
+		"stat gen=152.08 span=5.429s run=8 wait=0 kv=0.13 key=\"DP2\" t=2025-05-31T18:31:25Z",
+	},
+	"sglang_decode_ray_prefix_same_second.log": {
+		"stat gen=1374.02 span=175ms run=6 wait=0 kv=0.04 t=2026-03-22T13:53:37Z",
+		"stat gen=1374.07 span=175ms run=6 wait=0 kv=0.04 t=2026-03-22T13:53:37Z",
+		"stat gen=1372.59 span=175ms run=6 wait=0 kv=0.04 t=2026-03-22T13:53:38Z",
+	},
+	"sglang_decode_swa_accept_cap_len.log": {
+		"stat gen=3.08 span=54.805s run=1 wait=0 kv=0 t=2026-08-15T05:37:25Z",
+		"stat gen=453.13 span=375ms run=1 wait=0 kv=0 t=2026-08-15T05:37:25Z",
+	},
+	"sglang_prefill_cache_hit_rate_hms_2024.log": {
+		"batch tokens=2062 run=0 wait=0 kv=0",
+		"batch tokens=8192 run=1 wait=38 kv=0.04",
+		"batch tokens=8192 run=4 wait=34 kv=0.18",
+	},
+	"sglang_prefill_v0.5.18_tp0_ep0_swa_pending.log": {
+		"batch tokens=8192 run=0 wait=1 kv=0.01 t=2026-08-23T09:09:50Z",
+		"batch tokens=8192 run=0 wait=1 kv=0.02 t=2026-08-23T09:09:51Z",
 	},
 	"sglang_prefill_batch_period_v0.4.6.log": {
 		"batch tokens=2 run=28 wait=0 kv=0.26 t=2025-05-14T09:31:43Z",
@@ -113,9 +138,9 @@ var wantRecords = map[string][]string{
 		"batch tokens=5 run=34 wait=0 kv=0.34 t=2025-05-14T09:31:43Z",
 	},
 	"sglang_python_logging_style_wrapper.log": {
-		"stat gen=126.29 run=1 wait=0 kv=0 t=2026-06-07T10:59:31.659Z",
+		"stat gen=126.29 span=317ms run=1 wait=0 kv=0 t=2026-06-07T10:59:31.659Z",
 		"batch tokens=1 run=0 wait=0 kv=0 t=2026-06-07T10:59:31.843Z",
-		"stat gen=83.17 run=1 wait=0 kv=0 t=2026-06-07T10:59:32.14Z",
+		"stat gen=83.17 span=481ms run=1 wait=0 kv=0 t=2026-06-07T10:59:32.14Z",
 	},
 	"tgi_startup_lines.log": {},
 	"tgi_success_span_chat_completions.log": {
