@@ -92,6 +92,9 @@ type serverState struct {
 	// completion is set once the server counts tokens at completion: a
 	// window without intervals then made 0 tokens, it is not unknown.
 	completion bool
+	// latency is set once the server gives its inter-token latency: the
+	// per-user speed is then that, never the system rate shared out.
+	latency bool
 	// watched records when the server's log was readable: a silent log is
 	// an idle server, not a missing one.
 	watched timeline
@@ -265,6 +268,9 @@ func (j *Joiner) AddServer(name string, s collector.Sample) bool {
 	}
 	if s.HasCounter[collector.CompletionTokens] {
 		st.completion = true
+	}
+	if s.HasCounter[collector.ITLSum] {
+		st.latency = true
 	}
 	for _, iv := range s.Intervals {
 		j.addInterval(st, iv)
@@ -992,6 +998,11 @@ func (j *Joiner) fromMetrics(m *measured, st *serverState, cc *closedCounters, i
 		return -1
 	}
 	m.running, m.waiting, m.kv = gauge(collector.Running), gauge(collector.Waiting), gauge(collector.KVUsage)
+	if !st.latency && m.running > 0 && m.tokenSecs > 0 && m.rateTokens > 0 {
+		// Only the system rate (SGLang's gen_throughput on a page without
+		// its latency histograms): each running stream got its share.
+		m.userTPS, m.hasUser = m.rateTokens/m.tokenSecs/m.running, true
+	}
 }
 
 // fromLog measures a window only the log spoke for: the sums of the

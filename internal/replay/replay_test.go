@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -465,5 +466,52 @@ func TestTrimEOLIsTrimRight(t *testing.T) {
 		if got, want := trimEOL([]byte(s)), bytes.TrimRight([]byte(s), "\r\n"); !bytes.Equal(got, want) {
 			t.Errorf("trimEOL(%q) = %q, bytes.TrimRight says %q", s, got, want)
 		}
+	}
+}
+
+// TestSGLangGenThroughputOnlyPerUser: a page with only sglang:gen_throughput
+// and the running count (SGLang 0.5.1's scheduler gauges, issue 13485, no
+// latency histograms) gives the per-user speed as the system rate over the
+// running requests, as the README says. The page is the real one; its
+// gauges are set to 4 running at 400 tok/s and it is scraped each second.
+func TestSGLangGenThroughputOnlyPerUser(t *testing.T) {
+	page, err := os.ReadFile("testdata/wild/sglang-2025-issue13485-v0.5.1-gen-throughput-only/1763424000000.prom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page = bytes.Replace(page, []byte(`tp_rank="0"} 0.8371284457403783`), []byte(`tp_rank="0"} 400.0`), 1)
+	page = bytes.Replace(page, []byte(`sglang:num_running_reqs{engine_type="unified",model_name="Qwen-32B",pp_rank="0",tp_rank="0"} 1.0`),
+		[]byte(`sglang:num_running_reqs{engine_type="unified",model_name="Qwen-32B",pp_rank="0",tp_rank="0"} 4.0`), 1)
+	if bytes.Count(page, []byte("400.0")) != 1 || bytes.Count(page, []byte("} 4.0")) != 1 {
+		t.Fatal("the page changed: no gauges to set")
+	}
+	dir := t.TempDir()
+	start := time.Date(2025, 11, 18, 0, 0, 0, 0, time.UTC)
+	for i := range 21 {
+		name := fmt.Sprintf("%d.prom", start.Add(time.Duration(i)*time.Second).UnixMilli())
+		if err := os.WriteFile(filepath.Join(dir, name), page, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out closed
+	var warn bytes.Buffer
+	o := Options{MetricsDir: dir, Engine: "auto", Window: 10 * time.Second, Server: "s", Host: "h", TZ: "UTC"}
+	if err := Run(context.Background(), o, &out, &warn); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range out {
+		for _, w := range c.Servers {
+			if !w.SystemTPS.OK || w.SystemTPS.V < 399 || w.SystemTPS.V > 401 {
+				continue
+			}
+			n++
+			if !w.PerUserTPS.OK || math.Abs(w.PerUserTPS.V-100) > 0.5 {
+				t.Errorf("window %s: per_user_tps %v, want 400 tok/s over 4 running = 100", w.Start.Format(time.TimeOnly), w.PerUserTPS)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no window at the page's 400 tok/s (warnings: %s)", warn.String())
 	}
 }
