@@ -380,8 +380,6 @@ var (
 	// or hybrid models' "full token usage" with "swa token usage" or
 	// "mamba usage"; 2024's "cache hit rate" before it.
 	sglPrefill = lazy(`Prefill batch(?: \[\d+\])?[.,] #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), (.*?)#running-req: (\d+), #queue-req: (\d+)`)
-	sglUsage   = lazy(`(?:^|, )(full |swa )?token usage: ([0-9.]+)`)
-	sglAccept  = lazy(`accept len: ([0-9.]+)`)
 	sglPrefix  = lazy(`\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|\d\d:\d\d:\d\d)((?: (?:NP|DP|PP|TP|EP)\d+)*)\] `)
 	sglRank    = lazy(`(DP|TP)(\d+)`)
 )
@@ -475,11 +473,28 @@ const maxSGLangRanks = 1024
 // hybrid model the larger of "full token usage" and "swa token usage", as
 // SGLang's own token_usage gauge takes it; -1 when none is printed.
 func sglangKV(fields string) float64 {
+	const mark = "token usage: "
 	kv := -1.0
-	for _, u := range sglUsage.FindAllStringSubmatch(fields, -1) {
-		kv = max(kv, num(u[2]))
+	for rest := fields; ; {
+		i := strings.Index(rest, mark)
+		if i < 0 {
+			return kv
+		}
+		// "token usage", "full token usage" or "swa token usage", after
+		// ", " or first; "mamba usage" is none of them.
+		if before := strings.TrimSuffix(strings.TrimSuffix(rest[:i], "full "), "swa "); before == "" || strings.HasSuffix(before, ", ") {
+			kv = max(kv, num(field(rest[i+len(mark):])))
+		}
+		rest = rest[i+len(mark):]
 	}
-	return kv
+}
+
+// field is s up to its first comma.
+func field(s string) string {
+	if i := strings.IndexByte(s, ','); i >= 0 {
+		return s[:i]
+	}
+	return s
 }
 
 // sglangSpan is the time a decode line's tokens took at its stated rate:
@@ -490,8 +505,9 @@ func sglangSpan(running, rate float64, fields string) time.Duration {
 		return 0
 	}
 	tokens := sglangSteps * running
-	if a := sglAccept.FindStringSubmatch(fields); a != nil {
-		if acc := num(a[1]); acc >= 1 {
+	const accept = "accept len: "
+	if i := strings.Index(fields, accept); i >= 0 {
+		if acc := num(field(fields[i+len(accept):])); acc >= 1 {
 			tokens *= acc
 		}
 	}

@@ -90,9 +90,6 @@ func (p *Parser) stampISO(b []byte) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	if t, ok := p.sameSecond(b[c:]); ok {
-		if fractionEnd(b[c:], len("dddd-dd-ddTdd:dd:dd")) == len("dddd-dd-ddTdd:dd:dd") {
-			p.stampRes = time.Second
-		}
 		return t, true
 	}
 	// Both patterns start with the date: no match starts before it.
@@ -143,6 +140,9 @@ func (p *Parser) sameSecond(b []byte) (time.Time, bool) {
 	zone := c.text[secs:]
 	if zoneLen(b[fe:]) != len(zone) || string(b[fe:fe+len(zone)]) != string(zone) {
 		return time.Time{}, false
+	}
+	if fe == secs {
+		p.stampRes = time.Second
 	}
 	return c.t.Add(fraction(b[secs:fe])), true
 }
