@@ -21,11 +21,11 @@ func format(r Record) string {
 	f("prompt", r.PromptTPS)
 	f("tokens", r.Tokens)
 	f("prompt_tokens", r.PromptTokens)
-	if r.Duration > 0 {
+	switch {
+	case r.Kind == Stat && r.Duration > 0:
+		fmt.Fprintf(&b, " span=%v", r.Duration.Round(time.Millisecond))
+	case r.Duration > 0:
 		fmt.Fprintf(&b, " dur=%v", r.Duration)
-	}
-	if r.Span > 0 {
-		fmt.Fprintf(&b, " span=%v", r.Span.Round(time.Millisecond))
 	}
 	f("user", r.UserTPS)
 	if r.SinceStartTPS >= 0 && r.SinceStartTPS != r.UserTPS {

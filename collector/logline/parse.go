@@ -310,7 +310,6 @@ func (p *Parser) finish(r Record, line []byte) (Record, bool) {
 	}
 	if r.Time.IsZero() && p.Timestamps {
 		r.Time = p.stamp(line)
-		r.Res = p.stampRes
 	}
 	if !r.Time.IsZero() && r.Time.After(p.lastDate) {
 		p.lastDate = r.Time
@@ -416,8 +415,8 @@ func (p *Parser) sglang(s string) (Record, bool) {
 		// decode line over exactly the time since it (scheduler
 		// log_decode_stats): the line's span is those tokens over it.
 		r.GapIsExact = true
-		r.Span = sglangSpan(r.Running, r.GenTPS, m[2])
-		r.DefaultGap = r.Span
+		r.Duration = sglangSpan(r.Running, r.GenTPS, m[2])
+		r.DefaultGap = r.Duration
 		if r.DefaultGap == 0 {
 			r.DefaultGap = time.Second
 		}

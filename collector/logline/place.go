@@ -65,8 +65,9 @@ func (pl *Placer) Line(line []byte) {
 	if ok && !rec.Time.IsZero() {
 		pl.resolve(rec.Time)
 		switch {
-		case rec.Kind == Stat && rec.Span > 0 && rec.Res > 0:
-			pl.chained(rec)
+		case rec.Kind == Stat && rec.Duration > 0 && pl.P.stampRes > 0:
+			// The line says its span; its stamp (just read) says less.
+			pl.chained(rec, pl.P.stampRes)
 		case rec.Kind == Stat && pl.chains != nil:
 			pl.unchain(rec.Key)
 			fallthrough
@@ -180,7 +181,7 @@ func (pl *Placer) resolve(next time.Time) {
 // returns every placed record in time order of the log (none with Emit).
 func (pl *Placer) Close() []Placed {
 	for _, c := range pl.chains {
-		pl.flushRun(c, Record{})
+		pl.flushRun(c, Record{}, 0)
 	}
 	for _, r := range pl.pending {
 		if pl.prev.IsZero() {
@@ -195,7 +196,7 @@ func (pl *Placer) Close() []Placed {
 }
 
 // chain places the lines of one reporter that say how long they cover
-// (Record.Span) but carry a stamp coarser than their spacing: SGLang
+// (a Stat Record's Duration) but carry a stamp coarser than their spacing: SGLang
 // prints "13:53:38" on five decode lines 0.175 s apart, and each line's
 // time follows the one before by its own span, kept within the second its
 // stamp allows. The span a line is given is then what it says, never the
@@ -204,15 +205,18 @@ type chain struct {
 	end      time.Time // the last line's time
 	anchored bool      // end is known: the lines of the first stamp are placed
 	// run holds the lines of the reporter's first stamp, until a line of
-	// a later stamp tells where in their second they end.
+	// a later stamp tells where in their second they end; res is that
+	// stamp's resolution.
 	run []Record
+	res time.Duration
 }
 
 // maxRun bounds the lines held for one stamp.
 const maxRun = 4096
 
-// chained places r, a line with its own span and a coarse stamp.
-func (pl *Placer) chained(r Record) {
+// chained places r, a line with its own span and a stamp of resolution
+// res.
+func (pl *Placer) chained(r Record, res time.Duration) {
 	if pl.chains == nil {
 		pl.chains = map[string]*chain{}
 	}
@@ -223,16 +227,16 @@ func (pl *Placer) chained(r Record) {
 	}
 	if !c.anchored {
 		if len(c.run) == 0 || r.Time.Equal(c.run[0].Time) && len(c.run) < maxRun {
-			c.run = append(c.run, r)
+			c.run, c.res = append(c.run, r), res
 			return
 		}
 		next := r
 		if r.Time.Before(c.run[0].Time) {
 			next = Record{} // a stamp going back says nothing of the run
 		}
-		pl.flushRun(c, next)
+		pl.flushRun(c, next, res)
 	}
-	lo, hi := r.Time, r.Time.Add(r.Res)
+	lo, hi := r.Time, r.Time.Add(res)
 	if hi.Before(c.end) {
 		// The stamp went back past the chain: it starts again there.
 		c.end = r.Time
@@ -242,7 +246,7 @@ func (pl *Placer) chained(r Record) {
 	// Behind the stamp, the line is stretched to it: the spans said less
 	// than the stamps (requests finished within the steps). Ahead of its
 	// second, it is held at the end of that second.
-	e := c.end.Add(r.Span)
+	e := c.end.Add(r.Duration)
 	if e.Before(lo) {
 		e = lo
 	}
@@ -260,31 +264,31 @@ func (pl *Placer) chained(r Record) {
 // by its own stamp.
 func (pl *Placer) unchain(key string) {
 	if c := pl.chains[key]; c != nil && !c.anchored {
-		pl.flushRun(c, Record{})
+		pl.flushRun(c, Record{}, 0)
 	}
 }
 
 // flushRun places the lines held for a reporter's first stamp, all in
 // the second [S, S+res) that stamp allows, each its span after the one
 // before: the last one where next (the reporter's first line of a later
-// stamp; zero: none) follows it by its own span, as near the middle of
-// what the stamps allow as they allow.
-func (pl *Placer) flushRun(c *chain, next Record) {
+// stamp, of resolution nextRes; zero: none) follows it by its own span,
+// as near the middle of what the stamps allow as they allow.
+func (pl *Placer) flushRun(c *chain, next Record, nextRes time.Duration) {
 	run := c.run
 	if len(run) == 0 {
 		return
 	}
-	s, res := run[0].Time, run[0].Res
+	s, res := run[0].Time, c.res
 	var inner time.Duration
 	for _, r := range run[1:] {
-		inner += r.Span
+		inner += r.Duration
 	}
 	lo, hi := s.Add(inner), s.Add(res)
 	if !next.Time.IsZero() {
-		if b := next.Time.Add(-next.Span); b.After(lo) {
+		if b := next.Time.Add(-next.Duration); b.After(lo) {
 			lo = b
 		}
-		if b := next.Time.Add(next.Res - next.Span); b.Before(hi) {
+		if b := next.Time.Add(nextRes - next.Duration); b.Before(hi) {
 			hi = b
 		}
 	}
@@ -298,7 +302,7 @@ func (pl *Placer) flushRun(c *chain, next Record) {
 	times := make([]time.Time, len(run))
 	times[len(run)-1] = end
 	for i := len(run) - 1; i > 0; i-- {
-		t := times[i].Add(-run[i].Span)
+		t := times[i].Add(-run[i].Duration)
 		if t.Before(s) {
 			t = s
 		}

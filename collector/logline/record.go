@@ -54,20 +54,16 @@ type Record struct {
 	// GapIsExact says the line's average is over all the time since the
 	// previous line of its reporter, however long (SGLang).
 	GapIsExact bool
-	// Span is the interval the line's own numbers say it covers (SGLang:
-	// decode steps x running x accept len / gen throughput); 0: unknown.
-	// It places lines that share a coarse stamp (Placer) and is the first
-	// line's span.
-	Span time.Duration
-	// Res is the resolution of Time as the line printed it (1 s for
-	// "2026-03-22 13:53:37"; 0 for a finer stamp or none).
-	Res time.Duration
 
 	GenTPS, PromptTPS float64 // Stat: tokens/s over the interval
 	Tokens            float64 // Request: output tokens; Progress: decoded so far; Batch: new prompt tokens
 	PromptTokens      float64 // Request: prompt tokens (llama.cpp prompt eval)
-	Duration          time.Duration
-	UserTPS           float64 // the speed one stream saw
+	// Duration is a Request's span; for a Stat line, the span its own
+	// numbers say it covers (SGLang: steps x running x accept len / gen
+	// throughput), 0 when they do not: it places lines that share a
+	// coarse stamp (Placer) and is the first line's span.
+	Duration time.Duration
+	UserTPS  float64 // the speed one stream saw
 	// SinceStartTPS is a Progress line's average since its request began
 	// decoding (llama.cpp tg): what dates the tokens decoded before the
 	// first line read. UserTPS there is the latest speed (tg_3s).
