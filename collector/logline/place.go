@@ -2,6 +2,7 @@ package logline
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"time"
 )
@@ -180,8 +181,15 @@ func (pl *Placer) resolve(next time.Time) {
 // and take the last timestamp before them (Far), or none (Untimed). It
 // returns every placed record in time order of the log (none with Emit).
 func (pl *Placer) Close() []Placed {
-	for _, c := range pl.chains {
-		pl.flushRun(c, Record{}, 0)
+	// In the order of the reporters' keys: replay's output does not
+	// depend on a map's.
+	keys := make([]string, 0, len(pl.chains))
+	for k := range pl.chains {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		pl.flushRun(pl.chains[k], Record{}, 0)
 	}
 	for _, r := range pl.pending {
 		if pl.prev.IsZero() {
@@ -195,12 +203,12 @@ func (pl *Placer) Close() []Placed {
 	return pl.out
 }
 
-// chain places the lines of one reporter that say how long they cover
-// (a Stat Record's Duration) but carry a stamp coarser than their spacing: SGLang
-// prints "13:53:38" on five decode lines 0.175 s apart, and each line's
-// time follows the one before by its own span, kept within the second its
-// stamp allows. The span a line is given is then what it says, never the
-// stamp's resolution (design §3).
+// chain places the lines of one reporter that say how long they cover (a
+// Stat Record's Duration) but carry a stamp coarser than their spacing:
+// SGLang prints "13:53:38" on five decode lines 0.175 s apart, and each
+// line's time follows the one before by its own span, kept within the
+// second its stamp allows. The span a line is given is then what it says,
+// never the stamp's resolution (design §3).
 type chain struct {
 	end      time.Time // the last line's time
 	anchored bool      // end is known: the lines of the first stamp are placed
