@@ -170,13 +170,6 @@ func (l *capListener) track(nc net.Conn, st http.ConnState) {
 	}
 }
 
-// open is how many connections are open.
-func (l *capListener) open() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.conns)
-}
-
 func (l *capListener) Close() error {
 	l.closeOnce.Do(func() { close(l.closing) })
 	return l.Listener.Close()
