@@ -8,6 +8,7 @@ ifeq ($(VERSION),)
 VERSION := 0.1.0-dev+$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 endif
 NFPM    := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.43.0
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOARCH  := $(shell $(GO) env GOARCH)
 DIST    ?= dist
 LDFLAGS := -X main.version=$(VERSION)
@@ -38,6 +39,7 @@ demo:
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 
 test: influxd tmux chromium llama-server vet
 	$(GO) test -count=1 ./...
