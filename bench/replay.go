@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tpsmon/tpsmon/internal/sim/logsim"
+	"github.com/tpsmon/tpsmon/sim/logsim"
 )
 
 // replay runs `tpsmon replay` on the noise-heavy vLLM log and on the S2

@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
+	"github.com/tpsmon/tpsmon/sim/vllmsim"
 )
 
 // page adds to a simulated server's metrics what a real one shows beside
@@ -438,7 +438,7 @@ Each cell is min / median / max over the runs (a single value for one run).
 | lines per CPU second | %s | %s | %s | ≥ 1,000,000 (tpsmon) |
 
 The parser alone: `+"`go test -bench Parse ./collector/logline`"+`; the log path end to end without the harness:
-`+"`go test -run XXX -bench LogPath ./internal/agent`"+` (lines per CPU second).
+`+"`go test -run XXX -bench LogPath ./daemon/agent`"+` (lines per CPU second).
 `, n, n, runs, spread(t, "%.2f"), spread(g, "%.2f"), spread(perSec(t), "%.0f"), spread(perSec(g), "%.0f"), spread(rs, "%.2f")), nil
 }
 

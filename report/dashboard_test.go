@@ -13,9 +13,9 @@ import (
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
 	"github.com/tpsmon/tpsmon/internal/influxql"
-	"github.com/tpsmon/tpsmon/internal/sim/fleetsim"
 	"github.com/tpsmon/tpsmon/schema"
-	"github.com/tpsmon/tpsmon/sink/influxtest"
+	"github.com/tpsmon/tpsmon/sim/fleetsim"
+	"github.com/tpsmon/tpsmon/testkit/influxtest"
 )
 
 // rawWindow is the dashboard test's raw windows: 2 minutes, 30 to an hour's

@@ -18,7 +18,7 @@ import (
 	"github.com/tpsmon/tpsmon/internal/influxql"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink"
-	"github.com/tpsmon/tpsmon/sink/influxtest"
+	"github.com/tpsmon/tpsmon/testkit/influxtest"
 )
 
 var update = flag.Bool("update", false, "rewrite packaging/grafana/tpsmon.json and docs/report.png (the 24 h range of TestReportRanges)")

@@ -15,9 +15,9 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
-	"github.com/tpsmon/tpsmon/internal/sim/fleetsim"
+	"github.com/tpsmon/tpsmon/sim/fleetsim"
 	"github.com/tpsmon/tpsmon/sink"
-	"github.com/tpsmon/tpsmon/sink/influxtest"
+	"github.com/tpsmon/tpsmon/testkit/influxtest"
 )
 
 var shots = flag.String("shots", "", "also save the range screenshots of TestReportRanges in this directory")

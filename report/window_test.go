@@ -10,7 +10,7 @@ import (
 
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink"
-	"github.com/tpsmon/tpsmon/sink/influxtest"
+	"github.com/tpsmon/tpsmon/testkit/influxtest"
 )
 
 // writeFiveSecond writes six hours of 5-second windows: on node-a (with

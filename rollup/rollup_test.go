@@ -17,7 +17,7 @@ import (
 	"github.com/tpsmon/tpsmon/report"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink"
-	"github.com/tpsmon/tpsmon/sink/influxtest"
+	"github.com/tpsmon/tpsmon/testkit/influxtest"
 )
 
 var day0 = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)

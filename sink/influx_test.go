@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/schema"
-	"github.com/tpsmon/tpsmon/sink/influxtest"
+	"github.com/tpsmon/tpsmon/testkit/influxtest"
 	"github.com/tpsmon/tpsmon/window"
 )
 

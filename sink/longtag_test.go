@@ -9,8 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/tpsmon/tpsmon/schema"
-	"github.com/tpsmon/tpsmon/sink/influxtest"
 	"github.com/tpsmon/tpsmon/sink/spool"
+	"github.com/tpsmon/tpsmon/testkit/influxtest"
 	"github.com/tpsmon/tpsmon/window"
 )
 

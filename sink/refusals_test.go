@@ -14,8 +14,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/tpsmon/tpsmon/sink/influxtest"
 	"github.com/tpsmon/tpsmon/sink/spool"
+	"github.com/tpsmon/tpsmon/testkit/influxtest"
 )
 
 // typeConflict refuses, as InfluxDB 1.8 does a field type conflict, every

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/sink/influxtest"
 	"github.com/tpsmon/tpsmon/sink/spool"
+	"github.com/tpsmon/tpsmon/testkit/influxtest"
 )
 
 // TestProxy413IsTransient puts a proxy that answers 413 to every write in

@@ -24,8 +24,8 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
-	"github.com/tpsmon/tpsmon/internal/sim/fleetsim"
 	"github.com/tpsmon/tpsmon/report"
+	"github.com/tpsmon/tpsmon/sim/fleetsim"
 	"github.com/tpsmon/tpsmon/sink"
 )
 
@@ -155,7 +155,7 @@ func run() error {
 
 Taken %s on %d CPU cores, %s; InfluxDB 1.8.10 on loopback, started by the harness. Command:
 `+"`go run ./bench/reportscale -hosts %d -gpus %d -days %d -raw-window %v`"+`. Simulated fleet
-(internal/sim/fleetsim): a daily load wave, 2-minute phases, every fifth host with 2 unused GPUs.
+(sim/fleetsim): a daily load wave, 2-minute phases, every fifth host with 2 unused GPUs.
 
 | loaded | points | time | points/s |
 |---|---|---|---|

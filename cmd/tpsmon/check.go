@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/tpsmon/tpsmon/internal/preflight"
+	"github.com/tpsmon/tpsmon/daemon/preflight"
 	"github.com/tpsmon/tpsmon/internal/redact"
 )
 

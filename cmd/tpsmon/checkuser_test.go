@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/internal/preflight"
-	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
-	"github.com/tpsmon/tpsmon/internal/tpsmonbin"
+	"github.com/tpsmon/tpsmon/daemon/preflight"
+	"github.com/tpsmon/tpsmon/sim/vllmsim"
+	"github.com/tpsmon/tpsmon/testkit/tpsmonbin"
 )
 
 // Run as root, check runs again as the service user, whose own output

@@ -17,14 +17,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/internal/config"
-	"github.com/tpsmon/tpsmon/internal/config/configtest"
-	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
+	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/internal/statefile"
-	"github.com/tpsmon/tpsmon/internal/tpsmonbin"
+	"github.com/tpsmon/tpsmon/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/sink"
-	"github.com/tpsmon/tpsmon/sink/influxtest"
 	"github.com/tpsmon/tpsmon/sink/spool"
+	"github.com/tpsmon/tpsmon/testkit/configtest"
+	"github.com/tpsmon/tpsmon/testkit/influxtest"
+	"github.com/tpsmon/tpsmon/testkit/tpsmonbin"
 )
 
 // runCLI runs tpsmon in-process with args and returns its output and error.

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
-	"github.com/tpsmon/tpsmon/sink/influxtest"
+	"github.com/tpsmon/tpsmon/sim/vllmsim"
+	"github.com/tpsmon/tpsmon/testkit/influxtest"
 )
 
 // proc is a tpsmon process of the test.

@@ -14,13 +14,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tpsmon/tpsmon/collector"
-	"github.com/tpsmon/tpsmon/internal/agent"
-	"github.com/tpsmon/tpsmon/internal/api"
-	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/daemon/agent"
+	"github.com/tpsmon/tpsmon/daemon/api"
+	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/internal/httpserve"
 	"github.com/tpsmon/tpsmon/internal/logging"
-	"github.com/tpsmon/tpsmon/internal/sim/gpusim"
-	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
+	"github.com/tpsmon/tpsmon/sim/gpusim"
+	"github.com/tpsmon/tpsmon/sim/vllmsim"
 )
 
 func newDemoCmd() *cobra.Command {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/tpsmon/tpsmon/internal/agent"
+	"github.com/tpsmon/tpsmon/daemon/agent"
 	"github.com/tpsmon/tpsmon/sink"
 )
 

@@ -14,9 +14,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/daemon/preflight"
 	_ "github.com/tpsmon/tpsmon/internal/maxprocs" // one P, set before the other initialisers run
-	"github.com/tpsmon/tpsmon/internal/preflight"
 	"github.com/tpsmon/tpsmon/internal/redact"
 )
 

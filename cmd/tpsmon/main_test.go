@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tpsmon/tpsmon/internal/testparallel"
+	"github.com/tpsmon/tpsmon/testkit/testparallel"
 )
 
 // runMain in the environment makes this test binary run tpsmon's main:

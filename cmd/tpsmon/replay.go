@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tpsmon/tpsmon/internal/replay"
+	"github.com/tpsmon/tpsmon/daemon/replay"
 )
 
 type replayOpts struct {

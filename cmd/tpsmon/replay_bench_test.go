@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/internal/cpuclock"
-	"github.com/tpsmon/tpsmon/internal/sim/logsim"
+	"github.com/tpsmon/tpsmon/sim/logsim"
 )
 
 // BenchmarkReplayLog replays logs with the engine detected, and reports

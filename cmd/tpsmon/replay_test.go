@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/internal/replay"
+	"github.com/tpsmon/tpsmon/daemon/replay"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink"
 )

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/report"
 )
 

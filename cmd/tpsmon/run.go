@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tpsmon/tpsmon/internal/agent"
-	"github.com/tpsmon/tpsmon/internal/config"
+	"github.com/tpsmon/tpsmon/daemon/agent"
+	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/internal/heapgoal"
 	"github.com/tpsmon/tpsmon/internal/logging"
 	"github.com/tpsmon/tpsmon/sink"

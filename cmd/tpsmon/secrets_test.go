@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/internal/sim/vllmsim"
-	"github.com/tpsmon/tpsmon/sink/influxtest"
+	"github.com/tpsmon/tpsmon/sim/vllmsim"
+	"github.com/tpsmon/tpsmon/testkit/influxtest"
 )
 
 // TestCheckMasksCredentials: URLs with credentials (the InfluxDB URL, a

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/tpsmon/tpsmon/internal/sim/sdnotify"
+	"github.com/tpsmon/tpsmon/sim/sdnotify"
 )
 
 func TestSystemdLifecycle(t *testing.T) {

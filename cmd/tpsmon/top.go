@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tpsmon/tpsmon/collector"
-	"github.com/tpsmon/tpsmon/internal/top"
+	"github.com/tpsmon/tpsmon/daemon/top"
 )
 
 func newTopCmd() *cobra.Command {

@@ -1,0 +1,552 @@
+// Package agent is the tpsmon daemon: it starts the sources, runs the
+// joiner on its own loop, hands closed windows to the outputs and InfluxDB,
+// serves self-telemetry, and talks to systemd (design §2, §7). New builds
+// one from a configuration; Run runs it until its context ends.
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+
+	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/daemon/live"
+	"github.com/tpsmon/tpsmon/internal/httpserve"
+	"github.com/tpsmon/tpsmon/internal/redact"
+	"github.com/tpsmon/tpsmon/internal/statefile"
+	"github.com/tpsmon/tpsmon/internal/wake"
+	"github.com/tpsmon/tpsmon/nvml"
+	"github.com/tpsmon/tpsmon/sim/gpusim"
+	"github.com/tpsmon/tpsmon/sink"
+	"github.com/tpsmon/tpsmon/sink/spool"
+)
+
+// stopTimeout bounds the final delivery at shutdown.
+const stopTimeout = 10 * time.Second
+
+// OpenBackend returns the opener of the configured GPU backend; nil for
+// none. sim GPUs idle unless a load is given.
+func OpenBackend(cfg *config.Config, load func(time.Time) float64) func() (GPUSampler, error) {
+	switch cfg.GPU.Backend {
+	case "nvml":
+		return func() (GPUSampler, error) {
+			s, err := nvml.OpenSystem(cfg.GPU.Devices)
+			if err != nil {
+				return nil, err
+			}
+			return s, nil
+		}
+	case "sim":
+		if load == nil {
+			load = func(time.Time) float64 { return 0 }
+		}
+		return func() (GPUSampler, error) { return gpusim.New(cfg.GPU.SimGPUs, load), nil }
+	}
+	return nil
+}
+
+// Options are the agent's optional parts; the zero value runs what the
+// configuration says.
+type Options struct {
+	// Log receives the daemon's log; nil discards it.
+	Log *slog.Logger
+	// Version names this build in the log and to InfluxDB.
+	Version string
+	// OpenGPU replaces the configured GPU backend (demo, tests).
+	OpenGPU func() (GPUSampler, error)
+	// Outputs replace the file sink: closed windows go there (and to
+	// InfluxDB when one is configured).
+	Outputs []WindowWriter
+	// Reload delivers SIGHUP; Load re-reads the configuration then, and
+	// SetLevel applies its log level.
+	Reload   <-chan os.Signal
+	Load     func() (*config.Config, error)
+	SetLevel func(level string)
+	// Listening is told where the HTTP endpoint listens.
+	Listening func(addr net.Addr)
+	// Client reads the servers' metrics; nil: one with a 5 s timeout.
+	Client *http.Client
+	// LogPoll is how often log files are read; 0: the tailer's default.
+	LogPoll time.Duration
+	// AttribEvery is how often servers with gpus: auto are placed on
+	// their GPUs; 0: attribEvery.
+	AttribEvery time.Duration
+	// GPURetry is how long a GPU backend that failed to open waits before
+	// the next try; 0: defaultGPURetry.
+	GPURetry time.Duration
+	// LogGrace replaces the grace of log sources (defaultLogGrace).
+	LogGrace time.Duration
+	// PositionDir keeps the log positions the joiner took; empty: beside
+	// the spool when InfluxDB is used, else a log is read from its end at
+	// each start.
+	PositionDir string
+	// Notify tells the service manager the daemon's state (sd_notify
+	// messages); nil: systemd's NOTIFY_SOCKET, nothing outside systemd.
+	// The watchdog's timeout is read from WATCHDOG_USEC either way.
+	Notify func(state string) error
+	// StopSources is how long shutdown waits for the sources to end;
+	// 0: defaultStopSources.
+	StopSources time.Duration
+	// StallAfter is how long the main loop or the GPU sampler may make no
+	// progress before the watchdog is starved; 0: three ticks of the
+	// loop or the sampler, and at least defaultStall.
+	StallAfter time.Duration
+}
+
+// Agent is one daemon.
+type Agent struct {
+	cfg     *config.Config
+	o       Options
+	metrics *metrics
+	// http bounds the HTTP endpoint; its MaxConns comes from
+	// http.max_connections at Run. Tests shorten the timeouts.
+	http httpserve.Limits
+}
+
+// New returns the daemon of cfg; nothing starts before Run.
+func New(cfg *config.Config, o Options) *Agent {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Agent{cfg: cfg, o: o, metrics: newMetrics(), http: httpserve.Defaults()}
+}
+
+// defaultStall is the shortest time without progress that starves the
+// watchdog: a loaded machine must not restart a healthy daemon.
+const defaultStall = 3 * time.Second
+
+// Run runs the daemon until ctx ends, then closes the open windows as
+// partial and delivers what it can within stopTimeout.
+func (a *Agent) Run(ctx context.Context) error {
+	cfg, log, o := a.cfg, a.o.Log, a.o
+	openGPU := o.OpenGPU
+	if openGPU == nil {
+		openGPU = OpenBackend(cfg, nil)
+	}
+	p := &pipeline{cfg: cfg, log: log, openGPU: openGPU, reconf: make(chan reconfig), applied: make(chan struct{}),
+		logPoll: o.LogPoll, logGrace: o.LogGrace, metrics: a.metrics, client: o.Client, attribEvery: o.AttribEvery}
+	if p.attribEvery <= 0 {
+		p.attribEvery = attribEvery
+	}
+	p.gpuRetry = o.GPURetry
+	if p.stopSources = o.StopSources; p.stopSources <= 0 {
+		p.stopSources = defaultStopSources
+	}
+	if p.client == nil {
+		p.client = collector.NewClient(5 * time.Second)
+	}
+	stale := o.StallAfter
+	if stale <= 0 {
+		stale = max(defaultStall, 3*min(cfg.Window/10, time.Second), 3*cfg.GPU.Interval)
+	}
+	tel := &telemetry{p: p, stale: stale, pprof: cfg.HTTP.Pprof}
+	influx, closeAll, err := a.assemble(p, tel)
+	defer closeAll()
+	if err != nil {
+		return err
+	}
+	if len(cfg.Servers) == 0 && cfg.Discovery.Enabled {
+		cfg.Servers = Discover(ctx, p.client, cfg.Discovery.Ports, log)
+	}
+	if len(cfg.Servers) == 0 {
+		log.Warn("no inference server configured or discovered; sampling GPUs only")
+	}
+
+	ready := make(chan struct{})
+	p.ready = func() { close(ready) }
+	p.stopping = func() { a.notify(daemon.SdNotifyStopping) }
+	loopCtx, stopLoop := context.WithCancel(ctx)
+	defer stopLoop()
+	done := make(chan error, 1)
+	go func() { done <- p.run(loopCtx) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		return err
+	}
+	log.Info("tpsmon running", "version", o.Version, "host", cfg.Host, "window", cfg.Window,
+		"servers", len(cfg.Servers), "gpu_backend", cfg.GPU.Backend, "influx", redact.URL(cfg.Sink.Influx.URL))
+	return a.supervise(p, tel, influx, done)
+}
+
+// assemble gives the pipeline its outputs (InfluxDB through the spool,
+// the given outputs or the file sink, the API's view) and starts the HTTP
+// endpoint: the one place a daemon is put together. closeAll undoes what
+// was started, in reverse, also after an error.
+func (a *Agent) assemble(p *pipeline, tel *telemetry) (influx *sink.SpoolWriter, closeAll func(), err error) {
+	cfg, log, o := a.cfg, a.o.Log, a.o
+	var closers []func()
+	closeAll = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	if cfg.Sink.Influx.URL != "" {
+		// One daemon per state directory: a second one would append to
+		// and send the same spool (run --once has no InfluxDB, no state).
+		lock, err := lockState(cfg.Sink.Spool.Dir)
+		if err != nil {
+			return nil, closeAll, err
+		}
+		closers = append(closers, func() { lock.Close() })
+		out, stop, err := startInflux(cfg, log, o.Version)
+		if err != nil {
+			return nil, closeAll, err
+		}
+		closers = append(closers, stop)
+		influx = out
+		p.outputs = append(p.outputs, out)
+		p.stateDir = cfg.Sink.Spool.Dir
+		tel.spool, tel.sender = out.Spool, out.Sender
+		// Log positions in the state directory with the spool: both must
+		// survive a restart. Earlier versions kept them beside it.
+		pos, err := statefile.Dir(cfg.Sink.Spool.Dir, "positions")
+		if err != nil {
+			return nil, closeAll, fmt.Errorf("log positions: %w", err)
+		}
+		movePositions(filepath.Join(filepath.Dir(cfg.Sink.Spool.Dir), "positions"), pos, log)
+		p.posDir = pos
+	}
+	if o.PositionDir != "" {
+		p.posDir = o.PositionDir
+	}
+	switch {
+	case o.Outputs != nil:
+		p.outputs = append(p.outputs, o.Outputs...)
+	case influx == nil && cfg.Sink.File.Path == config.NoFileSink:
+		log.Warn("no InfluxDB configured (sink.influx.url) and sink.file.path is none: points are not written; " +
+			"the open and recent windows are still on http.listen and in tpsmon top")
+	case influx == nil:
+		f, err := sink.OpenFile(cfg.Sink.File.Path)
+		if err != nil {
+			return nil, closeAll, err
+		}
+		closers = append(closers, func() { f.Close() })
+		p.outputs = append(p.outputs, sink.NewLPWriter(f))
+	}
+	if cfg.HTTP.Listen != "" {
+		view := live.New(cfg.Host, cfg.Window, nil)
+		p.live, tel.windows = view, view
+		p.outputs = append(p.outputs, view)
+		addr, stopHTTP, err := tel.serve(cfg.HTTP.Listen, a.httpLimits(), log)
+		if err != nil {
+			return nil, closeAll, err
+		}
+		closers = append(closers, stopHTTP)
+		log.Info("self-telemetry", "url", "http://"+addr.String()+"/metrics")
+		if o.Listening != nil {
+			o.Listening(addr)
+		}
+	}
+	return influx, closeAll, nil
+}
+
+// supervise tells systemd the daemon's status, applies reloads and feeds
+// the watchdog (at half its timeout, and only while the main loop and the
+// sampler make progress) until the main loop ends.
+func (a *Agent) supervise(p *pipeline, tel *telemetry, influx *sink.SpoolWriter, done <-chan error) error {
+	log := a.o.Log
+	status := statusLine(p, tel)
+	a.notify(daemon.SdNotifyReady + "\nSTATUS=" + status)
+	wd, _ := daemon.SdWatchdogEnabled(false)
+	beat := 5 * time.Second // status changes are not urgent; wakeups cost
+	if wd > 0 {
+		beat = min(time.Second, wd/2)
+	}
+	stale := tel.stale
+	ticker := wake.NewTicker(beat)
+	defer ticker.Stop()
+	lastPing, stuck := time.Time{}, false
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-a.o.Reload:
+			err := a.reload(p, influx)
+			if err != nil {
+				log.Error("reload rejected; the running configuration stays", "err", err)
+				a.metrics.reloadFailures.Inc()
+			}
+			p.reloadFailed(err)
+			// What the beat compares with: the GPU backend reopens after
+			// this, and the status must follow it.
+			status = statusLine(p, tel)
+			a.notify(daemon.SdNotifyReady + "\nSTATUS=" + status)
+		case now := <-ticker.C:
+			ticker.Next()
+			if s := statusLine(p, tel); s != status {
+				status = s
+				a.notify("STATUS=" + s)
+			}
+			if wd == 0 || now.Sub(lastPing) < wd/2-beat/2 {
+				continue
+			}
+			if p.healthy(now, stale) {
+				a.notify(daemon.SdNotifyWatchdog)
+				lastPing, stuck = now, false
+			} else if !stuck {
+				// What is stuck, and where our goroutines stand: the short
+				// trace a watchdog restart leaves (the unit stops with
+				// SIGTERM, not SIGABRT's full dump of every goroutine).
+				log.Error("main loop or GPU sampler stuck; withholding the watchdog keep-alive", "stale_after", stale,
+					"loop_age", now.Sub(time.Unix(0, p.loopAt.Load())).Round(time.Second),
+					"gpu_age", now.Sub(time.Unix(0, p.gpuAt.Load())).Round(time.Second), "stacks", ourStacks())
+				stuck = true
+			}
+		}
+	}
+}
+
+// statusLine adds the delivery state to the pipeline's status.
+func statusLine(p *pipeline, tel *telemetry) string {
+	s := p.status()
+	if tel.sender == nil {
+		return s
+	}
+	h := tel.sender.Health()
+	switch {
+	case h.ConfigError != "":
+		s += "; InfluxDB refuses the credentials or bucket"
+	case h.LastError != "":
+		s += fmt.Sprintf("; InfluxDB unreachable, %d points spooled", tel.spool.Stats().Points)
+	}
+	return s
+}
+
+// reload re-reads the configuration and applies it: servers, GPU
+// settings, InfluxDB client and log level change at once; keys that shape
+// the stored series or what the process holds open (window, grace, host,
+// spool, http.listen, whether InfluxDB is used at all) need a restart.
+// All or nothing: a file that does not load, or that drops keys the
+// running file sets (config.CheckReload), changes nothing.
+func (a *Agent) reload(p *pipeline, influx *sink.SpoolWriter) error {
+	log, o := a.o.Log, a.o
+	a.notify(daemon.SdNotifyReloading + "\n" + daemon.SdNotifyMonotonicUsec())
+	if o.Load == nil {
+		return errors.New("no configuration to reload")
+	}
+	nc, err := o.Load()
+	if err != nil {
+		return err
+	}
+	old := p.cfg
+	if err := config.CheckReload(old, nc); err != nil {
+		return err
+	}
+	var kept []string
+	keep := func(name string, differs bool) {
+		if differs {
+			kept = append(kept, name)
+		}
+	}
+	keep("window", nc.Window != old.Window)
+	keep("grace", nc.Grace != old.Grace)
+	keep("host", nc.Host != old.Host)
+	keep("sink.spool", nc.Sink.Spool != old.Sink.Spool)
+	keep("http.listen", nc.HTTP.Listen != old.HTTP.Listen)
+	keep("http.max_connections", nc.HTTP.MaxConnections != old.HTTP.MaxConnections)
+	keep("sink.influx.url (on/off)", (nc.Sink.Influx.URL == "") != (old.Sink.Influx.URL == ""))
+	keep("sink.file", nc.Sink.File != old.Sink.File)
+	nc.Window, nc.Grace, nc.Host, nc.Sink.Spool, nc.HTTP, nc.Sink.File = old.Window, old.Grace, old.Host, old.Sink.Spool, old.HTTP, old.Sink.File
+	if (nc.Sink.Influx.URL == "") != (old.Sink.Influx.URL == "") {
+		nc.Sink.Influx = old.Sink.Influx
+	}
+	if len(kept) > 0 {
+		log.Warn("reload: these keys change only at restart", "keys", strings.Join(kept, ", "))
+	}
+	if influx != nil && nc.Sink.Influx != old.Sink.Influx {
+		in, err := nc.InfluxClient(userAgent(o.Version))
+		if err != nil {
+			return err
+		}
+		influx.Sender.SetWriter(in)
+	}
+	if len(nc.Servers) == 0 && nc.Discovery.Enabled {
+		nc.Servers = old.Servers
+	}
+	// The main loop hands the opener to the sampler it starts: the one
+	// still retrying the old backend reads its own. A backend of
+	// Options.OpenGPU stays until the file names another.
+	rc := reconfig{cfg: nc}
+	if o.OpenGPU == nil || nc.GPU.Backend != old.GPU.Backend {
+		rc.openGPU, rc.newGPU = OpenBackend(nc, nil), true
+	}
+	if o.SetLevel != nil {
+		o.SetLevel(nc.Log.Level)
+	}
+	p.reconf <- rc
+	<-p.applied
+	log.Info("configuration reloaded", "servers", len(nc.Servers))
+	return nil
+}
+
+// notify tells systemd (or Options.Notify) about the daemon's state;
+// outside systemd (no NOTIFY_SOCKET) it does nothing.
+func (a *Agent) notify(state string) {
+	send := a.o.Notify
+	if send == nil {
+		send = sdNotify
+	}
+	if err := send(state); err != nil {
+		a.o.Log.Warn("systemd notification failed", "err", err)
+	}
+}
+
+func sdNotify(state string) error {
+	_, err := daemon.SdNotify(false, state)
+	return err
+}
+
+// httpLimits are the HTTP endpoint's bounds: http.max_connections, lowered
+// to a share of the open-file limit so that clients of the endpoint can
+// never take the descriptors scrapes need.
+func (a *Agent) httpLimits() httpserve.Limits {
+	lim := a.http
+	if n := a.cfg.HTTP.MaxConnections; n > 0 {
+		lim.MaxConns = n
+	}
+	if n, nofile := httpserve.CapToFiles(lim.MaxConns); n < lim.MaxConns {
+		a.o.Log.Warn("http.max_connections lowered to a quarter of the open-file limit", "configured", lim.MaxConns,
+			"max_connections", n, "nofile", nofile)
+		lim.MaxConns = n
+	}
+	return lim
+}
+
+// startInflux opens the spool and starts the sender that drains it into
+// InfluxDB. stop ends the sender, then gives it stopTimeout to deliver
+// what is spooled; the rest stays for the next start.
+func startInflux(cfg *config.Config, log *slog.Logger, version string) (out *sink.SpoolWriter, stop func(), err error) {
+	in, err := cfg.InfluxClient(userAgent(version))
+	if err != nil {
+		return nil, nil, err
+	}
+	sp, err := spool.Open(spool.Options{Dir: cfg.Sink.Spool.Dir, MaxBytes: int64(cfg.Sink.Spool.MaxBytes),
+		QuarantineMaxBytes: int64(cfg.Sink.Spool.QuarantineMaxBytes), Log: log})
+	if err != nil {
+		in.Close()
+		return nil, nil, fmt.Errorf("sink.spool.dir: %w", err)
+	}
+	// A refusal episode is over once no point was refused for a while:
+	// longer than a few windows, so that one window's point per server
+	// does not end and restart it.
+	sender := &sink.Sender{Spool: sp, W: in, Log: log, StaleAfter: max(30*time.Minute, 3*cfg.Window)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { sender.Run(ctx); close(done) }()
+	stop = func() {
+		cancel()
+		<-done
+		fctx, fcancel := context.WithTimeout(context.Background(), stopTimeout)
+		defer fcancel()
+		if err := sender.Flush(fctx); err != nil {
+			st := sp.Stats()
+			log.Warn("points left in the spool for the next start", "points", st.Points, "err", err)
+		}
+		h := sender.Health()
+		log.Info("influx sender stopped", "points_sent", h.Sent, "points_dropped", sp.Stats().Dropped)
+		sp.Close()
+		in.Close()
+	}
+	return sink.NewSpoolWriter(sp, sender), stop, nil
+}
+
+// userAgent names this tpsmon to InfluxDB.
+func userAgent(version string) string { return "tpsmon/" + version }
+
+// Discover probes the configured local ports for engines tpsmon reads.
+func Discover(ctx context.Context, client *http.Client, ports []int, log *slog.Logger) []config.ServerConfig {
+	var found []config.ServerConfig
+	for _, port := range ports {
+		u := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+		sc := &collector.Scraper{Server: "probe", URL: u, Interval: time.Second, Client: client}
+		if r := sc.Scrape(ctx); r.Err == nil {
+			engine := r.Sample.Engine
+			name := fmt.Sprintf("%s-%d", engine, port)
+			log.Info("discovered server", "server", name, "url", u, "engine", engine, "model", r.Sample.Model)
+			found = append(found, config.ServerConfig{Name: name, Engine: engine, MetricsURL: u,
+				GPUs: []string{"auto"}, ScrapeInterval: time.Second})
+		}
+	}
+	return found
+}
+
+// lockState checks the state directory and takes it for this process
+// for as long as the returned file is open.
+func lockState(dir string) (*os.File, error) {
+	if err := statefile.EnsureDir(dir); err != nil {
+		return nil, fmt.Errorf("sink.spool.dir: %w", err)
+	}
+	f, err := statefile.Lock(dir)
+	if err != nil {
+		return nil, fmt.Errorf("sink.spool.dir: %w", err)
+	}
+	return f, nil
+}
+
+// movePositions moves the log positions an earlier version kept beside
+// the state directory into it, once; a failure only means logs are read
+// from their end once. Only from a directory of tpsmon's own: positions
+// planted by another user would choose where logs are read from.
+func movePositions(old, cur string, log *slog.Logger) {
+	names, err := filepath.Glob(filepath.Join(old, "*.json"))
+	if err != nil || len(names) == 0 {
+		return
+	}
+	if err := statefile.Owned(old); err != nil {
+		log.Warn("log positions of an earlier version left where they are", "err", err)
+		return
+	}
+	for _, n := range names {
+		dst, err := statefile.Join(cur, filepath.Base(n))
+		if err != nil {
+			continue
+		}
+		if _, err := os.Lstat(dst); err == nil {
+			continue
+		}
+		if b, err := statefile.Read(n); err == nil && statefile.WriteAtomic(dst, b) == nil {
+			os.Remove(n)
+		}
+	}
+	os.Remove(old) // only when empty
+	log.Info("log positions moved into the state directory", "from", old, "to", cur)
+}
+
+// ourStacks is the goroutine profile cut to tpsmon's own frames, identical
+// stacks counted once: a few lines that say where each part waits.
+func ourStacks() string {
+	var buf bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&buf, 1); err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, block := range strings.Split(buf.String(), "\n\n") {
+		lines := strings.Split(block, "\n")
+		count, _, _ := strings.Cut(lines[0], " @")
+		var frames []string
+		for _, l := range lines[1:] {
+			f := strings.Fields(l)
+			if len(f) >= 4 && strings.Contains(f[2], "tpsmon/tpsmon/") {
+				name := f[2][strings.LastIndex(f[2], "/")+1:]
+				frames = append(frames, name+" "+filepath.Base(f[3]))
+			}
+		}
+		if len(frames) > 0 {
+			out = append(out, count+": "+strings.Join(frames, " < "))
+		}
+	}
+	return strings.Join(out, "; ")
+}

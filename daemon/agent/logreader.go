@@ -1,0 +1,217 @@
+package agent
+
+import (
+	"bytes"
+	"sync"
+	"time"
+
+	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/collector/logline"
+	"github.com/tpsmon/tpsmon/collector/tail"
+	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/window"
+)
+
+// logMsg is what a server's log said: the intervals of one read's
+// throughput lines, the engine or model it named, or that the log was
+// readable (watch), with the position reached.
+type logMsg struct {
+	server string
+	engine string
+	model  string // the log named the model
+	ivs    *[]logInterval
+	watch  time.Time
+	pos    tail.Position
+}
+
+// logInterval is one throughput line's interval and the engine whose
+// line it was.
+type logInterval struct {
+	engine string
+	iv     collector.Interval
+}
+
+// maxLogBatch bounds the intervals handed over in one message: a read of
+// short lines holds thousands. It also bounds what the channel holds while
+// the main loop lags: 512 a message raised S2's peak RSS from 27 to 32 MiB,
+// 128 left it at 28 at the same CPU.
+const maxLogBatch = 128
+
+// logBatches recycles the slices of logMsg.ivs: a busy log hands one
+// over per read.
+var logBatches = sync.Pool{New: func() any {
+	b := make([]logInterval, 0, maxLogBatch)
+	return &b
+}}
+
+func (l *logMsg) apply(p *pipeline, j *window.Joiner, _ map[string]bool) {
+	switch {
+	case l.ivs != nil:
+		engine := ""
+		for i := range *l.ivs {
+			li := &(*l.ivs)[i]
+			if li.engine != engine && li.engine != "" {
+				j.NameEngine(l.server, li.engine)
+				engine = li.engine
+			}
+			j.AddLog(l.server, li.iv)
+		}
+		*l.ivs = (*l.ivs)[:0]
+		logBatches.Put(l.ivs)
+	case l.engine != "" || l.model != "":
+		j.NameEngine(l.server, l.engine)
+		j.NameModel(l.server, l.model)
+	case !l.watch.IsZero():
+		j.Watch(l.server, l.watch)
+	}
+	if l.pos != (tail.Position{}) {
+		p.logPos[l.server], p.logDirty[l.server] = l.pos, true
+	}
+}
+
+// logReader parses one server's log lines on its source's goroutine
+// (the tailer or journal calls every method there) and hands the main
+// loop what they said.
+type logReader struct {
+	p          *pipeline
+	name       string
+	parser     *logline.Parser
+	stream     *logline.Stream
+	send       func(message)
+	hasMetrics bool
+
+	id        logline.Identity
+	cancelled uint64
+	skipped   [logline.NumSkipReasons]uint64
+	toldSkip  bool // the first line not read was logged
+	// last is the position after the lines handed over, read after the
+	// lines read, whose intervals may still wait in batch.
+	last, read tail.Position
+	// The intervals of one read go to the main loop in one message: one
+	// per line cost more than parsing the line.
+	batch    *[]logInterval
+	batchPos tail.Position
+}
+
+// newLogReader is the reader of server s's log lines, which hands what
+// they said to send.
+func (p *pipeline) newLogReader(s config.ServerConfig, send func(message)) (*logReader, error) {
+	parser, err := logline.NewParser(s.Engine)
+	if err != nil {
+		return nil, err
+	}
+	name := s.Name
+	r := &logReader{p: p, name: name, parser: parser, send: send, hasMetrics: s.MetricsURL != "",
+		stream: &logline.Stream{Discarded: func(d collector.Discard) { p.metrics.discards.Add(name, d) }}}
+	r.stream.Hole = r.hole
+	return r, nil
+}
+
+// hole hands on, in its place among the intervals, the stretch a refused
+// line spoke for: the joiner takes it out of the windows' coverage.
+func (r *logReader) hole(iv collector.Interval) { r.add(logInterval{iv: iv}) }
+
+// add queues one interval for the main loop.
+func (r *logReader) add(li logInterval) {
+	if r.batch == nil {
+		r.batch = logBatches.Get().(*[]logInterval)
+	}
+	*r.batch = append(*r.batch, li)
+	if len(*r.batch) >= maxLogBatch {
+		r.flush()
+	}
+}
+
+// line reads one line.
+func (r *logReader) line(l tail.Line) {
+	r.read = l.Pos
+	p, parser := r.p, r.parser
+	// When the line was written: llama.cpp's own stamps where it has
+	// them, else now (the tailer reads on notification).
+	t := parser.LiveTime(l.Text, l.Time)
+	rec, ok := parser.Parse(l.Text)
+	if parser.Skipped > 0 {
+		r.countSkipped()
+	}
+	r.named()
+	if d := parser.Cancelled - r.cancelled; d > 0 && !r.hasMetrics {
+		if r.cancelled == 0 {
+			p.log.Warn("the server cancels requests, which print no timing line: their tokens are missing from this log's "+
+				"counts (tpsmon_log_requests_unseen_total); add metrics_url to count them", "server", r.name)
+		}
+		p.metrics.logUnseen.Add(float64(d))
+	}
+	r.cancelled = parser.Cancelled
+	if !ok {
+		return
+	}
+	r.batchPos = l.Pos // a refused line's hole is handed on too
+	if iv, ok := r.stream.Interval(rec, t); ok {
+		r.add(logInterval{rec.Engine, iv})
+	}
+}
+
+// countSkipped counts the lines the parser did not read, by reason, and
+// says the first once: a format tpsmon cannot read is never dropped
+// silently.
+func (r *logReader) countSkipped() {
+	parser := r.parser
+	for reason, n := range parser.SkippedBy {
+		if d := n - r.skipped[reason]; d > 0 {
+			r.p.metrics.logSkipped.WithLabelValues(r.name, logline.SkipReason(reason).String()).Add(float64(d))
+			r.skipped[reason] = n
+		}
+	}
+	if f := parser.FirstSkip; f != nil && !r.toldSkip {
+		r.toldSkip = true
+		// The message is replay's warning; the line is in it, cut.
+		r.p.log.Warn(f.String()+"; lines like it are counted in tpsmon_log_lines_skipped_total", "server", r.name,
+			"engine", f.Engine, "reason", f.Reason.String())
+	}
+}
+
+// named tells the main loop when the lines named another engine or model.
+func (r *logReader) named() {
+	now := r.parser.Identity()
+	if now == r.id {
+		return
+	}
+	if now.Engine != r.id.Engine {
+		r.p.log.Info("engine detected", "server", r.name, "engine", now.Engine, "from", "log")
+	}
+	if now.Model != r.id.Model {
+		r.p.log.Info("model detected", "server", r.name, "model", now.Model, "from", "log")
+	}
+	r.id = now
+	r.handOver() // the lines before were read before this name
+	r.send(&logMsg{server: r.name, engine: now.Engine, model: now.Model})
+}
+
+// peek reads the start-up lines of a log whose reading starts at its
+// end: they still name the server before the first window is written.
+func (r *logReader) peek(head []byte) {
+	for _, l := range bytes.Split(head, []byte("\n")) {
+		r.parser.Identify(l)
+	}
+	r.named()
+}
+
+// handOver sends the intervals gathered.
+func (r *logReader) handOver() {
+	if r.batch != nil {
+		r.send(&logMsg{server: r.name, ivs: r.batch, pos: r.batchPos})
+		r.batch = nil
+	}
+}
+
+// flush ends a read: what it said is handed over, and its lines taken.
+func (r *logReader) flush() {
+	r.handOver()
+	r.last = r.read
+}
+
+// alive says the log is readable now, and every line so far taken: the
+// position moves past lines without throughput too.
+func (r *logReader) alive(t time.Time) {
+	r.send(&logMsg{server: r.name, watch: t, pos: r.last})
+}

@@ -1,0 +1,127 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/sink"
+	"github.com/tpsmon/tpsmon/testkit/configtest"
+)
+
+// sglangLine is a decode line, written every second: 160 tokens/s since
+// the line before it, as SGLang prints when 4 requests run (a line every
+// 40 decode steps: 160 tokens, a second at 160 tokens/s). A line whose
+// rate disagreed with its running requests would span another time than
+// the second between the lines: the first line read, which has no line
+// before it, spans what the line says.
+func sglangLine(t time.Time) string {
+	return fmt.Sprintf("[%s TP0] Decode batch, #running-req: 4, #token: 100, token usage: 0.10, cuda graph: True, gen throughput (token/s): %.2f, #queue-req: 0\n",
+		t.Format("2006-01-02 15:04:05"), float64(lineTokens))
+}
+
+// lineTokens is what each sglangLine says was made since the one before.
+const lineTokens = 160
+
+// runOnLog runs the pipeline on an SGLang log for d, appending a line every
+// second, and returns the tokens of every server window written.
+func runOnLog(t *testing.T, logPath, state string, d time.Duration) (tokens int64, windows int, sources []string) {
+	t.Helper()
+	cfg := configtest.Private(t)
+	cfg.Window, cfg.Grace = time.Second, 100*time.Millisecond
+	cfg.GPU.Backend = "none"
+	cfg.Servers = []config.ServerConfig{{Name: "sgl", Engine: "sglang", Log: config.LogSourceConfig{File: logPath}, GPUs: []string{"auto"}}}
+	var out bytes.Buffer
+	a := New(cfg, Options{Outputs: []WindowWriter{sink.NewLPWriter(&out)}, PositionDir: state,
+		LogGrace: 1500 * time.Millisecond, LogPoll: 250 * time.Millisecond})
+	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	go func() {
+		tk := time.NewTicker(time.Second)
+		defer tk.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-tk.C:
+				f.WriteString(sglangLine(now))
+			}
+		}
+	}()
+	if err := a.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, "tpsmon_server,") {
+			continue
+		}
+		windows++
+		for _, kv := range strings.Split(strings.Fields(l)[1], ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "tokens":
+				n, _ := strconv.ParseInt(strings.TrimSuffix(v, "i"), 10, 64)
+				tokens += n
+			case "source":
+				sources = append(sources, strings.Trim(v, `"`))
+			}
+		}
+	}
+	return tokens, windows, sources
+}
+
+func TestLogSourceLiveAndRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "sglang.log")
+	state := filepath.Join(dir, "positions")
+	os.MkdirAll(state, 0o700)
+	// History from before tpsmon ran is not replayed: reading starts at
+	// the end of a file without a saved position.
+	os.WriteFile(logPath, []byte(strings.Repeat(sglangLine(time.Now().Add(-time.Hour)), 50)), 0o644)
+
+	tok1, win1, src := runOnLog(t, logPath, state, 4500*time.Millisecond)
+	for _, s := range src {
+		if s != "log" {
+			t.Errorf("source %q, want log", s)
+		}
+	}
+	lines1 := countLines(t, logPath) - 50
+	// Each line counts the time since the line before it, as read; the
+	// first, its own span (a second). Reads are 250 ms apart.
+	if win1 < 3 || tok1 < lineTokens*int64(lines1)-80 || tok1 > lineTokens*int64(lines1)+80 {
+		t.Errorf("first run: %d tokens in %d windows for %d lines of %d tokens", tok1, win1, lines1, lineTokens)
+	}
+	if _, err := os.Stat(filepath.Join(state, "sgl.json")); err != nil {
+		t.Errorf("position not saved: %v", err)
+	}
+	// A restart resumes after the lines already taken: nothing twice.
+	tok2, _, _ := runOnLog(t, logPath, state, 3500*time.Millisecond)
+	lines2 := countLines(t, logPath) - 50 - lines1
+	if tok2 > lineTokens*int64(lines2+1)+80 {
+		t.Errorf("second run: %d tokens for %d new lines: old lines read again", tok2, lines2)
+	}
+}
+
+func countLines(t *testing.T, path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Count(b, []byte("\n"))
+}

@@ -1,0 +1,97 @@
+package top
+
+import (
+	"encoding/json"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
+
+	"github.com/tpsmon/tpsmon/daemon/api"
+	"github.com/tpsmon/tpsmon/schema"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+func loadWindows(t *testing.T) api.Windows {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "windows.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w api.Windows
+	if err := json.Unmarshal(b, &w); err != nil {
+		t.Fatalf("testdata/windows.json: %v", err)
+	}
+	return w
+}
+
+func plainStyles() Styles { return NewStyles(lipgloss.NewRenderer(io.Discard)) }
+
+// TestRenderGolden draws a known set of windows (two servers up, one
+// down; four GPUs, one unused, one hot) at fixed sizes.
+func TestRenderGolden(t *testing.T) {
+	w := loadWindows(t)
+	for _, tc := range []struct {
+		name string
+		o    Options
+	}{
+		{"wide_120x30", Options{Width: 120, Height: 30, Keys: true}},
+		{"narrow_80x24", Options{Width: 80, Height: 24}},
+		{"tiny_50x9", Options{Width: 50, Height: 9}},
+		{"sort_state", Options{Width: 120, Sort: ByState, Keys: true}},
+		{"sort_tps_ascii", Options{Width: 100, Sort: ByTPS, ASCII: true}},
+		{"filter", Options{Width: 120, Filter: true, Keys: true}},
+		{"daemon_gone", Options{Width: 100, Height: 20, Status: "daemon not answering since 09:01:50, retrying every 1s; showing its last data: connection refused"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.o.Loc, tc.o.Styles = time.UTC, plainStyles()
+			got := Render(w, tc.o) + "\n"
+			for i, l := range strings.Split(got, "\n") {
+				if n := ansi.StringWidth(l); n > tc.o.Width {
+					t.Errorf("line %d is %d columns wide, more than %d: %q", i+1, n, tc.o.Width, l)
+				}
+			}
+			if tc.o.Height > 0 {
+				if n := strings.Count(got, "\n"); n > tc.o.Height {
+					t.Errorf("%d lines, more than the %d the terminal has", n, tc.o.Height)
+				}
+			}
+			path := filepath.Join("testdata", tc.name+".golden")
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (go test -run TestRenderGolden -update writes it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("rendering differs from %s:\n--- got\n%s--- want\n%s", path, got, want)
+			}
+		})
+	}
+}
+
+// TestFilterWithNothingToShow: the filter says so rather than leave an
+// empty table.
+func TestFilterWithNothingToShow(t *testing.T) {
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	w := api.Windows{Host: "n", Now: at.Add(12 * time.Second), WindowSeconds: 10, Closed: []api.Point{
+		{Measurement: schema.Server, Time: at, Tags: map[string]string{schema.TagServer: "a"}, Fields: map[string]any{schema.FieldState: schema.StateOK, schema.FieldSystemTPS: 10.0}},
+		{Measurement: schema.GPU, Time: at, Tags: map[string]string{schema.TagGPU: "0", schema.TagServer: "a"}, Fields: map[string]any{schema.FieldUtil: 90.0, schema.FieldThrottle: 0.0}},
+	}}
+	got := Render(w, Options{Width: 100, Filter: true, Styles: plainStyles()})
+	for _, want := range []string{"(none of 1 servers needs a look: f shows all)", "(none of 1 GPUs needs a look: f shows all)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("lacks %q:\n%s", want, got)
+		}
+	}
+}
