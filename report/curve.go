@@ -1,0 +1,111 @@
+package report
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/tpsmon/tpsmon/analysis/curve"
+	"github.com/tpsmon/tpsmon/internal/influxql"
+	"github.com/tpsmon/tpsmon/schema"
+)
+
+// The operating curve's reads: every raw window's concurrency and rates
+// (the curve's quantiles are exact), or the curve rollups' cells summed
+// over the range by InfluxDB (histograms: quantiles within
+// curve.HistRelError), and per cell key its best window, for the
+// frontier.
+var (
+	curveGroup  = `GROUP BY "` + strings.Join(curve.KeyTags, `", "`) + `"`
+	rollupCurve = `"tpsmon_$level"."` + schema.Curve + `_$level"`
+
+	CurveWindows = Query{Name: "curve_windows",
+		Text: `SELECT "` + strings.Join(curve.RawFields, `", "`) + `" FROM ` + rawServer + ` ` + serverWhere + ` ` + curveGroup}
+	CurveCells = Query{Name: "curve_cells",
+		Rollup: `SELECT sum(*) FROM ` + rollupCurve + ` ` + serverWhere + ` ` + curveGroup + `, "` + schema.TagRunningBin + `", "` + schema.TagKind + `"`}
+	CurveBest = Query{Name: "curve_best",
+		Rollup: fmt.Sprintf(`SELECT max(%q) AS %q, %q, %q FROM `, schema.FieldSysMax, schema.FieldSysMax, schema.FieldUserAtMax, schema.FieldRunAtMax) +
+			rollupCurve + ` ` + serverWhere + ` ` + curveGroup + `, "` + schema.TagRunningBin + `", "` + schema.TagKind + `"`}
+)
+
+// DefaultPerUserFloor is the per-user objective (tokens/s) when none is
+// configured.
+const DefaultPerUserFloor = 20.0
+
+// operatingCurve reads the curve of each server and puts its curves, with
+// the operating point under the floor, on the server's report.
+func (b *builder) operatingCurve(floor float64) error {
+	cb := curve.NewBuilder()
+	if b.f.Level == Raw || b.f.Level == "" {
+		err := b.rows(CurveWindows, "", func(tags map[string]string, row map[string]any) error {
+			var secs float64
+			if _, ok := influxql.Num(row[schema.FieldWindowS]); !ok {
+				l, err := b.hostLength(tags[schema.TagHost])
+				if err != nil {
+					return err
+				}
+				secs = l
+			}
+			cb.Add(curve.WindowOf(tags, row, influxql.Num, secs))
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	} else {
+		best := map[string]*curve.Pair{}
+		err := b.rows(CurveBest, "", func(tags map[string]string, row map[string]any) error {
+			s, ok1 := influxql.Num(row[schema.FieldSysMax])
+			u, ok2 := influxql.Num(row[schema.FieldUserAtMax])
+			r, _ := influxql.Num(row[schema.FieldRunAtMax])
+			if ok1 && ok2 {
+				best[cellID(tags)] = &curve.Pair{PerUserTPS: u, SystemTPS: s, Running: r}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		err = b.rows(CurveCells, "", func(tags map[string]string, row map[string]any) error {
+			x := curve.CellFromRow(curve.KeyOf(tags), tags[schema.TagRunningBin], tags[schema.TagKind], "sum_", row, influxql.Num)
+			x.Best = best[cellID(tags)]
+			cb.AddCell(x)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	for _, c := range cb.Curves(curve.Options{Floor: floor}) {
+		s := b.server(map[string]string{schema.TagHost: c.Host, schema.TagServer: c.Server})
+		s.OperatingCurve = append(s.OperatingCurve, c)
+	}
+	if len(cb.Skipped) > 0 {
+		b.r.CurveSkipped = cb.Skipped
+	}
+	return nil
+}
+
+func cellID(tags map[string]string) string {
+	var s []string
+	for _, k := range append(append([]string{}, curve.KeyTags...), schema.TagRunningBin, schema.TagKind) {
+		s = append(s, tags[k])
+	}
+	return strings.Join(s, "\x00")
+}
+
+// hostLength is a host's window length in seconds, read from the spacing
+// of its server windows, for points without window_s.
+func (b *builder) hostLength(host string) (float64, error) {
+	row := map[string]any{"windows": 1.0, "seconds": 0.0, "timed": 0.0}
+	return b.seconds(schema.Server, host, row)
+}
+
+func (o Options) floor() float64 {
+	switch {
+	case o.PerUserFloor == 0:
+		return DefaultPerUserFloor
+	case o.PerUserFloor < 0:
+		return 0
+	}
+	return o.PerUserFloor
+}
