@@ -117,7 +117,7 @@ func TestOperatingCurveFromWindows(t *testing.T) {
 		}
 		if *curveShot != "" && tc.floor == 50 {
 			// The chart alone, twice its size, with the page's styles.
-			style := h[strings.Index(h, "<style>"):strings.Index(h, "</style>")+8]
+			style := h[strings.Index(h, "<style>") : strings.Index(h, "</style>")+8]
 			one := "<!doctype html><html><head>" + style + `</head><body style="margin:8px"><div style="zoom:2">` + string(curveChart(cv)) + "</div></body></html>"
 			html := filepath.Join(t.TempDir(), "curve.html")
 			if err := os.WriteFile(html, []byte(one), 0o644); err != nil {

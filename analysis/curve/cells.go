@@ -174,4 +174,3 @@ func (cs *Cells) Each(f func(tags map[string]string, period time.Time, fields ma
 
 // Len is how many cells there are.
 func (cs *Cells) Len() int { return len(cs.m) }
-
