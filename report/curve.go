@@ -1,8 +1,10 @@
 package report
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/tpsmon/tpsmon/analysis/curve"
 	"github.com/tpsmon/tpsmon/internal/influxql"
@@ -34,6 +36,33 @@ const DefaultPerUserFloor = 20.0
 // operatingCurve reads the curve of each server and puts its curves, with
 // the operating point under the floor, on the server's report.
 func (b *builder) operatingCurve(floor float64) error {
+	cb, err := b.readCurve()
+	if err != nil {
+		return err
+	}
+	for _, c := range cb.Curves(curve.Options{Floor: floor}) {
+		s := b.server(map[string]string{schema.TagHost: c.Host, schema.TagServer: c.Server})
+		s.OperatingCurve = append(s.OperatingCurve, c)
+	}
+	if len(cb.Skipped) > 0 {
+		b.r.CurveSkipped = cb.Skipped
+	}
+	return nil
+}
+
+// OperatingCurves reads the curves of f's range alone, with the windows
+// or cells left out by reason: what Build adds for them.
+func OperatingCurves(ctx context.Context, c querier, f Filter, floor float64) ([]curve.Curve, map[string]int, error) {
+	b := &builder{ctx: ctx, c: c, f: f, r: &Report{}, lens: map[string]map[string]time.Duration{}}
+	cb, err := b.readCurve()
+	if err != nil {
+		return nil, nil, err
+	}
+	return cb.Curves(curve.Options{Floor: floor}), cb.Skipped, nil
+}
+
+// readCurve gathers the range's windows, or its rollup cells.
+func (b *builder) readCurve() (*curve.Builder, error) {
 	cb := curve.NewBuilder()
 	if b.f.Level == Raw || b.f.Level == "" {
 		err := b.rows(CurveWindows, "", func(tags map[string]string, row map[string]any) error {
@@ -49,7 +78,7 @@ func (b *builder) operatingCurve(floor float64) error {
 			return nil
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 	} else {
 		best := map[string]*curve.Pair{}
@@ -63,7 +92,7 @@ func (b *builder) operatingCurve(floor float64) error {
 			return nil
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		err = b.rows(CurveCells, "", func(tags map[string]string, row map[string]any) error {
 			x := curve.CellFromRow(curve.KeyOf(tags), tags[schema.TagRunningBin], tags[schema.TagKind], "sum_", row, influxql.Num)
@@ -72,17 +101,10 @@ func (b *builder) operatingCurve(floor float64) error {
 			return nil
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
-	for _, c := range cb.Curves(curve.Options{Floor: floor}) {
-		s := b.server(map[string]string{schema.TagHost: c.Host, schema.TagServer: c.Server})
-		s.OperatingCurve = append(s.OperatingCurve, c)
-	}
-	if len(cb.Skipped) > 0 {
-		b.r.CurveSkipped = cb.Skipped
-	}
-	return nil
+	return cb, nil
 }
 
 func cellID(tags map[string]string) string {
