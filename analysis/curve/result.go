@@ -221,6 +221,20 @@ func Line(op *OperatingPoint) string {
 	return s
 }
 
+// ShortLine is the operating point in the words of a status line:
+// "headroom 2.3× at 24 running, per-user floor 20 tok/s", with "; knee not
+// observed above N" where no bin above was seen.
+func ShortLine(op *OperatingPoint) string {
+	if op == nil || !op.Met || op.Headroom == nil {
+		return Line(op)
+	}
+	s := fmt.Sprintf("headroom %.1f× at %s running, per-user floor %s tok/s", *op.Headroom, op.Running, num(op.Floor))
+	if !op.KneeObserved {
+		s += "; knee not observed above " + op.NotObservedAbove
+	}
+	return s
+}
+
 func num(v float64) string {
 	if v >= 100 || v == math.Trunc(v) {
 		return fmt.Sprintf("%.0f", v)
