@@ -150,7 +150,7 @@ type Builder struct {
 	curves map[string]*curveAcc
 	// Skipped counts the windows left out, by reason (Skip*).
 	Skipped map[string]int
-	// Idle counts windows under 0.5 running, by server key.
+	// Idle counts the windows under 0.5 running (all curves).
 	Idle int
 }
 

@@ -245,7 +245,7 @@ func startInflux(dir string) (string, func(), error) {
 	cmd.Env = append(os.Environ(), "INFLUXDB_REPORTING_DISABLED=true", "INFLUXDB_BIND_ADDRESS="+addr(), "INFLUXDB_HTTP_BIND_ADDRESS="+httpAddr,
 		"INFLUXDB_HTTP_LOG_ENABLED=false", "INFLUXDB_META_DIR="+filepath.Join(dir, "meta"), "INFLUXDB_DATA_DIR="+filepath.Join(dir, "data"),
 		"INFLUXDB_DATA_WAL_DIR="+filepath.Join(dir, "wal"), "INFLUXDB_DATA_QUERY_LOG_ENABLED=false", "INFLUXDB_LOGGING_LEVEL=warn",
-		"INFLUXDB_HTTP_MAX_BODY_SIZE=0", "INFLUXDB_DATA_MAX_SERIES_PER_DATABASE=0", "INFLUXDB_DATA_MAX_VALUES_PER_TAG=0")
+		"INFLUXDB_HTTP_MAX_BODY_SIZE=0", "INFLUXDB_COORDINATOR_WRITE_TIMEOUT=5m", "INFLUXDB_DATA_MAX_SERIES_PER_DATABASE=0", "INFLUXDB_DATA_MAX_VALUES_PER_TAG=0")
 	logf, err := os.Create(filepath.Join(dir, "influxd.log"))
 	if err != nil {
 		return "", nil, err
