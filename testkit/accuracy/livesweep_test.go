@@ -132,8 +132,8 @@ func TestLiveSweepCurve(t *testing.T) {
 	llama := startLlamaServerSlots(t, dir, logFile, 8, 2)
 	influx := influxtest.URL(t)
 	db := influxtest.CreateDB(t, influx, "livesweep")
-	const window, scrape = 2500 * time.Millisecond, 500 * time.Millisecond
-	const perLevel = 5 // windows of load per level; one idle window after each
+	const window, scrape = 5 * time.Second, time.Second
+	const perLevel = 6 // windows of load per level; one idle window after each
 	_, stop := startTpsmon(t, fmt.Sprintf(`host: it
 window: %v
 grace: 1s
@@ -153,7 +153,7 @@ sink:
   influx: {url: "%s", bucket: "%s"}
   spool: {dir: "%s"}
 `, window, llama, scrape, logFile, influx, db, filepath.Join(t.TempDir(), "spool")))
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	time.Sleep(4 * scrape) // sources up, engines named
 	levels := []int{1, 2, 4, 6, 8}
@@ -249,6 +249,39 @@ sink:
 	got := curves(20)
 	cl := clientCurve(20)
 	var tab strings.Builder
+	defer func() { t.Log("\n" + tab.String()) }()
+	// Window by window, both sides, for the log.
+	series, err := c.Query(ctx, fmt.Sprintf(`SELECT "running", "system_tps", "per_user_tps" FROM "tpsmon_server" WHERE time >= %dms AND time < %dms GROUP BY "server"`, from.UnixMilli(), to.UnixMilli()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cws := clientWindows(reqs, from.Truncate(window), to, window)
+	fmt.Fprintf(&tab, "| window | client running | sys | per-user |")
+	for _, s := range series {
+		fmt.Fprintf(&tab, " %s running | sys | per-user |", s.Tags["server"])
+	}
+	fmt.Fprintln(&tab)
+	for i, w := range cws {
+		ts := from.Truncate(window).Add(time.Duration(i) * window)
+		fmt.Fprintf(&tab, "| %s | %.2f | %.1f | %.1f |", ts.Format("15:04:05.0"), w.Running.V, w.SystemTPS.V, w.PerUserTPS.V)
+		for _, s := range series {
+			cell := " - | - | - |"
+			for _, r := range s.Rows() {
+				if tv, _ := r["time"].(float64); int64(tv) == ts.Unix() {
+					v := func(k string) float64 {
+						x, ok := r[k].(float64)
+						if !ok {
+							return math.NaN()
+						}
+						return x
+					}
+					cell = fmt.Sprintf(" %.2f | %.1f | %.1f |", v("running"), v("system_tps"), v("per_user_tps"))
+				}
+			}
+			tab.WriteString(cell)
+		}
+		fmt.Fprintln(&tab)
+	}
 	fmt.Fprintf(&tab, "| level | client table sys | per-user | client windows sys p50 | per-user p50 | server | tpsmon windows | sys p50 | per-user p50 | vs windows sys / per-user | vs table sys / per-user |\n")
 	for _, srv := range []string{"llm-m", "llm-l"} {
 		cv, ok := got[srv]
@@ -258,7 +291,7 @@ sink:
 		for _, n := range levels {
 			label := fmt.Sprint(n)
 			tb, cbn := bin(cv, label), bin(cl, label)
-			if tb == nil || cbn == nil {
+			if tb == nil || cbn == nil || tb.SystemTPS == nil || tb.PerUserTPS == nil || cbn.SystemTPS == nil || cbn.PerUserTPS == nil {
 				t.Errorf("%s level %d: no bin (tpsmon %v, client %v)", srv, n, tb, cbn)
 				continue
 			}
@@ -306,5 +339,4 @@ sink:
 		}
 		fmt.Fprintln(&tab, line)
 	}
-	t.Log("\n" + tab.String())
 }
