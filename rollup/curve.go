@@ -15,14 +15,15 @@ import (
 	"github.com/tpsmon/tpsmon/sink"
 )
 
-// The curve rollup (tpsmon_curve_<level>) is a histogram of windows: per
-// server series, period, concurrency bin and kind, the windows' count,
-// GPU-seconds and sums, a count per rate bucket of both rates
-// (curve.HistIndex, ~5.9 % wide) and the period's best window. Sums of
-// the server rollup (mean rates per hour) cannot give the curve: an
-// hour's mean of running mixes its concurrencies, and medians and
-// p10/p90 do not add. Histograms do: the report sums them over any range
-// in one InfluxQL query and reads quantiles within curve.HistRelError.
+// The curve rollup (tpsmon_curve_<level>): per server series, period,
+// concurrency bin and kind, the windows' count, GPU-seconds, running sum,
+// the period's p10/median/p90 of both rates (exact over its windows) and
+// its best window. The server rollup's means cannot give the curve: an
+// hour's mean of running mixes its concurrencies, and medians do not add.
+// Histograms would add exactly, but a field per rate bucket (81 in the
+// bench's fleet) made the report's read of 30 days take minutes, where
+// InfluxDB's cost is per series and field; so the report takes, per bin,
+// the median over the periods of each period's quantiles.
 //
 // InfluxQL cannot bin by a computed value, so the raw windows are read
 // (the curve's fields only) at most an hour at a time and binned here.

@@ -120,20 +120,20 @@ var (
 // Curve rollups (package rollup, read by the report's operating curve):
 // tpsmon_curve_<level>, one point per server series, period, concurrency
 // bin and kind, tagged as tpsmon_server plus these. Fields: windows,
-// gpu_seconds, and the sums and histograms below. A histogram field is a
-// count of windows whose rate fell in one bucket (analysis/curve
-// HistIndex): CurveSysHist or CurveUserHist and the bucket's index, "z"
-// for the zero bucket.
+// gpu_seconds, running_sum, the period's p10, median and p90 of both rates
+// over its windows, and its best window (highest system TPS).
 const (
 	Curve           = "tpsmon_curve"
 	TagRunningBin   = "running_bin" // a concurrency bin: "4", "9-12", "513+"
 	TagKind         = "kind"        // decode, prompt or unclassified
 	FieldRunningSum = "running_sum"
-	FieldSysSum     = "system_tps_sum"
-	FieldUserSum    = "per_user_tps_sum"
+	FieldSysP10     = "system_tps_p10"
+	FieldSysP50     = "system_tps_p50"
+	FieldSysP90     = "system_tps_p90"
+	FieldUserP10    = "per_user_tps_p10"
+	FieldUserP50    = "per_user_tps_p50"
+	FieldUserP90    = "per_user_tps_p90"
 	FieldSysMax     = "system_tps_max"
 	FieldUserAtMax  = "per_user_tps_at_max"
 	FieldRunAtMax   = "running_at_max"
-	CurveSysHist    = "sys_h"
-	CurveUserHist   = "user_h"
 )

@@ -110,35 +110,3 @@ func KindOf(tokens, prompt Opt) Kind {
 	}
 	return Decode
 }
-
-// Histogram buckets of a rate, for rollups: bucket k holds
-// [2^(k/12), 2^((k+1)/12)), about 5.9 % wide; a quantile read from them is
-// the bucket's geometric middle, within 2.94 % of the true value. Index
-// HistZero holds rates under 2^-8 (zero tokens with requests running).
-const (
-	histPerOctave = 12
-	histOffset    = 8 * histPerOctave // index 0 is 2^-8
-	HistZero      = -1
-	histTop       = histOffset + 24*histPerOctave // 2^24 = 16.7M > the 1e7 refused above
-	// HistRelError is the largest relative error of a rate read from a
-	// bucket (half its width, geometrically).
-	HistRelError = 0.0294
-)
-
-// HistIndex is the bucket of a rate v >= 0.
-func HistIndex(v float64) int {
-	if v < math.Exp2(-8) {
-		return HistZero
-	}
-	k := int(math.Floor(math.Log2(v)*histPerOctave)) + histOffset
-	return min(max(k, 0), histTop)
-}
-
-// HistValue is the value a bucket stands for: its geometric middle, 0
-// for HistZero.
-func HistValue(k int) float64 {
-	if k == HistZero {
-		return 0
-	}
-	return math.Exp2((float64(k-histOffset) + 0.5) / histPerOctave)
-}

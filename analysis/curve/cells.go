@@ -3,33 +3,29 @@ package curve
 import (
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tpsmon/tpsmon/schema"
 )
 
-// histField names a histogram bucket's field: prefix and index, "z" for
-// the zero bucket.
-func histField(prefix string, k int) string {
-	if k == HistZero {
-		return prefix + "z"
-	}
-	return prefix + strconv.Itoa(k)
-}
+// Cell is one rollup point of the curve: the windows of one bin of one
+// curve in one period, with the period's quantiles of both rates over
+// them (exact), or as read back over a range (each quantile the median
+// over the periods of the period's own).
+type Cell struct {
+	Key        Key
+	Kind       Kind
+	Bin        string // a BinLabels label
+	Windows    float64
+	GPUSeconds float64
+	RunningSum float64
+	Sys, User  *Stat // P10, P50, P90 (Mean absent); nil: no window had the rate
+	// Best is the window of the highest system TPS, with its per-user TPS
+	// (absent: none had both).
+	Best *Pair
 
-// parseHist reads a histogram field's bucket: ok false for another field.
-func parseHist(prefix, field string) (int, bool) {
-	rest, ok := strings.CutPrefix(field, prefix)
-	if !ok {
-		return 0, false
-	}
-	if rest == "z" {
-		return HistZero, true
-	}
-	k, err := strconv.Atoi(rest)
-	return k, err == nil && k >= 0 && k <= histTop
+	sys, user dist // the windows' values while the cell is gathered
 }
 
 // add counts one window into the cell.
@@ -38,29 +34,38 @@ func (x *Cell) add(w Window) {
 	x.GPUSeconds += w.Seconds * float64(w.GPUs)
 	x.RunningSum += w.Running.V
 	if w.SystemTPS.OK {
-		x.SysSum += w.SystemTPS.V
-		x.Sys[HistIndex(w.SystemTPS.V)]++
+		x.sys = append(x.sys, wv{w.SystemTPS.V, 1})
 	}
 	if w.PerUserTPS.OK {
-		x.UserSum += w.PerUserTPS.V
-		x.User[HistIndex(w.PerUserTPS.V)]++
+		x.user = append(x.user, wv{w.PerUserTPS.V, 1})
 	}
 	if w.SystemTPS.OK && w.PerUserTPS.OK && (x.Best == nil || w.SystemTPS.V > x.Best.SystemTPS) {
 		x.Best = &Pair{PerUserTPS: w.PerUserTPS.V, SystemTPS: w.SystemTPS.V, Running: w.Running.V}
 	}
 }
 
+func quantiles(d dist) *Stat {
+	if d.count() == 0 {
+		return nil
+	}
+	return &Stat{P10: d.quantile(0.1), P50: d.quantile(0.5), P90: d.quantile(0.9)}
+}
+
 // Fields are the cell as a rollup point's fields (schema's curve names).
 func (x *Cell) Fields() map[string]any {
-	f := map[string]any{
-		schema.FieldWindows: int64(x.Windows), schema.FieldGPUSeconds: x.GPUSeconds,
-		schema.FieldRunningSum: x.RunningSum, schema.FieldSysSum: x.SysSum, schema.FieldUserSum: x.UserSum,
+	f := map[string]any{schema.FieldWindows: int64(x.Windows), schema.FieldGPUSeconds: x.GPUSeconds, schema.FieldRunningSum: x.RunningSum}
+	sys, user := x.Sys, x.User
+	if sys == nil {
+		sys = quantiles(x.sys)
 	}
-	for k, n := range x.Sys {
-		f[histField(schema.CurveSysHist, k)] = int64(n)
+	if user == nil {
+		user = quantiles(x.user)
 	}
-	for k, n := range x.User {
-		f[histField(schema.CurveUserHist, k)] = int64(n)
+	if sys != nil {
+		f[schema.FieldSysP10], f[schema.FieldSysP50], f[schema.FieldSysP90] = sys.P10, sys.P50, sys.P90
+	}
+	if user != nil {
+		f[schema.FieldUserP10], f[schema.FieldUserP50], f[schema.FieldUserP90] = user.P10, user.P50, user.P90
 	}
 	if x.Best != nil {
 		f[schema.FieldSysMax], f[schema.FieldUserAtMax], f[schema.FieldRunAtMax] = x.Best.SystemTPS, x.Best.PerUserTPS, x.Best.Running
@@ -69,32 +74,27 @@ func (x *Cell) Fields() map[string]any {
 }
 
 // CellFromRow reads a cell back from a query row whose columns are the
-// fields' names after prefix ("sum_" for SELECT sum(*)); num turns a
-// column's value into a number. The best window is not read here: sums
-// of it mean nothing.
-func CellFromRow(key Key, bin, kind, prefix string, row map[string]any, num func(any) (float64, bool)) Cell {
-	x := Cell{Key: key, Bin: bin, Kind: Kind(kind), Sys: map[int]float64{}, User: map[int]float64{}}
+// fields' names (windows, gpu_seconds and running_sum summed over the
+// range, the quantiles their medians over the periods); num turns a
+// column's value into a number. The best window is read apart.
+func CellFromRow(key Key, bin, kind string, row map[string]any, num func(any) (float64, bool)) Cell {
+	x := Cell{Key: key, Bin: bin, Kind: Kind(kind)}
 	get := func(f string) float64 {
-		v, _ := num(row[prefix+f])
+		v, _ := num(row[f])
 		return v
 	}
 	x.Windows, x.GPUSeconds, x.RunningSum = get(schema.FieldWindows), get(schema.FieldGPUSeconds), get(schema.FieldRunningSum)
-	x.SysSum, x.UserSum = get(schema.FieldSysSum), get(schema.FieldUserSum)
-	for col, v := range row {
-		f, ok := strings.CutPrefix(col, prefix)
-		if !ok {
-			continue
+	stat := func(p10, p50, p90 string) *Stat {
+		a, ok1 := num(row[p10])
+		b, ok2 := num(row[p50])
+		c, ok3 := num(row[p90])
+		if !ok1 || !ok2 || !ok3 {
+			return nil
 		}
-		n, ok := num(v)
-		if !ok || n == 0 {
-			continue
-		}
-		if k, ok := parseHist(schema.CurveSysHist, f); ok {
-			x.Sys[k] += n
-		} else if k, ok := parseHist(schema.CurveUserHist, f); ok {
-			x.User[k] += n
-		}
+		return &Stat{P10: a, P50: b, P90: c}
 	}
+	x.Sys = stat(schema.FieldSysP10, schema.FieldSysP50, schema.FieldSysP90)
+	x.User = stat(schema.FieldUserP10, schema.FieldUserP50, schema.FieldUserP90)
 	return x
 }
 
@@ -145,7 +145,7 @@ func (cs *Cells) Add(tags map[string]string, t time.Time, w Window) {
 	}
 	c, ok := cs.m[id.String()]
 	if !ok {
-		c = &cellAt{Cell: Cell{Key: w.Key, Kind: kind, Bin: bins[i].label(), Sys: map[int]float64{}, User: map[int]float64{}}, tags: tags, period: p}
+		c = &cellAt{Cell: Cell{Key: w.Key, Kind: kind, Bin: bins[i].label()}, tags: tags, period: p}
 		cs.m[id.String()] = c
 	}
 	c.add(w)
@@ -174,3 +174,15 @@ func (cs *Cells) Each(f func(tags map[string]string, period time.Time, fields ma
 
 // Len is how many cells there are.
 func (cs *Cells) Len() int { return len(cs.m) }
+
+// BestFromRow reads a cell's best window from a row with its fields'
+// names; nil when the row has none.
+func BestFromRow(row map[string]any, num func(any) (float64, bool)) *Pair {
+	s, ok1 := num(row[schema.FieldSysMax])
+	u, ok2 := num(row[schema.FieldUserAtMax])
+	r, _ := num(row[schema.FieldRunAtMax])
+	if !ok1 || !ok2 {
+		return nil
+	}
+	return &Pair{PerUserTPS: u, SystemTPS: s, Running: r}
+}

@@ -126,7 +126,9 @@ type acc struct {
 	sys, user  dist
 	sysSum     float64
 	userSum    float64
-	bucketed   bool
+	// bucketed: from rollup cells, whose quantiles are cellSys and cellUser.
+	bucketed          bool
+	cellSys, cellUser *Stat
 }
 
 // Pair is one observed (per-user, system) point: a window, or for rollups
@@ -200,34 +202,18 @@ func (b *Builder) Add(w Window) string {
 	return ""
 }
 
-// Cell is one rollup point of the curve: the windows of one bin of one
-// curve in one period (or summed over several), with histograms of both
-// rates (HistIndex buckets to window counts).
-type Cell struct {
-	Key        Key
-	Kind       Kind
-	Bin        string // a BinLabels label
-	Windows    float64
-	GPUSeconds float64
-	RunningSum float64
-	SysSum     float64
-	UserSum    float64
-	Sys, User  map[int]float64
-	// Best is the window of the highest system TPS, with its per-user TPS
-	// (absent: none had both).
-	Best *Pair
-}
-
-// AddCell puts a rollup cell on its curve, or counts why not.
+// AddCell puts a rollup cell (as read back over a range) on its curve,
+// or counts why not. A bin's quantiles are the cell's; a second cell of
+// the same bin (not written by tpsmon rollup, which keys cells by bin)
+// is averaged in by windows.
 func (b *Builder) AddCell(x Cell) string {
 	i := binIndex(x.Bin)
-	ok := i >= 0 && x.Windows >= 0 && !math.IsNaN(x.Windows) && !math.IsInf(x.Windows, 0) &&
-		x.GPUSeconds >= 0 && x.RunningSum >= 0 && (x.Kind == Decode || x.Kind == Prompt || x.Kind == Unclassified)
-	for _, h := range []map[int]float64{x.Sys, x.User} {
-		for k, n := range h {
-			if k < HistZero || k > histTop || !(n >= 0) || math.IsInf(n, 0) {
-				ok = false
-			}
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 && v <= maxRate }
+	ok := i >= 0 && finite(x.Windows) && x.GPUSeconds >= 0 && x.RunningSum >= 0 &&
+		(x.Kind == Decode || x.Kind == Prompt || x.Kind == Unclassified)
+	for _, st := range []*Stat{x.Sys, x.User} {
+		if st != nil && (!finite(st.P10) || !finite(st.P50) || !finite(st.P90)) {
+			ok = false
 		}
 	}
 	if !ok {
@@ -240,16 +226,28 @@ func (b *Builder) AddCell(x Cell) string {
 	c := b.curve(x.Key, x.Kind)
 	a := &c.bins[i]
 	a.bucketed = true
+	merge := func(have **Stat, n float64, add *Stat) {
+		if add == nil {
+			return
+		}
+		if *have == nil {
+			s := *add
+			*have = &s
+			return
+		}
+		h := *have
+		wa, wb := n/(n+x.Windows), x.Windows/(n+x.Windows)
+		h.P10, h.P50, h.P90 = wa*h.P10+wb*add.P10, wa*h.P50+wb*add.P50, wa*h.P90+wb*add.P90
+	}
+	merge(&a.cellSys, a.windows, x.Sys)
+	merge(&a.cellUser, a.windows, x.User)
 	a.windows += x.Windows
 	a.gpuSecs += x.GPUSeconds
 	a.runningSum += x.RunningSum
-	a.sysSum += x.SysSum
-	a.userSum += x.UserSum
-	for k, n := range x.Sys {
-		a.sys = append(a.sys, wv{HistValue(k), n})
-	}
-	for k, n := range x.User {
-		a.user = append(a.user, wv{HistValue(k), n})
+	// The range's median system TPS reads the bin as a fifth of its
+	// windows at p10 and at p90 and the rest at the median.
+	if x.Sys != nil {
+		a.sys = append(a.sys, wv{x.Sys.P10, 0.2 * x.Windows}, wv{x.Sys.P50, 0.6 * x.Windows}, wv{x.Sys.P90, 0.2 * x.Windows})
 	}
 	if x.Best != nil {
 		c.pairs = append(c.pairs, *x.Best)

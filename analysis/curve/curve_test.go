@@ -4,6 +4,9 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tpsmon/tpsmon/schema"
 )
 
 func TestBinOf(t *testing.T) {
@@ -111,19 +114,6 @@ func TestQuantileIsNumpyLinear(t *testing.T) {
 	}
 }
 
-func TestHistogramWithinItsError(t *testing.T) {
-	for _, v := range []float64{0.01, 0.5, 1, 7.3, 20, 151.9, 1273.8, 99999, 1e7} {
-		k := HistIndex(v)
-		got := HistValue(k)
-		if math.Abs(got-v)/v > HistRelError {
-			t.Errorf("%v: bucket %d reads %v, off by %.2f %%", v, k, got, 100*math.Abs(got-v)/v)
-		}
-	}
-	if HistIndex(0) != HistZero || HistValue(HistZero) != 0 {
-		t.Error("zero is not its own bucket")
-	}
-}
-
 // sweep is a server whose per-user TPS falls as concurrency rises: 5
 // windows at each of 1, 2, 4, 8 and 16 running.
 func sweep(b *Builder) {
@@ -215,7 +205,7 @@ func TestBinsStats(t *testing.T) {
 		t.Errorf("bin 4: %+v", four)
 	}
 	// per-user 70 × (0.98, 0.99, 1, 1.01, 1.02): p10 = 70 × 0.984.
-	if u := four.PerUserTPS; math.Abs(u.P50-70) > 1e-9 || math.Abs(u.P10-70*0.984) > 1e-9 || math.Abs(u.P90-70*1.016) > 1e-9 || math.Abs(u.Mean-70) > 1e-9 {
+	if u := four.PerUserTPS; math.Abs(u.P50-70) > 1e-9 || math.Abs(u.P10-70*0.984) > 1e-9 || math.Abs(u.P90-70*1.016) > 1e-9 || math.Abs(*u.Mean-70) > 1e-9 {
 		t.Errorf("bin 4 per-user %+v", u)
 	}
 	if c.Exactness != "exact" {
@@ -265,61 +255,71 @@ func TestFrontier(t *testing.T) {
 }
 
 func TestCells(t *testing.T) {
-	// Cells summing two hours give the windows' curve within the
-	// histogram's error.
+	// Cells of one period each give the windows' quantiles exactly: the
+	// rollup of a sweep whose levels each lie in one hour is its curve.
 	exact := NewBuilder()
 	sweep(exact)
 	want := exact.Curves(Options{Floor: 50})[0]
-	cells := map[string]*Cell{}
+	cs := NewCells(time.Hour)
+	start := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	tags := map[string]string{schema.TagHost: "h", schema.TagServer: "s"}
+	k := 0
 	for _, lv := range []struct{ running, user float64 }{{1, 100}, {2, 90}, {4, 70}, {8, 40}, {16, 15}} {
 		for i := 0; i < 5; i++ {
 			j := float64(i-2) * 0.01
-			w := win(lv.running+j, lv.running*lv.user*(1+j), lv.user*(1+j))
-			label := bins[BinOf(w.Running.V)].label()
-			c := cells[label]
-			if c == nil {
-				c = &Cell{Key: w.Key, Kind: Decode, Bin: label, Sys: map[int]float64{}, User: map[int]float64{}}
-				cells[label] = c
-			}
-			c.Windows++
-			c.GPUSeconds += 20
-			c.RunningSum += w.Running.V
-			c.SysSum += w.SystemTPS.V
-			c.UserSum += w.PerUserTPS.V
-			c.Sys[HistIndex(w.SystemTPS.V)]++
-			c.User[HistIndex(w.PerUserTPS.V)]++
+			cs.Add(tags, start.Add(time.Duration(k)*time.Hour+time.Duration(i)*time.Minute), win(lv.running+j, lv.running*lv.user*(1+j), lv.user*(1+j)))
 		}
+		k++
+	}
+	cs.Add(tags, start, win(0.1, 0, 0))
+	cs.Add(tags, start, win(math.NaN(), 0, 0))
+	if cs.Len() != 5 || cs.Idle != 1 || cs.Skipped[SkipBadRunning] != 1 {
+		t.Fatalf("%d cells, idle %d, skipped %v", cs.Len(), cs.Idle, cs.Skipped)
 	}
 	b := NewBuilder()
-	for _, c := range cells {
-		if why := b.AddCell(*c); why != "" {
+	err := cs.Each(func(tags map[string]string, period time.Time, fields map[string]any) error {
+		if period.Minute() != 0 || tags[schema.TagKind] != string(Decode) || tags[schema.TagHost] != "h" {
+			t.Errorf("cell at %v tagged %v", period, tags)
+		}
+		num := func(v any) (float64, bool) {
+			switch x := v.(type) {
+			case float64:
+				return x, true
+			case int64:
+				return float64(x), true
+			}
+			return 0, false
+		}
+		x := CellFromRow(KeyOf(tags), tags[schema.TagRunningBin], tags[schema.TagKind], fields, num)
+		x.Best = BestFromRow(fields, num)
+		if why := b.AddCell(x); why != "" {
 			t.Fatal(why)
 		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	got := b.Curves(Options{Floor: 50})[0]
-	if !strings.Contains(got.Exactness, "rollup") || len(got.Bins) != len(want.Bins) {
+	if got.Exactness != RollupExactness || len(got.Bins) != len(want.Bins) {
 		t.Fatalf("cells: %+v", got)
 	}
 	for i := range want.Bins {
 		g, w := got.Bins[i], want.Bins[i]
-		if g.Windows != w.Windows || math.Abs(g.GPUHours-w.GPUHours) > 1e-12 || math.Abs(g.SystemTPS.Mean-w.SystemTPS.Mean) > 1e-9 {
-			t.Errorf("bin %s: %+v, want %+v", w.Running, g, w)
-		}
-		for _, p := range [][2]float64{{g.SystemTPS.P50, w.SystemTPS.P50}, {g.PerUserTPS.P10, w.PerUserTPS.P10}, {g.PerUserTPS.P90, w.PerUserTPS.P90}} {
-			if math.Abs(p[0]-p[1])/p[1] > HistRelError+0.01 {
-				t.Errorf("bin %s: %v against %v", w.Running, p[0], p[1])
-			}
+		if g.Windows != w.Windows || math.Abs(g.GPUHours-w.GPUHours) > 1e-12 || g.SystemTPS.Mean != nil ||
+			math.Abs(g.SystemTPS.P50-w.SystemTPS.P50) > 1e-9 || math.Abs(g.PerUserTPS.P10-w.PerUserTPS.P10) > 1e-9 || math.Abs(g.PerUserTPS.P90-w.PerUserTPS.P90) > 1e-9 {
+			t.Errorf("bin %s: %+v %+v, want %+v %+v", w.Running, g, *g.PerUserTPS, w, *w.PerUserTPS)
 		}
 	}
-	if got.Operating.Running != want.Operating.Running {
-		t.Errorf("operating point %s, windows say %s", got.Operating.Running, want.Operating.Running)
+	if got.Operating.Running != want.Operating.Running || len(got.Frontier) == 0 {
+		t.Errorf("operating point %s, windows say %s; frontier %v", got.Operating.Running, want.Operating.Running, got.Frontier)
 	}
 	for _, bad := range []Cell{
 		{Bin: "7-9", Kind: Decode, Windows: 1},
 		{Bin: "4", Kind: "mixed", Windows: 1},
 		{Bin: "4", Kind: Decode, Windows: math.NaN()},
-		{Bin: "4", Kind: Decode, Windows: 1, Sys: map[int]float64{5000: 1}},
-		{Bin: "4", Kind: Decode, Windows: 1, User: map[int]float64{3: -1}},
+		{Bin: "4", Kind: Decode, Windows: 1, Sys: &Stat{P10: -1, P50: 1, P90: 2}},
+		{Bin: "4", Kind: Decode, Windows: 1, User: &Stat{P10: 1, P50: math.Inf(1), P90: 2}},
 	} {
 		if why := b.AddCell(bad); why != SkipBadCell {
 			t.Errorf("cell %+v taken (%q)", bad, why)

@@ -8,10 +8,11 @@ import (
 
 // Stat is a rate over one bin's windows.
 type Stat struct {
-	P10  float64 `json:"p10"`
-	P50  float64 `json:"median"`
-	P90  float64 `json:"p90"`
-	Mean float64 `json:"mean"`
+	P10 float64 `json:"p10"`
+	P50 float64 `json:"median"`
+	P90 float64 `json:"p90"`
+	// Mean is over the windows; absent from rollups.
+	Mean *float64 `json:"mean,omitempty"`
 }
 
 // Bin is one concurrency bin of a curve.
@@ -41,11 +42,18 @@ type Curve struct {
 	// MedianSystemTPS is the median system TPS of all the curve's windows
 	// over the range: "today's", the headroom's denominator.
 	MedianSystemTPS *float64 `json:"median_system_tps,omitempty"`
-	// Exactness says how the quantiles were read: "exact" from the windows,
-	// or from rollup histograms, within HistRelError.
+	// Exactness says how the quantiles were read: "exact" from the
+	// windows, or RollupExactness.
 	Exactness string          `json:"exactness"`
 	Operating *OperatingPoint `json:"operating_point,omitempty"`
 }
+
+// RollupExactness is what quantiles read from rollups are: each the
+// median over the range's periods of the period's own quantile (exact
+// over its windows), periods counted alike; exact when a bin's windows
+// lie in one period, and the range's median system TPS is then read from
+// the bins' quantiles.
+const RollupExactness = "rollup: medians over the periods of each period's quantiles"
 
 // OperatingPoint is the highest concurrency bin whose median per-user TPS
 // still meets the floor, and what it would buy.
@@ -105,7 +113,8 @@ func stat(d dist, sum float64) *Stat {
 	if n == 0 {
 		return nil
 	}
-	return &Stat{P10: d.quantile(0.1), P50: d.quantile(0.5), P90: d.quantile(0.9), Mean: sum / n}
+	m := sum / n
+	return &Stat{P10: d.quantile(0.1), P50: d.quantile(0.5), P90: d.quantile(0.9), Mean: &m}
 }
 
 func (c *curveAcc) result(o Options) Curve {
@@ -115,12 +124,13 @@ func (c *curveAcc) result(o Options) Curve {
 		if a.windows == 0 {
 			continue
 		}
-		if a.bucketed {
-			out.Exactness = fmt.Sprintf("rollup histograms: quantiles within %.1f %%", 100*HistRelError)
-		}
 		bin := Bin{Running: bins[i].label(), RunningMean: a.runningSum / a.windows, Windows: int(math.Round(a.windows)),
 			GPUHours: a.gpuSecs / 3600, SystemTPS: stat(a.sys, a.sysSum), PerUserTPS: stat(a.user, a.userSum),
 			Thin: a.windows < float64(o.MinWindows)}
+		if a.bucketed {
+			out.Exactness = RollupExactness
+			bin.SystemTPS, bin.PerUserTPS = a.cellSys, a.cellUser
+		}
 		out.Windows += bin.Windows
 		out.Bins = append(out.Bins, bin)
 		all = append(all, a.sys...)
