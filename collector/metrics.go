@@ -112,7 +112,7 @@ func prefixed(prefix string, names ...string) []Ref {
 // inter_token_latency_seconds (0.11+), else from
 // time_per_output_token_seconds, which held the same quantity before.
 var VLLM = Dialect{
-	Engine: "vllm",
+	Engine: engine.VLLM,
 	Counters: [NumCounters][]Ref{
 		GenerationTokens: refs("vllm:generation_tokens_total"),
 		PromptTokens:     refs("vllm:prompt_tokens_total"),
@@ -131,7 +131,7 @@ var VLLM = Dialect{
 // NIM reads NVIDIA NIM for LLMs: vLLM's series without the prefix (and
 // with it, in releases built on newer vLLM).
 var NIM = Dialect{
-	Engine: "nim",
+	Engine: engine.NIM,
 	Counters: [NumCounters][]Ref{
 		GenerationTokens: prefixed("vllm:", "generation_tokens_total"),
 		PromptTokens:     prefixed("vllm:", "prompt_tokens_total"),
@@ -151,7 +151,7 @@ var NIM = Dialect{
 // gen_throughput gauge (gated on running requests), else the
 // completion-time generation counter spread over request latency.
 var SGLang = Dialect{
-	Engine: "sglang",
+	Engine: engine.SGLang,
 	Counters: [NumCounters][]Ref{
 		GenerationTokens:   refs(`sglang:realtime_tokens_total{mode="decode"}`),
 		PromptTokens:       refs("sglang:prompt_tokens_total"),
@@ -178,7 +178,7 @@ var SGLang = Dialect{
 // over the mean inference duration of the requests. Per-user speed is
 // 1 / mean(time per token), which includes prefill.
 var TGI = Dialect{
-	Engine: "tgi",
+	Engine: engine.TGI,
 	Counters: [NumCounters][]Ref{
 		Iterations:         refs(`tgi_batch_inference_count{method="decode"}`),
 		PromptTokens:       refs("tgi_request_input_length_sum"),
@@ -202,7 +202,7 @@ var TGI = Dialect{
 // per-slot generation seconds give the spread; they give the per-user
 // speed always.
 var LlamaCPP = Dialect{
-	Engine: "llamacpp",
+	Engine: engine.LlamaCpp,
 	Counters: [NumCounters][]Ref{
 		PromptTokens:      refs("llamacpp:prompt_tokens_total"),
 		ITLSum:            refs("llamacpp:tokens_predicted_seconds_total"),
@@ -223,7 +223,7 @@ var LlamaCPP = Dialect{
 // Triton with the TensorRT-LLM backend: each engine iteration makes one
 // token per generation request; the iteration rate is the per-user speed.
 var Triton = Dialect{
-	Engine: "triton",
+	Engine: engine.Triton,
 	Counters: [NumCounters][]Ref{
 		Iterations:         refs(`nv_trt_llm_general_metrics{general_type="iteration_counter"}`),
 		PromptTokens:       refs("nv_llm_input_token_len_sum"),
@@ -242,7 +242,7 @@ var Triton = Dialect{
 // TRTLLM is trtllm-serve's own Prometheus endpoint (trtllm_ prefix, or
 // trtllm: when Dynamo re-exposes it).
 var TRTLLM = Dialect{
-	Engine: "trtllm",
+	Engine: engine.TRTLLM,
 	Counters: [NumCounters][]Ref{
 		GenerationTokens: refs("trtllm_generation_tokens_total", "trtllm:generation_tokens_total"),
 		PromptTokens:     refs("trtllm_prompt_tokens_total", "trtllm:prompt_tokens_total"),
@@ -260,7 +260,7 @@ var TRTLLM = Dialect{
 // LMDeploy counts output tokens every iteration; the engine label is the
 // data-parallel rank, summed.
 var LMDeploy = Dialect{
-	Engine: "lmdeploy",
+	Engine: engine.LMDeploy,
 	Counters: [NumCounters][]Ref{
 		GenerationTokens: refs("lmdeploy:generation_tokens_total"),
 		PromptTokens:     refs("lmdeploy:prompt_tokens_total"),

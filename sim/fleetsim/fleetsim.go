@@ -13,6 +13,7 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
+	"github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/schema"
 )
 
@@ -96,7 +97,7 @@ func (f Fleet) Raw(from, to time.Time, w time.Duration, emit func(*write.Point) 
 			if m.running > 0 {
 				fs[schema.FieldPerUserTPS] = m.tps / m.running
 			}
-			if err := emit(write.NewPoint(schema.Server, map[string]string{schema.TagHost: host, schema.TagServer: "llm", schema.TagGPUs: f.gpus(h), schema.TagEngine: "vllm"}, fs, t)); err != nil {
+			if err := emit(write.NewPoint(schema.Server, map[string]string{schema.TagHost: host, schema.TagServer: "llm", schema.TagGPUs: f.gpus(h), schema.TagEngine: engine.VLLM}, fs, t)); err != nil {
 				return err
 			}
 			for g := 0; g < f.GPUs; g++ {
@@ -159,7 +160,7 @@ func (f Fleet) Rollups(from, to time.Time, every time.Duration, suffix string, e
 				fs[st+"_"+schema.FieldGPUSeconds] = c * 60 * n
 			}
 			host := Host(h)
-			if err := emit(write.NewPoint(schema.Server+suffix, map[string]string{schema.TagHost: host, schema.TagServer: "llm", schema.TagGPUs: f.gpus(h), schema.TagEngine: "vllm"}, fs, p)); err != nil {
+			if err := emit(write.NewPoint(schema.Server+suffix, map[string]string{schema.TagHost: host, schema.TagServer: "llm", schema.TagGPUs: f.gpus(h), schema.TagEngine: engine.VLLM}, fs, p)); err != nil {
 				return err
 			}
 			for g := 0; g < f.GPUs; g++ {
