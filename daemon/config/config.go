@@ -104,26 +104,9 @@ type DiscoveryConfig struct {
 
 // SinkConfig says where points go.
 type SinkConfig struct {
-	Influx InfluxConfig `mapstructure:"influx"`
+	Influx sink.InfluxConfig `mapstructure:"influx"`
 	File   FileConfig   `mapstructure:"file"`
 	Spool  SpoolConfig  `mapstructure:"spool"`
-}
-
-// InfluxConfig is the InfluxDB output.
-type InfluxConfig struct {
-	URL       string        `mapstructure:"url"`
-	Org       string        `mapstructure:"org"`
-	Bucket    string        `mapstructure:"bucket"`
-	TokenFile string        `mapstructure:"token_file"`
-	Timeout   time.Duration `mapstructure:"timeout"`
-	GZip      bool          `mapstructure:"gzip"`
-	TLS       TLSConfig     `mapstructure:"tls"`
-}
-
-// TLSConfig secures the InfluxDB connection.
-type TLSConfig struct {
-	CAFile             string `mapstructure:"ca_file"`
-	InsecureSkipVerify bool   `mapstructure:"insecure_skip_verify"`
 }
 
 // FileConfig is the line protocol file sink.
@@ -657,7 +640,6 @@ func (c *Config) InfluxClient(userAgent string) (*sink.Influx, error) {
 		return nil, err
 	}
 	ic := c.Sink.Influx
-	return sink.NewInflux(sink.InfluxConfig{URL: ic.URL, Org: ic.Org, Bucket: ic.Bucket, Token: token,
-		Timeout: ic.Timeout, GZip: ic.GZip, CAFile: ic.TLS.CAFile, InsecureSkipVerify: ic.TLS.InsecureSkipVerify,
-		UserAgent: userAgent})
+	ic.Token, ic.UserAgent = token, userAgent
+	return sink.NewInflux(ic)
 }
