@@ -6,9 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
-	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/internal/cpuclock"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/window"
 )
@@ -52,15 +51,15 @@ func benchWindow(b *testing.B, gpus, servers int, emit bool) {
 		for s := range 10 {
 			now := t.Add(time.Duration(s) * time.Second)
 			for g := range gpus {
-				j.AddGPU(gpu.Sample{Time: now, Index: g, UUID: uuids[g], UtilPct: 70, PowerW: 500, EnergyMJ: int64(i*10+s) * 500_000,
+				j.AddGPU(sample.GPU{Time: now, Index: g, UUID: uuids[g], UtilPct: 70, PowerW: 500, EnergyMJ: int64(i*10+s) * 500_000,
 					MemUsedBytes: 70 << 30, MemTotalBytes: 80 << 30, TempC: 60, SMClockMHz: 1900,
-					Has: gpu.FieldUtil | gpu.FieldPower | gpu.FieldEnergy | gpu.FieldMemory | gpu.FieldTemp | gpu.FieldSMClock})
+					Has: sample.FieldUtil | sample.FieldPower | sample.FieldEnergy | sample.FieldMemory | sample.FieldTemp | sample.FieldSMClock})
 			}
 			for _, name := range names {
-				var smp collector.Sample
+				var smp sample.Server
 				smp.Time = now
-				smp.SetCounter(collector.GenerationTokens, float64(i*10+s)*1000)
-				smp.SetGauge(collector.Running, 16)
+				smp.SetCounter(sample.GenerationTokens, float64(i*10+s)*1000)
+				smp.SetGauge(sample.Running, 16)
 				j.AddServer(name, smp)
 			}
 		}

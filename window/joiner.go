@@ -11,9 +11,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/engine"
-	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/schema"
 )
 
@@ -78,8 +77,8 @@ type Joiner struct {
 
 type serverState struct {
 	Server
-	counters [collector.NumCounters]counter
-	gauges   [collector.NumGauges]gauge
+	counters [sample.NumCounters]counter
+	gauges   [sample.NumGauges]gauge
 	seen     timeline // successful scrapes
 	// acc sums, per window, the intervals from completion-time counters
 	// (not Observed) and from log lines (Observed), spread as they come.
@@ -229,7 +228,7 @@ func (j *Joiner) Skipped() uint64 { return j.skipped }
 
 // AddServer records one scrape of a server. It reports false when the
 // sample was late (its window had closed) or the server is unknown.
-func (j *Joiner) AddServer(name string, s collector.Sample) bool {
+func (j *Joiner) AddServer(name string, s sample.Server) bool {
 	st, ok := j.byName[name]
 	if !ok {
 		return false
@@ -256,20 +255,20 @@ func (j *Joiner) AddServer(name string, s collector.Sample) bool {
 		}
 		st.seen.rewind(cut)
 	}
-	for c := range collector.NumCounters {
+	for c := range sample.NumCounters {
 		if s.HasCounter[c] {
 			st.counters[c].add(s.Time, s.Counter[c])
 		}
 	}
-	for g := range collector.NumGauges {
+	for g := range sample.NumGauges {
 		if s.HasGauge[g] {
 			st.gauges[g].add(s.Time, s.Gauge[g])
 		}
 	}
-	if s.HasCounter[collector.CompletionTokens] {
+	if s.HasCounter[sample.CompletionTokens] {
 		st.completion = true
 	}
-	if s.HasCounter[collector.ITLSum] {
+	if s.HasCounter[sample.ITLSum] {
 		st.latency = true
 	}
 	for _, iv := range s.Intervals {
@@ -286,7 +285,7 @@ func (j *Joiner) AddServer(name string, s collector.Sample) bool {
 // AddLog records what one log line said of the interval it covers. The
 // part of an interval that falls in windows already closed is late: it is
 // counted (LateTokens) and dropped.
-func (j *Joiner) AddLog(name string, iv collector.Interval) bool {
+func (j *Joiner) AddLog(name string, iv sample.Interval) bool {
 	st, ok := j.byName[name]
 	if !ok {
 		return false
@@ -366,7 +365,7 @@ func (j *Joiner) Watch(name string, t time.Time) {
 	}
 }
 
-func (j *Joiner) addInterval(st *serverState, iv collector.Interval) bool {
+func (j *Joiner) addInterval(st *serverState, iv sample.Interval) bool {
 	if !iv.End.After(j.next) && !(iv.End.Equal(j.next) && iv.Start.Equal(iv.End)) {
 		j.late++
 		if iv.Tokens > 0 {
@@ -426,7 +425,7 @@ func (j *Joiner) addInterval(st *serverState, iv collector.Interval) bool {
 func (j *Joiner) LateTokens() float64 { return j.lateTokens }
 
 // AddGPU records one reading of one GPU; false when it was late.
-func (j *Joiner) AddGPU(s gpu.Sample) bool {
+func (j *Joiner) AddGPU(s sample.GPU) bool {
 	if s.Time.Before(j.next) {
 		j.late++
 		return false
@@ -449,35 +448,35 @@ func (j *Joiner) AddGPU(s gpu.Sample) bool {
 				g.util.add(u.Time, u.Pct)
 			}
 		}
-	case s.Have(gpu.FieldUtil):
+	case s.Have(sample.FieldUtil):
 		g.util.add(s.Time, s.UtilPct)
 	}
-	if s.Have(gpu.FieldGPM) {
+	if s.Have(sample.FieldGPM) {
 		g.smActive.add(s.Time, s.SMActive)
 		g.smOcc.add(s.Time, s.SMOccupancy)
 		g.tensor.add(s.Time, s.TensorActive)
 		g.dram.add(s.Time, s.DRAMActive)
 	}
-	if s.Have(gpu.FieldMemUtil) {
+	if s.Have(sample.FieldMemUtil) {
 		g.memUtil.add(s.Time, s.MemUtilPct)
 	}
-	if s.Have(gpu.FieldMemory) {
+	if s.Have(sample.FieldMemory) {
 		g.memUsed.add(s.Time, float64(s.MemUsedBytes))
 		g.memTotal.add(s.Time, float64(s.MemTotalBytes))
 	}
-	if s.Have(gpu.FieldPower) {
+	if s.Have(sample.FieldPower) {
 		g.power.add(s.Time, s.PowerW)
 	}
-	if s.Have(gpu.FieldEnergy) {
+	if s.Have(sample.FieldEnergy) {
 		g.energy.add(s.Time, float64(s.EnergyMJ))
 	}
-	if s.Have(gpu.FieldTemp) {
+	if s.Have(sample.FieldTemp) {
 		g.temp.add(s.Time, s.TempC)
 	}
-	if s.Have(gpu.FieldSMClock) {
+	if s.Have(sample.FieldSMClock) {
 		g.smClock.add(s.Time, s.SMClockMHz)
 	}
-	if s.Have(gpu.FieldThrottle) {
+	if s.Have(sample.FieldThrottle) {
 		g.throttle = append(g.throttle, gpoint{s.Time, float64(s.Throttle)})
 	}
 	g.seen.add(s.Time)
@@ -865,10 +864,10 @@ type measured struct {
 
 // closedCounters is what each counter of a server says of one window.
 type closedCounters struct {
-	spans   [collector.NumCounters]span
-	have    [collector.NumCounters]bool
-	obs     [collector.NumCounters]float64
-	obsSpan [collector.NumCounters]time.Duration
+	spans   [sample.NumCounters]span
+	have    [sample.NumCounters]bool
+	obs     [sample.NumCounters]float64
+	obsSpan [sample.NumCounters]time.Duration
 }
 
 // measure closes the window [s, e) of one server. Scraped metrics win;
@@ -881,7 +880,7 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 	// Every counter is closed whichever source speaks: close moves its
 	// base to this window's end.
 	var cc closedCounters
-	for c := range collector.NumCounters {
+	for c := range sample.NumCounters {
 		cc.obs[c], cc.obsSpan[c] = st.counters[c].observed(s, e, j.cfg.MaxGap)
 		cc.spans[c], cc.have[c] = st.counters[c].close(e, j.cfg.MaxGap)
 	}
@@ -911,7 +910,7 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 		m.source, m.covered = schema.SourceLog, logCover
 		j.fromLog(&m, st, logIv, logCover)
 	}
-	for g := range collector.NumGauges {
+	for g := range sample.NumGauges {
 		st.gauges[g].prune(e)
 	}
 	st.seen.prune(e)
@@ -967,37 +966,37 @@ func (st *serverState) dropAccBefore(s time.Time) {
 // fromMetrics measures a scraped window: counters' deltas, completion-time
 // intervals (iv) on top, gauges' means over [s, e).
 func (j *Joiner) fromMetrics(m *measured, st *serverState, cc *closedCounters, iv ivSums, s, e time.Time, scraped time.Duration) {
-	if cc.have[collector.GenerationTokens] || st.completion {
-		tok := cc.spans[collector.GenerationTokens]
+	if cc.have[sample.GenerationTokens] || st.completion {
+		tok := cc.spans[sample.GenerationTokens]
 		m.hasTokens = true
 		m.tokens = j.bound(tok.delta() + iv.tokens)
 		m.tokensInt = int64(j.bound(float64(tok.count() + st.roundTokens(iv.tokens))))
-		m.rateTokens, m.tokenSecs = j.bound(cc.obs[collector.GenerationTokens]+iv.tokens), cc.obsSpan[collector.GenerationTokens].Seconds()
-		if !cc.have[collector.GenerationTokens] {
+		m.rateTokens, m.tokenSecs = j.bound(cc.obs[sample.GenerationTokens]+iv.tokens), cc.obsSpan[sample.GenerationTokens].Seconds()
+		if !cc.have[sample.GenerationTokens] {
 			m.rateTokens, m.tokenSecs = m.tokens, scraped.Seconds()
 		}
 	}
-	if cc.have[collector.ITLSum] && cc.have[collector.ITLCount] {
-		if sum, n := cc.spans[collector.ITLSum].delta(), cc.spans[collector.ITLCount].delta(); sum > 0 && n > 0 {
+	if cc.have[sample.ITLSum] && cc.have[sample.ITLCount] {
+		if sum, n := cc.spans[sample.ITLSum].delta(), cc.spans[sample.ITLCount].delta(); sum > 0 && n > 0 {
 			m.userTPS, m.hasUser = n/sum, true
 		}
 	}
-	if cc.have[collector.PromptTokens] {
-		p := cc.spans[collector.PromptTokens]
+	if cc.have[sample.PromptTokens] {
+		p := cc.spans[sample.PromptTokens]
 		m.prompt, m.promptInt, m.hasPrompt = j.bound(p.delta()), int64(j.bound(float64(p.count()))), true
-		m.ratePrompt, m.promptSecs = j.bound(cc.obs[collector.PromptTokens]), cc.obsSpan[collector.PromptTokens].Seconds()
+		m.ratePrompt, m.promptSecs = j.bound(cc.obs[sample.PromptTokens]), cc.obsSpan[sample.PromptTokens].Seconds()
 	}
-	if cc.have[collector.Preemptions] {
-		m.preempt, m.hasPreempt = cc.spans[collector.Preemptions].count(), true
-		m.preempted = cc.spans[collector.Preemptions].delta() > 0
+	if cc.have[sample.Preemptions] {
+		m.preempt, m.hasPreempt = cc.spans[sample.Preemptions].count(), true
+		m.preempted = cc.spans[sample.Preemptions].delta() > 0
 	}
-	gauge := func(g collector.Gauge) float64 {
+	gauge := func(g sample.Gauge) float64 {
 		if sts := st.gauges[g].stats(s, e); sts.n > 0 {
 			return sts.mean()
 		}
 		return -1
 	}
-	m.running, m.waiting, m.kv = gauge(collector.Running), gauge(collector.Waiting), gauge(collector.KVUsage)
+	m.running, m.waiting, m.kv = gauge(sample.Running), gauge(sample.Waiting), gauge(sample.KVUsage)
 	if !st.latency && m.running > 0 && m.tokenSecs > 0 && m.rateTokens > 0 {
 		// Only the system rate (SGLang's gen_throughput on a page without
 		// its latency histograms): each running stream got its share.
@@ -1045,10 +1044,10 @@ func (j *Joiner) fromLog(m *measured, st *serverState, iv ivSums, logCover time.
 }
 
 // bound keeps a window's token count within what a server can make in
-// it (collector.MaxTokensPerSecond), and not negative, before it becomes
+// it (sample.MaxTokensPerSecond), and not negative, before it becomes
 // an integer: validated sources stay inside anyway, this is the last line.
 func (j *Joiner) bound(tokens float64) float64 {
-	limit := collector.MaxTokensPerSecond * j.cfg.Window.Seconds()
+	limit := sample.MaxTokensPerSecond * j.cfg.Window.Seconds()
 	switch {
 	case !(tokens >= 0): // NaN too
 		return 0

@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
-	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/schema"
 )
 
@@ -24,11 +23,11 @@ type scrape struct {
 	running float64
 }
 
-func sample(s scrape) collector.Sample {
-	var smp collector.Sample
+func reading(s scrape) sample.Server {
+	var smp sample.Server
 	smp.Time = at(s.t)
-	smp.SetCounter(collector.GenerationTokens, s.tokens)
-	smp.SetGauge(collector.Running, s.running)
+	smp.SetCounter(sample.GenerationTokens, s.tokens)
+	smp.SetGauge(sample.Running, s.running)
 	return smp
 }
 
@@ -61,7 +60,7 @@ func newJoiner(start float64) *Joiner {
 func serverWindows(t *testing.T, j *Joiner, scrapes []scrape, flushAt float64) []ServerWindow {
 	t.Helper()
 	for _, s := range scrapes {
-		j.AddServer("llm", sample(s))
+		j.AddServer("llm", reading(s))
 	}
 	return servers(j.Flush(at(flushAt)))
 }
@@ -210,10 +209,10 @@ func TestJoinerConservesTokens(t *testing.T) {
 func TestJoinerLateSamples(t *testing.T) {
 	j := newJoiner(0)
 	serverWindows(t, j, steady(0, 16, 1, 10, 0), 15) // closes [0,10)
-	if ok := j.AddServer("llm", sample(scrape{t: 9.9, tokens: 99})); ok {
+	if ok := j.AddServer("llm", reading(scrape{t: 9.9, tokens: 99})); ok {
 		t.Error("a sample for a closed window was accepted")
 	}
-	if ok := j.AddGPU(gpu.Sample{Time: at(5), UUID: "GPU-x"}); ok {
+	if ok := j.AddGPU(sample.GPU{Time: at(5), UUID: "GPU-x"}); ok {
 		t.Error("a GPU sample for a closed window was accepted")
 	}
 	if j.Late() != 2 {
@@ -242,7 +241,7 @@ func TestJoinerGraceWaitsForLateScrape(t *testing.T) {
 func TestJoinerClosePartial(t *testing.T) {
 	j := newJoiner(0)
 	for _, s := range steady(0, 14, 1, 10, 0) {
-		j.AddServer("llm", sample(s))
+		j.AddServer("llm", reading(s))
 	}
 	srv := servers(j.Close(at(13.5)))
 	if len(srv) != 2 {
@@ -253,10 +252,10 @@ func TestJoinerClosePartial(t *testing.T) {
 	}
 }
 
-func gpuSample(sec float64, util, power float64, energyMJ int64) gpu.Sample {
-	return gpu.Sample{Time: at(sec), Index: 0, UUID: "GPU-0", Name: "H100",
+func gpuSample(sec float64, util, power float64, energyMJ int64) sample.GPU {
+	return sample.GPU{Time: at(sec), Index: 0, UUID: "GPU-0", Name: "H100",
 		UtilPct: util, PowerW: power, EnergyMJ: energyMJ, MemUsedBytes: 70 << 30, MemTotalBytes: 80 << 30,
-		Has: gpu.FieldUtil | gpu.FieldPower | gpu.FieldEnergy | gpu.FieldMemory}
+		Has: sample.FieldUtil | sample.FieldPower | sample.FieldEnergy | sample.FieldMemory}
 }
 
 func TestJoinerGPUAndServerJoin(t *testing.T) {
@@ -268,9 +267,9 @@ func TestJoinerGPUAndServerJoin(t *testing.T) {
 			util = 70
 		}
 		j.AddGPU(gpuSample(float64(i), util, 480, int64(i)*500_000))
-		j.AddServer("llm", sample(scrape{t: float64(i), tokens: float64(i) * 1000, running: 8}))
+		j.AddServer("llm", reading(scrape{t: float64(i), tokens: float64(i) * 1000, running: 8}))
 	}
-	j.AddGPU(gpu.Sample{Time: at(3), Index: 1, UUID: "GPU-1", Name: "H100", Err: errors.New("gpu 1: GPU is lost")})
+	j.AddGPU(sample.GPU{Time: at(3), Index: 1, UUID: "GPU-1", Name: "H100", Err: errors.New("gpu 1: GPU is lost")})
 	cs := j.Flush(at(15))
 	if len(cs) != 1 || len(cs[0].GPUs) != 2 || len(cs[0].Servers) != 1 {
 		t.Fatalf("got %+v, want one window of 2 GPUs + 1 server", cs)
@@ -303,7 +302,7 @@ func TestJoinerEnergyFallsBackToPower(t *testing.T) {
 	j := newJoiner(0)
 	for i := 0; i <= 11; i++ {
 		s := gpuSample(float64(i), 10, 300, 0)
-		s.Has &^= gpu.FieldEnergy
+		s.Has &^= sample.FieldEnergy
 		j.AddGPU(s)
 	}
 	g := j.Flush(at(15))[0].GPUs[0]
@@ -352,11 +351,11 @@ func TestVerdict(t *testing.T) {
 func TestJoinerSetServersKeepsSeries(t *testing.T) {
 	j := newJoiner(0)
 	for _, s := range steady(0, 14, 1, 10, 0) {
-		j.AddServer("llm", sample(s))
+		j.AddServer("llm", reading(s))
 	}
 	j.SetServers([]Server{{Name: "llm", Engine: "vllm"}, {Name: "new", Engine: "vllm"}}, 2500*time.Millisecond)
 	for _, s := range steady(14, 21, 1, 10, 140) {
-		j.AddServer("llm", sample(s))
+		j.AddServer("llm", reading(s))
 	}
 	var srv []ServerWindow
 	for _, w := range servers(j.Flush(at(25))) {
@@ -380,12 +379,12 @@ func TestJoinerGPUDriverSamplesAndGPM(t *testing.T) {
 			if k == 5 {
 				pct = 80
 			}
-			s.UtilSamples = append(s.UtilSamples, gpu.UtilSample{Time: at(float64(i) - 1 + float64(k+1)/6), Pct: pct})
+			s.UtilSamples = append(s.UtilSamples, sample.UtilSample{Time: at(float64(i) - 1 + float64(k+1)/6), Pct: pct})
 		}
 		s.SMActive, s.SMOccupancy, s.TensorActive, s.DRAMActive = 35, 20, 15, 50
-		s.Has |= gpu.FieldGPM
+		s.Has |= sample.FieldGPM
 		j.AddGPU(s)
-		j.AddServer("llm", sample(scrape{t: float64(i), tokens: float64(i) * 100, running: 4}))
+		j.AddServer("llm", reading(scrape{t: float64(i), tokens: float64(i) * 100, running: 4}))
 	}
 	cs := j.Flush(at(15))
 	g, srv := cs[0].GPUs[0], cs[0].Servers[0]
@@ -459,7 +458,7 @@ func TestJoinerTokensPerJouleOnOneTimeBase(t *testing.T) {
 		j.AddGPU(gpuSample(float64(i), 50, 500, int64(i)*500_000)) // 500 W
 	}
 	for i := 4; i <= 7; i++ {
-		j.AddServer("llm", sample(scrape{t: float64(i), tokens: float64(i) * 1000, running: 8})) // 1000 tokens/s
+		j.AddServer("llm", reading(scrape{t: float64(i), tokens: float64(i) * 1000, running: 8})) // 1000 tokens/s
 	}
 	srv := servers(j.Close(at(7.5)))
 	w := srv[len(srv)-1]
@@ -475,12 +474,12 @@ func TestJoinerSetServersWritesRemovedServersLastWindows(t *testing.T) {
 	both := []Server{{Name: "llm", Engine: "vllm"}, {Name: "gone", Engine: "vllm"}}
 	j.SetServers(both, 2500*time.Millisecond)
 	for _, s := range steady(0, 15, 1, 10, 0) {
-		j.AddServer("llm", sample(s))
-		j.AddServer("gone", sample(s))
+		j.AddServer("llm", reading(s))
+		j.AddServer("gone", reading(s))
 	}
 	j.SetServers(both[:1], 2500*time.Millisecond) // at 14.5: the window [0, 10) not yet written
 	for _, s := range steady(15, 31, 1, 10, 150) {
-		j.AddServer("llm", sample(s))
+		j.AddServer("llm", reading(s))
 	}
 	var gone []ServerWindow
 	for _, w := range servers(append(j.Flush(at(25)), j.Flush(at(35))...)) {
@@ -510,7 +509,7 @@ func TestJoinerSetServersWritesRemovedServersLastWindows(t *testing.T) {
 func TestCloseAppendReusesStorage(t *testing.T) {
 	feed := func(j *Joiner, sec int) {
 		j.AddGPU(gpuSample(float64(sec), float64(10+sec%7*10), 300+float64(sec%5), int64(sec)*300_000))
-		iv := collector.Unknown(at(float64(sec)-0.5), at(float64(sec)))
+		iv := sample.Unknown(at(float64(sec)-0.5), at(float64(sec)))
 		iv.Tokens, iv.Running, iv.Observed = float64(100+sec%13), float64(sec%4), true
 		if sec%17 == 0 {
 			iv.Start = at(float64(sec) - 23) // reaches back over two windows

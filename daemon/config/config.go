@@ -24,10 +24,10 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
-	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/internal/redact"
 	"github.com/tpsmon/tpsmon/internal/statefile"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/sink"
 )
 
@@ -590,8 +590,8 @@ func (c *Config) validateThresholds() error {
 			return fmt.Errorf("thresholds.%s: %v is not a percentage in [0, 100]", t.name, t.v)
 		}
 	}
-	if !(th.Waiting >= 0 && th.Waiting <= collector.MaxRequests) {
-		return fmt.Errorf("thresholds.waiting: %v is not a queue length in [0, %g]", th.Waiting, collector.MaxRequests)
+	if !(th.Waiting >= 0 && th.Waiting <= sample.MaxRequests) {
+		return fmt.Errorf("thresholds.waiting: %v is not a queue length in [0, %g]", th.Waiting, sample.MaxRequests)
 	}
 	return nil
 }

@@ -9,9 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
-	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/daemon/api"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/window"
 )
@@ -28,14 +27,14 @@ func closedGPU(label string, start time.Time, server string) window.Closed {
 		Server: server, Util: window.Some(50.0)}}}
 }
 
-func scrape(at time.Time, gen, prompt, itlSum, itlCount, running float64) collector.Sample {
-	var s collector.Sample
+func scrape(at time.Time, gen, prompt, itlSum, itlCount, running float64) sample.Server {
+	var s sample.Server
 	s.Time, s.Engine, s.Model = at, "vllm", "m"
-	s.SetCounter(collector.GenerationTokens, gen)
-	s.SetCounter(collector.PromptTokens, prompt)
-	s.SetCounter(collector.ITLSum, itlSum)
-	s.SetCounter(collector.ITLCount, itlCount)
-	s.SetGauge(collector.Running, running)
+	s.SetCounter(sample.GenerationTokens, gen)
+	s.SetCounter(sample.PromptTokens, prompt)
+	s.SetCounter(sample.ITLSum, itlSum)
+	s.SetCounter(sample.ITLCount, itlCount)
+	s.SetGauge(sample.Running, running)
 	return s
 }
 
@@ -52,8 +51,8 @@ func TestViewHistoryAndOpenWindow(t *testing.T) {
 	v.Server("a", scrape(t0.Add(29*time.Second), 1000, 50, 10, 100, 4))
 	v.Server("a", scrape(t0.Add(31*time.Second), 1400, 90, 12, 160, 6))
 	v.Server("a", scrape(t0.Add(34*time.Second), 1500, 100, 14, 200, 8))
-	v.GPUs([]gpu.Sample{{Time: t0.Add(34 * time.Second), Index: 0, UUID: "GPU-0", Name: "H100", UtilPct: 77,
-		Throttle: 4, Has: gpu.FieldUtil | gpu.FieldThrottle}})
+	v.GPUs([]sample.GPU{{Time: t0.Add(34 * time.Second), Index: 0, UUID: "GPU-0", Name: "H100", UtilPct: 77,
+		Throttle: 4, Has: sample.FieldUtil | sample.FieldThrottle}})
 
 	w := v.Snapshot(2)
 	if w.Host != "h" || w.WindowSeconds != 10 || !w.Now.Equal(now) {
