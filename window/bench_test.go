@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/internal/cpuclock"
 	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/sink"
@@ -14,8 +15,8 @@ import (
 
 // BenchmarkWindow is one 10 s window at 1 Hz, fed and closed: a node (8
 // GPUs, 2 servers), and S3's scale (64 GPUs, 16 servers of 4 GPUs each),
-// where the closed window's points are also encoded as line protocol, as
-// the spool writes them.
+// where the closed window is also analysed and its points encoded as line
+// protocol, as the spool writes them.
 func BenchmarkWindow(b *testing.B) {
 	b.Run("node", func(b *testing.B) { benchWindow(b, 8, 2, false) })
 	b.Run("s3-join-and-emit", func(b *testing.B) { benchWindow(b, 64, 16, true) })
@@ -38,8 +39,11 @@ func benchWindow(b *testing.B, gpus, servers int, emit bool) {
 	for g := range uuids {
 		uuids[g] = fmt.Sprintf("GPU-%d", g)
 	}
-	// The daemon's line protocol writer (the spool's encodes alike).
+	// The daemon's analysis and line protocol writer (the spool's encodes
+	// alike).
 	lp := sink.NewLPWriter(io.Discard)
+	var facts analysis.Facts
+	var analysed []analysis.Closed
 	b.ReportAllocs()
 	t := time.Unix(0, 0)
 	start := cpuclock.Self()
@@ -65,11 +69,12 @@ func benchWindow(b *testing.B, gpus, servers int, emit bool) {
 		}
 		t = t.Add(10 * time.Second)
 		cs := j.Flush(t.Add(5 * time.Second))
-		if n := window.Count(cs); n != gpus+servers {
-			b.Fatalf("%d points", n)
+		if len(cs) != 1 || len(cs[0].GPUs)+len(cs[0].Servers) != gpus+servers {
+			b.Fatalf("%d windows closed, want one of %d points", len(cs), gpus+servers)
 		}
 		if emit {
-			if err := lp.WriteWindows(cs); err != nil {
+			analysed = analysis.Append(analysed[:0], cs, &facts)
+			if err := lp.WriteWindows(analysed); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -24,14 +24,14 @@ func TestJoinerHoles(t *testing.T) {
 		ivs      []sample.Interval
 		tokens   Opt[int64]
 		coverage float64
-		state    string
+		down     bool // no source spoke for it
 	}{
-		{"no hole", []sample.Interval{stat(10, 20, 100)}, Some[int64](100), 1, schema.StateOK},
-		{"all hole", []sample.Interval{sample.Hole(at(5), at(25))}, Opt[int64]{}, 0, schema.StateDown},
-		{"half hole", []sample.Interval{stat(5, 15, 100), sample.Hole(at(15), at(25))}, Some[int64](50), 0.5, schema.StateOK},
+		{"no hole", []sample.Interval{stat(10, 20, 100)}, Some[int64](100), 1, false},
+		{"all hole", []sample.Interval{sample.Hole(at(5), at(25))}, Opt[int64]{}, 0, true},
+		{"half hole", []sample.Interval{stat(5, 15, 100), sample.Hole(at(15), at(25))}, Some[int64](50), 0.5, false},
 		{"hole over a valid line", []sample.Interval{stat(10, 20, 100), sample.Hole(at(12), at(14)),
-			sample.Hole(at(13), at(16))}, Some[int64](100), 0.6, schema.StateOK},
-		{"hole before the first window", []sample.Interval{stat(10, 20, 100), sample.Hole(at(0), at(10))}, Some[int64](100), 1, schema.StateOK},
+			sample.Hole(at(13), at(16))}, Some[int64](100), 0.6, false},
+		{"hole before the first window", []sample.Interval{stat(10, 20, 100), sample.Hole(at(0), at(10))}, Some[int64](100), 1, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,9 +49,9 @@ func TestJoinerHoles(t *testing.T) {
 					w = sw
 				}
 			}
-			if w.Tokens != tc.tokens || w.Coverage != tc.coverage || w.State != tc.state {
-				t.Errorf("window at 10 s: tokens %v coverage %v state %s, want %v, %v, %s",
-					w.Tokens, w.Coverage, w.State, tc.tokens, tc.coverage, tc.state)
+			if w.Tokens != tc.tokens || w.Coverage != tc.coverage || w.Down != tc.down {
+				t.Errorf("window at 10 s: tokens %v coverage %v down %v, want %v, %v, %v",
+					w.Tokens, w.Coverage, w.Down, tc.tokens, tc.coverage, tc.down)
 			}
 		})
 	}

@@ -1,7 +1,8 @@
 // Package window joins GPU samples and server samples in tumbling windows
 // aligned to the Unix epoch, and sums each closed window up as typed
-// results (GPUWindow, ServerWindow) in tpsmon's schema; sink turns them
-// into line protocol. It is pure: no I/O, and the clock is the caller's
+// results (GPUWindow, ServerWindow) in tpsmon's schema: time and counters
+// only. The analysis stage (package analysis) derives what follows from
+// them, the state among it; sink turns them into line protocol. It is pure: no I/O, and the clock is the caller's
 // (every method takes the time), so tests need no sleeping.
 package window
 
@@ -26,8 +27,7 @@ type Config struct {
 	Host   string
 	// Start is when observation began; the first window is the one that
 	// holds it.
-	Start      time.Time
-	Thresholds Thresholds
+	Start time.Time
 }
 
 // Server describes one monitored inference server.
@@ -128,9 +128,6 @@ type gerr struct {
 
 // New returns a joiner for the given servers.
 func New(cfg Config, servers []Server) *Joiner {
-	if cfg.Thresholds == (Thresholds{}) {
-		cfg.Thresholds = DefaultThresholds
-	}
 	j := &Joiner{
 		cfg:    cfg,
 		next:   Start(cfg.Start, cfg.Window),
@@ -711,12 +708,9 @@ func (g *gpuState) prune(e time.Time) {
 func (j *Joiner) serverWindow(st *serverState, s, e time.Time, sums map[string]*gpuSummary) ServerWindow {
 	m := j.measure(st, s, e)
 	w := ServerWindow{Start: s, Length: j.cfg.Window, Host: j.cfg.Host, Server: st.Name, Engine: st.Engine,
-		Model: st.Model, Source: m.source}
-	in := verdictInput{down: m.down, tokens: -1, running: m.running, waiting: m.waiting, kv: m.kv, util: -1,
-		preempted: m.preempted}
+		Model: st.Model, Source: m.source, Down: m.down, Preempted: m.preempted}
 	if m.hasTokens {
-		w.Tokens = Some(m.tokensInt)
-		in.tokens = m.tokens
+		w.Tokens, w.ExactTokens = Some(m.tokensInt), Some(m.tokens)
 		if m.tokenSecs > 0 {
 			w.SystemTPS = Some(m.rateTokens / m.tokenSecs)
 		}
@@ -735,19 +729,15 @@ func (j *Joiner) serverWindow(st *serverState, s, e time.Time, sums map[string]*
 	}
 	known := func(v float64) Opt[float64] { return Opt[float64]{V: v, OK: v >= 0} }
 	w.Running, w.Waiting, w.KVCacheUsage = known(m.running), known(m.waiting), known(m.kv)
-	if util, ok := j.addGPUs(&w, j.gpusOf(st), sums); ok {
-		in.util = util
-	}
-	w.State = verdict(in, j.cfg.Thresholds)
+	j.addGPUs(&w, j.gpusOf(st), sums)
 	w.Coverage = ratio(m.covered, j.cfg.Window)
 	return w
 }
 
 // addGPUs fills a server's window with what its GPUs did: utilization,
 // SM activity, memory, power and energy summed or averaged over them, and
-// the rates per joule and per GPU. It returns the utilization the verdict
-// takes, if known.
-func (j *Joiner) addGPUs(w *ServerWindow, gpus []*gpuState, sums map[string]*gpuSummary) (float64, bool) {
+// the rates per joule and per GPU.
+func (j *Joiner) addGPUs(w *ServerWindow, gpus []*gpuState, sums map[string]*gpuSummary) {
 	w.GPUs = make([]string, 0, len(gpus))
 	var util, utilMax, power, energy, sm float64
 	// watts is the GPUs' mean power over the part of the window each was
@@ -788,16 +778,11 @@ func (j *Joiner) addGPUs(w *ServerWindow, gpus []*gpuState, sums map[string]*gpu
 			nMem++
 		}
 	}
-	verdictUtil, known := 0.0, false
 	if nUtil > 0 {
 		w.GPUUtil, w.GPUUtilMax = Some(util/float64(nUtil)), Some(utilMax)
-		verdictUtil, known = util/float64(nUtil), true
 	}
 	if nSM > 0 {
-		// SM activity says how much of the GPU works, utilization only
-		// that something ran: the verdict takes it where it is known.
 		w.SMActive = Some(sm / float64(nSM))
-		verdictUtil, known = sm/float64(nSM), true
 	}
 	if nMem > 0 {
 		w.MemUsedBytes, w.MemTotalBytes = Some(memUsed), Some(memTotal)
@@ -814,7 +799,6 @@ func (j *Joiner) addGPUs(w *ServerWindow, gpus []*gpuState, sums map[string]*gpu
 	if w.SystemTPS.OK && len(gpus) > 0 {
 		w.TPSPerGPU = Some(w.SystemTPS.V / float64(len(gpus)))
 	}
-	return verdictUtil, known
 }
 
 func ratio(d, w time.Duration) float64 {

@@ -70,7 +70,7 @@ type want struct {
 	tokens   Opt[int64] // absent: no token count
 	tps      float64
 	coverage float64
-	state    string
+	down     bool // no source spoke for it
 }
 
 func TestJoinerWindows(t *testing.T) {
@@ -86,9 +86,9 @@ func TestJoinerWindows(t *testing.T) {
 			scrapes: steady(0, 31, 1, 100, 5000),
 			flushAt: 35,
 			want: []want{
-				{0, Some[int64](1000), 100, 1, schema.StateOK},
-				{10, Some[int64](1000), 100, 1, schema.StateOK},
-				{20, Some[int64](1000), 100, 1, schema.StateOK},
+				{0, Some[int64](1000), 100, 1, false},
+				{10, Some[int64](1000), 100, 1, false},
+				{20, Some[int64](1000), 100, 1, false},
 			},
 		},
 		{
@@ -101,9 +101,9 @@ func TestJoinerWindows(t *testing.T) {
 			flushAt: 25,
 			want: []want{
 				// [0,10): the counter started at 8.5; half of the 9.5..10.5 jump.
-				{0, Some[int64](50), 50 / 1.5, 0.15, schema.StateOK},
+				{0, Some[int64](50), 50 / 1.5, 0.15, false},
 				// [10,20): the other half; 12.5..19.5 is a gap longer than MaxGap.
-				{10, Some[int64](50), 50 / 3.0, 0.3, schema.StateOK},
+				{10, Some[int64](50), 50 / 3.0, 0.3, false},
 			},
 		},
 		{
@@ -111,11 +111,11 @@ func TestJoinerWindows(t *testing.T) {
 			scrapes: append(steady(0, 13, 1, 10, 0), steady(17, 31, 1, 10, 170)...),
 			flushAt: 35,
 			want: []want{
-				{0, Some[int64](100), 10, 1, schema.StateOK},
+				{0, Some[int64](100), 10, 1, false},
 				// 12..17 is a 5 s gap: its 50 tokens land at 17, inside the
 				// window, but the rate is the 50 seen over the 5 s observed.
-				{10, Some[int64](100), 50 / 5.0, 0.5, schema.StateOK},
-				{20, Some[int64](100), 10, 1, schema.StateOK},
+				{10, Some[int64](100), 50 / 5.0, 0.5, false},
+				{20, Some[int64](100), 10, 1, false},
 			},
 		},
 		{
@@ -124,11 +124,11 @@ func TestJoinerWindows(t *testing.T) {
 				steady(15, 31, 1, 100, 0)...), // restarted at 15 from 0
 			flushAt: 35,
 			want: []want{
-				{0, Some[int64](1000), 100, 1, schema.StateOK},
+				{0, Some[int64](1000), 100, 1, false},
 				// 10..14 gives 400 (and the edge at 10), then the reset drops
 				// the 14..15 second: 0 is the new value, then 15..20 gives 500.
-				{10, Some[int64](900), 90, 1, schema.StateOK},
-				{20, Some[int64](1000), 100, 1, schema.StateOK},
+				{10, Some[int64](900), 90, 1, false},
+				{20, Some[int64](1000), 100, 1, false},
 			},
 		},
 		{
@@ -136,21 +136,21 @@ func TestJoinerWindows(t *testing.T) {
 			scrapes: steady(14, 31, 1, 20, 0),
 			flushAt: 35,
 			want: []want{
-				{0, Opt[int64]{}, 0, 0, schema.StateDown},
-				{10, Some[int64](120), 20, 0.6, schema.StateOK},
-				{20, Some[int64](200), 20, 1, schema.StateOK},
+				{0, Opt[int64]{}, 0, 0, true},
+				{10, Some[int64](120), 20, 0.6, false},
+				{20, Some[int64](200), 20, 1, false},
 			},
 		},
 		{
 			name:    "no scrapes at all: down, nothing invented",
 			flushAt: 25,
-			want:    []want{{0, Opt[int64]{}, 0, 0, schema.StateDown}, {10, Opt[int64]{}, 0, 0, schema.StateDown}},
+			want:    []want{{0, Opt[int64]{}, 0, 0, true}, {10, Opt[int64]{}, 0, 0, true}},
 		},
 		{
 			name:    "idle server",
 			scrapes: []scrape{{0, 7, 0}, {1, 7, 0}, {2, 7, 0}, {3, 7, 0}, {4, 7, 0}, {5, 7, 0}, {6, 7, 0}, {7, 7, 0}, {8, 7, 0}, {9, 7, 0}, {10, 7, 0}},
 			flushAt: 15,
-			want:    []want{{0, Some[int64](0), 0, 1, schema.StateIdle}},
+			want:    []want{{0, Some[int64](0), 0, 1, false}},
 		},
 	}
 	for _, tt := range tests {
@@ -177,8 +177,8 @@ func TestJoinerWindows(t *testing.T) {
 				if math.Abs(g.Coverage-w.coverage) > 1e-9 {
 					t.Errorf("window %d coverage = %v, want %v", i, g.Coverage, w.coverage)
 				}
-				if g.State != w.state {
-					t.Errorf("window %d state = %v, want %v", i, g.State, w.state)
+				if g.Down != w.down {
+					t.Errorf("window %d down = %v, want %v", i, g.Down, w.down)
 				}
 			}
 		})
@@ -322,32 +322,6 @@ func TestJoinerSkipsAheadAfterClockJump(t *testing.T) {
 	}
 }
 
-func TestVerdict(t *testing.T) {
-	base := verdictInput{tokens: 100, running: 4, waiting: 0, kv: 0.5, util: 75}
-	tests := []struct {
-		name string
-		mod  func(*verdictInput)
-		want string
-	}{
-		{"down", func(v *verdictInput) { v.down = true }, schema.StateDown},
-		{"idle", func(v *verdictInput) { v.tokens, v.running = 0, 0 }, schema.StateIdle},
-		{"kv bound", func(v *verdictInput) { v.waiting, v.kv = 3, 0.95 }, schema.StateKVBound},
-		{"kv bound by preemption", func(v *verdictInput) { v.preempted, v.kv = true, 0.92 }, schema.StateKVBound},
-		{"queue bound", func(v *verdictInput) { v.waiting, v.util = 5, 45 }, schema.StateQueueBound},
-		{"underutilized", func(v *verdictInput) { v.util = 20 }, schema.StateUnderutilized},
-		{"saturated", func(v *verdictInput) { v.waiting, v.util = 5, 97 }, schema.StateSaturated},
-		{"ok", func(*verdictInput) {}, schema.StateOK},
-		{"no gpu data never guesses", func(v *verdictInput) { v.waiting, v.util = 5, -1 }, schema.StateOK},
-	}
-	for _, tt := range tests {
-		in := base
-		tt.mod(&in)
-		if got := verdict(in, DefaultThresholds); got != tt.want {
-			t.Errorf("%s: %s, want %s", tt.name, got, tt.want)
-		}
-	}
-}
-
 func TestJoinerSetServersKeepsSeries(t *testing.T) {
 	j := newJoiner(0)
 	for _, s := range steady(0, 14, 1, 10, 0) {
@@ -394,10 +368,10 @@ func TestJoinerGPUDriverSamplesAndGPM(t *testing.T) {
 	if g.SMActive != Some(35.0) || g.TensorActive != Some(15.0) || g.DRAMActive != Some(50.0) || g.EnergySource != Some(schema.EnergyCounter) {
 		t.Errorf("gpu %+v", g)
 	}
-	// SM activity (35%) drives the verdict: tokens flow, nothing waits,
-	// the GPU is mostly idle inside.
-	if srv.SMActive != Some(35.0) || srv.State != schema.StateUnderutilized {
-		t.Errorf("server sm_active %v state %v", srv.SMActive, srv.State)
+	// The server sees its GPU's SM activity and utilization, which
+	// the verdict weighs (analysis.State).
+	if srv.SMActive != Some(35.0) || !srv.GPUUtil.OK || math.Abs(srv.GPUUtil.V-30) > 1e-9 {
+		t.Errorf("server sm_active %v gpu_util %v", srv.SMActive, srv.GPUUtil)
 	}
 }
 

@@ -76,7 +76,7 @@ func TestShortWindowRates(t *testing.T) {
 				if f.Tokens.OK {
 					total += f.Tokens.V
 				}
-				if k == 0 || f.State == schema.StateDown {
+				if k == 0 || f.Down {
 					continue // the first point starts mid-window
 				}
 				for _, c := range []struct {

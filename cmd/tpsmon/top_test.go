@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/daemon/agent"
 	"github.com/tpsmon/tpsmon/daemon/api"
 	"github.com/tpsmon/tpsmon/daemon/config"
@@ -26,7 +27,6 @@ import (
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/testkit/configtest"
 	"github.com/tpsmon/tpsmon/testkit/loopback"
-	"github.com/tpsmon/tpsmon/window"
 )
 
 // recorder keeps the points of closed windows as the outputs get them.
@@ -35,7 +35,7 @@ type recorder struct {
 	pts []sink.Point
 }
 
-func (r *recorder) WriteWindows(cs []window.Closed) error {
+func (r *recorder) WriteWindows(cs []analysis.Closed) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pts = append(r.pts, sink.Points(cs)...)

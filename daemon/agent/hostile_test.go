@@ -14,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/testkit/configtest"
 	"github.com/tpsmon/tpsmon/window"
@@ -92,7 +93,7 @@ func oneBadSample(t *testing.T, bad string, reason sample.Reason) {
 // failingOutput fails while failing is set.
 type failingOutput struct{ failing bool }
 
-func (f *failingOutput) WriteWindows([]window.Closed) error {
+func (f *failingOutput) WriteWindows([]analysis.Closed) error {
 	if f.failing {
 		return errors.New("disk full")
 	}

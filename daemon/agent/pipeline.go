@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/collector"
 	enginereg "github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/collector/gpumap"
@@ -36,9 +37,9 @@ type GPUSampler interface {
 	Close() error
 }
 
-// WindowWriter receives closed windows.
+// WindowWriter receives closed windows, analysed.
 type WindowWriter interface {
-	WriteWindows(cs []window.Closed) error
+	WriteWindows(cs []analysis.Closed) error
 }
 
 // pipeline wires sources, the joiner and the outputs: the daemon's main
@@ -350,11 +351,8 @@ func (p *pipeline) run(ctx context.Context) error {
 	p.gpuErr = map[string]bool{}
 	p.suspect = map[string]bool{}
 	p.placed = map[string][]string{}
-	th := cfg.Thresholds
 	j := window.New(window.Config{
 		Window: cfg.Window, Grace: p.grace(cfg), MaxGap: maxGapOfConfig(cfg), Host: cfg.Host, Start: start,
-		Thresholds: window.Thresholds{KVBound: th.KVBound, QueueUtil: th.QueueUtil, UnderUtil: th.UnderUtil,
-			SaturatedUtil: th.SaturatedUtil, Waiting: th.Waiting},
 	}, serversOf(cfg))
 	p.log.Info("first window", "start", window.Start(start, cfg.Window).Format(time.RFC3339Nano))
 
@@ -590,10 +588,13 @@ func (p *pipeline) noteSuspect(r scrapeMsg) {
 	}
 }
 
-func (p *pipeline) emit(cs []window.Closed) {
-	if len(cs) == 0 {
+// emit analyses closed windows, with the facts of the configuration in
+// force, and hands them to the outputs.
+func (p *pipeline) emit(closed []window.Closed) {
+	if len(closed) == 0 {
 		return
 	}
+	cs := analysis.Analyze(closed, &analysis.Facts{Thresholds: p.cfg.Thresholds})
 	if len(p.outFails) != len(p.outputs) {
 		p.outFails = make([]int, len(p.outputs))
 	}

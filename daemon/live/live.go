@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/daemon/api"
 	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/schema"
@@ -57,7 +58,7 @@ func New(host string, window time.Duration, now func() time.Time) *View {
 }
 
 // WriteWindows takes closed windows (the pipeline's outputs).
-func (v *View) WriteWindows(cs []window.Closed) error {
+func (v *View) WriteWindows(cs []analysis.Closed) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for _, p := range sink.Points(cs) {

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/collector/logline"
@@ -39,11 +40,11 @@ type timed struct {
 	watch  bool // the log was readable at t
 }
 
-// Writer receives the closed windows.
+// Writer receives the closed windows, analysed.
 type Writer interface {
 	// WriteWindows writes cs, which it must not hold past the call: their
 	// storage is reused for the next windows.
-	WriteWindows(cs []window.Closed) error
+	WriteWindows(cs []analysis.Closed) error
 }
 
 // Options say what to replay and how; the error messages name the replay
@@ -60,6 +61,9 @@ type Options struct {
 	GPUs       []string // serving the server; empty: all
 	Host       string
 	TZ         string // of the CSV and log timestamps
+	// Facts are what the analysis of the windows knows besides them; the
+	// zero value: the default thresholds, nothing known of the server.
+	Facts analysis.Facts
 }
 
 // recording is what the inputs hold, in time order once sorted.
@@ -352,7 +356,7 @@ func (rec *recording) addGPUs(path string, loc *time.Location, warn io.Writer) e
 func (rec *recording) join(ctx context.Context, o Options, out Writer) error {
 	byTime := func(a, b timed) int { return a.t.Compare(b.t) }
 	slices.SortStableFunc(rec.inputs, byTime)
-	w := batcher{out: out}
+	w := batcher{out: out, facts: &o.Facts}
 	maxGap := maxGapOf(rec.gaps)
 	// A log alone is fed a stretch at a time; with other inputs, the
 	// feed's own pass finds where its segments end.
@@ -374,9 +378,11 @@ func (rec *recording) join(ctx context.Context, o Options, out Writer) error {
 // batcher hands closed windows to a Writer a batch at a time: a long
 // replay's windows are written as it goes, not held to its end.
 type batcher struct {
-	out     Writer
-	pending []window.Closed
-	err     error
+	out      Writer
+	facts    *analysis.Facts
+	pending  []window.Closed
+	analysed []analysis.Closed
+	err      error
 }
 
 // batchWindows is how many closed windows a batch holds.
@@ -392,11 +398,12 @@ func (b *batcher) close(j *window.Joiner, now time.Time) {
 	}
 }
 
-// write writes what is pending. A writer's error (a point it could not
+// write analyses what is pending and writes it. A writer's error (a point it could not
 // encode) does not stop the replay: the other windows still go out, and
 // flush returns the first.
 func (b *batcher) write() {
-	if err := b.out.WriteWindows(b.pending); err != nil && b.err == nil {
+	b.analysed = analysis.Append(b.analysed[:0], b.pending, b.facts)
+	if err := b.out.WriteWindows(b.analysed); err != nil && b.err == nil {
 		b.err = err
 	}
 	b.pending = b.pending[:0]

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sim/logsim"
@@ -23,9 +24,9 @@ import (
 
 // closed collects what a replay writes, copied: the replay reuses the
 // windows' storage once WriteWindows returns.
-type closed []window.Closed
+type closed []analysis.Closed
 
-func (c *closed) WriteWindows(cs []window.Closed) error {
+func (c *closed) WriteWindows(cs []analysis.Closed) error {
 	for _, w := range cs {
 		w.GPUs, w.Servers = slices.Clone(w.GPUs), slices.Clone(w.Servers)
 		*c = append(*c, w)
@@ -114,7 +115,7 @@ func TestReplayLongSilenceSplits(t *testing.T) {
 	if err := Run(context.Background(), o, &out, &warn); err != nil {
 		t.Fatal(err)
 	}
-	if n := window.Count(out); n == 0 || n > 10 {
+	if n := analysis.Count(out); n == 0 || n > 10 {
 		t.Fatalf("%d points for two short runs, want a handful", n)
 	}
 	for _, c := range out {
@@ -140,7 +141,7 @@ func TestReplayStopsWhenCancelled(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
-	if n := window.Count(out); n != 0 {
+	if n := analysis.Count(out); n != 0 {
 		t.Errorf("%d points written after cancel", n)
 	}
 }
@@ -156,7 +157,7 @@ func TestClosingAsTheFeedPassesChangesNothing(t *testing.T) {
 	for _, path := range logs {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			o := Options{LogFile: path, Engine: "auto", Year: 2026, Window: 10 * time.Second, Server: "s", Host: "h", TZ: "UTC"}
-			var got [2][]window.Closed
+			var got [2][]analysis.Closed
 			for i, sampled := range []bool{false, true} {
 				rec := recording{servers: []window.Server{{Name: o.Server, GPUs: []string{"*"}}}}
 				if err := rec.addLog(o, time.UTC, io.Discard); err != nil {
@@ -267,7 +268,7 @@ func TestReplaySaysWhatItRefused(t *testing.T) {
 	if !strings.Contains(warn.String(), "1 throughput lines refused, interval huge") {
 		t.Errorf("warnings %q do not name the refused line", warn.String())
 	}
-	if n := window.Count(out); n == 0 || n > 4 {
+	if n := analysis.Count(out); n == 0 || n > 4 {
 		t.Errorf("%d points, want those of the one good line", n)
 	}
 }
@@ -287,7 +288,7 @@ func TestReplayRefusedLineIsAHole(t *testing.T) {
 	if !strings.Contains(warn.String(), "1 throughput lines refused, tokens huge") {
 		t.Errorf("warnings %q do not name the refused line", warn.String())
 	}
-	got := map[int]window.ServerWindow{}
+	got := map[int]analysis.ServerWindow{}
 	for _, c := range out {
 		for _, w := range c.Servers {
 			got[w.Start.Second()] = w
