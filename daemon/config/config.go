@@ -24,7 +24,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
-	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/internal/redact"
 	"github.com/tpsmon/tpsmon/internal/statefile"
@@ -53,21 +53,12 @@ type Config struct {
 	HTTP      HTTPConfig      `mapstructure:"http"`
 	Log       LogConfig       `mapstructure:"log"`
 	// Thresholds of the state verdict (design §5).
-	Thresholds ThresholdsConfig `mapstructure:"thresholds"`
+	Thresholds analysis.Thresholds `mapstructure:"thresholds"`
 
 	// What the file held (reload.go): its path, "" when no file was read,
 	// and the keys it set.
 	file     string
 	fileKeys []string
-}
-
-// ThresholdsConfig tunes the state of a server window.
-type ThresholdsConfig struct {
-	KVBound       float64 `mapstructure:"kv_bound"`       // KV use (0..1) at which waiting is memory-bound
-	QueueUtil     float64 `mapstructure:"queue_util"`     // GPU % under which waiting is queue-bound
-	UnderUtil     float64 `mapstructure:"under_util"`     // GPU % under which flowing tokens are underutilized
-	SaturatedUtil float64 `mapstructure:"saturated_util"` // GPU % at which waiting is saturated
-	Waiting       float64 `mapstructure:"waiting"`        // mean queue from which requests count as waiting
 }
 
 // GPUConfig selects the GPU backend.
@@ -161,7 +152,7 @@ func Default() Config {
 		},
 		HTTP:       HTTPConfig{Listen: "127.0.0.1:9464", MaxConnections: 64},
 		Log:        LogConfig{Level: "info"},
-		Thresholds: ThresholdsConfig{KVBound: 0.9, QueueUtil: 60, UnderUtil: 40, SaturatedUtil: 90, Waiting: 0.5},
+		Thresholds: analysis.DefaultThresholds,
 	}
 }
 
@@ -590,21 +581,8 @@ func (c *Config) validateSink() error {
 }
 
 func (c *Config) validateThresholds() error {
-	// Comparisons written so that NaN fails them too.
-	th := c.Thresholds
-	if !(th.KVBound > 0 && th.KVBound <= 1) {
-		return fmt.Errorf("thresholds.kv_bound: %v is not a ratio in (0, 1]", th.KVBound)
-	}
-	for _, t := range []struct {
-		name string
-		v    float64
-	}{{"queue_util", th.QueueUtil}, {"under_util", th.UnderUtil}, {"saturated_util", th.SaturatedUtil}} {
-		if !(t.v >= 0 && t.v <= 100) {
-			return fmt.Errorf("thresholds.%s: %v is not a percentage in [0, 100]", t.name, t.v)
-		}
-	}
-	if !(th.Waiting >= 0 && th.Waiting <= collector.MaxRequests) {
-		return fmt.Errorf("thresholds.waiting: %v is not a queue length in [0, %g]", th.Waiting, collector.MaxRequests)
+	if err := c.Thresholds.Validate(); err != nil {
+		return fmt.Errorf("thresholds.%w", err)
 	}
 	return nil
 }
