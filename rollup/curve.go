@@ -32,8 +32,27 @@ import (
 // large fleet's windows is a few MB of JSON.
 const curveRead = time.Hour
 
-// rollCurve appends the curve points of [a, b) at level l to buf.
+// rollCurve appends the curve points of [a, b) at level l to buf, a
+// period at a time: a cell's quantiles need its windows' values, which
+// are held for one period only.
 func (j *Job) rollCurve(ctx context.Context, l Level, a, b time.Time, enc *sink.Encoder, buf []byte) ([]byte, int, error) {
+	n := 0
+	for p := a; p.Before(b); p = p.Add(l.Every) {
+		q := p.Add(l.Every)
+		if q.After(b) {
+			q = b
+		}
+		var k int
+		var err error
+		if buf, k, err = j.rollCurvePeriod(ctx, l, p, q, enc, buf); err != nil {
+			return buf, n, err
+		}
+		n += k
+	}
+	return buf, n, nil
+}
+
+func (j *Job) rollCurvePeriod(ctx context.Context, l Level, a, b time.Time, enc *sink.Encoder, buf []byte) ([]byte, int, error) {
 	cells := curve.NewCells(l.Every)
 	for lo := a; lo.Before(b); lo = lo.Add(curveRead) {
 		hi := lo.Add(curveRead)

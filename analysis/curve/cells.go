@@ -11,8 +11,8 @@ import (
 
 // Cell is one rollup point of the curve: the windows of one bin of one
 // curve in one period, with the period's quantiles of both rates over
-// them (exact), or as read back over a range (each quantile the median
-// over the periods of the period's own).
+// them (exact), or as read back over a range (each quantile the
+// windows-weighted mean over the periods of the period's own).
 type Cell struct {
 	Key        Key
 	Kind       Kind
@@ -20,7 +20,7 @@ type Cell struct {
 	Windows    float64
 	GPUSeconds float64
 	RunningSum float64
-	Sys, User  *Stat // P10, P50, P90 (Mean absent); nil: no window had the rate
+	Sys, User  *Stat // as read back: P10, P50, P90 (Mean absent); nil: no window had the rate
 	// Best is the window of the highest system TPS, with its per-user TPS
 	// (absent: none had both).
 	Best *Pair
@@ -51,22 +51,19 @@ func quantiles(d dist) *Stat {
 	return &Stat{P10: d.quantile(0.1), P50: d.quantile(0.5), P90: d.quantile(0.9)}
 }
 
-// Fields are the cell as a rollup point's fields (schema's curve names).
+// Fields are the cell as a rollup point's fields (schema's curve names):
+// each quantile times the windows it is over, so that sums over periods
+// divided by the windows are the windows-weighted mean of the periods'.
 func (x *Cell) Fields() map[string]any {
 	f := map[string]any{schema.FieldWindows: int64(x.Windows), schema.FieldGPUSeconds: x.GPUSeconds, schema.FieldRunningSum: x.RunningSum}
-	sys, user := x.Sys, x.User
-	if sys == nil {
-		sys = quantiles(x.sys)
+	put := func(st *Stat, n float64, wf, p10, p50, p90 string) {
+		if st == nil || n == 0 {
+			return
+		}
+		f[wf], f[p10], f[p50], f[p90] = int64(n), st.P10*n, st.P50*n, st.P90*n
 	}
-	if user == nil {
-		user = quantiles(x.user)
-	}
-	if sys != nil {
-		f[schema.FieldSysP10], f[schema.FieldSysP50], f[schema.FieldSysP90] = sys.P10, sys.P50, sys.P90
-	}
-	if user != nil {
-		f[schema.FieldUserP10], f[schema.FieldUserP50], f[schema.FieldUserP90] = user.P10, user.P50, user.P90
-	}
+	put(quantiles(x.sys), x.sys.count(), schema.FieldSysWindows, schema.FieldSysP10Sum, schema.FieldSysP50Sum, schema.FieldSysP90Sum)
+	put(quantiles(x.user), x.user.count(), schema.FieldUserWindows, schema.FieldUserP10Sum, schema.FieldUserP50Sum, schema.FieldUserP90Sum)
 	if x.Best != nil {
 		f[schema.FieldSysMax], f[schema.FieldUserAtMax], f[schema.FieldRunAtMax] = x.Best.SystemTPS, x.Best.PerUserTPS, x.Best.Running
 	}
@@ -74,9 +71,8 @@ func (x *Cell) Fields() map[string]any {
 }
 
 // CellFromRow reads a cell back from a query row whose columns are the
-// fields' names (windows, gpu_seconds and running_sum summed over the
-// range, the quantiles their medians over the periods); num turns a
-// column's value into a number. The best window is read apart.
+// fields' names summed over a range; num turns a column's value into a
+// number. The best window is read apart (BestFromRow).
 func CellFromRow(key Key, bin, kind string, row map[string]any, num func(any) (float64, bool)) Cell {
 	x := Cell{Key: key, Bin: bin, Kind: Kind(kind)}
 	get := func(f string) float64 {
@@ -84,19 +80,25 @@ func CellFromRow(key Key, bin, kind string, row map[string]any, num func(any) (f
 		return v
 	}
 	x.Windows, x.GPUSeconds, x.RunningSum = get(schema.FieldWindows), get(schema.FieldGPUSeconds), get(schema.FieldRunningSum)
-	stat := func(p10, p50, p90 string) *Stat {
+	stat := func(nf, p10, p50, p90 string) *Stat {
+		n := get(nf)
 		a, ok1 := num(row[p10])
 		b, ok2 := num(row[p50])
 		c, ok3 := num(row[p90])
-		if !ok1 || !ok2 || !ok3 {
+		if n <= 0 || !ok1 || !ok2 || !ok3 {
 			return nil
 		}
-		return &Stat{P10: a, P50: b, P90: c}
+		return &Stat{P10: a / n, P50: b / n, P90: c / n}
 	}
-	x.Sys = stat(schema.FieldSysP10, schema.FieldSysP50, schema.FieldSysP90)
-	x.User = stat(schema.FieldUserP10, schema.FieldUserP50, schema.FieldUserP90)
+	x.Sys = stat(schema.FieldSysWindows, schema.FieldSysP10Sum, schema.FieldSysP50Sum, schema.FieldSysP90Sum)
+	x.User = stat(schema.FieldUserWindows, schema.FieldUserP10Sum, schema.FieldUserP50Sum, schema.FieldUserP90Sum)
 	return x
 }
+
+// CellFields are the fields a range's read sums.
+var CellFields = []string{schema.FieldWindows, schema.FieldGPUSeconds, schema.FieldRunningSum,
+	schema.FieldSysWindows, schema.FieldSysP10Sum, schema.FieldSysP50Sum, schema.FieldSysP90Sum,
+	schema.FieldUserWindows, schema.FieldUserP10Sum, schema.FieldUserP50Sum, schema.FieldUserP90Sum}
 
 // Cells gathers windows into rollup cells: per series (its tags), period,
 // bin and kind.

@@ -49,11 +49,11 @@ type Curve struct {
 }
 
 // RollupExactness is what quantiles read from rollups are: each the
-// median over the range's periods of the period's own quantile (exact
-// over its windows), periods counted alike; exact when a bin's windows
-// lie in one period, and the range's median system TPS is then read from
-// the bins' quantiles.
-const RollupExactness = "rollup: medians over the periods of each period's quantiles"
+// windows-weighted mean over the range's periods of the period's own
+// quantile (exact over its windows); exact when a bin's windows lie in
+// one period. The range's median system TPS is then read from the bins'
+// quantiles.
+const RollupExactness = "rollup: windows-weighted means over the periods of each period's quantiles"
 
 // OperatingPoint is the highest concurrency bin whose median per-user TPS
 // still meets the floor, and what it would buy.
