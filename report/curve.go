@@ -13,12 +13,12 @@ import (
 
 // The operating curve's reads: every raw window's concurrency and rates
 // (the curve's quantiles are exact), or the curve rollups' cells over the
-// range, summed by InfluxDB per series (curve.RollupExactness), and per
-// series its best window, for the frontier. Sums of few fields on
-// purpose: InfluxDB's cost is per value read, and 81 histogram fields took
-// 2m25s at 200 servers over 30 days, six medians 1m16s. Whole days of an
-// hourly range are read from the daily cells (24 times fewer values), the
-// hours at its ends from the hourly ones.
+// range: one string field per server and period (schema.FieldCells),
+// summed here (curve.RollupExactness). InfluxDB's cost is per series and
+// field read: 81 histogram fields took 2m25s at 200 servers over 30 days,
+// a series per bin with 14 fields 10-20 s. Whole days of an hourly range
+// are read from the daily points (24 times fewer), the hours at its ends
+// from the hourly ones.
 var (
 	curveGroup  = `GROUP BY "` + strings.Join(curve.KeyTags, `", "`) + `"`
 	rollupCurve = `"tpsmon_$level"."` + schema.Curve + `_$level"`
@@ -26,10 +26,7 @@ var (
 	CurveWindows = Query{Name: "curve_windows",
 		Text: `SELECT "` + strings.Join(curve.RawFields, `", "`) + `" FROM ` + rawServer + ` ` + serverWhere + ` ` + curveGroup}
 	CurveCells = Query{Name: "curve_cells",
-		Rollup: `SELECT ` + curveCellSelect() + ` FROM ` + rollupCurve + ` ` + serverWhere + ` ` + curveGroup + `, "` + schema.TagRunningBin + `", "` + schema.TagKind + `"`}
-	CurveBest = Query{Name: "curve_best",
-		Rollup: fmt.Sprintf(`SELECT max(%q) AS %q, %q, %q FROM `, schema.FieldSysMax, schema.FieldSysMax, schema.FieldUserAtMax, schema.FieldRunAtMax) +
-			rollupCurve + ` ` + serverWhere + ` ` + curveGroup + `, "` + schema.TagRunningBin + `", "` + schema.TagKind + `"`}
+		Rollup: fmt.Sprintf(`SELECT %q FROM `, schema.FieldCells) + rollupCurve + ` ` + serverWhere + ` ` + curveGroup}
 )
 
 // DefaultPerUserFloor is the per-user objective (tokens/s) when none is
@@ -84,21 +81,26 @@ func (b *builder) readCurve() (*curve.Builder, error) {
 			return nil, err
 		}
 	} else {
+		r := curve.NewRanged()
 		for _, part := range curveParts(b.f) {
-			if err := b.curveCells(cb, part); err != nil {
+			text, err := part.Render(CurveCells, "")
+			if err != nil {
 				return nil, err
 			}
+			series, err := b.c.Query(b.ctx, text)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", CurveCells.Name, err)
+			}
+			for _, s := range series {
+				for _, row := range s.Rows() {
+					cells, _ := row[schema.FieldCells].(string)
+					r.Add(s.Tags, cells) // a bad field is counted (bad_cell)
+				}
+			}
 		}
+		r.Into(cb)
 	}
 	return cb, nil
-}
-
-func cellID(tags map[string]string) string {
-	var s []string
-	for _, k := range append(append([]string{}, curve.KeyTags...), schema.TagRunningBin, schema.TagKind) {
-		s = append(s, tags[k])
-	}
-	return strings.Join(s, "\x00")
 }
 
 // hostLength is a host's window length in seconds, read from the spacing
@@ -116,15 +118,6 @@ func (o Options) floor() float64 {
 		return 0
 	}
 	return o.PerUserFloor
-}
-
-// curveCellSelect sums a curve series' fields over the range.
-func curveCellSelect() string {
-	var sel []string
-	for _, f := range curve.CellFields {
-		sel = append(sel, fmt.Sprintf(`sum(%q) AS %q`, f, f))
-	}
-	return strings.Join(sel, ", ")
 }
 
 // curveParts splits a rollup range: at the hourly level its whole UTC days
@@ -153,38 +146,4 @@ func curveParts(f Filter) []Filter {
 		}
 	}
 	return out
-}
-
-// curveCells reads the curve cells of one part of the range into cb.
-func (b *builder) curveCells(cb *curve.Builder, f Filter) error {
-	read := func(q Query, each func(tags map[string]string, row map[string]any)) error {
-		text, err := f.Render(q, "")
-		if err != nil {
-			return err
-		}
-		series, err := b.c.Query(b.ctx, text)
-		if err != nil {
-			return fmt.Errorf("%s: %w", q.Name, err)
-		}
-		for _, s := range series {
-			for _, row := range s.Rows() {
-				each(s.Tags, row)
-			}
-		}
-		return nil
-	}
-	best := map[string]*curve.Pair{}
-	err := read(CurveBest, func(tags map[string]string, row map[string]any) {
-		if p := curve.BestFromRow(row, influxql.Num); p != nil {
-			best[cellID(tags)] = p
-		}
-	})
-	if err != nil {
-		return err
-	}
-	return read(CurveCells, func(tags map[string]string, row map[string]any) {
-		x := curve.CellFromRow(curve.KeyOf(tags), tags[schema.TagRunningBin], tags[schema.TagKind], row, influxql.Num)
-		x.Best = best[cellID(tags)]
-		cb.AddCell(x)
-	})
 }

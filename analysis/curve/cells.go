@@ -2,17 +2,19 @@ package curve
 
 import (
 	"fmt"
+	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tpsmon/tpsmon/schema"
 )
 
-// Cell is one rollup point of the curve: the windows of one bin of one
-// curve in one period, with the period's quantiles of both rates over
-// them (exact), or as read back over a range (each quantile the
-// windows-weighted mean over the periods of the period's own).
+// Cell is one bin of one curve as read back from rollups over a range:
+// its windows, GPU-seconds and running sum, and each rate's quantiles,
+// the windows-weighted means over the periods of each period's own
+// (exact within one period).
 type Cell struct {
 	Key        Key
 	Kind       Kind
@@ -20,90 +22,113 @@ type Cell struct {
 	Windows    float64
 	GPUSeconds float64
 	RunningSum float64
-	Sys, User  *Stat // as read back: P10, P50, P90 (Mean absent); nil: no window had the rate
+	Sys, User  *Stat // P10, P50, P90 (Mean absent); nil: no window had the rate
 	// Best is the window of the highest system TPS, with its per-user TPS
 	// (absent: none had both).
 	Best *Pair
-
-	sys, user dist // the windows' values while the cell is gathered
 }
 
-// add counts one window into the cell.
-func (x *Cell) add(w Window) {
-	x.Windows++
-	x.GPUSeconds += w.Seconds * float64(w.GPUs)
-	x.RunningSum += w.Running.V
+// cellSum is one bin over one period or summed over several: counts and
+// each quantile times the windows it is over.
+type cellSum struct {
+	w, g, r           float64
+	sn, s10, s50, s90 float64
+	un, u10, u50, u90 float64
+	best              *Pair
+	sys, user         dist // values while one period is gathered
+}
+
+func (c *cellSum) add(w Window) {
+	c.w++
+	c.g += w.Seconds * float64(w.GPUs)
+	c.r += w.Running.V
 	if w.SystemTPS.OK {
-		x.sys = append(x.sys, wv{w.SystemTPS.V, 1})
+		c.sys = append(c.sys, wv{w.SystemTPS.V, 1})
 	}
 	if w.PerUserTPS.OK {
-		x.user = append(x.user, wv{w.PerUserTPS.V, 1})
+		c.user = append(c.user, wv{w.PerUserTPS.V, 1})
 	}
-	if w.SystemTPS.OK && w.PerUserTPS.OK && (x.Best == nil || w.SystemTPS.V > x.Best.SystemTPS) {
-		x.Best = &Pair{PerUserTPS: w.PerUserTPS.V, SystemTPS: w.SystemTPS.V, Running: w.Running.V}
+	if w.SystemTPS.OK && w.PerUserTPS.OK && (c.best == nil || w.SystemTPS.V > c.best.SystemTPS) {
+		c.best = &Pair{PerUserTPS: w.PerUserTPS.V, SystemTPS: w.SystemTPS.V, Running: w.Running.V}
 	}
 }
 
-func quantiles(d dist) *Stat {
-	if d.count() == 0 {
-		return nil
+// close turns the period's values into its quantile sums.
+func (c *cellSum) close() {
+	if n := c.sys.count(); n > 0 {
+		c.sn, c.s10, c.s50, c.s90 = n, n*c.sys.quantile(0.1), n*c.sys.quantile(0.5), n*c.sys.quantile(0.9)
 	}
-	return &Stat{P10: d.quantile(0.1), P50: d.quantile(0.5), P90: d.quantile(0.9)}
+	if n := c.user.count(); n > 0 {
+		c.un, c.u10, c.u50, c.u90 = n, n*c.user.quantile(0.1), n*c.user.quantile(0.5), n*c.user.quantile(0.9)
+	}
+	c.sys, c.user = nil, nil
 }
 
-// Fields are the cell as a rollup point's fields (schema's curve names):
-// each quantile times the windows it is over, so that sums over periods
-// divided by the windows are the windows-weighted mean of the periods'.
-func (x *Cell) Fields() map[string]any {
-	f := map[string]any{schema.FieldWindows: int64(x.Windows), schema.FieldGPUSeconds: x.GPUSeconds, schema.FieldRunningSum: x.RunningSum}
-	put := func(st *Stat, n float64, wf, p10, p50, p90 string) {
-		if st == nil || n == 0 {
-			return
+func (c *cellSum) merge(o *cellSum) {
+	c.w, c.g, c.r = c.w+o.w, c.g+o.g, c.r+o.r
+	c.sn, c.s10, c.s50, c.s90 = c.sn+o.sn, c.s10+o.s10, c.s50+o.s50, c.s90+o.s90
+	c.un, c.u10, c.u50, c.u90 = c.un+o.un, c.u10+o.u10, c.u50+o.u50, c.u90+o.u90
+	if o.best != nil && (c.best == nil || o.best.SystemTPS > c.best.SystemTPS) {
+		b := *o.best
+		c.best = &b
+	}
+}
+
+// record is a cell in the cells field: kind,bin and 14 numbers (an empty
+// one absent), records joined by ";".
+func (c *cellSum) record(kind Kind, bin string) string {
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	parts := []string{string(kind), bin, f(c.w), f(c.g), f(c.r), f(c.sn), f(c.s10), f(c.s50), f(c.s90), f(c.un), f(c.u10), f(c.u50), f(c.u90), "", "", ""}
+	if c.best != nil {
+		parts[13], parts[14], parts[15] = f(c.best.SystemTPS), f(c.best.PerUserTPS), f(c.best.Running)
+	}
+	return strings.Join(parts, ",")
+}
+
+// parseRecord reads one record back; an error names what is wrong.
+func parseRecord(s string) (Kind, string, *cellSum, error) {
+	p := strings.Split(s, ",")
+	if len(p) != 16 {
+		return "", "", nil, fmt.Errorf("curve cell %q: %d parts, want 16", s, len(p))
+	}
+	kind, bin := Kind(p[0]), p[1]
+	if (kind != Decode && kind != Prompt && kind != Unclassified) || binIndex(bin) < 0 {
+		return "", "", nil, fmt.Errorf("curve cell %q: kind %q or bin %q unknown", s, kind, bin)
+	}
+	var v [14]float64
+	for i := 2; i < 16; i++ {
+		if p[i] == "" && i >= 13 {
+			continue
 		}
-		f[wf], f[p10], f[p50], f[p90] = int64(n), st.P10*n, st.P50*n, st.P90*n
+		x, err := strconv.ParseFloat(p[i], 64)
+		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
+			return "", "", nil, fmt.Errorf("curve cell %q: part %d %q is not a number >= 0", s, i+1, p[i])
+		}
+		v[i-2] = x
 	}
-	put(quantiles(x.sys), x.sys.count(), schema.FieldSysWindows, schema.FieldSysP10Sum, schema.FieldSysP50Sum, schema.FieldSysP90Sum)
-	put(quantiles(x.user), x.user.count(), schema.FieldUserWindows, schema.FieldUserP10Sum, schema.FieldUserP50Sum, schema.FieldUserP90Sum)
-	if x.Best != nil {
-		f[schema.FieldSysMax], f[schema.FieldUserAtMax], f[schema.FieldRunAtMax] = x.Best.SystemTPS, x.Best.PerUserTPS, x.Best.Running
+	c := &cellSum{w: v[0], g: v[1], r: v[2], sn: v[3], s10: v[4], s50: v[5], s90: v[6], un: v[7], u10: v[8], u50: v[9], u90: v[10]}
+	if p[13] != "" && p[14] != "" {
+		c.best = &Pair{SystemTPS: v[11], PerUserTPS: v[12], Running: v[13]}
 	}
-	return f
+	return kind, bin, c, nil
 }
 
-// CellFromRow reads a cell back from a query row whose columns are the
-// fields' names summed over a range; num turns a column's value into a
-// number. The best window is read apart (BestFromRow).
-func CellFromRow(key Key, bin, kind string, row map[string]any, num func(any) (float64, bool)) Cell {
-	x := Cell{Key: key, Bin: bin, Kind: Kind(kind)}
-	get := func(f string) float64 {
-		v, _ := num(row[f])
-		return v
+// cell turns summed records into a Cell.
+func (c *cellSum) cell(k Key, kind Kind, bin string) Cell {
+	x := Cell{Key: k, Kind: kind, Bin: bin, Windows: c.w, GPUSeconds: c.g, RunningSum: c.r, Best: c.best}
+	if c.sn > 0 {
+		x.Sys = &Stat{P10: c.s10 / c.sn, P50: c.s50 / c.sn, P90: c.s90 / c.sn}
 	}
-	x.Windows, x.GPUSeconds, x.RunningSum = get(schema.FieldWindows), get(schema.FieldGPUSeconds), get(schema.FieldRunningSum)
-	stat := func(nf, p10, p50, p90 string) *Stat {
-		n := get(nf)
-		a, ok1 := num(row[p10])
-		b, ok2 := num(row[p50])
-		c, ok3 := num(row[p90])
-		if n <= 0 || !ok1 || !ok2 || !ok3 {
-			return nil
-		}
-		return &Stat{P10: a / n, P50: b / n, P90: c / n}
+	if c.un > 0 {
+		x.User = &Stat{P10: c.u10 / c.un, P50: c.u50 / c.un, P90: c.u90 / c.un}
 	}
-	x.Sys = stat(schema.FieldSysWindows, schema.FieldSysP10Sum, schema.FieldSysP50Sum, schema.FieldSysP90Sum)
-	x.User = stat(schema.FieldUserWindows, schema.FieldUserP10Sum, schema.FieldUserP50Sum, schema.FieldUserP90Sum)
 	return x
 }
 
-// CellFields are the fields a range's read sums.
-var CellFields = []string{schema.FieldWindows, schema.FieldGPUSeconds, schema.FieldRunningSum,
-	schema.FieldSysWindows, schema.FieldSysP10Sum, schema.FieldSysP50Sum, schema.FieldSysP90Sum,
-	schema.FieldUserWindows, schema.FieldUserP10Sum, schema.FieldUserP50Sum, schema.FieldUserP90Sum}
-
-// Cells gathers windows into rollup cells: per series (its tags), period,
-// bin and kind.
+// Cells gathers windows into rollup points: per series (its tags) and
+// period, a cells field with a record per kind and bin.
 type Cells struct {
-	m     map[string]*cellAt
+	m     map[string]*seriesAt
 	Every time.Duration
 	// Skipped counts windows left out, by reason; Idle those under 0.5
 	// running (no cell).
@@ -111,15 +136,28 @@ type Cells struct {
 	Idle    int
 }
 
-type cellAt struct {
-	Cell
+type seriesAt struct {
 	tags   map[string]string
 	period time.Time
+	cells  map[string]*cellSum // kind NUL bin index
 }
 
 // NewCells gathers cells of periods every long.
 func NewCells(every time.Duration) *Cells {
-	return &Cells{m: map[string]*cellAt{}, Every: every, Skipped: map[string]int{}}
+	return &Cells{m: map[string]*seriesAt{}, Every: every, Skipped: map[string]int{}}
+}
+
+func seriesID(tags map[string]string) string {
+	keys := make([]string, 0, len(tags))
+	for k := range tags {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var id strings.Builder
+	for _, k := range keys {
+		id.WriteString(k + "=" + tags[k] + "\x00")
+	}
+	return id.String()
 }
 
 // Add counts window w, of the series tags at time t, into its cell.
@@ -134,27 +172,23 @@ func (cs *Cells) Add(tags map[string]string, t time.Time, w Window) {
 		return
 	}
 	p := t.UTC().Truncate(cs.Every)
-	kind := KindOf(w.Tokens, w.PromptTokens)
-	keys := make([]string, 0, len(tags))
-	for k := range tags {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var id strings.Builder
-	fmt.Fprintf(&id, "%d\x00%d\x00%s", p.Unix(), i, kind)
-	for _, k := range keys {
-		id.WriteString("\x00" + k + "=" + tags[k])
-	}
-	c, ok := cs.m[id.String()]
+	id := fmt.Sprintf("%d\x00%s", p.Unix(), seriesID(tags))
+	s, ok := cs.m[id]
 	if !ok {
-		c = &cellAt{Cell: Cell{Key: w.Key, Kind: kind, Bin: bins[i].label()}, tags: tags, period: p}
-		cs.m[id.String()] = c
+		s = &seriesAt{tags: tags, period: p, cells: map[string]*cellSum{}}
+		cs.m[id] = s
+	}
+	ck := fmt.Sprintf("%s\x00%03d", KindOf(w.Tokens, w.PromptTokens), i)
+	c, ok := s.cells[ck]
+	if !ok {
+		c = &cellSum{}
+		s.cells[ck] = c
 	}
 	c.add(w)
 }
 
-// Each hands every cell, in a stable order, with its point's tags (the
-// series' plus bin and kind) and period start, to f.
+// Each hands every series' period, in a stable order, with its tags,
+// period start and fields (windows and cells), to f.
 func (cs *Cells) Each(f func(tags map[string]string, period time.Time, fields map[string]any) error) error {
 	ids := make([]string, 0, len(cs.m))
 	for id := range cs.m {
@@ -162,29 +196,96 @@ func (cs *Cells) Each(f func(tags map[string]string, period time.Time, fields ma
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		c := cs.m[id]
-		tags := map[string]string{schema.TagRunningBin: c.Bin, schema.TagKind: string(c.Kind)}
-		for k, v := range c.tags {
-			tags[k] = v
+		s := cs.m[id]
+		cks := make([]string, 0, len(s.cells))
+		for ck := range s.cells {
+			cks = append(cks, ck)
 		}
-		if err := f(tags, c.period, c.Fields()); err != nil {
+		sort.Strings(cks)
+		var recs []string
+		var windows float64
+		for _, ck := range cks {
+			c := s.cells[ck]
+			c.close()
+			kind, idx, _ := strings.Cut(ck, "\x00")
+			i, _ := strconv.Atoi(idx)
+			recs = append(recs, c.record(Kind(kind), bins[i].label()))
+			windows += c.w
+		}
+		fields := map[string]any{schema.FieldWindows: int64(windows), schema.FieldCells: strings.Join(recs, ";")}
+		if err := f(s.tags, s.period, fields); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// Len is how many cells there are.
+// Len is how many points Each hands out.
 func (cs *Cells) Len() int { return len(cs.m) }
 
-// BestFromRow reads a cell's best window from a row with its fields'
-// names; nil when the row has none.
-func BestFromRow(row map[string]any, num func(any) (float64, bool)) *Pair {
-	s, ok1 := num(row[schema.FieldSysMax])
-	u, ok2 := num(row[schema.FieldUserAtMax])
-	r, _ := num(row[schema.FieldRunAtMax])
-	if !ok1 || !ok2 {
+// Ranged sums rollup points read back over a range, per curve key, kind
+// and bin.
+type Ranged struct {
+	m map[string]*rangedCell
+	// Bad counts cells fields that could not be read.
+	Bad int
+}
+
+type rangedCell struct {
+	key  Key
+	kind Kind
+	bin  string
+	sum  cellSum
+}
+
+// NewRanged is an empty Ranged.
+func NewRanged() *Ranged { return &Ranged{m: map[string]*rangedCell{}} }
+
+// Add reads one point's cells field, of the series tags; a field that
+// cannot be read is counted in Bad and returns its error.
+func (r *Ranged) Add(tags map[string]string, cells string) error {
+	if cells == "" {
 		return nil
 	}
-	return &Pair{PerUserTPS: u, SystemTPS: s, Running: r}
+	k := KeyOf(tags)
+	type parsed struct {
+		kind Kind
+		bin  string
+		c    *cellSum
+	}
+	var ps []parsed
+	for _, rec := range strings.Split(cells, ";") {
+		kind, bin, c, err := parseRecord(rec)
+		if err != nil {
+			r.Bad++
+			return err
+		}
+		ps = append(ps, parsed{kind, bin, c})
+	}
+	for _, p := range ps {
+		id := strings.Join([]string{k.Host, k.Server, k.Engine, k.Version, k.Model, k.GPUs, string(p.kind), p.bin}, "\x00")
+		rc, ok := r.m[id]
+		if !ok {
+			rc = &rangedCell{key: k, kind: p.kind, bin: p.bin}
+			r.m[id] = rc
+		}
+		rc.sum.merge(p.c)
+	}
+	return nil
+}
+
+// Into puts the summed cells on b's curves.
+func (r *Ranged) Into(b *Builder) {
+	ids := make([]string, 0, len(r.m))
+	for id := range r.m {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		rc := r.m[id]
+		b.AddCell(rc.sum.cell(rc.key, rc.kind, rc.bin))
+	}
+	if r.Bad > 0 {
+		b.Skipped[SkipBadCell] += r.Bad
+	}
 }

@@ -274,32 +274,20 @@ func TestCells(t *testing.T) {
 	cs.Add(tags, start, win(0.1, 0, 0))
 	cs.Add(tags, start, win(math.NaN(), 0, 0))
 	if cs.Len() != 5 || cs.Idle != 1 || cs.Skipped[SkipBadRunning] != 1 {
-		t.Fatalf("%d cells, idle %d, skipped %v", cs.Len(), cs.Idle, cs.Skipped)
+		t.Fatalf("%d points, idle %d, skipped %v", cs.Len(), cs.Idle, cs.Skipped)
 	}
-	b := NewBuilder()
+	r := NewRanged()
 	err := cs.Each(func(tags map[string]string, period time.Time, fields map[string]any) error {
-		if period.Minute() != 0 || tags[schema.TagKind] != string(Decode) || tags[schema.TagHost] != "h" {
-			t.Errorf("cell at %v tagged %v", period, tags)
+		if period.Minute() != 0 || tags[schema.TagHost] != "h" || fields[schema.FieldWindows] != int64(5) {
+			t.Errorf("point at %v tagged %v: %v", period, tags, fields)
 		}
-		num := func(v any) (float64, bool) {
-			switch x := v.(type) {
-			case float64:
-				return x, true
-			case int64:
-				return float64(x), true
-			}
-			return 0, false
-		}
-		x := CellFromRow(KeyOf(tags), tags[schema.TagRunningBin], tags[schema.TagKind], fields, num)
-		x.Best = BestFromRow(fields, num)
-		if why := b.AddCell(x); why != "" {
-			t.Fatal(why)
-		}
-		return nil
+		return r.Add(tags, fields[schema.FieldCells].(string))
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	b := NewBuilder()
+	r.Into(b)
 	got := b.Curves(Options{Floor: 50})[0]
 	if got.Exactness != RollupExactness || len(got.Bins) != len(want.Bins) {
 		t.Fatalf("cells: %+v", got)
@@ -314,15 +302,22 @@ func TestCells(t *testing.T) {
 	if got.Operating.Running != want.Operating.Running || len(got.Frontier) == 0 {
 		t.Errorf("operating point %s, windows say %s; frontier %v", got.Operating.Running, want.Operating.Running, got.Frontier)
 	}
-	for _, bad := range []Cell{
-		{Bin: "7-9", Kind: Decode, Windows: 1},
-		{Bin: "4", Kind: "mixed", Windows: 1},
-		{Bin: "4", Kind: Decode, Windows: math.NaN()},
-		{Bin: "4", Kind: Decode, Windows: 1, Sys: &Stat{P10: -1, P50: 1, P90: 2}},
-		{Bin: "4", Kind: Decode, Windows: 1, User: &Stat{P10: 1, P50: math.Inf(1), P90: 2}},
+	for _, bad := range []string{
+		"decode,4,1,2,3",                      // too few parts
+		"mixed,4,1,0,1,1,1,1,1,1,1,1,1,,,",    // no such kind
+		"decode,7-9,1,0,1,1,1,1,1,1,1,1,1,,,", // no such bin
+		"decode,4,NaN,0,1,1,1,1,1,1,1,1,1,,,", // not a number
+		"decode,4,1,-2,1,1,1,1,1,1,1,1,1,,,",  // negative
+		"decode,4,1,0,1,1,1,1,1,1,1,1,1,,,;x", // a bad record after a good one
 	} {
-		if why := b.AddCell(bad); why != SkipBadCell {
-			t.Errorf("cell %+v taken (%q)", bad, why)
+		r := NewRanged()
+		if err := r.Add(map[string]string{schema.TagHost: "h"}, bad); err == nil || r.Bad != 1 {
+			t.Errorf("cells %q taken (%v)", bad, err)
+		}
+		b := NewBuilder()
+		r.Into(b)
+		if b.Skipped[SkipBadCell] != 1 || len(b.Curves(Options{})) != 0 {
+			t.Errorf("cells %q: skipped %v", bad, b.Skipped)
 		}
 	}
 }
