@@ -15,15 +15,16 @@ import (
 	"github.com/tpsmon/tpsmon/sink"
 )
 
-// The curve rollup (tpsmon_curve_<level>): per server series, period,
-// concurrency bin and kind, the windows' count, GPU-seconds, running sum,
-// the period's p10/median/p90 of both rates (exact over its windows) and
-// its best window. The server rollup's means cannot give the curve: an
-// hour's mean of running mixes its concurrencies, and medians do not add.
-// Histograms would add exactly, but a field per rate bucket (81 in the
-// bench's fleet) made the report's read of 30 days take minutes, where
-// InfluxDB's cost is per series and field; so the report takes, per bin,
-// the median over the periods of each period's quantiles.
+// The curve rollup (tpsmon_curve_<level>): per server series and period
+// one point whose cells field holds a record per kind and concurrency bin:
+// the windows' count, GPU-seconds, running sum, the period's p10/median/
+// p90 of both rates (exact over its windows) times its windows, and its
+// best window (analysis/curve Cells). The server rollup's means cannot
+// give the curve: an hour's mean of running mixes its concurrencies, and
+// medians do not add. Histograms would, but InfluxDB's cost is per series
+// and field read: a field per rate bucket made the report's read of 30
+// days at 200 servers take minutes, a series per bin with a field per
+// number 10-20 s; one string per server and period takes 1-2 s.
 //
 // InfluxQL cannot bin by a computed value, so the raw windows are read
 // (the curve's fields only) at most an hour at a time and binned here.
