@@ -79,13 +79,13 @@ func checkCurveRollup(t *testing.T, c *report.Client, from, to time.Time) {
 		}
 		for k := range r.Bins {
 			rb, hb := r.Bins[k], h.Bins[k]
-			if rb.Running != hb.Running || rb.Windows != hb.Windows || math.Abs(rb.GPUHours-hb.GPUHours) > 1e-9 ||
-				math.Abs(rb.RunningMean-hb.RunningMean) > 1e-9 {
+			if rb.Running != hb.Running || rb.Windows != hb.Windows || math.Abs(rb.GPUHours-hb.GPUHours) > 1e-6*rb.GPUHours ||
+				math.Abs(rb.RunningMean-hb.RunningMean) > 1e-6*rb.RunningMean {
 				t.Errorf("%s bin %s: raw %+v, hourly %+v", r.Kind, rb.Running, rb, hb)
 			}
 			// A bin of one hour's windows (1..8) has its quantiles exactly; a
 			// wider one (9-12: four hours) the median of its hours'.
-			tol := 1e-9
+			tol := 1e-6 // seven digits in the cells field
 			if strings.Contains(rb.Running, "-") {
 				tol = 0.07
 			}
@@ -97,7 +97,7 @@ func checkCurveRollup(t *testing.T, c *report.Client, from, to time.Time) {
 			}
 		}
 		ro, ho := r.Operating, h.Operating
-		if ro.Running != ho.Running || ro.KneeObserved != ho.KneeObserved || math.Abs(*ro.SystemTPS-*ho.SystemTPS) > 1e-9**ro.SystemTPS {
+		if ro.Running != ho.Running || ro.KneeObserved != ho.KneeObserved || math.Abs(*ro.SystemTPS-*ho.SystemTPS) > 1e-6**ro.SystemTPS {
 			t.Errorf("%s: operating point raw %+v, hourly %+v", r.Kind, ro, ho)
 		}
 		if len(h.Frontier) == 0 || len(h.Frontier) > len(h.Bins)*24 {

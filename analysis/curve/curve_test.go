@@ -294,8 +294,9 @@ func TestCells(t *testing.T) {
 	}
 	for i := range want.Bins {
 		g, w := got.Bins[i], want.Bins[i]
-		if g.Windows != w.Windows || math.Abs(g.GPUHours-w.GPUHours) > 1e-12 || g.SystemTPS.Mean != nil ||
-			math.Abs(g.SystemTPS.P50-w.SystemTPS.P50) > 1e-9 || math.Abs(g.PerUserTPS.P10-w.PerUserTPS.P10) > 1e-9 || math.Abs(g.PerUserTPS.P90-w.PerUserTPS.P90) > 1e-9 {
+		near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-6*math.Abs(b) } // seven digits
+		if g.Windows != w.Windows || !near(g.GPUHours, w.GPUHours) || g.SystemTPS.Mean != nil ||
+			!near(g.SystemTPS.P50, w.SystemTPS.P50) || !near(g.PerUserTPS.P10, w.PerUserTPS.P10) || !near(g.PerUserTPS.P90, w.PerUserTPS.P90) {
 			t.Errorf("bin %s: %+v %+v, want %+v %+v", w.Running, g, *g.PerUserTPS, w, *w.PerUserTPS)
 		}
 	}
