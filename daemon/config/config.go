@@ -183,6 +183,7 @@ var defaults = map[string]any{
 	"thresholds.under_util":                analysis.DefaultThresholds.UnderUtil,
 	"thresholds.saturated_util":            analysis.DefaultThresholds.SaturatedUtil,
 	"thresholds.waiting":                   analysis.DefaultThresholds.Waiting,
+	"thresholds.spec_accept":               analysis.DefaultThresholds.SpecAccept,
 }
 
 // flagKeys maps command-line flags to configuration keys: a flag of these
