@@ -16,22 +16,21 @@ import (
 // counter's rate. The three add up to all prompt tokens by construction of
 // the engines' series (tested per engine in collector).
 func prompt(a *ServerWindow) {
-	comp := a.Counts[sample.PromptComputed]
-	if !comp.OK {
+	// The split is both counts: a computed count alone (llama.cpp before
+	// its cached counter) says nothing of the cache.
+	comp, cached := a.Counts[sample.PromptComputed], a.Counts[sample.PromptCached]
+	if !comp.OK || !cached.OK {
 		return
 	}
 	a.PromptComputedTokens = window.Some(comp.Int())
-	all := comp.Delta
-	if c := a.Counts[sample.PromptCached]; c.OK {
-		a.PromptCachedTokens = window.Some(c.Int())
-		all += c.Delta
-	}
+	a.PromptCachedTokens = window.Some(cached.Int())
+	all := comp.Delta + cached.Delta
 	if x := a.Counts[sample.PromptExternal]; x.OK {
 		a.PromptExternalTokens = window.Some(x.Int())
 		all += x.Delta
 	}
-	if c := a.Counts[sample.PromptCached]; c.OK && all > 0 {
-		a.PrefixHitRate = window.Some(c.Delta / all)
+	if all > 0 {
+		a.PrefixHitRate = window.Some(cached.Delta / all)
 	}
 	if comp.RateOK {
 		a.PromptTPS = window.Some(comp.Rate)
