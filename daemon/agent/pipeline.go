@@ -595,6 +595,9 @@ func (p *pipeline) emit(closed []window.Closed) {
 		return
 	}
 	cs := analysis.Analyze(closed, &analysis.Facts{Thresholds: p.cfg.Thresholds})
+	if p.metrics != nil {
+		p.metrics.suspects.note(cs, p.log)
+	}
 	if len(p.outFails) != len(p.outputs) {
 		p.outFails = make([]int, len(p.outputs))
 	}
