@@ -13,7 +13,7 @@ import (
 // stateColor gives each state one colour across the report.
 var stateColor = map[string]string{
 	"down": "#6b7280", "idle": "#f2b134", "kv_bound": "#d6452f", "queue_bound": "#e07b39",
-	"underutilized": "#8fb3de", "saturated": "#7a4fd6", "ok": "#2f9d6a", Unused: "#c4c4c4",
+	"underutilized": "#8fb3de", "saturated": "#7a4fd6", "ok": "#2f9d6a", "sleeping": "#9ca3af", Unused: "#c4c4c4",
 }
 
 // Shown at most: the rest is in --format json.

@@ -604,6 +604,7 @@ func (b *builder) price(prices map[string]float64) {
 
 var stateWhy = map[string]string{
 	schema.StateDown:          "it could not be read",
+	schema.StateSleeping:      "the engine slept, holding its GPUs with nothing running",
 	schema.StateIdle:          "no tokens and nothing running",
 	schema.StateKVBound:       "requests waited or were preempted with the KV cache full",
 	schema.StateQueueBound:    "requests waited while the GPU was mostly idle: the scheduler, CPU or a batch limit held it back",
