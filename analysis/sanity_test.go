@@ -35,9 +35,13 @@ func TestSanityRules(t *testing.T) {
 		{RuleActivityZero,
 			func(a *ServerWindow) { a.SMActive = window.Some(0.0) },
 			// An idle GPU reading 0 activity is honest.
-			func(a *ServerWindow) { a.SMActive, a.GPUUtil, a.ExactTokens = window.Some(0.0), window.Some(3.0), window.Some(0.0) }, 0},
+			func(a *ServerWindow) {
+				a.SMActive, a.GPUUtil, a.ExactTokens = window.Some(0.0), window.Some(3.0), window.Some(0.0)
+			}, 0},
 		{RuleGPUIdle,
-			func(a *ServerWindow) { a.GPUUtil, a.GPUUtilMax, a.SMActive = window.Some(0.0), window.Some(0.0), window.Some(0.0) },
+			func(a *ServerWindow) {
+				a.GPUUtil, a.GPUUtilMax, a.SMActive = window.Some(0.0), window.Some(0.0), window.Some(0.0)
+			},
 			// The GPU ran a little: attributed right, just light.
 			func(a *ServerWindow) { a.GPUUtil, a.GPUUtilMax = window.Some(0.5), window.Some(3.0) }, 0},
 		{RuleCounterAsRate,
