@@ -86,8 +86,6 @@ type Options struct {
 type hooks struct {
 	// client reads the servers' metrics; nil: one with a 5 s timeout.
 	client *http.Client
-	// now is the pipeline's clock; nil: time.Now.
-	now func() time.Time
 	// logPoll is how often log files are read; 0: the tailer's default.
 	logPoll time.Duration
 	// logGrace replaces the grace of log sources (defaultLogGrace).
@@ -164,13 +162,10 @@ func newAgent(cfg *config.Config, o Options, h hooks) *Agent {
 		}
 		return d
 	}
-	a.p = &pipeline{log: o.Log, now: h.now, client: h.client, posDir: h.positionDir, metrics: a.metrics, health: a.health,
+	a.p = &pipeline{log: o.Log, now: time.Now, client: h.client, posDir: h.positionDir, metrics: a.metrics, health: a.health,
 		reconf: make(chan reconfig), applied: make(chan struct{}),
 		tune: tuning{logPoll: h.logPoll, logGrace: or(h.logGrace, defaultLogGrace), gpuRetry: or(h.gpuRetry, defaultGPURetry),
 			attribEvery: or(h.attribEvery, defaultAttribEvery), stopSources: or(h.stopSources, defaultStopSources)}}
-	if a.p.now == nil {
-		a.p.now = time.Now
-	}
 	if a.p.client == nil {
 		a.p.client = collector.NewClient(5 * time.Second)
 	}

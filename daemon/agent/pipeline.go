@@ -193,12 +193,14 @@ type sources struct {
 	wg     sync.WaitGroup
 }
 
-// startSources starts a scraper per server of cfg and a GPU sampler that
+// startSources starts a scraper per server of cfg, a follower per log
+// (from resume's position for its server, when it has one: what the joiner
+// took from the sources this generation follows) and a GPU sampler that
 // opens the backend with open (nil: none). opened is closed once the GPU
 // backend was tried (or there is none). The sources see only the
 // pipeline's fixed parts and health, and what they are given here.
 func (p *pipeline) startSources(ctx context.Context, cfg *config.Config, open func() (GPUSampler, error),
-	msgs chan<- message) (src *sources, opened chan struct{}, err error) {
+	resume map[string]tail.Position, msgs chan<- message) (src *sources, opened chan struct{}, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	src = &sources{cancel: cancel}
 	opened = make(chan struct{})
@@ -232,7 +234,11 @@ func (p *pipeline) startSources(ctx context.Context, cfg *config.Config, open fu
 		if s.Log.File == "" && s.Log.JournalUnit == "" {
 			continue
 		}
-		if err := p.startLog(ctx, src, s, send); err != nil {
+		var from *tail.Position
+		if pos, ok := resume[s.Name]; ok {
+			from = &pos
+		}
+		if err := p.startLog(ctx, src, s, from, send); err != nil {
 			src.stop()
 			return nil, nil, err
 		}
@@ -299,7 +305,7 @@ func (p *pipeline) run(ctx context.Context, cfg *config.Config, openGPU func() (
 
 	msgs := make(chan message, 64)
 	p.health.servers.Store(int64(len(cfg.Servers)))
-	src, opened, err := p.startSources(ctx, cfg, l.openGPU, msgs)
+	src, opened, err := p.startSources(ctx, cfg, l.openGPU, nil, msgs)
 	if err != nil {
 		return err
 	}
@@ -325,7 +331,10 @@ func (p *pipeline) run(ctx context.Context, cfg *config.Config, openGPU func() (
 			src.stop()
 			l.drain(msgs)
 			l.reconfigure(rc)
-			if src, _, err = p.startSources(ctx, l.cfg, l.openGPU, msgs); err != nil {
+			// The logs are read on from where the joiner stands: their
+			// saved positions are older, and without a state directory a
+			// log would be read from its end, losing what came meanwhile.
+			if src, _, err = p.startSources(ctx, l.cfg, l.openGPU, l.logPos, msgs); err != nil {
 				return err
 			}
 			p.applied <- struct{}{}
@@ -699,9 +708,11 @@ func (l *loop) reportGap() {
 // log: vLLM and LMDeploy print a line every 10 s about the 10 s before it.
 const defaultLogGrace = 11 * time.Second
 
-// startLog follows a server's log file or journal unit. Its lines are
-// parsed here, in the source's goroutine; the main loop gets intervals.
-func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerConfig, send func(message)) error {
+// startLog follows a server's log file or journal unit, from resume when
+// set. Its lines are parsed here, in the source's goroutine; the main loop
+// gets intervals.
+func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerConfig, resume *tail.Position,
+	send func(message)) error {
 	r, err := p.newLogReader(s, send)
 	if err != nil {
 		return err
@@ -709,7 +720,7 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerCo
 	name := s.Name
 	state := p.positionFile(name)
 	if s.Log.File != "" {
-		t := &tail.Tailer{Path: s.Log.File, StateFile: state, Log: p.log.With("server", name), Alive: r.alive, Now: p.now, Poll: p.tune.logPoll,
+		t := &tail.Tailer{Path: s.Log.File, StateFile: state, Resume: resume, Log: p.log.With("server", name), Alive: r.alive, Now: p.now, Poll: p.tune.logPoll,
 			Peek: r.peek, Flush: r.flush, Failed: func(err error) {
 				if err != nil {
 					err = fmt.Errorf("log %s: %w", s.Log.File, err) // the status line names the file
@@ -725,7 +736,7 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerCo
 		})
 		return nil
 	}
-	jn := &tail.Journal{Unit: s.Log.JournalUnit, StateFile: state, Log: p.log.With("server", name), Alive: r.alive, Flush: r.flush,
+	jn := &tail.Journal{Unit: s.Log.JournalUnit, StateFile: state, Resume: resume, Log: p.log.With("server", name), Alive: r.alive, Flush: r.flush,
 		Failed: func(err error) { p.health.sourceFailed(name, err) }}
 	src.wg.Go(func() { jn.Run(ctx, r.line) })
 	return nil
