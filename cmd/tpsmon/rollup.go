@@ -96,10 +96,9 @@ func rollupBucket(raw, rp string) string {
 }
 
 // rollupLevel is one level of the rollup job, writing to bucket.
-func rollupLevel(ic config.InfluxConfig, token string, every time.Duration, lv, bucket, rp string, recheck int) (rollup.Level, error) {
-	out, err := sink.NewInflux(sink.InfluxConfig{URL: ic.URL, Org: ic.Org, Bucket: bucket, Token: token,
-		Timeout: ic.Timeout, GZip: ic.GZip, CAFile: ic.TLS.CAFile, InsecureSkipVerify: ic.TLS.InsecureSkipVerify,
-		UserAgent: "tpsmon/" + version})
+func rollupLevel(ic sink.InfluxConfig, token string, every time.Duration, lv, bucket, rp string, recheck int) (rollup.Level, error) {
+	ic.Bucket, ic.Token, ic.UserAgent = bucket, token, "tpsmon/"+version
+	out, err := sink.NewInflux(ic)
 	if err != nil {
 		return rollup.Level{}, err
 	}

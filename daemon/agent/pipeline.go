@@ -16,27 +16,28 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/collector"
 	enginereg "github.com/tpsmon/tpsmon/collector/engine"
-	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/collector/gpumap"
 	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/internal/statefile"
 	"github.com/tpsmon/tpsmon/internal/wake"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/window"
 )
 
 // GPUSampler reads all GPUs of the node at once.
 type GPUSampler interface {
-	Sample(now time.Time) []gpu.Sample
+	Sample(now time.Time) []sample.GPU
 	Close() error
 }
 
-// WindowWriter receives closed windows.
+// WindowWriter receives closed windows, analysed.
 type WindowWriter interface {
-	WriteWindows(cs []window.Closed) error
+	WriteWindows(cs []analysis.Closed) error
 }
 
 // pipeline is the daemon's main loop and its sources (shared by run and
@@ -121,8 +122,8 @@ type reconfig struct {
 
 // liveFeed shows the window still open.
 type liveFeed interface {
-	Server(name string, s collector.Sample)
-	GPUs(s []gpu.Sample)
+	Server(name string, s sample.Server)
+	GPUs(s []sample.GPU)
 }
 
 // message is what a source hands the main loop; each kind applies itself
@@ -135,7 +136,7 @@ type message interface {
 type scrapeMsg collector.Result
 
 // gpuMsg is one reading of every GPU.
-type gpuMsg []gpu.Sample
+type gpuMsg []sample.GPU
 
 // placedMsg says where servers with gpus: auto were found, and why
 // others were not.
@@ -295,11 +296,8 @@ func (p *pipeline) run(ctx context.Context, cfg *config.Config, openGPU func() (
 	if raised {
 		p.log.Info("grace raised for log sources", "grace", grace)
 	}
-	th := cfg.Thresholds
 	l.j = window.New(window.Config{
 		Window: cfg.Window, Grace: grace, MaxGap: maxGapOfConfig(cfg), Host: cfg.Host, Start: start,
-		Thresholds: window.Thresholds{KVBound: th.KVBound, QueueUtil: th.QueueUtil, UnderUtil: th.UnderUtil,
-			SaturatedUtil: th.SaturatedUtil, Waiting: th.Waiting},
 	}, serversOf(cfg))
 	p.log.Info("first window", "start", window.Start(start, cfg.Window).Format(time.RFC3339Nano))
 
@@ -466,7 +464,7 @@ func (m gpuMsg) apply(l *loop) {
 }
 
 // gpuLabel names a GPU on /metrics: its index, and its MIG instance.
-func gpuLabel(s *gpu.Sample) string {
+func gpuLabel(s *sample.GPU) string {
 	if s.Instance != "" {
 		return strconv.Itoa(s.Index) + "/" + s.Instance
 	}
@@ -509,7 +507,7 @@ func (l *loop) noteSuspect(r scrapeMsg) {
 	case r.Sample.Suspect && !was:
 		series := ""
 		for _, d := range r.Sample.Discards {
-			if d.Reason == collector.Flap || d.Reason == collector.Suspect {
+			if d.Reason == sample.Flap || d.Reason == sample.Suspect {
 				series = d.Series
 				break
 			}
@@ -530,10 +528,13 @@ func (l *loop) noteSuspect(r scrapeMsg) {
 	}
 }
 
-func (l *loop) emit(cs []window.Closed) {
-	if len(cs) == 0 {
+// emit analyses closed windows, with the facts of the configuration in
+// force, and hands them to the outputs.
+func (l *loop) emit(closed []window.Closed) {
+	if len(closed) == 0 {
 		return
 	}
+	cs := analysis.Analyze(closed, &analysis.Facts{Thresholds: l.cfg.Thresholds})
 	if len(l.outFails) != len(l.outputs) {
 		l.outFails = make([]int, len(l.outputs))
 	}
@@ -625,7 +626,7 @@ func (p *pipeline) sampleGPUs(ctx context.Context, open func() (GPUSampler, erro
 const procRoot = "/proc"
 
 // place maps servers to GPUs from NVML's processes and /proc.
-func (p *pipeline) place(l processLister, smp []gpu.Sample, auto []gpumap.Server) (gpumap.Result, bool) {
+func (p *pipeline) place(l processLister, smp []sample.GPU, auto []gpumap.Server) (gpumap.Result, bool) {
 	procs := l.Processes()
 	var gpus []gpumap.GPU
 	for _, s := range smp {

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/sim/gpusim"
 	"github.com/tpsmon/tpsmon/sim/vllmsim"
 )
@@ -144,7 +144,7 @@ type busyGPUs struct {
 	GPUSampler
 }
 
-func (b busyGPUs) Sample(now time.Time) []gpu.Sample {
+func (b busyGPUs) Sample(now time.Time) []sample.GPU {
 	if b.g.hold.Load() {
 		b.g.sampling.Add(1)
 		<-b.g.release
