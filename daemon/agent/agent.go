@@ -111,9 +111,6 @@ type hooks struct {
 	// messages); nil: systemd's NOTIFY_SOCKET, nothing outside systemd.
 	// The watchdog's timeout is read from WATCHDOG_USEC either way.
 	notify func(state string) error
-	// http bounds the HTTP endpoint (its MaxConns comes from
-	// http.max_connections at Run); zero: httpserve.Defaults.
-	http httpserve.Limits
 }
 
 // Agent is one daemon. New fills every field; Run only reads them, apart
@@ -126,7 +123,9 @@ type Agent struct {
 	openGPU func() (GPUSampler, error)
 	notify  func(state string) error
 	// stale is how long the main loop or the sampler may make no progress.
-	stale   time.Duration
+	stale time.Duration
+	// http bounds the HTTP endpoint; its MaxConns comes from
+	// http.max_connections at Run. Tests shorten the timeouts.
 	http    httpserve.Limits
 	metrics *metrics
 	health  *health
@@ -142,7 +141,7 @@ func newAgent(cfg *config.Config, o Options, h hooks) *Agent {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	a := &Agent{cfg: cfg, o: o, openGPU: o.OpenGPU, notify: h.notify, stale: h.stallAfter, http: h.http,
+	a := &Agent{cfg: cfg, o: o, openGPU: o.OpenGPU, notify: h.notify, stale: h.stallAfter, http: httpserve.Defaults(),
 		metrics: newMetrics(), health: &health{}}
 	if a.openGPU == nil {
 		a.openGPU = OpenBackend(cfg, nil)
@@ -152,9 +151,6 @@ func newAgent(cfg *config.Config, o Options, h hooks) *Agent {
 	}
 	if a.stale <= 0 {
 		a.stale = max(defaultStall, 3*min(cfg.Window/10, time.Second), 3*cfg.GPU.Interval)
-	}
-	if a.http == (httpserve.Limits{}) {
-		a.http = httpserve.Defaults()
 	}
 	or := func(d, def time.Duration) time.Duration {
 		if d <= 0 {
