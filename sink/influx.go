@@ -60,6 +60,28 @@ type Influx struct {
 	url string
 }
 
+// ClientConfig returns the TLS settings for a client of the InfluxDB, nil
+// when the system's defaults serve: the writer and the InfluxQL client of
+// report and rollup both use it, so a private CA works for all three.
+func (t TLSConfig) ClientConfig() (*tls.Config, error) {
+	if t.CAFile == "" && !t.InsecureSkipVerify {
+		return nil, nil
+	}
+	tc := &tls.Config{InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // the operator asked for it
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("influx tls ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("influx tls ca_file %s: no PEM certificate in it", t.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	return tc, nil
+}
+
 // GZipMin is the smallest write that is compressed. One window's points
 // are a few KB: compressing them saves little and costs a new compressor
 // of about 1 MB for each request (the client makes one per write), which
@@ -69,20 +91,9 @@ const GZipMin = 64 << 10
 
 // NewInflux returns a writer for cfg.
 func NewInflux(cfg InfluxConfig) (*Influx, error) {
-	var tc *tls.Config
-	if cfg.TLS.CAFile != "" || cfg.TLS.InsecureSkipVerify {
-		tc = &tls.Config{InsecureSkipVerify: cfg.TLS.InsecureSkipVerify} //nolint:gosec // the operator asked for it
-		if cfg.TLS.CAFile != "" {
-			pem, err := os.ReadFile(cfg.TLS.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("influx tls ca_file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("influx tls ca_file %s: no PEM certificate in it", cfg.TLS.CAFile)
-			}
-			tc.RootCAs = pool
-		}
+	tc, err := cfg.TLS.ClientConfig()
+	if err != nil {
+		return nil, err
 	}
 	// Options hold pointers: each client gets its own.
 	options := func() *influxdb2.Options {

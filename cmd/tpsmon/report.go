@@ -69,7 +69,10 @@ The InfluxDB settings come from the configuration; the flags override them.`,
 			}
 			opts.PerUserFloor = floor
 			f := report.Filter{From: from, To: to, Host: host, Server: server, Level: level}
-			c := report.NewClient(cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket, token, cfg.Sink.Influx.Timeout)
+			c, err := queryClient(cfg.Sink.Influx, token)
+			if err != nil {
+				return err
+			}
 			if f, err = report.Plan(cmd.Context(), c, f); err != nil {
 				return err
 			}

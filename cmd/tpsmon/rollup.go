@@ -61,8 +61,12 @@ rollup (windows delivered late) and walks to the last complete period.`,
 			if err != nil {
 				return err
 			}
+			q, err := queryClient(ic, token)
+			if err != nil {
+				return err
+			}
 			now := time.Now().UTC()
-			j := &rollup.Job{Q: report.NewClient(ic.URL, ic.Bucket, token, ic.Timeout), Levels: []rollup.Level{h, d},
+			j := &rollup.Job{Q: q, Levels: []rollup.Level{h, d},
 				Delay: delay, First: now.Add(-maxCatchUp), Chunk: 24,
 				Log: func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "tpsmon: "+format+"\n", args...) }}
 			res, err := j.Run(cmd.Context(), now)

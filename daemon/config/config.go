@@ -237,7 +237,8 @@ func Load(path string, explicit bool, flags *pflag.FlagSet) (*Config, error) {
 	hook := viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
 		rejectBareDuration,
 		mapstructure.StringToTimeDurationHookFunc(),
-		mapstructure.StringToSliceHookFunc(","),
+		// Weak: a list of numbers from an environment variable is text too.
+		mapstructure.StringToWeakSliceHookFunc(","),
 		byteSizeHook,
 	))
 	if err := v.UnmarshalExact(&c, hook); err != nil {

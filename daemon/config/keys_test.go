@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"reflect"
 	"slices"
@@ -102,5 +103,38 @@ func clearEnv(t *testing.T) {
 			t.Setenv(name, "") // restored after the test
 			os.Unsetenv(name)
 		}
+	}
+}
+
+// Environment variables are text: a list of numbers or a number set from
+// one reads as the file's would, and text that is no number is refused
+// naming the key.
+func TestEnvNumbers(t *testing.T) {
+	t.Setenv("STATE_DIRECTORY", "")
+	for _, tc := range []struct {
+		env, val string
+		check    func(*Config) bool
+		fail     string
+	}{
+		{"TPSMON_DISCOVERY_PORTS", "8000,9000", func(c *Config) bool { return fmt.Sprint(c.Discovery.Ports) == "[8000 9000]" }, ""},
+		{"TPSMON_DISCOVERY_PORTS", "8000", func(c *Config) bool { return fmt.Sprint(c.Discovery.Ports) == "[8000]" }, ""},
+		{"TPSMON_DISCOVERY_PORTS", "8000,x", nil, "ports"},
+		{"TPSMON_DISCOVERY_PORTS", "8000,99999", nil, "99999"},
+		{"TPSMON_HTTP_MAX_CONNECTIONS", "50", func(c *Config) bool { return c.HTTP.MaxConnections == 50 }, ""},
+		{"TPSMON_HTTP_MAX_CONNECTIONS", "fifty", nil, "max_connections"},
+	} {
+		t.Run(tc.env+"="+tc.val, func(t *testing.T) {
+			t.Setenv(tc.env, tc.val)
+			c, err := Load("", false, nil)
+			if tc.fail != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.fail) {
+					t.Fatalf("Load: %v, want an error naming %q", err, tc.fail)
+				}
+				return
+			}
+			if err != nil || !tc.check(c) {
+				t.Fatalf("Load: %v, %+v", err, c)
+			}
+		})
 	}
 }
