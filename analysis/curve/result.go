@@ -141,7 +141,7 @@ func (c *curveAcc) result(o Options) Curve {
 	}
 	out.Frontier = frontier(c.pairs)
 	if o.Floor > 0 {
-		out.Operating = operating(out, o.Floor)
+		out.Operating = operating(out, o.Floor, o.MinWindows)
 	}
 	return out
 }
@@ -167,7 +167,7 @@ func frontier(ps []Pair) []Pair {
 	return out
 }
 
-func operating(c Curve, floor float64) *OperatingPoint {
+func operating(c Curve, floor float64, minWindows int) *OperatingPoint {
 	op := &OperatingPoint{Floor: floor, Statistic: "median"}
 	at := -1
 	var top string
@@ -181,12 +181,12 @@ func operating(c Curve, floor float64) *OperatingPoint {
 		}
 	}
 	if top == "" {
-		op.Note = "no concurrency bin has per-user and system TPS over enough windows"
+		op.Note = fmt.Sprintf("no concurrency seen in %d windows or more with both rates", minWindows)
 		return op
 	}
 	if at < 0 {
 		op.KneeObserved = true
-		op.Note = fmt.Sprintf("per-user floor %s tok/s not met at any observed concurrency", num(floor))
+		op.Note = fmt.Sprintf("per-user floor %s tok/s not met at any concurrency seen in %d windows or more", num(floor), minWindows)
 		return op
 	}
 	b := c.Bins[at]

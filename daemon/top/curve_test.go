@@ -24,7 +24,7 @@ func TestCurveLine(t *testing.T) {
 	if got := r.curveLine(5); !strings.Contains(got, "headroom 1.0× at 13-16 running, per-user floor 5 tok/s; knee not observed above 13-16") {
 		t.Errorf("floor 5: %q", got)
 	}
-	if got := r.curveLine(200); !strings.Contains(got, "not met at any observed concurrency") {
+	if got := r.curveLine(200); !strings.Contains(got, "not met at any concurrency seen in 3 windows or more") {
 		t.Errorf("floor 200: %q", got)
 	}
 }
