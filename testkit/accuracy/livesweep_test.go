@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -126,24 +125,23 @@ func clientWindows(reqs []request, start, end time.Time, w time.Duration) []curv
 // 6 and 8 concurrent streams, tpsmon run writing its windows to a real
 // InfluxDB, and builds the report's operating curve from there: at every
 // level the bin's median system and per-user TPS within 7 % of the
-// client's own windows binned by the same rule, and the operating point
-// of the client's per-level table for floors between levels.
+// client's own windows (the same 5 s windows, binned by the same rule),
+// and for floors between levels the operating point of the client's
+// per-level table, its headroom within 7 % of the client's windows'.
 //
-// It takes five minutes and a quiet machine (a CPU llama-server's speed
-// is the machine's), so it runs when TPSMON_LIVE_SWEEP is set: on a
-// shared 2-core machine at load 14 the server's own rate swung 4-400
-// tokens/s within a level, and no curve holds there.
+// The sweep climbs: each level adds streams at a window's edge and none
+// stops before the end, so no level drains into the next one's bins, and
+// the server runs one thread: two threads on a shared 2-core machine
+// spin at each op's barrier while the other is descheduled, and the rate
+// swung 4-400 tokens/s within a level. About 3 minutes.
 func TestLiveSweepCurve(t *testing.T) {
-	if os.Getenv("TPSMON_LIVE_SWEEP") == "" {
-		t.Skip("a five-minute sweep of a real llama-server: set TPSMON_LIVE_SWEEP=1 on a quiet machine")
-	}
 	dir := llamaServerDir(t)
 	logFile := filepath.Join(t.TempDir(), "server.log")
-	llama := startLlamaServerSlots(t, dir, logFile, 8, 2)
+	llama := startLlamaServerSlots(t, dir, logFile, 8, 1)
 	influx := influxtest.URL(t)
 	db := influxtest.CreateDB(t, influx, "livesweep")
 	const window, scrape = 5 * time.Second, time.Second
-	const perLevel = 6 // windows of load per level; one idle window after each
+	const perLevel = 6 // windows per level
 	_, stop := startTpsmon(t, fmt.Sprintf(`host: it
 window: %v
 grace: 1s
@@ -172,17 +170,26 @@ sink:
 		start, end time.Time
 	}
 	var done []level
+	first := time.Now().Truncate(window).Add(window) // on a window's edge
+	for i, n := range levels {
+		start := first.Add(time.Duration(i*perLevel) * window)
+		done = append(done, level{n, start, start.Add(perLevel * window)})
+	}
+	last := done[len(done)-1].end
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var failed error
 	var reqs []request
-	for _, n := range levels {
-		start := time.Now().Truncate(window).Add(window) // on a window's edge
-		time.Sleep(time.Until(start))
-		end := start.Add(perLevel * window)
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		var failed error
-		for s := range n {
+	prev := 0
+	for _, l := range done {
+		// A level's new streams start half a scrape before its edge: in its
+		// first window every stream is in flight, and the window before sees
+		// them in at most one gauge sample (+0.4 running at most, not enough
+		// to move it a bin).
+		time.Sleep(time.Until(l.start.Add(-scrape / 2)))
+		for s := prev; s < l.streams; s++ {
 			wg.Go(func() {
-				got, err := sweepStream(ctx, llama, 100*n+s, end)
+				got, err := sweepStream(ctx, llama, s, last)
 				mu.Lock()
 				defer mu.Unlock()
 				reqs = append(reqs, got...)
@@ -191,16 +198,18 @@ sink:
 				}
 			})
 		}
-		wg.Wait()
-		if failed != nil {
-			t.Fatal(failed)
-		}
-		done = append(done, level{n, start, end})
-		time.Sleep(window) // idle: a window without load between levels
+		prev = l.streams
 	}
-	time.Sleep(4 * scrape)
+	wg.Wait()
+	if failed != nil {
+		t.Fatal(failed)
+	}
+	time.Sleep(window + 4*scrape) // the last window closed and written
 	stop()
-	from, to := done[0].start.Add(-window), done[len(done)-1].end.Add(2*window)
+	// The report's range is the sweep's: the streams' drain after the last
+	// level (fewer running, at the top level's rates) would otherwise be a
+	// window in a lower level's bin.
+	from, to := done[0].start, last
 
 	// The client's per-level table: each level's tokens over its time after
 	// the first window, per-user the mean over streams of their tokens over
@@ -212,10 +221,9 @@ sink:
 		var tokens float64
 		inflight, got := map[int]float64{}, map[int]float64{}
 		for _, r := range reqs {
-			if r.stream/100 != l.streams {
-				continue
+			if o := overlap(r.start, r.end, s0, l.end); o > 0 {
+				inflight[r.stream] += o
 			}
-			inflight[r.stream] += overlap(r.start, r.end, s0, l.end)
 			for _, a := range r.arrivals {
 				if !a.Before(s0) && a.Before(l.end) {
 					tokens++
@@ -230,7 +238,7 @@ sink:
 		table[l.streams] = row{tokens / l.end.Sub(s0).Seconds(), sum / float64(len(inflight))}
 	}
 	cb := curve.NewBuilder()
-	for _, w := range clientWindows(reqs, from.Truncate(window), to, window) {
+	for _, w := range clientWindows(reqs, from, to, window) {
 		cb.Add(w)
 	}
 	clientCurve := func(floor float64) curve.Curve { return cb.Curves(curve.Options{Floor: floor})[0] }
@@ -265,14 +273,14 @@ sink:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cws := clientWindows(reqs, from.Truncate(window), to, window)
+	cws := clientWindows(reqs, from, to, window)
 	fmt.Fprintf(&tab, "| window | client running | sys | per-user |")
 	for _, s := range series {
 		fmt.Fprintf(&tab, " %s running | sys | per-user |", s.Tags["server"])
 	}
 	fmt.Fprintln(&tab)
 	for i, w := range cws {
-		ts := from.Truncate(window).Add(time.Duration(i) * window)
+		ts := from.Add(time.Duration(i) * window)
 		fmt.Fprintf(&tab, "| %s | %.2f | %.1f | %.1f |", ts.Format("15:04:05.0"), w.Running.V, w.SystemTPS.V, w.PerUserTPS.V)
 		for _, s := range series {
 			cell := " - | - | - |"
@@ -325,7 +333,20 @@ sink:
 			floors = append(floors, math.Sqrt(lo*hi))
 		}
 	}
-	fmt.Fprintf(&tab, "\n| floor | client table level | client windows bin | llm-m bin | llm-m headroom | llm-l bin | llm-l headroom |\n")
+	// The client's busy windows' median system TPS: the table's headroom
+	// denominator, as the curve's is its windows'.
+	var busy []float64
+	for _, w := range cws {
+		if w.Running.V >= 0.5 {
+			busy = append(busy, w.SystemTPS.V)
+		}
+	}
+	sort.Float64s(busy)
+	med := busy[len(busy)/2]
+	if len(busy)%2 == 0 {
+		med = (busy[len(busy)/2-1] + busy[len(busy)/2]) / 2
+	}
+	fmt.Fprintf(&tab, "\n| floor | client table: level | headroom | client windows: bin | headroom | llm-m bin | headroom | llm-l bin | headroom |\n")
 	for _, floor := range floors {
 		want := 0
 		for _, n := range levels {
@@ -334,7 +355,14 @@ sink:
 			}
 		}
 		cop := clientCurve(floor).Operating
-		line := fmt.Sprintf("| %.0f | %d | %s |", floor, want, cop.Running)
+		th, ch := math.NaN(), math.NaN()
+		if want > 0 {
+			th = table[want].sys / med
+		}
+		if cop.Headroom != nil {
+			ch = *cop.Headroom
+		}
+		line := fmt.Sprintf("| %.0f | %d | %.2f | %s | %.2f |", floor, want, th, cop.Running, ch)
 		for _, srv := range []string{"llm-m", "llm-l"} {
 			op := curves(floor)[srv].Operating
 			h := math.NaN()
@@ -342,8 +370,10 @@ sink:
 				h = *op.Headroom
 			}
 			line += fmt.Sprintf(" %s | %.2f |", op.Running, h)
-			if want > 0 && op.Running != fmt.Sprint(want) {
+			if want > 0 && (op.Running != fmt.Sprint(want) || cop.Running != fmt.Sprint(want)) {
 				t.Errorf("floor %.0f: %s's operating point %q, the client's table %d (its windows %q)", floor, srv, op.Running, want, cop.Running)
+			} else if want > 0 && !(math.Abs(off(h, ch)) <= 0.07) {
+				t.Errorf("floor %.0f: %s's headroom %.3f, the client's windows %.3f (its table %.3f)", floor, srv, h, ch, th)
 			}
 		}
 		fmt.Fprintln(&tab, line)
