@@ -30,7 +30,7 @@ type request struct {
 
 // sweepStream streams completions back to back until end, as one user.
 func sweepStream(ctx context.Context, base string, stream int, end time.Time) ([]request, error) {
-	sizes := []int{48, 64, 96, 128}
+	sizes := []int{64, 96, 128, 192}
 	var out []request
 	for i := 0; time.Now().Before(end); i++ {
 		body, _ := json.Marshal(map[string]any{"prompt": "Tell me a story about a monitor of tokens", "n_predict": sizes[(i+stream)%len(sizes)],
@@ -82,32 +82,49 @@ func overlap(a0, a1, b0, b1 time.Time) float64 {
 	return math.Max(0, hi.Sub(lo).Seconds())
 }
 
+// decoding is a request's decode: from its first token's arrival to its
+// last's, and the tokens after the first. Per-user TPS is a stream's decode
+// speed (docs/design.md), which the server's own counters (generation
+// seconds, the timing line's eval time) measure: the time to the first
+// token, queue and prompt, is not in it.
+func (r request) decoding(t0, t1 time.Time) (secs, tokens float64) {
+	if len(r.arrivals) < 2 {
+		return 0, 0
+	}
+	for _, a := range r.arrivals[1:] {
+		if !a.Before(t0) && a.Before(t1) {
+			tokens++
+		}
+	}
+	return overlap(r.arrivals[0], r.arrivals[len(r.arrivals)-1], t0, t1), tokens
+}
+
 // clientWindows are the client's own windows of length w from start to
 // end: tokens arrived / w, mean requests in flight, and per-user TPS as
-// the mean over streams in flight for a tenth of the window or more of
-// their arrivals over their time in flight (the sweep recording's rule).
+// the mean over streams decoding for a tenth of the window or more of
+// their decode tokens over their decode time.
 func clientWindows(reqs []request, start, end time.Time, w time.Duration) []curve.Window {
 	var out []curve.Window
 	for t := start; t.Before(end); t = t.Add(w) {
 		t1 := t.Add(w)
 		var tokens, busy float64
-		inflight, got := map[int]float64{}, map[int]float64{}
+		decoding, got := map[int]float64{}, map[int]float64{}
 		for _, r := range reqs {
-			o := overlap(r.start, r.end, t, t1)
-			busy += o
-			inflight[r.stream] += o
+			busy += overlap(r.start, r.end, t, t1)
 			for _, a := range r.arrivals {
 				if !a.Before(t) && a.Before(t1) {
 					tokens++
-					got[r.stream]++
 				}
 			}
+			secs, n := r.decoding(t, t1)
+			decoding[r.stream] += secs
+			got[r.stream] += n
 		}
 		cw := curve.Window{Key: curve.Key{Server: "client"}, Seconds: w.Seconds(), Running: curve.Some(busy / w.Seconds()),
 			SystemTPS: curve.Some(tokens / w.Seconds())}
 		var sum float64
 		n := 0
-		for s, sec := range inflight {
+		for s, sec := range decoding {
 			if sec >= w.Seconds()/10 {
 				sum += got[s] / sec
 				n++
@@ -211,31 +228,32 @@ sink:
 	// window in a lower level's bin.
 	from, to := done[0].start, last
 
-	// The client's per-level table: each level's tokens over its time after
-	// the first window, per-user the mean over streams of their tokens over
-	// their time in flight.
+	// The client's per-level table: each level's tokens from its second
+	// window to the next level's streams starting, per-user the mean over
+	// its streams of their decode tokens over their decode time.
 	type row struct{ sys, user float64 }
 	table := map[int]row{}
 	for _, l := range done {
-		s0 := l.start.Add(window)
+		s0, s1 := l.start.Add(window), l.end.Add(-scrape/2)
 		var tokens float64
-		inflight, got := map[int]float64{}, map[int]float64{}
+		decoding, got := map[int]float64{}, map[int]float64{}
 		for _, r := range reqs {
-			if o := overlap(r.start, r.end, s0, l.end); o > 0 {
-				inflight[r.stream] += o
-			}
 			for _, a := range r.arrivals {
-				if !a.Before(s0) && a.Before(l.end) {
+				if !a.Before(s0) && a.Before(s1) {
 					tokens++
-					got[r.stream]++
 				}
+			}
+			if r.stream < l.streams {
+				secs, n := r.decoding(s0, s1)
+				decoding[r.stream] += secs
+				got[r.stream] += n
 			}
 		}
 		var sum float64
-		for s, sec := range inflight {
+		for s, sec := range decoding {
 			sum += got[s] / sec
 		}
-		table[l.streams] = row{tokens / l.end.Sub(s0).Seconds(), sum / float64(len(inflight))}
+		table[l.streams] = row{tokens / s1.Sub(s0).Seconds(), sum / float64(len(decoding))}
 	}
 	cb := curve.NewBuilder()
 	for _, w := range clientWindows(reqs, from, to, window) {
