@@ -6,7 +6,7 @@
 //
 // The model, per decode step and per GPU (tp GPUs in tensor parallel):
 //
-//	weights  = (streamed params - input embedding) × bytes per param / tp
+//	weights  = ((streamed params - input embedding - replicated) / tp + replicated) × bytes per param
 //	kv       = Σ running sequences' context × kv_bytes_per_token_per_gpu
 //	kv_bytes_per_token_per_gpu = 2 × layers × ceil(kv_heads / tp) × head_dim × kv_dtype_bytes
 //	bytes    = weights + kv
@@ -68,6 +68,10 @@ type Model struct {
 	// EmbedParams is the input embedding's parameter count: gathered, not
 	// streamed. 0 when unknown or tied to the LM head.
 	EmbedParams float64
+	// ReplicatedParams are streamed parameters every GPU reads whole
+	// under tensor parallelism: an LM head the engine does not split
+	// (gpt-fast), norms. 0 when the engine splits them.
+	ReplicatedParams float64
 	// Experts and ExpertsUsed are the routed experts per MoE layer and
 	// those each token is routed to; 0 when dense or unknown.
 	Experts, ExpertsUsed int
@@ -190,6 +194,12 @@ func (m Model) check() error {
 	}
 	if m.EmbedParams >= m.active() {
 		return fmt.Errorf("%w: embedding params %g are not less than the active params %g", ErrInput, m.EmbedParams, m.active())
+	}
+	if err := finiteNonNeg("replicated params", m.ReplicatedParams); err != nil {
+		return err
+	}
+	if m.ReplicatedParams+m.EmbedParams >= m.active() {
+		return fmt.Errorf("%w: replicated params %g and embedding %g leave nothing to split of %g", ErrInput, m.ReplicatedParams, m.EmbedParams, m.active())
 	}
 	if m.Experts < 0 || m.ExpertsUsed < 0 || (m.Experts == 0) != (m.ExpertsUsed == 0) || m.ExpertsUsed > m.Experts {
 		return fmt.Errorf("%w: experts %d and experts per token %d: give both, 0 < per token ≤ experts", ErrInput, m.Experts, m.ExpertsUsed)
@@ -338,7 +348,8 @@ func Compute(m Model, g GPU, l Load) (Ceiling, error) {
 	tokens := l.Batch * l.TokensPerStep
 	streamed, experts := m.streamedParams(tokens)
 	c.ExpertsRead = experts
-	c.WeightBytes = (streamed - m.EmbedParams) * m.bytesPerParam() / float64(l.TP)
+	split := streamed - m.EmbedParams - m.ReplicatedParams
+	c.WeightBytes = (split/float64(l.TP) + m.ReplicatedParams) * m.bytesPerParam()
 	c.Bytes = c.WeightBytes + c.KVBytes
 	c.FLOPs = 2 * (m.active() - m.EmbedParams) * tokens / float64(l.TP)
 	c.MemoryS = c.Bytes / (g.PeakBWGBps * 1e9)

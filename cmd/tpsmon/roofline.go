@@ -19,6 +19,7 @@ import (
 
 type rooflineOpts struct {
 	paramsB, bytesPerWeight, activeB, embedB float64
+	replicatedB                              float64
 	layers, kvHeads, headDim                 int
 	kvBytes                                  float64
 	kvReplicated                             bool
@@ -80,6 +81,7 @@ datasheet figures, dense TFLOPS) or --peak-bw-gbps and --peak-tflops.`,
 	f.Float64Var(&o.bytesPerWeight, "bytes-per-weight", 0, "bytes per weight: 2 BF16, 1 FP8, 0.5625 Q4_0, ~0.61 Q4_K_M (default: the file's real bytes, the config's dtype, else 2)")
 	f.Float64Var(&o.activeB, "active-params-b", 0, "MoE: parameters one token uses, in billions")
 	f.Float64Var(&o.embedB, "embed-params-b", 0, "input embedding parameters, in billions (gathered, not streamed; 0 when tied)")
+	f.Float64Var(&o.replicatedB, "replicated-params-b", 0, "streamed parameters every GPU reads whole under tp, in billions (an LM head the engine does not split)")
 	f.IntVar(&o.layers, "layers", 0, "transformer layers")
 	f.IntVar(&o.kvHeads, "kv-heads", 0, "KV heads (GQA)")
 	f.IntVar(&o.headDim, "head-dim", 0, "head dimension")
@@ -134,7 +136,7 @@ func (o *rooflineOpts) model(cmd *cobra.Command) (roofline.Model, string, []stri
 		name string
 		v    float64
 	}{{"params-b", o.paramsB}, {"bytes-per-weight", o.bytesPerWeight}, {"active-params-b", o.activeB},
-		{"embed-params-b", o.embedB}, {"kv-bytes", o.kvBytes}, {"peak-bw-gbps", o.peakBW}, {"peak-tflops", o.peakTFLOPS},
+		{"embed-params-b", o.embedB}, {"replicated-params-b", o.replicatedB}, {"kv-bytes", o.kvBytes}, {"peak-bw-gbps", o.peakBW}, {"peak-tflops", o.peakTFLOPS},
 		{"batch", o.batch}, {"context", o.context}, {"per-user-tps", o.perUserTPS}, {"speculative", o.speculative}} {
 		if err := checkFlag(f.name, f.v); err != nil {
 			return roofline.Model{}, "", nil, err
@@ -180,6 +182,7 @@ func (o *rooflineOpts) model(cmd *cobra.Command) (roofline.Model, string, []stri
 	if set("embed-params-b") {
 		m.EmbedParams = o.embedB * 1e9
 	}
+	m.ReplicatedParams = o.replicatedB * 1e9
 	if set("experts") || set("experts-used") {
 		m.Experts, m.ExpertsUsed = o.experts, o.expertsUsed
 	}
