@@ -3,6 +3,7 @@ package roofline
 import (
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"sort"
 	"strconv"
@@ -260,4 +261,36 @@ func names(ss []Spec) string {
 		n[i] = s.Name
 	}
 	return strings.Join(n, ", ")
+}
+
+// ErrNoPeak means neither the table nor the driver gives a GPU's peak.
+var ErrNoPeak = errors.New("no peak bandwidth")
+
+// Disagree is how far NVML's bandwidth (bus width × memory clock) may be
+// from the table's before Peak notes it: memory clocks are reported per
+// part and driver, and a part running its memory below the datasheet's
+// (or a table row for the wrong form) shows here.
+const Disagree = 0.05
+
+// Peak returns the peaks of a GPU NVML names name, whose bus width ×
+// memory clock gives nvmlGBps (0: unknown). The table wins where it has
+// the part, with a note when NVML's figure is more than Disagree apart;
+// a part not in the table takes NVML's bandwidth and no TFLOPS (the
+// compute bound is then not checked). An ambiguous name is an error.
+func Peak(name string, nvmlGBps, bytesPerWeight float64) (GPU, string, error) {
+	s, err := Lookup(name)
+	switch {
+	case err == nil:
+		g := s.GPU(bytesPerWeight)
+		if nvmlGBps > 0 && math.Abs(nvmlGBps-s.BWGBps) > Disagree*s.BWGBps {
+			return g, fmt.Sprintf("GPU %q: NVML's bus width × memory clock gives %.0f GB/s, the table's %s %.0f GB/s (%s); using the table", name, nvmlGBps, s.Name, s.BWGBps, s.Source), nil
+		}
+		return g, "", nil
+	case errors.Is(err, ErrUnknownGPU) && nvmlGBps > 0:
+		return GPU{Name: name, PeakBWGBps: nvmlGBps, Source: "NVML bus width × max memory clock"},
+			fmt.Sprintf("GPU %q is not in the table: peak bandwidth %.0f GB/s from NVML, no TFLOPS", name, nvmlGBps), nil
+	case errors.Is(err, ErrUnknownGPU):
+		return GPU{}, "", fmt.Errorf("%w for GPU %q: not in the table and NVML gave no bus width or memory clock", ErrNoPeak, name)
+	}
+	return GPU{}, "", err
 }

@@ -151,3 +151,31 @@ func TestSpecTFLOPSPrecision(t *testing.T) {
 		t.Error("A10G has no public tensor figure")
 	}
 }
+
+func TestPeakTableWinsOverNVML(t *testing.T) {
+	// H100 SXM: 5120 bits × 2619 MHz × 2 = 3352 GB/s, within 5 % of 3350.
+	g, note, err := Peak("NVIDIA H100 80GB HBM3", 3352.32, 2)
+	if err != nil || g.PeakBWGBps != 3350 || note != "" || g.PeakTFLOPS != 989 {
+		t.Fatalf("%+v %q %v", g, note, err)
+	}
+	// 10 % apart: the table wins, noted.
+	g, note, err = Peak("NVIDIA A100-SXM4-80GB", 1800, 2)
+	if err != nil || g.PeakBWGBps != 2039 || !strings.Contains(note, "using the table") || !strings.Contains(note, "1800") {
+		t.Fatalf("%+v %q %v", g, note, err)
+	}
+	// 4.9 % apart: no note.
+	if _, note, _ := Peak("NVIDIA A100-SXM4-80GB", 2039*0.951, 2); note != "" {
+		t.Errorf("within 5 %%: %q", note)
+	}
+	// Not in the table: NVML's figure, no TFLOPS, said.
+	g, note, err = Peak("NVIDIA RTX PRO 6000 Blackwell", 1792, 2)
+	if err != nil || g.PeakBWGBps != 1792 || g.PeakTFLOPS != 0 || !strings.Contains(note, "not in the table") {
+		t.Fatalf("%+v %q %v", g, note, err)
+	}
+	if _, _, err := Peak("NVIDIA RTX PRO 6000 Blackwell", 0, 2); !errors.Is(err, ErrNoPeak) {
+		t.Errorf("nothing known: %v", err)
+	}
+	if _, _, err := Peak("A100", 2000, 2); !errors.Is(err, ErrAmbiguousGPU) {
+		t.Errorf("ambiguous: %v", err)
+	}
+}
