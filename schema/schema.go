@@ -43,6 +43,14 @@ const (
 	FieldTPSPerGPU      = "tps_per_gpu"
 	FieldState          = "state"  // string, one of States
 	FieldSource         = "source" // string: SourceMetrics or SourceLog
+	// The decode ceiling (analysis/roofline): the engine's own decode
+	// steps per second, the model bandwidth utilization (bytes the steps
+	// read over the GPUs' peak; may exceed 1 when a fact is wrong) and the
+	// system tokens/s the hardware could give at the window's running
+	// requests and KV occupancy. Absent when a fact is missing.
+	FieldDecodeStepsPerS = "decode_steps_per_s"
+	FieldMBU             = "mbu"
+	FieldCeilingTPS      = "ceiling_tps"
 
 	// Both measurements.
 	FieldSMActive      = "sm_active"
@@ -110,7 +118,7 @@ var (
 	ServerFields = []string{FieldTokens, FieldSystemTPS, FieldPerUserTPS, FieldPromptTokens, FieldPromptTPS,
 		FieldRunning, FieldWaiting, FieldKVCacheUsage, FieldPreemptions, FieldGPUUtil, FieldGPUUtilMax,
 		FieldSMActive, FieldMemUsedBytes, FieldMemTotalBytes, FieldPowerW, FieldEnergyJ, FieldTokensPerJoule,
-		FieldTPSPerGPU, FieldState, FieldCoverage, FieldWindowS, FieldSource}
+		FieldTPSPerGPU, FieldState, FieldCoverage, FieldWindowS, FieldSource, FieldDecodeStepsPerS}
 	GPUTags   = []string{TagHost, TagGPU, TagUUID, TagName, TagServer}
 	GPUFields = []string{FieldUtil, FieldUtilMax, FieldMemUtil, FieldMemUsedBytes, FieldMemTotalBytes, FieldPowerW,
 		FieldEnergyJ, FieldEnergySource, FieldTempC, FieldSMClockMHz, FieldThrottle, FieldSMActive, FieldSMOccupancy,

@@ -119,6 +119,7 @@ func serverTags(dst []Tag, w window.ServerWindow) []Tag {
 // no point sorts them.
 func serverFields(f fields, w window.ServerWindow) fields {
 	f.float(schema.FieldCoverage, window.Some(w.Coverage))
+	f.float(schema.FieldDecodeStepsPerS, w.DecodeStepsPerS)
 	f.float(schema.FieldEnergyJ, w.EnergyJ)
 	f.float(schema.FieldGPUUtil, w.GPUUtil)
 	f.float(schema.FieldGPUUtilMax, w.GPUUtilMax)

@@ -734,6 +734,9 @@ func (j *Joiner) serverWindow(st *serverState, s, e time.Time, sums map[string]*
 	if m.hasPreempt {
 		w.Preemptions = Some(m.preempt)
 	}
+	if m.stepSecs > 0 {
+		w.DecodeStepsPerS = Some(m.steps / m.stepSecs)
+	}
 	known := func(v float64) Opt[float64] { return Opt[float64]{V: v, OK: v >= 0} }
 	w.Running, w.Waiting, w.KVCacheUsage = known(m.running), known(m.waiting), known(m.kv)
 	if util, ok := j.addGPUs(&w, j.gpusOf(st), sums); ok {
@@ -859,8 +862,10 @@ type measured struct {
 	// increase landed after a gap or a window closed ahead of its edge.
 	rateTokens, ratePrompt float64
 	tokenSecs, promptSecs  float64
-	down                   bool
-	source                 string
+	// steps over stepSecs is the engine's decode step rate.
+	steps, stepSecs float64
+	down            bool
+	source          string
 }
 
 // closedCounters is what each counter of a server says of one window.
@@ -990,6 +995,12 @@ func (j *Joiner) fromMetrics(m *measured, st *serverState, cc *closedCounters, i
 	if cc.have[collector.Preemptions] {
 		m.preempt, m.hasPreempt = cc.spans[collector.Preemptions].count(), true
 		m.preempted = cc.spans[collector.Preemptions].delta() > 0
+	}
+	for _, c := range []collector.Counter{collector.Decodes, collector.Iterations} {
+		if cc.have[c] && cc.obsSpan[c] > 0 {
+			m.steps, m.stepSecs = j.bound(cc.obs[c]), cc.obsSpan[c].Seconds()
+			break
+		}
 	}
 	gauge := func(g collector.Gauge) float64 {
 		if sts := st.gauges[g].stats(s, e); sts.n > 0 {

@@ -68,9 +68,14 @@ type ServerWindow struct {
 	MemUsedBytes, MemTotalBytes    Opt[int64]
 	PowerW, EnergyJ                Opt[float64]
 	TokensPerJoule, TPSPerGPU      Opt[float64]
-	State                          string // one of schema.States
-	Coverage                       float64
-	Source                         string // schema.SourceMetrics or schema.SourceLog
+	// DecodeStepsPerS is the engine's own step counter's rate (llama.cpp
+	// n_decode_total, TensorRT-LLM iterations, TGI decode batches), over
+	// the part of the window it was observed; absent where the engine
+	// counts no steps. llama.cpp's also counts prompt batches.
+	DecodeStepsPerS Opt[float64]
+	State           string // one of schema.States
+	Coverage        float64
+	Source          string // schema.SourceMetrics or schema.SourceLog
 }
 
 // Count returns how many results cs hold.

@@ -192,3 +192,41 @@ func TestNoTFLOPSWarned(t *testing.T) {
 		t.Errorf("%+v", c)
 	}
 }
+
+func TestLiveWindow(t *testing.T) {
+	s := Server{Model: Model{Params: 8e9, BytesPerWeight: 2, Layers: 32, KVHeads: 8, HeadDim: 128, KVBytes: 2},
+		GPU: GPU{PeakBWGBps: 3350, PeakTFLOPS: 989}, TP: 1, KVTokens: 100000}
+	// 4 running at half a 100k-token cache: 12.5k tokens each, 6.55 GB of
+	// KV and 16 GB of weights a step. 400 tokens/s is 100 steps/s.
+	l, ok := LiveWindow(s, Window{Running: 4, SystemTPS: 400, KVUsage: 0.5, StepsPerS: -1})
+	if !ok || !l.KVCounted {
+		t.Fatalf("%+v %v", l, ok)
+	}
+	bytes := 16e9 + 50000*131072.0
+	near(t, "mbu", l.MBU, bytes*100/3350e9, 1e-9)
+	near(t, "ceiling", l.CeilingTPS, 4*3350e9/bytes, 1e-9)
+	// The engine's own step count wins over tokens ÷ running.
+	l, _ = LiveWindow(s, Window{Running: 4, SystemTPS: 400, KVUsage: 0.5, StepsPerS: 120})
+	near(t, "engine steps mbu", l.MBU, bytes*120/3350e9, 1e-9)
+	// KV occupancy unknown: weights only, said.
+	l, ok = LiveWindow(s, Window{Running: 4, SystemTPS: 400, KVUsage: -1, StepsPerS: -1})
+	if !ok || l.KVCounted {
+		t.Fatalf("no kv: %+v", l)
+	}
+	near(t, "weights-only mbu", l.MBU, 16e9*100/3350e9, 1e-9)
+	// Nothing decoded, or a fact missing: no values.
+	for _, w := range []Window{{Running: 0, SystemTPS: 10}, {Running: 2, SystemTPS: 0}, {Running: -1, SystemTPS: -1}} {
+		if _, ok := LiveWindow(s, w); ok {
+			t.Errorf("%+v gave values", w)
+		}
+	}
+	if err := (Server{GPU: s.GPU}).Check(); err == nil || !strings.Contains(err.Error(), "model") {
+		t.Errorf("no model: %v", err)
+	}
+	if err := (Server{Model: s.Model}).Check(); err == nil || !strings.Contains(err.Error(), "peak bandwidth") {
+		t.Errorf("no gpu: %v", err)
+	}
+	if err := s.Check(); err != nil {
+		t.Error(err)
+	}
+}
