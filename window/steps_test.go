@@ -3,17 +3,17 @@ package window
 import (
 	"testing"
 
-	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // An engine's step counter (llama.cpp n_decode_total, TensorRT-LLM
 // iterations) becomes the window's decode steps per second; a server
 // counting none has none.
 func TestDecodeStepsPerS(t *testing.T) {
-	for _, c := range []collector.Counter{collector.Decodes, collector.Iterations} {
+	for _, c := range []sample.Counter{sample.Decodes, sample.Iterations} {
 		j := newJoiner(0)
 		for sec := 0.0; sec <= 20; sec++ {
-			s := sample(scrape{t: sec, tokens: 200 * sec, running: 4})
+			s := reading(scrape{t: sec, tokens: 200 * sec, running: 4})
 			s.SetCounter(c, 1000+50*sec)
 			j.AddServer("llm", s)
 		}
