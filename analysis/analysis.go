@@ -14,6 +14,7 @@ package analysis
 import (
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis/roofline"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -37,6 +38,12 @@ type ServerWindow struct {
 	window.ServerWindow
 	// State is the verdict of design §5, one of schema.States (State).
 	State string
+	// MBU and CeilingTPS are the window's model bandwidth utilization
+	// and the system tokens/s its GPUs could give at its running requests
+	// and KV occupancy (Ceiling; exact to the model's facts and the
+	// datasheet peaks; without the KV occupancy CeilingTPS is an upper
+	// bound and MBU a lower one). Absent without the facts.
+	MBU, CeilingTPS window.Opt[float64]
 }
 
 // Facts is what the analysis knows besides the windows, passed in by its
@@ -48,12 +55,19 @@ type Facts struct {
 	// Servers holds what is known of each server, by name. A server
 	// without an entry is analysed with what its windows say alone.
 	Servers map[string]ServerFacts
+	// GPUs are the node's GPUs' peaks by label (the gpu tag), from
+	// NVML's names and memory clocks and the built-in table.
+	GPUs map[string]roofline.Spec
 }
 
 // ServerFacts is what is known of one server beyond its windows: its
 // engine's and model's facts, its GPUs' specifications, its objectives.
-// Empty until the values that need them are derived.
-type ServerFacts struct{}
+type ServerFacts struct {
+	// Roofline is what the decode ceiling needs (nil: not known). Its
+	// GPU, when zero, is the window's GPUs' (Facts.GPUs) and its TP, when
+	// 0, their number.
+	Roofline *roofline.Server
+}
 
 // Analyze returns the analysis of cs.
 func Analyze(cs []window.Closed, f *Facts) []Closed { return Append(nil, cs, f) }
@@ -76,7 +90,7 @@ func Append(dst []Closed, cs []window.Closed, f *Facts) []Closed {
 			a.GPUs = append(a.GPUs, GPUWindow{GPUWindow: g})
 		}
 		for _, s := range c.Servers {
-			a.Servers = append(a.Servers, analyzeServer(s, th))
+			a.Servers = append(a.Servers, analyzeServer(s, th, f))
 		}
 		dst = append(dst, a)
 	}
@@ -84,8 +98,12 @@ func Append(dst []Closed, cs []window.Closed, f *Facts) []Closed {
 }
 
 // analyzeServer derives what a server's window implies.
-func analyzeServer(w window.ServerWindow, th Thresholds) ServerWindow {
-	return ServerWindow{ServerWindow: w, State: State(w, th)}
+func analyzeServer(w window.ServerWindow, th Thresholds, f *Facts) ServerWindow {
+	a := ServerWindow{ServerWindow: w, State: State(w, th)}
+	if sf, ok := f.Servers[w.Server]; ok && sf.Roofline != nil {
+		a.MBU, a.CeilingTPS = Ceiling(w, *sf.Roofline, f.GPUs)
+	}
+	return a
 }
 
 // Count returns how many results cs hold.

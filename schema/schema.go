@@ -118,7 +118,7 @@ var (
 	ServerFields = []string{FieldTokens, FieldSystemTPS, FieldPerUserTPS, FieldPromptTokens, FieldPromptTPS,
 		FieldRunning, FieldWaiting, FieldKVCacheUsage, FieldPreemptions, FieldGPUUtil, FieldGPUUtilMax,
 		FieldSMActive, FieldMemUsedBytes, FieldMemTotalBytes, FieldPowerW, FieldEnergyJ, FieldTokensPerJoule,
-		FieldTPSPerGPU, FieldState, FieldCoverage, FieldWindowS, FieldSource, FieldDecodeStepsPerS}
+		FieldTPSPerGPU, FieldState, FieldCoverage, FieldWindowS, FieldSource, FieldDecodeStepsPerS, FieldMBU, FieldCeilingTPS}
 	GPUTags   = []string{TagHost, TagGPU, TagUUID, TagName, TagServer}
 	GPUFields = []string{FieldUtil, FieldUtilMax, FieldMemUtil, FieldMemUsedBytes, FieldMemTotalBytes, FieldPowerW,
 		FieldEnergyJ, FieldEnergySource, FieldTempC, FieldSMClockMHz, FieldThrottle, FieldSMActive, FieldSMOccupancy,
