@@ -262,3 +262,15 @@ func FuzzParseGGUF(f *testing.F) {
 		}
 	})
 }
+
+// testdata/tiny-q4.gguf is tinyLlama(false) written out: the file other
+// packages' tests read.
+func TestGGUFFixtureFile(t *testing.T) {
+	b, err := os.ReadFile("testdata/tiny-q4.gguf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, tinyLlama(false).bytes()) {
+		t.Fatal("testdata/tiny-q4.gguf is not tinyLlama(false): regenerate it")
+	}
+}

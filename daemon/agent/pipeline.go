@@ -19,11 +19,13 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/analysis"
+	"github.com/tpsmon/tpsmon/analysis/roofline"
 	"github.com/tpsmon/tpsmon/collector"
 	enginereg "github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/collector/gpumap"
 	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/daemon/modelfacts"
 	"github.com/tpsmon/tpsmon/internal/statefile"
 	"github.com/tpsmon/tpsmon/internal/wake"
 	"github.com/tpsmon/tpsmon/sample"
@@ -83,6 +85,11 @@ type pipeline struct {
 	stateDir     string
 	markerFailed bool  // the last marker write failed (said once)
 	outFails     []int // per output: failed writes in the current episode
+	// serverFacts and gpuSpecs are the decode ceiling's facts: each
+	// server's model (from the configuration, read at start and reload)
+	// and each GPU's peaks (from the backend, when it opens).
+	serverFacts map[string]analysis.ServerFacts
+	gpuSpecs    map[string]roofline.Spec
 	// posDir keeps the log positions the joiner has accepted; empty: a
 	// log is read from its end at each start.
 	posDir   string
@@ -205,6 +212,35 @@ type gpuMsg []sample.GPU
 // placedMsg says where servers with gpus: auto were found, and why
 // others were not.
 type placedMsg gpumap.Result
+
+// devicesMsg is what the GPUs said of themselves when opened: their
+// peaks, for the decode ceiling.
+type devicesMsg []sample.Device
+
+// deviceFacter is a GPU backend that tells each GPU's memory facts.
+type deviceFacter interface {
+	Facts() []sample.Device
+}
+
+func (m devicesMsg) apply(p *pipeline, _ *window.Joiner, _ map[string]bool) {
+	var notes []string
+	p.gpuSpecs, notes = modelfacts.GPUs(m)
+	for _, n := range notes {
+		p.log.Info("GPU peak", "note", n)
+	}
+}
+
+// setServerFacts reads the model facts of cfg's servers, saying once for
+// each server without them why it has no ceiling.
+func (p *pipeline) setServerFacts(cfg *config.Config) {
+	var missing map[string]error
+	p.serverFacts, missing = modelfacts.Servers(cfg)
+	for _, s := range cfg.Servers {
+		if err := missing[s.Name]; err != nil {
+			p.log.Info("no decode ceiling (mbu, ceiling_tps)", "server", s.Name, "missing", err)
+		}
+	}
+}
 
 // processLister is a GPU backend that knows the processes on each GPU.
 type processLister interface {
@@ -351,6 +387,7 @@ func (p *pipeline) run(ctx context.Context) error {
 	p.gpuErr = map[string]bool{}
 	p.suspect = map[string]bool{}
 	p.placed = map[string][]string{}
+	p.setServerFacts(cfg)
 	j := window.New(window.Config{
 		Window: cfg.Window, Grace: p.grace(cfg), MaxGap: maxGapOfConfig(cfg), Host: cfg.Host, Start: start,
 	}, serversOf(cfg))
@@ -468,6 +505,7 @@ func (p *pipeline) reconfigure(nc *config.Config, j *window.Joiner) {
 	clear(p.unplaced)
 	p.srcErrMu.Unlock()
 	p.cfg = nc
+	p.setServerFacts(nc)
 	p.servers.Store(int64(len(nc.Servers)))
 	j.SetServers(serversOf(nc), maxGapOfConfig(nc))
 	clear(p.placed)
@@ -594,7 +632,7 @@ func (p *pipeline) emit(closed []window.Closed) {
 	if len(closed) == 0 {
 		return
 	}
-	cs := analysis.Analyze(closed, &analysis.Facts{Thresholds: p.cfg.Thresholds})
+	cs := analysis.Analyze(closed, &analysis.Facts{Thresholds: p.cfg.Thresholds, Servers: p.serverFacts, GPUs: p.gpuSpecs})
 	if len(p.outFails) != len(p.outputs) {
 		p.outFails = make([]int, len(p.outputs))
 	}
@@ -636,6 +674,9 @@ func (p *pipeline) sampleGPUs(ctx context.Context, open func() (GPUSampler, erro
 		if err == nil {
 			p.gpuOpen.Store(true)
 			p.gpuAt.Store(p.now().UnixNano())
+			if df, ok := g.(deviceFacter); ok {
+				send(devicesMsg(df.Facts()))
+			}
 			if s := g.Sample(p.now()); len(s) > 0 {
 				p.gpus.Store(int64(len(s)))
 				send(gpuMsg(s))
