@@ -2,11 +2,16 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tpsmon/tpsmon/sim/vllmsim"
 )
 
 func rooflineJSON(t *testing.T, args ...string) map[string]any {
@@ -108,5 +113,47 @@ func TestRooflineRefuses(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%v: %v (%s), want an error naming %q", c.args, err, out, c.says)
 		}
+	}
+}
+
+// check says, per server, whether its windows will carry the ceiling and
+// which fact is missing where not; a broken model file is a problem.
+func TestCheckNamesTheMissingCeilingFact(t *testing.T) {
+	srv := httptest.NewServer(&vllmsim.Driven{Rate: 10, Start: time.Now(), ResetAt: time.Now().Add(time.Hour)})
+	defer srv.Close()
+	gguf := filepath.Join("..", "..", "analysis", "modelfile", "testdata", "tiny-q4.gguf")
+	write := func(extra string) string {
+		p := filepath.Join(t.TempDir(), "tpsmon.yaml")
+		os.WriteFile(p, []byte(fmt.Sprintf(`gpu: {backend: none}
+servers:
+  - name: with
+    metrics_url: %[1]s/metrics
+    model_file: %[2]s
+    roofline: {peak_bw_gbps: 20, kv_tokens: 4096}
+  - name: without
+    metrics_url: %[1]s/metrics
+  - name: nogpu
+    metrics_url: %[1]s/metrics
+    model_file: %[2]s
+%[3]s`, srv.URL, gguf, extra)), 0o600)
+		return p
+	}
+	out, err := runCLI(t, "check", "-c", write(""))
+	if err != nil {
+		t.Fatalf("check: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"ok    server with: decode ceiling from " + gguf,
+		"peak 20 GB/s",
+		"note  server without: no decode ceiling (mbu, ceiling_tps): no model facts: set servers[].model_file",
+		"note  server nogpu: no decode ceiling (mbu, ceiling_tps): no GPU peak",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = runCLI(t, "check", "-c", write("  - name: broken\n    metrics_url: "+srv.URL+"/metrics\n    model_file: /nonexistent.gguf\n"))
+	if err == nil || !strings.Contains(out, "FAIL  server broken: model_file:") || !strings.Contains(out, "/nonexistent.gguf") {
+		t.Errorf("broken model file: %v\n%s", err, out)
 	}
 }
