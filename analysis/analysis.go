@@ -44,6 +44,9 @@ type ServerWindow struct {
 	// datasheet peaks; without the KV occupancy CeilingTPS is an upper
 	// bound and MBU a lower one). Absent without the facts.
 	MBU, CeilingTPS window.Opt[float64]
+	// Finding is what the MBU says of the window (Finding): near the
+	// ceiling, demand-bound or host-bound; absent without an MBU.
+	Finding window.Opt[string]
 }
 
 // Facts is what the analysis knows besides the windows, passed in by its
@@ -102,6 +105,7 @@ func analyzeServer(w window.ServerWindow, th Thresholds, f *Facts) ServerWindow 
 	a := ServerWindow{ServerWindow: w, State: State(w, th)}
 	if sf, ok := f.Servers[w.Server]; ok && sf.Roofline != nil {
 		a.MBU, a.CeilingTPS = Ceiling(w, *sf.Roofline, f.GPUs)
+		a.Finding = Finding(w, a.MBU, th)
 	}
 	return a
 }

@@ -48,3 +48,35 @@ func Ceiling(w window.ServerWindow, s roofline.Server, gpus map[string]roofline.
 	}
 	return window.Some(l.MBU), window.Some(l.CeilingTPS)
 }
+
+// Findings of the decode ceiling (schema.FieldCeilingFinding).
+const (
+	// FindingNearCeiling: the steps read near the peak bandwidth; more
+	// tokens need more GPUs or a larger batch.
+	FindingNearCeiling = "near_ceiling"
+	// FindingDemandBound: few requests run and none wait; the hardware
+	// could serve more of them at almost the same step time.
+	FindingDemandBound = "demand_bound"
+	// FindingHostBound: many requests run yet the steps read far below
+	// the peak: the host, the scheduler or kernel launches hold the GPU
+	// back.
+	FindingHostBound = "host_bound"
+)
+
+// Finding is what a window's MBU says (one of the Finding constants), or
+// absent without an MBU or where none applies.
+func Finding(w window.ServerWindow, mbu window.Opt[float64], th Thresholds) window.Opt[string] {
+	if !mbu.OK || !w.Running.OK {
+		return window.Opt[string]{}
+	}
+	waiting := w.Waiting.OK && w.Waiting.V >= th.Waiting
+	switch {
+	case mbu.V >= th.NearMBU:
+		return window.Some(FindingNearCeiling)
+	case w.Running.V <= th.FewRunning && !waiting:
+		return window.Some(FindingDemandBound)
+	case w.Running.V > th.FewRunning && mbu.V < th.LowMBU:
+		return window.Some(FindingHostBound)
+	}
+	return window.Opt[string]{}
+}

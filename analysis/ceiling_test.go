@@ -61,3 +61,51 @@ func TestAnalyzeCeilingOnlyWithFacts(t *testing.T) {
 		t.Errorf("%+v", s)
 	}
 }
+
+// Each finding's bound, from both sides, at the default thresholds.
+func TestFindingBounds(t *testing.T) {
+	th := DefaultThresholds
+	w := func(running, waiting float64) window.ServerWindow {
+		return window.ServerWindow{Running: window.Some(running), Waiting: window.Some(waiting)}
+	}
+	none := window.Opt[string]{}
+	cases := []struct {
+		name string
+		w    window.ServerWindow
+		mbu  window.Opt[float64]
+		want window.Opt[string]
+	}{
+		{"at near_mbu", w(8, 0), window.Some(th.NearMBU), window.Some(FindingNearCeiling)},
+		{"just under near_mbu, many running", w(8, 0), window.Some(th.NearMBU - 0.01), none},
+		{"near the ceiling with few running", w(1, 0), window.Some(0.9), window.Some(FindingNearCeiling)},
+		{"few running, none waiting", w(th.FewRunning, 0), window.Some(0.5), window.Some(FindingDemandBound)},
+		{"just over few running", w(th.FewRunning+0.1, 0), window.Some(0.5), none},
+		{"few running but waiting", w(1, th.Waiting), window.Some(0.5), none},
+		{"few running, waiting under the bound", w(1, th.Waiting-0.1), window.Some(0.5), window.Some(FindingDemandBound)},
+		{"many running, under low_mbu", w(8, 3), window.Some(th.LowMBU - 0.01), window.Some(FindingHostBound)},
+		{"many running, at low_mbu", w(8, 3), window.Some(th.LowMBU), none},
+		{"host bound needs more than few running", w(th.FewRunning, 3), window.Some(0.1), none},
+		{"no mbu", w(8, 0), window.Opt[float64]{}, none},
+	}
+	for _, c := range cases {
+		if got := Finding(c.w, c.mbu, th); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestFindingThresholdsValidated(t *testing.T) {
+	for name, th := range map[string]Thresholds{
+		"near above 1":  func() Thresholds { th := DefaultThresholds; th.NearMBU = 1.5; return th }(),
+		"low over near": func() Thresholds { th := DefaultThresholds; th.LowMBU = 0.8; return th }(),
+		"few negative":  func() Thresholds { th := DefaultThresholds; th.FewRunning = -1; return th }(),
+		"low zero":      func() Thresholds { th := DefaultThresholds; th.LowMBU = 0; return th }(),
+	} {
+		if err := th.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if err := DefaultThresholds.Validate(); err != nil {
+		t.Error(err)
+	}
+}

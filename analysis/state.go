@@ -19,10 +19,18 @@ type Thresholds struct {
 	// waiting; a single request caught in the queue by one scrape of a
 	// window should not flip the verdict.
 	Waiting float64 `mapstructure:"waiting"`
+	// The decode ceiling's findings (Finding): an MBU from NearMBU is
+	// near the ceiling; under LowMBU with more than FewRunning requests
+	// running the host or scheduler holds the GPU back; with at most
+	// FewRunning running and none waiting, demand does.
+	NearMBU    float64 `mapstructure:"ceiling_near_mbu"`
+	LowMBU     float64 `mapstructure:"ceiling_low_mbu"`
+	FewRunning float64 `mapstructure:"ceiling_few_running"`
 }
 
 // DefaultThresholds are the design's values.
-var DefaultThresholds = Thresholds{KVBound: 0.9, QueueUtil: 60, UnderUtil: 40, SaturatedUtil: 90, Waiting: 0.5}
+var DefaultThresholds = Thresholds{KVBound: 0.9, QueueUtil: 60, UnderUtil: 40, SaturatedUtil: 90, Waiting: 0.5,
+	NearMBU: 0.7, LowMBU: 0.3, FewRunning: 2}
 
 // Validate says which threshold cannot be one, by its configuration key.
 func (th Thresholds) Validate() error {
@@ -37,6 +45,20 @@ func (th Thresholds) Validate() error {
 		if !(t.v >= 0 && t.v <= 100) {
 			return fmt.Errorf("%s: %v is not a percentage in [0, 100]", t.name, t.v)
 		}
+	}
+	for _, t := range []struct {
+		name string
+		v    float64
+	}{{"ceiling_near_mbu", th.NearMBU}, {"ceiling_low_mbu", th.LowMBU}} {
+		if !(t.v > 0 && t.v <= 1) {
+			return fmt.Errorf("%s: %v is not a ratio in (0, 1]", t.name, t.v)
+		}
+	}
+	if !(th.LowMBU < th.NearMBU) {
+		return fmt.Errorf("ceiling_low_mbu: %v is not below ceiling_near_mbu %v", th.LowMBU, th.NearMBU)
+	}
+	if !(th.FewRunning >= 0 && th.FewRunning <= sample.MaxRequests) {
+		return fmt.Errorf("ceiling_few_running: %v is not a request count in [0, %g]", th.FewRunning, sample.MaxRequests)
 	}
 	if !(th.Waiting >= 0 && th.Waiting <= sample.MaxRequests) {
 		return fmt.Errorf("waiting: %v is not a queue length in [0, %g]", th.Waiting, sample.MaxRequests)

@@ -51,6 +51,9 @@ const (
 	FieldDecodeStepsPerS = "decode_steps_per_s"
 	FieldMBU             = "mbu"
 	FieldCeilingTPS      = "ceiling_tps"
+	// FieldCeilingFinding is what the MBU says (string): near_ceiling,
+	// demand_bound or host_bound (analysis.Finding).
+	FieldCeilingFinding = "ceiling_finding"
 
 	// Both measurements.
 	FieldSMActive      = "sm_active"
@@ -118,7 +121,7 @@ var (
 	ServerFields = []string{FieldTokens, FieldSystemTPS, FieldPerUserTPS, FieldPromptTokens, FieldPromptTPS,
 		FieldRunning, FieldWaiting, FieldKVCacheUsage, FieldPreemptions, FieldGPUUtil, FieldGPUUtilMax,
 		FieldSMActive, FieldMemUsedBytes, FieldMemTotalBytes, FieldPowerW, FieldEnergyJ, FieldTokensPerJoule,
-		FieldTPSPerGPU, FieldState, FieldCoverage, FieldWindowS, FieldSource, FieldDecodeStepsPerS, FieldMBU, FieldCeilingTPS}
+		FieldTPSPerGPU, FieldState, FieldCoverage, FieldWindowS, FieldSource, FieldDecodeStepsPerS, FieldMBU, FieldCeilingTPS, FieldCeilingFinding}
 	GPUTags   = []string{TagHost, TagGPU, TagUUID, TagName, TagServer}
 	GPUFields = []string{FieldUtil, FieldUtilMax, FieldMemUtil, FieldMemUsedBytes, FieldMemTotalBytes, FieldPowerW,
 		FieldEnergyJ, FieldEnergySource, FieldTempC, FieldSMClockMHz, FieldThrottle, FieldSMActive, FieldSMOccupancy,

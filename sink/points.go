@@ -119,6 +119,7 @@ func serverTags(dst []Tag, w analysis.ServerWindow) []Tag {
 // are added in the order of their keys (TestPointsCarrySchema checks), so
 // no point sorts them.
 func serverFields(f fields, w analysis.ServerWindow) fields {
+	f.str(schema.FieldCeilingFinding, w.Finding)
 	f.float(schema.FieldCeilingTPS, w.CeilingTPS)
 	f.float(schema.FieldCoverage, window.Some(w.Coverage))
 	f.float(schema.FieldDecodeStepsPerS, w.DecodeStepsPerS)

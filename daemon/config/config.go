@@ -90,7 +90,19 @@ type ServerConfig struct {
 
 // RooflineConfig is what a server's decode ceiling needs beyond its model
 // file; each is optional (0: from the model file, NVML and the table).
+// The model's own facts, where no file is at hand (a remote server), are
+// given as `tpsmon roofline` takes them, over the file's.
 type RooflineConfig struct {
+	ParamsB        float64 `mapstructure:"params_b"`
+	BytesPerWeight float64 `mapstructure:"bytes_per_weight"`
+	ActiveParamsB  float64 `mapstructure:"active_params_b"`
+	EmbedParamsB   float64 `mapstructure:"embed_params_b"`
+	Experts        int     `mapstructure:"experts"`
+	ExpertsUsed    int     `mapstructure:"experts_used"`
+	Layers         int     `mapstructure:"layers"`
+	KVHeads        int     `mapstructure:"kv_heads"`
+	HeadDim        int     `mapstructure:"head_dim"`
+
 	// GPU names the GPU in the built-in table, for a server whose GPUs
 	// NVML does not show (a container, another node).
 	GPU string `mapstructure:"gpu"`
@@ -212,6 +224,9 @@ var defaults = map[string]any{
 	"thresholds.under_util":                analysis.DefaultThresholds.UnderUtil,
 	"thresholds.saturated_util":            analysis.DefaultThresholds.SaturatedUtil,
 	"thresholds.waiting":                   analysis.DefaultThresholds.Waiting,
+	"thresholds.ceiling_near_mbu":          analysis.DefaultThresholds.NearMBU,
+	"thresholds.ceiling_low_mbu":           analysis.DefaultThresholds.LowMBU,
+	"thresholds.ceiling_few_running":       analysis.DefaultThresholds.FewRunning,
 }
 
 // flagKeys maps command-line flags to configuration keys: a flag of these
@@ -553,7 +568,10 @@ func (r *RooflineConfig) Validate(at string) error {
 		key   string
 		v, hi float64
 	}{{"peak_bw_gbps", r.PeakBWGBps, 1e6}, {"peak_tflops", r.PeakTFLOPS, 1e6}, {"kv_bytes", r.KVBytes, 8},
-		{"kv_tokens", r.KVTokens, 1e9}, {"speculative", r.Speculative, 64}, {"tp", float64(r.TP), 1024}} {
+		{"kv_tokens", r.KVTokens, 1e9}, {"speculative", r.Speculative, 64}, {"tp", float64(r.TP), 1024},
+		{"params_b", r.ParamsB, 1e5}, {"bytes_per_weight", r.BytesPerWeight, 8}, {"active_params_b", r.ActiveParamsB, 1e5},
+		{"embed_params_b", r.EmbedParamsB, 1e5}, {"experts", float64(r.Experts), 1e5}, {"experts_used", float64(r.ExpertsUsed), 1e5},
+		{"layers", float64(r.Layers), 1e4}, {"kv_heads", float64(r.KVHeads), 1e5}, {"head_dim", float64(r.HeadDim), 1e5}} {
 		if math.IsNaN(f.v) || f.v < 0 || f.v > f.hi {
 			return fmt.Errorf("%s.%s: %v is not in 0..%g", at, f.key, f.v, f.hi)
 		}

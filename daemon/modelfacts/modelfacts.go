@@ -23,18 +23,22 @@ var ErrNoModel = errors.New("no model facts")
 // Server returns the roofline facts of one configured server, or an error
 // naming the missing or unreadable fact.
 func Server(s config.ServerConfig) (*roofline.Server, error) {
-	if s.ModelFile == "" {
-		return nil, fmt.Errorf("%w: set servers[].model_file (GGUF, safetensors or config.json with the sizes)", ErrNoModel)
+	r := s.Roofline
+	if s.ModelFile == "" && r.ParamsB == 0 {
+		return nil, fmt.Errorf("%w: set servers[].model_file (GGUF, safetensors, a model directory) or servers[].roofline.params_b", ErrNoModel)
 	}
-	f, err := modelfile.Read(s.ModelFile)
-	if err != nil {
-		return nil, err
+	var f modelfile.Facts
+	if s.ModelFile != "" {
+		var err error
+		if f, err = modelfile.Read(s.ModelFile); err != nil {
+			return nil, err
+		}
 	}
 	m := f.Model()
+	overlay(&m, f, r)
 	if m.Params == 0 {
-		return nil, fmt.Errorf("%w: %s gives no parameter count (a config.json alone does not; name the weights)", ErrNoModel, s.ModelFile)
+		return nil, fmt.Errorf("%w: %s gives no parameter count (a config.json alone does not: name the weights, or set servers[].roofline.params_b)", ErrNoModel, s.ModelFile)
 	}
-	r := s.Roofline
 	if m.WeightBytes == 0 && m.BytesPerWeight == 0 {
 		m.BytesPerWeight = 2
 	}
@@ -70,6 +74,44 @@ func Server(s config.ServerConfig) (*roofline.Server, error) {
 		return nil, fmt.Errorf("%s: %w", s.ModelFile, err)
 	}
 	return srv, nil
+}
+
+// overlay puts the configured facts over the file's: named parameters
+// replace the file's totals (its bytes per parameter stay).
+func overlay(m *roofline.Model, f modelfile.Facts, r config.RooflineConfig) {
+	if r.ParamsB > 0 {
+		bpp := 0.0
+		if m.WeightBytes > 0 {
+			bpp = m.WeightBytes / m.Params
+		}
+		m.Params, m.WeightBytes, m.ActiveParams, m.EmbedParams = r.ParamsB*1e9, 0, 0, 0
+		if f.EmbedIncluded {
+			m.EmbedParams = f.EmbedParams
+		}
+		if m.BytesPerWeight == 0 {
+			m.BytesPerWeight = bpp
+		}
+	}
+	if r.BytesPerWeight > 0 {
+		m.BytesPerWeight, m.WeightBytes = r.BytesPerWeight, 0
+	}
+	if r.ActiveParamsB > 0 {
+		m.ActiveParams = r.ActiveParamsB * 1e9
+	}
+	if r.EmbedParamsB > 0 {
+		m.EmbedParams = r.EmbedParamsB * 1e9
+	}
+	if r.Experts > 0 || r.ExpertsUsed > 0 {
+		m.Experts, m.ExpertsUsed = r.Experts, r.ExpertsUsed
+	}
+	for _, v := range []struct {
+		dst *int
+		v   int
+	}{{&m.Layers, r.Layers}, {&m.KVHeads, r.KVHeads}, {&m.HeadDim, r.HeadDim}} {
+		if v.v > 0 {
+			*v.dst = v.v
+		}
+	}
 }
 
 // Servers returns the facts of every configured server that has them,

@@ -71,3 +71,23 @@ func TestGPUPeaks(t *testing.T) {
 		t.Errorf("H100 within 5 %% noted: %s", all)
 	}
 }
+
+// The facts keys stand for a model file (a remote server's model).
+func TestServerFactsFromKeys(t *testing.T) {
+	r, err := Server(config.ServerConfig{Roofline: config.RooflineConfig{ParamsB: 70.55, BytesPerWeight: 0.53,
+		EmbedParamsB: 1.05, Layers: 80, KVHeads: 8, HeadDim: 128, KVBytes: 1, GPU: "H100 SXM"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Model.Params != 70.55e9 || r.Model.EmbedParams != 1.05e9 || r.Model.KVBytesPerToken() != 2*80*8*128 || r.GPU.PeakBWGBps != 3350 {
+		t.Errorf("%+v", r)
+	}
+	// Keys over a file: named parameters replace its count, keep its bytes per parameter.
+	r, err = Server(config.ServerConfig{ModelFile: tinyGGUF, Roofline: config.RooflineConfig{ParamsB: 1, Layers: 9}})
+	if err != nil || r.Model.Params != 1e9 || r.Model.WeightBytes != 0 || r.Model.BytesPerWeight <= 0 || r.Model.Layers != 9 {
+		t.Errorf("%+v %v", r, err)
+	}
+	if _, err := Server(config.ServerConfig{Roofline: config.RooflineConfig{ParamsB: 7, ActiveParamsB: 9}}); err == nil {
+		t.Error("active above total accepted")
+	}
+}
