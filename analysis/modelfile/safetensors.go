@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 )
@@ -20,7 +19,24 @@ type stTensor struct {
 	Offsets []uint64 `json:"data_offsets"`
 }
 
-var expertIndex = regexp.MustCompile(`\.experts\.(\d+)\.`)
+// expertOf returns the routed expert's index in a tensor name
+// ("model.layers.0.mlp.experts.17.up_proj.weight"), or "".
+func expertOf(name string) string {
+	const mark = ".experts."
+	i := strings.Index(name, mark)
+	if i < 0 || strings.Contains(name, "shared_expert") {
+		return ""
+	}
+	rest := name[i+len(mark):]
+	j := 0
+	for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
+		j++
+	}
+	if j == 0 || j == len(rest) || rest[j] != '.' {
+		return ""
+	}
+	return rest[:j]
+}
 
 // ReadSafetensors reads one safetensors file's header: each tensor's
 // dtype, shape and byte range.
@@ -145,9 +161,9 @@ func (a *stAcc) parse(r io.Reader, size int64) error {
 		case strings.HasSuffix(name, "lm_head.weight") || name == "output.weight":
 			a.lmHead = true
 		}
-		if m := expertIndex.FindStringSubmatch(name); m != nil && !strings.Contains(name, "shared_expert") {
+		if e := expertOf(name); e != "" {
 			a.expert += elems
-			a.experts[m[1]] = true
+			a.experts[e] = true
 		}
 	}
 	return nil

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -114,12 +113,16 @@ var (
 var noise = map[string]bool{"nvidia": true, "geforce": true, "tesla": true, "quadro": true, "rtx": true,
 	"generation": true, "gpu": true, "tensor": true, "core": true, "gddr6": true, "gddr6x": true}
 
-var (
-	memToken  = regexp.MustCompile(`^(\d+)gb?$`)
-	tiToken   = regexp.MustCompile(`^(\d{4})ti$`)
-	formToken = map[string]string{"sxm": "sxm", "sxm2": "sxm", "sxm4": "sxm", "sxm5": "sxm", "pcie": "pcie", "nvl": "nvl"}
-	splitter  = regexp.MustCompile(`[^a-z0-9]+`)
-)
+var formToken = map[string]string{"sxm": "sxm", "sxm2": "sxm", "sxm4": "sxm", "sxm5": "sxm", "pcie": "pcie", "nvl": "nvl"}
+
+// digitsThen splits t into a leading run of digits and the rest.
+func digitsThen(t string) (digits, rest string) {
+	i := 0
+	for i < len(t) && t[i] >= '0' && t[i] <= '9' {
+		i++
+	}
+	return t[:i], t[i:]
+}
 
 type parsed struct {
 	ident []string
@@ -130,16 +133,18 @@ type parsed struct {
 
 func parseName(name string) parsed {
 	var p parsed
-	for _, t := range splitter.Split(strings.ToLower(name), -1) {
-		if t == "" || noise[t] {
+	notAlnum := func(r rune) bool { return (r < 'a' || r > 'z') && (r < '0' || r > '9') }
+	for _, t := range strings.FieldsFunc(strings.ToLower(name), notAlnum) {
+		if noise[t] {
 			continue
 		}
-		if m := tiToken.FindStringSubmatch(t); m != nil {
-			p.ident = append(p.ident, m[1], "ti")
+		d, rest := digitsThen(t)
+		if len(d) == 4 && rest == "ti" { // 3090Ti
+			p.ident = append(p.ident, d, "ti")
 			continue
 		}
-		if m := memToken.FindStringSubmatch(t); m != nil {
-			p.mem, _ = strconv.Atoi(m[1])
+		if d != "" && (rest == "g" || rest == "gb") { // 80GB, 144G
+			p.mem, _ = strconv.Atoi(d)
 			continue
 		}
 		if f, ok := formToken[t]; ok {
