@@ -38,6 +38,18 @@ type ServerWindow struct {
 	window.ServerWindow
 	// State is the verdict of design §5, one of schema.States (State).
 	State string
+	// The prompt's tokens by where their KV came from and the prefix hit
+	// rate (prompt.go); absent where the engine does not split them.
+	PromptComputedTokens, PromptCachedTokens, PromptExternalTokens window.Opt[int64]
+	PrefixHitRate                                                  window.Opt[float64]
+	// Speculative decoding (spec.go): acceptance, tokens per verification
+	// step, and SpecFinding (spec_ineffective, or empty); absent without
+	// speculation.
+	SpecAcceptRate, TokensPerStep window.Opt[float64]
+	SpecFinding                   window.Opt[string]
+	// Suspect names the sanity rules that fired (sanity.go), comma-joined;
+	// absent when none did.
+	Suspect window.Opt[string]
 	// MBU and CeilingTPS are the window's model bandwidth utilization
 	// and the system tokens/s its GPUs could give at its running requests
 	// and KV occupancy (Ceiling; exact to the model's facts and the
@@ -103,12 +115,24 @@ func Append(dst []Closed, cs []window.Closed, f *Facts) []Closed {
 // analyzeServer derives what a server's window implies.
 func analyzeServer(w window.ServerWindow, th Thresholds, f *Facts) ServerWindow {
 	a := ServerWindow{ServerWindow: w, State: State(w, th)}
+	prompt(&a)
+	spec(&a, th)
 	if sf, ok := f.Servers[w.Server]; ok && sf.Roofline != nil {
-		a.MBU, a.CeilingTPS = Ceiling(w, *sf.Roofline, f.GPUs)
+		r := *sf.Roofline
+		if a.TokensPerStep.OK && a.TokensPerStep.V >= 1 {
+			r.TokensPerStep = a.TokensPerStep.V // the window's own speculation over the configured
+		}
+		a.MBU, a.CeilingTPS = Ceiling(w, r, f.GPUs)
 		a.Finding = Finding(w, a.MBU, th)
 	}
+	sanity(&a, a.ceilingTPS())
 	return a
 }
+
+// ceilingTPS is the window's hardware ceiling in system tokens/s, for the
+// above_ceiling rule: the decode ceiling's ceiling_tps, where the facts
+// give one.
+func (a *ServerWindow) ceilingTPS() window.Opt[float64] { return a.CeilingTPS }
 
 // Count returns how many results cs hold.
 func Count(cs []Closed) int {

@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,5 +108,25 @@ func TestFindingThresholdsValidated(t *testing.T) {
 	}
 	if err := DefaultThresholds.Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// The sanity layer's above_ceiling rule reads the ceiling the analysis
+// derives: a rate 20 % over it is suspect, one under it is not.
+func TestAboveCeilingUsesTheCeiling(t *testing.T) {
+	h100, _ := roofline.Lookup("H100 SXM")
+	f := &Facts{Servers: map[string]ServerFacts{"s": {Roofline: &roofline.Server{Model: roofline.Model{Params: 8e9, BytesPerWeight: 2}}}},
+		GPUs: map[string]roofline.Spec{"0": h100}}
+	ceiling := 3350e9 / 16e9 // tokens/s at batch 1
+	for _, c := range []struct {
+		tps     float64
+		suspect bool
+	}{{ceiling * 1.2, true}, {ceiling * 0.9, false}} {
+		w := window.ServerWindow{Server: "s", GPUs: []string{"0"}, Running: window.Some(1.0), SystemTPS: window.Some(c.tps)}
+		a := analyzeServer(w, DefaultThresholds, f)
+		got := a.Suspect.OK && strings.Contains(a.Suspect.V, RuleAboveCeiling)
+		if got != c.suspect || !a.CeilingTPS.OK {
+			t.Errorf("%.0f tokens/s against %.0f: suspect %+v, ceiling %+v", c.tps, ceiling, a.Suspect, a.CeilingTPS)
+		}
 	}
 }

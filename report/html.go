@@ -15,7 +15,7 @@ import (
 // stateColor gives each state one colour across the report.
 var stateColor = map[string]string{
 	schema.StateDown: "#6b7280", schema.StateIdle: "#f2b134", schema.StateKVBound: "#d6452f", schema.StateQueueBound: "#e07b39",
-	schema.StateUnderutilized: "#8fb3de", schema.StateSaturated: "#7a4fd6", schema.StateOK: "#2f9d6a", Unused: "#c4c4c4",
+	schema.StateUnderutilized: "#8fb3de", schema.StateSaturated: "#7a4fd6", schema.StateOK: "#2f9d6a", schema.StateSleeping: "#9ca3af", Unused: "#c4c4c4",
 }
 
 // Shown at most: the rest is in --format json.

@@ -197,6 +197,11 @@ func stateHoursText() string {
 var Queries = []Query{ServerSeries, TokensPerJoule, Ranking, StateTimeline, StateTime, StateTrend, GPUTime, GPUIdle, UnusedGPUs,
 	UnusedTrend, FleetTokens, FleetGPU, GPUSeries, GPUThrottle, FleetTPS, FleetEfficiency, StateHoursTrend, UnusedHours}
 
+// SuspectWindows reads the raw windows a sanity rule doubted (their
+// suspect field), for the report alone: rollups do not carry the field.
+var SuspectWindows = Query{Name: "suspect_windows",
+	Text: `SELECT "` + schema.FieldSuspect + `" FROM ` + rawServer + ` ` + serverWhere + ` AND "` + schema.FieldSuspect + `" =~ /./ GROUP BY "host", "server"`}
+
 // States are the verdicts of design §5.
 var States = schema.States
 

@@ -54,6 +54,27 @@ const (
 	// FieldCeilingFinding is what the MBU says (string): near_ceiling,
 	// demand_bound or host_bound (analysis.Finding).
 	FieldCeilingFinding = "ceiling_finding"
+	// The prompt's split by where its KV came from (ints): computed by
+	// prefill, hit in the local prefix cache, transferred from another
+	// instance; they add up to all the window's prompt tokens. prefix_hit_rate
+	// is cached ÷ all, token-weighted. Absent where the engine does not
+	// split. Where it does, prompt_tps is the computed prefill rate (before,
+	// and still without the split: the rate of all prompt tokens, cached
+	// ones included).
+	FieldPromptComputedTokens = "prompt_computed_tokens"
+	FieldPromptCachedTokens   = "prompt_cached_tokens"
+	FieldPromptExternalTokens = "prompt_external_tokens"
+	FieldPrefixHitRate        = "prefix_hit_rate"
+	// Speculative decoding: accepted ÷ drafted tokens, tokens per
+	// verification step, and spec_finding (string): spec_ineffective when
+	// acceptance is under the spec_accept threshold, else empty.
+	FieldSpecAcceptRate = "spec_accept_rate"
+	FieldTokensPerStep  = "tokens_per_step"
+	FieldSpecFinding    = "spec_finding"
+	// FieldSuspect (string) names the sanity rules that fired in the
+	// window, comma-joined (analysis.Rules); absent when none did. The
+	// window's values are written as read all the same.
+	FieldSuspect = "suspect"
 
 	// Both measurements.
 	FieldSMActive      = "sm_active"
@@ -114,7 +135,10 @@ const (
 
 // States of a server window, in the order they are evaluated.
 const (
-	StateDown          = "down"
+	StateDown = "down"
+	// StateSleeping is an engine put to sleep (vLLM sleep mode): it holds
+	// its GPUs with nothing running, and wakes on request.
+	StateSleeping      = "sleeping"
 	StateIdle          = "idle"
 	StateKVBound       = "kv_bound"
 	StateQueueBound    = "queue_bound"
@@ -124,7 +148,7 @@ const (
 )
 
 // States lists every state in evaluation order.
-var States = []string{StateDown, StateIdle, StateKVBound, StateQueueBound, StateUnderutilized, StateSaturated, StateOK}
+var States = []string{StateDown, StateSleeping, StateIdle, StateKVBound, StateQueueBound, StateUnderutilized, StateSaturated, StateOK}
 
 // ServerTags, ServerFields, GPUTags and GPUFields list what each
 // measurement may carry; a field that could not be measured is absent.
@@ -133,7 +157,10 @@ var (
 	ServerFields = []string{FieldTokens, FieldSystemTPS, FieldPerUserTPS, FieldPromptTokens, FieldPromptTPS,
 		FieldRunning, FieldWaiting, FieldKVCacheUsage, FieldPreemptions, FieldGPUUtil, FieldGPUUtilMax,
 		FieldSMActive, FieldMemUsedBytes, FieldMemTotalBytes, FieldPowerW, FieldEnergyJ, FieldTokensPerJoule,
-		FieldTPSPerGPU, FieldState, FieldCoverage, FieldWindowS, FieldSource, FieldDecodeStepsPerS, FieldMBU, FieldCeilingTPS, FieldCeilingFinding}
+		FieldTPSPerGPU, FieldState, FieldCoverage, FieldWindowS, FieldSource,
+		FieldPromptComputedTokens, FieldPromptCachedTokens, FieldPromptExternalTokens, FieldPrefixHitRate,
+		FieldSpecAcceptRate, FieldTokensPerStep, FieldSpecFinding, FieldSuspect,
+		FieldDecodeStepsPerS, FieldMBU, FieldCeilingTPS, FieldCeilingFinding}
 	GPUTags   = []string{TagHost, TagGPU, TagUUID, TagName, TagServer}
 	GPUFields = []string{FieldUtil, FieldUtilMax, FieldMemUtil, FieldMemUsedBytes, FieldMemTotalBytes, FieldPowerW,
 		FieldEnergyJ, FieldEnergySource, FieldTempC, FieldSMClockMHz, FieldThrottle, FieldSMActive, FieldSMOccupancy,

@@ -70,7 +70,7 @@ func keys(p Point) (tags, fields []string) {
 func TestPointsCarrySchema(t *testing.T) {
 	var sw analysis.ServerWindow
 	present(&sw.ServerWindow)
-	present(&sw) // analysis's own values
+	present(&sw) // the analysis's own fields
 	var gw analysis.GPUWindow
 	present(&gw.GPUWindow)
 	for _, c := range []struct {

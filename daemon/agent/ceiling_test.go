@@ -33,9 +33,9 @@ func TestPipelineGivesTheCeilingItsFacts(t *testing.T) {
 		{Name: "without"},
 	}
 	out := &capture{}
-	p := &pipeline{cfg: cfg, log: slog.New(slog.NewTextHandler(&logs, nil)), outputs: []WindowWriter{out}}
+	p := testLoop(&pipeline{log: slog.New(slog.NewTextHandler(&logs, nil)), outputs: []WindowWriter{out}}, cfg, nil)
 	p.setServerFacts(cfg)
-	devicesMsg{{Index: 0, Name: "NVIDIA H100 80GB HBM3", MemBusWidthBits: 5120, MaxMemClockMHz: 2619}}.apply(p, nil, nil)
+	devicesMsg{{Index: 0, Name: "NVIDIA H100 80GB HBM3", MemBusWidthBits: 5120, MaxMemClockMHz: 2619}}.apply(p)
 	w := func(name string) window.ServerWindow {
 		return window.ServerWindow{Server: name, GPUs: []string{"0"}, Running: window.Some(2.0), SystemTPS: window.Some(100.0)}
 	}

@@ -24,6 +24,7 @@ var unknown = math.NaN()
 // from the open window the tokens per second so far.
 type serverRow struct {
 	name, state, engine, model, gpus string
+	suspect                          string // the sanity rules that doubt its last window, comma-joined
 	tps, user, prompt, tpj           float64
 	running, waiting, kv             float64
 	mbu                              float64 // the decode ceiling's model bandwidth utilization
@@ -97,7 +98,7 @@ func build(w api.Windows) frame {
 		switch p.Measurement {
 		case schema.Server:
 			r := server(p.Tags[schema.TagServer])
-			r.state = p.String(schema.FieldState)
+			r.state, r.suspect = p.String(schema.FieldState), p.String(schema.FieldSuspect)
 			r.engine, r.model, r.gpus = p.Tags[schema.TagEngine], p.Tags[schema.TagModel], p.Tags[schema.TagGPUs]
 			r.tps, r.user, r.prompt, r.tpj = num(p, schema.FieldSystemTPS), num(p, schema.FieldPerUserTPS), num(p, schema.FieldPromptTPS), num(p, schema.FieldTokensPerJoule)
 			r.running, r.waiting, r.kv = num(p, schema.FieldRunning), num(p, schema.FieldWaiting), num(p, schema.FieldKVCacheUsage)
@@ -164,7 +165,7 @@ func (k SortKey) String() string { return [...]string{"name", "tok/s", "state"}[
 
 // stateRank puts the states that need a look first.
 var stateRank = map[string]int{schema.StateDown: 0, schema.StateKVBound: 1, schema.StateQueueBound: 2,
-	schema.StateSaturated: 3, schema.StateUnderutilized: 4, schema.StateOK: 5, schema.StateIdle: 6}
+	schema.StateSaturated: 3, schema.StateUnderutilized: 4, schema.StateOK: 5, schema.StateIdle: 6, schema.StateSleeping: 6}
 
 func rank(state string) int {
 	if r, ok := stateRank[state]; ok {
@@ -200,7 +201,7 @@ func sortServers(rows []serverRow, k SortKey) {
 // needsLook says whether a row stays under the filter: a server not ok
 // or idle, a GPU no server uses, throttled for more than idleness, or
 // unreadable.
-func (r serverRow) needsLook() bool { return rank(r.state) < 5 || r.state == "-" }
+func (r serverRow) needsLook() bool { return rank(r.state) < 5 || r.state == "-" || r.suspect != "" }
 
 func (r gpuRow) needsLook() bool {
 	return (r.closed && r.server == "") || r.err != "" || (r.throttle > 0 && r.throttle&^idleBits != 0)

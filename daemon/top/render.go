@@ -69,7 +69,7 @@ func (s Styles) state(state string) lipgloss.Style {
 	switch state {
 	case schema.StateOK:
 		return s.good
-	case schema.StateIdle, "-":
+	case schema.StateIdle, schema.StateSleeping, "-":
 		return s.dim
 	case schema.StateDown:
 		return s.bad
@@ -254,6 +254,13 @@ func render(f frame, o Options) string {
 		nameW = max(nameW, min(20, ansi.StringWidth(r.name)))
 	}
 	serverLines := table(serverColumns(nameW, width, o, anyMBU(servers)), servers, st)
+	// A suspect window's values are shown as written; the rules that doubt
+	// them follow the table.
+	for _, r := range servers {
+		if r.suspect != "" {
+			serverLines = append(serverLines, st.warn.Render(ansi.Truncate("suspect "+r.name+": "+r.suspect, width, "…")))
+		}
+	}
 	gpuLines := table(fit(gpuColumns(nameW, st), width), gpus, st)
 
 	switch {
