@@ -13,6 +13,7 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/table"
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 	"github.com/grafana/grafana-foundation-sdk/go/units"
+	"github.com/grafana/grafana-foundation-sdk/go/xychart"
 	"github.com/tpsmon/tpsmon/schema"
 )
 
@@ -188,7 +189,9 @@ func Dashboard() ([]byte, error) {
 			roll("A", StateHoursTrend, "time_series"), roll("B", UnusedHours, "time_series")).
 			Interval("1h").DrawStyle(common.GraphDrawStyleBars).FillOpacity(80).Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal))).
 		WithPanel(sortedTable("Worst servers: tokens per GPU-hour, lowest first ($level rollups)", "Per server over the range, from the rollups.", unitTokGPU, gridPos(0, 99, 12, 8), colTokensPerGPUHour, false, roll("A", Ranking, "table"))).
-		WithPanel(sortedTable("Worst GPUs: idle windows, most first ($level rollups)", "Windows under 5 % utilization per GPU over the range, from the rollups.", units.Short, gridPos(12, 99, 12, 8), colIdleWindows, true, roll("A", GPUIdle, "table")))
+		WithPanel(sortedTable("Worst GPUs: idle windows, most first ($level rollups)", "Windows under 5 % utilization per GPU over the range, from the rollups.", units.Short, gridPos(12, 99, 12, 8), colIdleWindows, true, roll("A", GPUIdle, "table"))).
+		WithRow(dashboard.NewRowBuilder("Operating curve (raw windows)")).
+		WithPanel(curvePanel(raw(CurveWindows, "table")))
 	d, err := b.Build()
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: %w", err)
@@ -212,6 +215,7 @@ func Dashboard() ([]byte, error) {
 		{"type": "panel", "id": "timeseries", "name": "Time series", "version": ""},
 		{"type": "panel", "id": "state-timeline", "name": "State timeline", "version": ""},
 		{"type": "panel", "id": "table", "name": "Table", "version": ""},
+		{"type": "panel", "id": "xychart", "name": "XY Chart", "version": ""},
 	}
 	return json.MarshalIndent(m, "", "  ")
 }
@@ -223,4 +227,22 @@ var onHost = fmt.Sprintf(` WHERE %q =~ /^$host$/`, schema.TagHost)
 // measurement m, then where.
 func tagValues(m, key, where string) string {
 	return fmt.Sprintf(`SHOW TAG VALUES FROM %q WITH KEY = %q`, m, key) + where
+}
+
+// curvePanel is the operating curve as Grafana draws it: a point per raw
+// window, per-user TPS across, system TPS up, coloured by running
+// requests (the report bins and judges them; Grafana shows the cloud).
+func curvePanel(t cog.Builder[variants.Dataquery]) *xychart.PanelBuilder {
+	field := func(name string) *xychart.MatcherConfigBuilder {
+		return xychart.NewMatcherConfigBuilder().Id("byName").Options(name)
+	}
+	return xychart.NewPanelBuilder().Title("Operating curve: system against per-user tokens per second").
+		Description("One point per window: per-user tokens/s across, the server's system tokens/s up, coloured by mean running requests. Up and to the right is better; more concurrency moves a server up and left until per-user speed falls under its objective (tpsmon report draws the floor and the operating point).").
+		Datasource(ds).Unit(unitTokS).GridPos(gridPos(0, 108, 24, 10)).Targets([]cog.Builder[variants.Dataquery]{t}).
+		Show(xychart.XYShowModePoints).Mapping(xychart.SeriesMappingManual).AxisLabel("tokens/s").
+		ColorScheme(dashboard.NewFieldColorBuilder().Mode(dashboard.FieldColorModeIdContinuousBlues)).
+		Series([]cog.Builder[xychart.XYSeriesConfig]{xychart.NewXYSeriesConfigBuilder().
+			X(xychart.NewXychartXYSeriesConfigXBuilder().Matcher(field(schema.FieldPerUserTPS))).
+			Y(xychart.NewXychartXYSeriesConfigYBuilder().Matcher(field(schema.FieldSystemTPS))).
+			Color(xychart.NewXychartXYSeriesConfigColorBuilder().Matcher(field(schema.FieldRunning)))})
 }

@@ -195,7 +195,7 @@ func stateHoursText() string {
 
 // Queries lists every query the dashboard and the report share.
 var Queries = []Query{ServerSeries, TokensPerJoule, Ranking, StateTimeline, StateTime, StateTrend, GPUTime, GPUIdle, UnusedGPUs,
-	UnusedTrend, FleetTokens, FleetGPU, GPUSeries, GPUThrottle, FleetTPS, FleetEfficiency, StateHoursTrend, UnusedHours}
+	UnusedTrend, FleetTokens, FleetGPU, GPUSeries, GPUThrottle, FleetTPS, FleetEfficiency, StateHoursTrend, UnusedHours, CurveWindows}
 
 // SuspectWindows reads the raw windows a sanity rule doubted (their
 // suspect field), for the report alone: rollups do not carry the field.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis/curve"
 	"github.com/tpsmon/tpsmon/internal/influxql"
 	"github.com/tpsmon/tpsmon/schema"
 )
@@ -41,6 +42,9 @@ type Report struct {
 	GPUs                []GPUReport    `json:"gpus"`
 	// Unpriced lists GPU models without a price, when prices were given.
 	Unpriced []string `json:"unpriced,omitempty"`
+	// CurveSkipped counts the windows the operating curve left out, by
+	// reason (NaN, negative or absurd values).
+	CurveSkipped map[string]int `json:"operating_curve_skipped,omitempty"`
 }
 
 // StateHours is the GPU time spent in one state, and who spent it.
@@ -83,6 +87,9 @@ type ServerReport struct {
 	Series           []Point            `json:"series"`
 	// Suspect counts the windows each sanity rule doubted (raw level only).
 	Suspect map[string]int `json:"suspect,omitempty"`
+	// OperatingCurve is the server's curves: one per model, engine, GPU
+	// set and kind of window (analysis/curve).
+	OperatingCurve []curve.Curve `json:"operating_curve,omitempty"`
 }
 
 // Point is one interval of a server's series; negative is absent.
@@ -118,6 +125,9 @@ type Options struct {
 	// Prices is the price of a GPU-hour per GPU model (the gpu points'
 	// name tag); "*" prices any other model.
 	Prices map[string]float64
+	// PerUserFloor is the per-user TPS objective of the operating point;
+	// 0: DefaultPerUserFloor, negative: no operating point.
+	PerUserFloor float64
 }
 
 // builder holds one Build's state.
@@ -223,7 +233,7 @@ func (b *builder) build(o Options) error {
 		}
 	}
 	b.waste()
-	for _, step := range []func() error{b.efficiency, b.serverSeries, b.fleet, b.suspects} {
+	for _, step := range []func() error{b.efficiency, b.serverSeries, b.fleet, b.suspects, func() error { return b.operatingCurve(o.floor()) }} {
 		if err := step(); err != nil {
 			return err
 		}

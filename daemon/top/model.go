@@ -8,11 +8,13 @@
 package top
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis/curve"
 	"github.com/tpsmon/tpsmon/daemon/api"
 	"github.com/tpsmon/tpsmon/schema"
 )
@@ -29,7 +31,8 @@ type serverRow struct {
 	running, waiting, kv             float64
 	mbu                              float64 // the decode ceiling's model bandwidth utilization
 	now                              float64
-	history                          []float64 // system tok/s per closed window, oldest first
+	history                          []float64      // system tok/s per closed window, oldest first
+	windows                          []curve.Window // the closed windows, for the operating curve
 }
 
 // gpuRow is one GPU's last closed window, and its utilization now.
@@ -104,6 +107,7 @@ func build(w api.Windows) frame {
 			r.running, r.waiting, r.kv = num(p, schema.FieldRunning), num(p, schema.FieldWaiting), num(p, schema.FieldKVCacheUsage)
 			r.mbu = num(p, schema.FieldMBU)
 			r.history = append(r.history, r.tps)
+			r.windows = append(r.windows, curveWindow(p))
 		case schema.GPU:
 			r := gpuOf(p)
 			r.name, r.server, r.err, r.closed = p.Tags[schema.TagName], p.Tags[schema.TagServer], p.String(schema.FieldError), true
@@ -248,4 +252,36 @@ func merge(old, newer api.Windows) api.Windows {
 	}
 	newer.Closed = out
 	return newer
+}
+
+// curveWindow is a closed server point as the operating curve reads it.
+func curveWindow(p api.Point) curve.Window {
+	opt := func(k string) curve.Opt {
+		v, ok := p.Float(k)
+		return curve.Opt{V: v, OK: ok}
+	}
+	secs, _ := p.Float(schema.FieldWindowS)
+	return curve.Window{Key: curve.KeyOf(p.Tags), Seconds: secs, GPUs: curve.GPUCount(p.Tags[schema.TagGPUs]),
+		Running: opt(schema.FieldRunning), SystemTPS: opt(schema.FieldSystemTPS), PerUserTPS: opt(schema.FieldPerUserTPS),
+		Tokens: opt(schema.FieldTokens), PromptTokens: opt(schema.FieldPromptTokens)}
+}
+
+// curveLine is the server's operating point over the windows top holds:
+// that of its curve with the most windows.
+func (r serverRow) curveLine(floor float64) string {
+	b := curve.NewBuilder()
+	for _, w := range r.windows {
+		b.Add(w)
+	}
+	var best *curve.Curve
+	cs := b.Curves(curve.Options{Floor: floor})
+	for i := range cs {
+		if best == nil || cs[i].Windows > best.Windows {
+			best = &cs[i]
+		}
+	}
+	if best == nil {
+		return fmt.Sprintf("no operating curve: nothing ran in the last %d windows", len(r.windows))
+	}
+	return fmt.Sprintf("%s (last %d windows)", curve.ShortLine(best.Operating), len(r.windows))
 }
