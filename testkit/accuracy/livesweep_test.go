@@ -146,11 +146,15 @@ func clientWindows(reqs []request, start, end time.Time, w time.Duration) []curv
 // and for floors between levels the operating point of the client's
 // per-level table, its headroom within 7 % of the client's windows'.
 //
-// The sweep climbs: each level adds streams at a window's edge and none
-// stops before the end, so no level drains into the next one's bins, and
-// the server runs one thread: two threads on a shared 2-core machine
-// spin at each op's barrier while the other is descheduled, and the rate
-// swung 4-400 tokens/s within a level. About 3 minutes.
+// The sweep climbs: each level adds streams just before a window's edge
+// and none stops before the end, so no level change or drain puts a
+// window in another level's bin (the bins were 8-107 % off when each
+// level drained into an idle gap: fractional windows, binned apart by a
+// sampled gauge and by the client, in bins whose windows varied 10x).
+// The server runs one thread: with two on a shared 2-core machine its
+// rate swung 4-450 tokens/s within a level (a thread waiting at each
+// op's barrier for one descheduled), with one within about 2x at load
+// 9-12. About 3 minutes.
 func TestLiveSweepCurve(t *testing.T) {
 	dir := llamaServerDir(t)
 	logFile := filepath.Join(t.TempDir(), "server.log")
