@@ -332,8 +332,10 @@ func ParsePage(r io.Reader) (Page, error) {
 			case dto.MetricType_GAUGE:
 				add(name, m.GetGauge().GetValue())
 			case dto.MetricType_HISTOGRAM:
-				add(name+"_sum", m.GetHistogram().GetSampleSum())
-				add(name+"_count", float64(m.GetHistogram().GetSampleCount()))
+				h := m.GetHistogram()
+				add(name+"_sum", h.GetSampleSum())
+				add(name+"_count", float64(h.GetSampleCount()))
+				addBuckets(out, name, labels, h)
 			case dto.MetricType_SUMMARY:
 				add(name+"_sum", m.GetSummary().GetSampleSum())
 				add(name+"_count", float64(m.GetSummary().GetSampleCount()))
@@ -396,6 +398,9 @@ func (d *Dialect) names() map[string]bool {
 			for _, r := range rs {
 				d.wanted[r.Name] = true
 			}
+		}
+		for _, n := range histNames(d.Engine) {
+			d.wanted[n] = true
 		}
 	})
 	return d.wanted
@@ -636,6 +641,7 @@ func (d *Dialect) Read(p Page) (Sample, error) {
 	if !found {
 		return s, fmt.Errorf("%w for %s", ErrNoEngineMetrics, d.Engine)
 	}
+	d.readHists(p, &s)
 	return s, nil
 }
 

@@ -91,6 +91,9 @@ type Sample struct {
 	// dropped for that reason (Guard).
 	Rewind  time.Time
 	Suspect bool
+	// Hists are the latency histograms the page carried, cumulative.
+	Hists   [NumHists]Histogram
+	HasHist [NumHists]bool
 }
 
 // SetCounter records counter c.
@@ -145,3 +148,36 @@ var ErrMalformed = errors.New("malformed metrics text")
 // ErrNoEngineMetrics marks a metrics page that parsed but carries none of
 // the engine's throughput series (wrong engine, or stats logging off).
 var ErrNoEngineMetrics = errors.New("no engine throughput metrics")
+
+// Hist names a latency histogram of a server.
+type Hist int
+
+// The latency histograms tpsmon reads from an engine.
+const (
+	HistTTFT    Hist = iota // time to first token, one observation per request
+	HistITL                 // inter-token latency, one observation per token gap
+	HistTPOT                // time per output token, one observation per request
+	HistE2E                 // end-to-end request latency
+	HistQueue               // time a request waited before it was scheduled
+	HistPrefill             // a request's prefill time
+	HistDecode              // a request's decode time
+	NumHists
+)
+
+var histNamesOf = [NumHists]string{"ttft", "itl", "tpot", "e2e", "queue", "prefill", "decode"}
+
+func (h Hist) String() string { return histNamesOf[h] }
+
+// HistBucket is one cumulative bucket: Count observations at most Le.
+type HistBucket struct{ Le, Count float64 }
+
+// Histogram is one reading of a Prometheus histogram: its buckets,
+// cumulative and ascending to +Inf, and the sum of its observations (NaN
+// when the page has none).
+type Histogram struct {
+	Buckets []HistBucket
+	Sum     float64
+}
+
+// SetHist records histogram h.
+func (s *Sample) SetHist(h Hist, v Histogram) { s.Hists[h], s.HasHist[h] = v, true }

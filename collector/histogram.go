@@ -1,0 +1,200 @@
+package collector
+
+import (
+	"math"
+	"sort"
+	"strconv"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// histRefs names, per engine, the latency histograms tpsmon reads, each
+// as the family name of its _bucket, _sum and _count series, newest
+// first (the first present wins). Time per output token is kept apart
+// from inter-token latency: the first is one observation per request
+// (its decode time over its tokens), the second one per token gap.
+var histRefs = map[string][NumHists][]string{
+	"vllm": {
+		HistTTFT:    {"vllm:time_to_first_token_seconds"},
+		HistITL:     {"vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"},
+		HistTPOT:    {"vllm:request_time_per_output_token_seconds"},
+		HistE2E:     {"vllm:e2e_request_latency_seconds"},
+		HistQueue:   {"vllm:request_queue_time_seconds"},
+		HistPrefill: {"vllm:request_prefill_time_seconds"},
+		HistDecode:  {"vllm:request_decode_time_seconds"},
+	},
+	"nim": {
+		HistTTFT:    {"vllm:time_to_first_token_seconds", "time_to_first_token_seconds"},
+		HistITL:     {"vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds", "time_per_output_token_seconds"},
+		HistTPOT:    {"vllm:request_time_per_output_token_seconds"},
+		HistE2E:     {"vllm:e2e_request_latency_seconds", "e2e_request_latency_seconds"},
+		HistQueue:   {"vllm:request_queue_time_seconds", "request_queue_time_seconds"},
+		HistPrefill: {"vllm:request_prefill_time_seconds"},
+		HistDecode:  {"vllm:request_decode_time_seconds"},
+	},
+	// SGLang's time_per_output_token_seconds (before ~0.4.5) was per token
+	// gap, as its successor inter_token_latency_seconds.
+	"sglang": {
+		HistTTFT:  {"sglang:time_to_first_token_seconds"},
+		HistITL:   {"sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"},
+		HistE2E:   {"sglang:e2e_request_latency_seconds"},
+		HistQueue: {"sglang:queue_time_seconds"},
+	},
+	"lmdeploy": {
+		HistTTFT:    {"lmdeploy:time_to_first_token_seconds"},
+		HistITL:     {"lmdeploy:iter_token_latency"},
+		HistE2E:     {"lmdeploy:e2e_request_latency_seconds"},
+		HistQueue:   {"lmdeploy:request_queue_time_seconds"},
+		HistPrefill: {"lmdeploy:request_prefill_time_seconds"},
+		HistDecode:  {"lmdeploy:request_decode_time_seconds"},
+	},
+	"trtllm": {
+		HistTTFT:  {"trtllm_time_to_first_token_seconds", "trtllm:time_to_first_token_seconds"},
+		HistE2E:   {"trtllm_e2e_request_latency_seconds", "trtllm:e2e_request_latency_seconds"},
+		HistQueue: {"trtllm_request_queue_time_seconds", "trtllm:request_queue_time_seconds"},
+	},
+	// TGI's mean time per token is per request but includes prefill.
+	"tgi": {
+		HistTPOT:  {"tgi_request_mean_time_per_token_duration"},
+		HistE2E:   {"tgi_request_duration"},
+		HistQueue: {"tgi_request_queue_duration"},
+	},
+}
+
+// histNames returns the exposed series the dialect's histograms are read
+// from.
+func histNames(engine string) []string {
+	var out []string
+	for _, fams := range histRefs[engine] {
+		for _, f := range fams {
+			out = append(out, f+"_bucket", f+"_sum", f+"_count")
+		}
+	}
+	return out
+}
+
+// readHists sets s's histograms from a parsed page: per family, the
+// buckets of every label set but le summed by edge (data-parallel ranks
+// are one server), tensor-parallel ranks other than 0 left out. A family
+// whose label sets disagree on their edges is left out: no sum of
+// different buckets is a histogram.
+func (d *Dialect) readHists(p Page, s *Sample) {
+	refs, ok := histRefs[d.Engine]
+	if !ok {
+		return
+	}
+	for h, fams := range refs {
+		for _, f := range fams {
+			if hist, ok := d.histogram(p, f); ok {
+				s.SetHist(Hist(h), hist)
+				break
+			}
+		}
+	}
+}
+
+// histogram reads one family's buckets and sum from p.
+func (d *Dialect) histogram(p Page, family string) (Histogram, bool) {
+	ss := p[family+"_bucket"]
+	if len(ss) == 0 {
+		return Histogram{}, false
+	}
+	// Group by the labels but le, in page order.
+	type set struct {
+		key     string
+		buckets []HistBucket
+	}
+	var sets []*set
+	byKey := map[string]*set{}
+	for _, sr := range ss {
+		if rank, ok := sr.labels[d.SingleRank]; d.SingleRank != "" && ok && rank != "0" {
+			continue
+		}
+		le, err := strconv.ParseFloat(sr.labels["le"], 64)
+		if err != nil {
+			return Histogram{}, false
+		}
+		k := labelKey(sr.labels, "le")
+		st := byKey[k]
+		if st == nil {
+			st = &set{key: k}
+			byKey[k] = st
+			sets = append(sets, st)
+		}
+		st.buckets = append(st.buckets, HistBucket{Le: le, Count: sr.value})
+	}
+	var out Histogram
+	for i, st := range sets {
+		sort.Slice(st.buckets, func(a, b int) bool { return st.buckets[a].Le < st.buckets[b].Le })
+		if i == 0 {
+			out.Buckets = st.buckets
+			continue
+		}
+		if len(st.buckets) != len(out.Buckets) {
+			return Histogram{}, false
+		}
+		for j, b := range st.buckets {
+			if b.Le != out.Buckets[j].Le {
+				return Histogram{}, false
+			}
+			out.Buckets[j].Count += b.Count
+		}
+	}
+	if n := len(out.Buckets); n > 0 && !math.IsInf(out.Buckets[n-1].Le, 1) {
+		// An excerpt without TYPE lines, or cut before its +Inf bucket:
+		// the count is every observation, as expfmt takes it.
+		if c, _, ok := d.pick(p, []Ref{{Name: family + "_count"}}, false); ok && c >= out.Buckets[n-1].Count {
+			out.Buckets = append(out.Buckets, HistBucket{Le: math.Inf(1), Count: c})
+		}
+	}
+	if len(out.Buckets) == 0 || !math.IsInf(out.Buckets[len(out.Buckets)-1].Le, 1) {
+		return Histogram{}, false
+	}
+	out.Sum = math.NaN()
+	if sum, _, ok := d.pick(p, []Ref{{Name: family + "_sum"}}, false); ok {
+		out.Sum = sum
+	}
+	return out, true
+}
+
+// labelKey is a label set without the label skip, as one string.
+func labelKey(labels map[string]string, skip string) string {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		if k != skip {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	b := make([]byte, 0, 64)
+	for _, k := range keys {
+		b = append(b, k...)
+		b = append(b, '=')
+		b = append(b, labels[k]...)
+		b = append(b, ',')
+	}
+	return string(b)
+}
+
+// addBuckets adds a typed histogram's buckets to a page as the untyped
+// name_bucket series (le a label) that pages without TYPE lines give, and
+// its +Inf bucket, which expfmt keeps only as the count.
+func addBuckets(p Page, name string, labels map[string]string, h *dto.Histogram) {
+	with := func(le float64) map[string]string {
+		l := make(map[string]string, len(labels)+1)
+		for k, v := range labels {
+			l[k] = v
+		}
+		l["le"] = strconv.FormatFloat(le, 'g', -1, 64)
+		return l
+	}
+	inf := false
+	for _, b := range h.GetBucket() {
+		le := b.GetUpperBound()
+		inf = inf || math.IsInf(le, 1)
+		p[name+"_bucket"] = append(p[name+"_bucket"], series{with(le), float64(b.GetCumulativeCount())})
+	}
+	if !inf && len(h.GetBucket()) > 0 {
+		p[name+"_bucket"] = append(p[name+"_bucket"], series{with(math.Inf(1)), float64(h.GetSampleCount())})
+	}
+}
