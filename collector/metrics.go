@@ -119,6 +119,8 @@ var VLLM = Dialect{
 		Preemptions:      refs("vllm:num_preemptions_total"),
 		ITLSum:           refs("vllm:inter_token_latency_seconds_sum", "vllm:time_per_output_token_seconds_sum"),
 		ITLCount:         refs("vllm:inter_token_latency_seconds_count", "vllm:time_per_output_token_seconds_count"),
+		FinishedRequests: refs("vllm:request_success_total"),
+		AbortedRequests:  refs(`vllm:request_success_total{finished_reason="abort"}`),
 	},
 	Gauges: [NumGauges][]Ref{
 		Running: refs("vllm:num_requests_running"),
@@ -138,6 +140,8 @@ var NIM = Dialect{
 		Preemptions:      prefixed("vllm:", "num_preemptions_total"),
 		ITLSum:           prefixed("vllm:", "inter_token_latency_seconds_sum", "time_per_output_token_seconds_sum"),
 		ITLCount:         prefixed("vllm:", "inter_token_latency_seconds_count", "time_per_output_token_seconds_count"),
+		FinishedRequests: prefixed("vllm:", "request_success_total"),
+		AbortedRequests:  refs(`vllm:request_success_total{finished_reason="abort"}`, `request_success_total{finished_reason="abort"}`),
 	},
 	Gauges: [NumGauges][]Ref{
 		Running: prefixed("vllm:", "num_requests_running"),
@@ -628,7 +632,8 @@ func (d *Dialect) Read(p Page) (Sample, error) {
 		if v, model, ok := d.pick(p, d.Counters[c], false); ok {
 			s.SetCounter(c, v)
 			s.Model = cmp(s.Model, model)
-			found = true
+			// Request counts alone carry no throughput.
+			found = found || c != FinishedRequests && c != AbortedRequests
 		}
 	}
 	for g := range NumGauges {

@@ -44,13 +44,13 @@ func TestDialectsOnFixtures(t *testing.T) {
 		want want
 	}{
 		{"v1_metrics_design_doc.prom", want{"vllm", "meta-llama/Llama-3.1-8B-Instruct",
-			map[Counter]float64{GenerationTokens: 27453}, map[Gauge]float64{Running: 8}}},
+			map[Counter]float64{GenerationTokens: 27453, FinishedRequests: 132, AbortedRequests: 0}, map[Gauge]float64{Running: 8}}},
 		{"v1_two_engines.prom", want{"vllm", "Qwen/Qwen3-8B",
 			// Engines are summed; the 0.11 ITL name wins over the old one.
 			map[Counter]float64{GenerationTokens: 1500, PromptTokens: 6000, Preemptions: 4, ITLSum: 24.75 + 9.9, ITLCount: 1485},
 			map[Gauge]float64{Running: 20, Waiting: 2, KVUsage: 0.7}}},
 		{"nim_llm_metrics_datadog_fixture.prom", want{"nim", "meta/llama-3.1-8b-instruct",
-			map[Counter]float64{GenerationTokens: 174, PromptTokens: 109, ITLSum: 1.856855869293213, ITLCount: 169},
+			map[Counter]float64{GenerationTokens: 174, PromptTokens: 109, ITLSum: 1.856855869293213, ITLCount: 169, FinishedRequests: 5},
 			map[Gauge]float64{Running: 1, Waiting: 0, KVUsage: 0.0002848191398461977}}},
 		{"metrics_docs_v0.4_era.prom", want{"sglang", "meta-llama/Llama-3.1-8B-Instruct",
 			map[Counter]float64{PromptTokens: 8.128902e+06, CompletionTokens: 7.557572e+06,

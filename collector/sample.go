@@ -32,11 +32,16 @@ const (
 	// SlotsPerDecode gauge, a lifetime average, it is the live count of
 	// busy-slot decodes, one token each.
 	Decodes
+	// FinishedRequests counts the requests the engine finished, whatever
+	// their reason; AbortedRequests those of them it aborted.
+	FinishedRequests
+	AbortedRequests
 	NumCounters
 )
 
 var counterNames = [NumCounters]string{"generation_tokens", "prompt_tokens", "preemptions", "itl_sum", "itl_count",
-	"completion_tokens", "completion_seconds", "completion_requests", "iterations", "decodes"}
+	"completion_tokens", "completion_seconds", "completion_requests", "iterations", "decodes",
+	"finished_requests", "aborted_requests"}
 
 func (c Counter) String() string { return counterNames[c] }
 
@@ -128,12 +133,15 @@ type Interval struct {
 	// to first token, time per output token after the first, end to end,
 	// and queued before it ran. Negative: unknown.
 	TTFT, TPOT, E2E, Queue float64
+	// Output is a Request's whole output (Tokens is what no progress line
+	// counted before it); negative: unknown.
+	Output float64
 }
 
 // Unknown returns an interval over (start, end] with every value unknown.
 func Unknown(start, end time.Time) Interval {
 	return Interval{Start: start, End: end, Tokens: -1, PromptTokens: -1, UserTokens: -1, UserSeconds: -1,
-		Running: -1, Waiting: -1, KV: -1, Preemptions: -1, TTFT: -1, TPOT: -1, E2E: -1, Queue: -1}
+		Running: -1, Waiting: -1, KV: -1, Preemptions: -1, TTFT: -1, TPOT: -1, E2E: -1, Queue: -1, Output: -1}
 }
 
 // Hole returns the hole a refused line leaves over (start, end]: its

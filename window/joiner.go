@@ -101,6 +101,7 @@ type serverState struct {
 	ivCum   float64 // running total of interval tokens, for rounding
 	// engineNamed says the engine tag was detected, not configured.
 	engineNamed bool
+	hists       [collector.NumHists]histTrack
 }
 
 type gpuState struct {
@@ -272,6 +273,7 @@ func (j *Joiner) AddServer(name string, s collector.Sample) bool {
 	if s.HasCounter[collector.ITLSum] {
 		st.latency = true
 	}
+	j.addLatencies(st, s)
 	for _, iv := range s.Intervals {
 		j.addInterval(st, iv)
 	}
@@ -417,6 +419,9 @@ func (j *Joiner) addInterval(st *serverState, iv collector.Interval) bool {
 			a.cover = addCover(a.cover, lo, hi)
 		}
 		a.sums[k].add(iv, w, e)
+		if iv.Request && (iv.End.Before(e) || iv.End.Equal(e) && iv.End.After(iv.Start)) {
+			a.addRequest(iv) // the window its line ended in
+		}
 	}
 	return true
 }
@@ -739,6 +744,7 @@ func (j *Joiner) serverWindow(st *serverState, s, e time.Time, sums map[string]*
 	if util, ok := j.addGPUs(&w, j.gpusOf(st), sums); ok {
 		in.util = util
 	}
+	w.Latency = m.latency
 	w.State = verdict(in, j.cfg.Thresholds)
 	w.Coverage = ratio(m.covered, j.cfg.Window)
 	return w
@@ -857,10 +863,13 @@ type measured struct {
 	// The rates' numerators and time base: what was observed over the
 	// covered stretches, which differ from tokens and covered when an
 	// increase landed after a gap or a window closed ahead of its edge.
-	rateTokens, ratePrompt float64
-	tokenSecs, promptSecs  float64
-	down                   bool
-	source                 string
+	rateTokens, ratePrompt  float64
+	tokenSecs, promptSecs   float64
+	down                    bool
+	source                  string
+	finished, aborted       float64
+	hasFinished, hasAborted bool
+	latency                 Latency
 }
 
 // closedCounters is what each counter of a server says of one window.
@@ -916,6 +925,7 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 	}
 	st.seen.prune(e)
 	st.watched.prune(e)
+	m.latency = j.latency(st, acc, &m, s)
 	st.spare = append(st.spare[:min(len(st.spare), maxSpareAcc-1)], acc)
 	return m
 }
@@ -986,6 +996,12 @@ func (j *Joiner) fromMetrics(m *measured, st *serverState, cc *closedCounters, i
 		p := cc.spans[collector.PromptTokens]
 		m.prompt, m.promptInt, m.hasPrompt = j.bound(p.delta()), int64(j.bound(float64(p.count()))), true
 		m.ratePrompt, m.promptSecs = j.bound(cc.obs[collector.PromptTokens]), cc.obsSpan[collector.PromptTokens].Seconds()
+	}
+	if cc.have[collector.FinishedRequests] {
+		m.finished, m.hasFinished = cc.spans[collector.FinishedRequests].delta(), true
+	}
+	if cc.have[collector.AbortedRequests] {
+		m.aborted, m.hasAborted = cc.spans[collector.AbortedRequests].delta(), true
 	}
 	if cc.have[collector.Preemptions] {
 		m.preempt, m.hasPreempt = cc.spans[collector.Preemptions].count(), true

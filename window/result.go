@@ -71,6 +71,9 @@ type ServerWindow struct {
 	State                          string // one of schema.States
 	Coverage                       float64
 	Source                         string // schema.SourceMetrics or schema.SourceLog
+	// Latency is what the sources said of the requests' latencies, for
+	// the analysis stage (not written as it is).
+	Latency Latency
 }
 
 // Count returns how many results cs hold.

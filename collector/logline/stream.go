@@ -253,6 +253,7 @@ func (s *Stream) latencies(iv *collector.Interval, r *Record) {
 		return d.Seconds()
 	}
 	iv.TPOT, iv.E2E, iv.Queue = secs(r.TPOT), secs(r.Total), secs(r.Queue)
+	iv.Output = r.Tokens
 	if r.Key == "" {
 		return
 	}
