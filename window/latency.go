@@ -32,10 +32,11 @@ type HistWindow struct {
 	OK    bool
 	Le    []float64
 	Count []float64
-	// Sum is the growth of the observations' sum, NaN when the page has
-	// no _sum.
-	Sum float64
-	Err string
+	// Sum is the growth of the observations' sum, when HasSum (the page
+	// has a _sum).
+	Sum    float64
+	HasSum bool
+	Err    string
 }
 
 // Total returns the observations the window holds.
@@ -46,8 +47,8 @@ func (h HistWindow) Total() float64 {
 	return h.Count[len(h.Count)-1]
 }
 
-// RequestTimes is one request's own latencies in seconds, NaN where its
-// line does not say.
+// RequestTimes is one request's own latencies in seconds, negative where
+// its line does not say.
 type RequestTimes struct {
 	TTFT, TPOT, E2E, Queue float64
 	Tokens                 float64 // output tokens
@@ -88,7 +89,7 @@ func (h *histTrack) add(t time.Time, cur collector.Histogram, w, maxGap time.Dur
 		}
 		acc := h.win[s]
 		if acc == nil {
-			acc = &HistWindow{OK: true, Sum: 0}
+			acc = &HistWindow{OK: true, HasSum: true}
 			h.win[s] = acc
 		}
 		if acc.Err != "" {
@@ -109,6 +110,7 @@ func (h *histTrack) add(t time.Time, cur collector.Histogram, w, maxGap time.Dur
 			acc.Count[i] += c * f
 		}
 		acc.Sum += d.Sum * f
+		acc.HasSum = acc.HasSum && d.HasSum
 	}
 }
 
@@ -132,8 +134,9 @@ func growth(prev, cur collector.Histogram) (HistWindow, error) {
 		out.Le[i], out.Count[i] = b.Le, b.Count-p.Count
 	}
 	out.Sum = cur.Sum - prev.Sum
-	if math.IsNaN(out.Sum) || out.Sum < 0 {
-		out.Sum = math.NaN()
+	out.HasSum = out.Sum >= 0 // NaN (no _sum) fails it
+	if !out.HasSum {
+		out.Sum = 0
 	}
 	return out, nil
 }
@@ -189,14 +192,7 @@ func (a *windowAcc) addRequest(iv collector.Interval) {
 	if iv.TTFT < 0 && iv.TPOT < 0 && iv.E2E < 0 && iv.Queue < 0 {
 		return
 	}
-	nan := func(v float64) float64 {
-		if v < 0 {
-			return math.NaN()
-		}
-		return v
-	}
-	a.reqs = append(a.reqs, RequestTimes{TTFT: nan(iv.TTFT), TPOT: nan(iv.TPOT), E2E: nan(iv.E2E), Queue: nan(iv.Queue),
-		Tokens: nan(iv.Output)})
+	a.reqs = append(a.reqs, RequestTimes{TTFT: iv.TTFT, TPOT: iv.TPOT, E2E: iv.E2E, Queue: iv.Queue, Tokens: iv.Output})
 }
 
 // latency closes what a server's sources said of latencies in [s, e).
