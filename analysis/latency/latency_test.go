@@ -172,6 +172,7 @@ func TestFromHistogram(t *testing.T) {
 		{"fractional counts", hist(edges, 0.5, 2.5, 2.5, 2.5), 0.5, true, 0.1 + 0.4*0.75/2, 0.1, 0.5, false, "", true},
 		{"invalid histogram", hist(edges, 3, 2, 2, 2), 0.5, false, 0, 0, 0, false, "not a cumulative", false},
 		{"q out of range", ten, 1, false, 0, 0, 0, false, "not between", false},
+		{"only +Inf", hist([]float64{inf}, 20), 0.5, false, 0, 0, 0, false, "no finite bucket", false},
 		{"first edge at 0: no lower bound", hist([]float64{0, 1, inf}, 5, 5, 5), 0.5, true, 0, math.Inf(-1), 0, false, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

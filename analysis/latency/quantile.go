@@ -83,6 +83,10 @@ func FromHistogram(h Histogram, q float64) Quantile {
 		out.Reason = r
 		return out
 	}
+	if len(h.Buckets) == 1 {
+		out.Reason = "no finite bucket edges"
+		return out
+	}
 	rank := q * out.N
 	eps := slop * math.Max(1, out.N)
 	lo, below := 0.0, 0.0
