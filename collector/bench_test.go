@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 func BenchmarkMetricsPage(b *testing.B) {
@@ -72,11 +74,11 @@ func BenchmarkScrape(b *testing.B) {
 // derivation, on counters that grow steadily.
 func BenchmarkDerive(b *testing.B) {
 	var der Deriver
-	s := Sample{Time: time.Unix(1000, 0)}
-	for _, c := range []Counter{GenerationTokens, PromptTokens, Preemptions, ITLSum, ITLCount} {
+	s := sample.Server{Time: time.Unix(1000, 0)}
+	for _, c := range []sample.Counter{sample.GenerationTokens, sample.PromptTokens, sample.Preemptions, sample.ITLSum, sample.ITLCount} {
 		s.SetCounter(c, 1000)
 	}
-	for _, g := range []Gauge{Running, Waiting, KVUsage} {
+	for _, g := range []sample.Gauge{sample.Running, sample.Waiting, sample.KVUsage} {
 		s.SetGauge(g, 0.5)
 	}
 	b.ReportAllocs()
@@ -85,12 +87,12 @@ func BenchmarkDerive(b *testing.B) {
 		i++
 		smp := s
 		smp.Time = s.Time.Add(time.Duration(i) * time.Second)
-		for c := range NumCounters {
+		for c := range sample.NumCounters {
 			if smp.HasCounter[c] {
 				smp.Counter[c] += 100 * float64(i)
 			}
 		}
-		if out := der.Derive(smp); !out.HasCounter[GenerationTokens] {
+		if out := der.Derive(smp); !out.HasCounter[sample.GenerationTokens] {
 			b.Fatal("counter dropped")
 		}
 	}

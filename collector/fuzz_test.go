@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // FuzzMetricsPage runs the whole metrics path on arbitrary pages: parse,
@@ -36,7 +38,7 @@ func FuzzMetricsPage(f *testing.F) {
 			}
 			s.Time = time.Unix(1000+int64(i), 0)
 			s = der.Derive(s)
-			for c := range NumCounters {
+			for c := range sample.NumCounters {
 				if s.HasCounter[c] && (math.IsNaN(s.Counter[c]) || math.IsInf(s.Counter[c], 0)) {
 					t.Fatalf("%v = %v", c, s.Counter[c])
 				}

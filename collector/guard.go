@@ -5,72 +5,9 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/tpsmon/tpsmon/sample"
 )
-
-// Physical bounds on what one inference server can report. A value beyond
-// them is a glitch (a corrupted page, a misprinted log line), not data:
-// it is discarded and counted instead of reaching a window.
-const (
-	// MaxTokensPerSecond bounds every token rate of one server. The fastest
-	// single servers (a node of eight current GPUs) make on the order of
-	// 1e5 output tokens/s and a few 1e5 prompt tokens/s; 1e7 leaves a
-	// hundredfold headroom and still rejects the 1e20 of a broken counter.
-	// It is also the most tokens a window can hold per second of its length.
-	MaxTokensPerSecond = 1e7
-	// MaxRequests bounds request gauges (running, waiting) and the rate at
-	// which latency seconds can accumulate (one second per second and
-	// concurrent request).
-	MaxRequests = 1e6
-	// MaxCounter is the largest counter value taken: above 2^53 a float64
-	// no longer counts single tokens, so increments would be lost.
-	MaxCounter = 1 << 53
-	// MaxIntervalSpan bounds the time one log line speaks for: no request
-	// runs for a day, and no stat line averages over one. A longer span is
-	// a misprinted duration; spread over it, the line's tokens would fill
-	// days of windows with a wrong rate.
-	MaxIntervalSpan = 24 * time.Hour
-)
-
-// Reason says why a value was discarded.
-type Reason int
-
-// The reasons a value is discarded.
-const (
-	NotANumber Reason = iota // NaN
-	Infinite                 // ±Inf
-	Negative                 // below zero, which no count or gauge can be
-	Huge                     // beyond its kind's physical bound
-	Jump                     // a counter grew faster than the bound allows
-	Flap                     // a counter fell and the next reading did not confirm a restart
-	OutOfRange               // a time outside [MinTime, MaxTime], a reading below its range
-	// Suspect: a counter that cannot be one process's (several replicas
-	// behind one URL, a page that flaps): its readings are not trusted.
-	Suspect
-	NumReasons
-)
-
-var reasonNames = [NumReasons]string{"nan", "inf", "negative", "huge", "jump", "flap", "range", "suspect"}
-
-// MinTime and MaxTime bound the times tpsmon joins: line protocol stamps a
-// point with int64 nanoseconds since 1970 (1677-09-21 to 2262-04-11), and
-// windows are aligned on them; a day less at each end, so that a window
-// around a time inside is inside too. A log line stamped beyond (a
-// misprinted year) is refused, not joined into windows of another century.
-var (
-	MinTime = time.Unix(0, math.MinInt64).Add(24 * time.Hour)
-	MaxTime = time.Unix(0, math.MaxInt64).Add(-24 * time.Hour)
-)
-
-// InRange says whether t is within [MinTime, MaxTime].
-func InRange(t time.Time) bool { return !t.Before(MinTime) && !t.After(MaxTime) }
-
-func (r Reason) String() string { return reasonNames[r] }
-
-// Discard is one value a Guard refused.
-type Discard struct {
-	Series string // the counter or gauge, as named by String
-	Reason Reason
-}
 
 // Guard validates one server's readings before they touch a counter. It
 // remembers each counter's last accepted reading, so that an implausible
@@ -90,7 +27,7 @@ type Discard struct {
 // from there, the untrusted span a hole, not tokens.
 // One Guard per server; the zero value is ready.
 type Guard struct {
-	counters [NumCounters]guarded
+	counters [sample.NumCounters]guarded
 	suspect  bool
 	quiet    int // readings in a row, while suspect, in which no counter fell or stepped
 }
@@ -164,7 +101,7 @@ func (st *guarded) at(i int) histPoint { return st.hist[(st.hi-1-i+2*histLen)&(h
 // steps (another series, a page that flaps) do not set even when they are
 // most of the rises: their lower quartile, at least restartFloor of the
 // counter's bound.
-func (st *guarded) rates(c Counter) (rates [histLen]float64, n int, pace float64) {
+func (st *guarded) rates(c sample.Counter) (rates [histLen]float64, n int, pace float64) {
 	for i := 0; i+1 < st.own; i++ {
 		p, q := st.at(i), st.at(i+1)
 		if dt := float64(p.t-q.t) / 1e9; dt > 0 {
@@ -181,12 +118,12 @@ func (st *guarded) rates(c Counter) (rates [histLen]float64, n int, pace float64
 }
 
 // stepSlack is the rise per second below which no rise is a step.
-func stepSlack(c Counter) float64 { return 1e-5 * counterRate(c) }
+func stepSlack(c sample.Counter) float64 { return 1e-5 * counterRate(c) }
 
 // fresh says whether v, below the last reading, can be a restarted
 // process's first count: no more than it can have counted since the last
 // reading at restartRateFactor times the counter's remembered pace.
-func (st *guarded) fresh(c Counter, t time.Time, v float64) bool {
+func (st *guarded) fresh(c sample.Counter, t time.Time, v float64) bool {
 	_, _, pace := st.rates(c)
 	return v <= restartRateFactor*pace*t.Sub(st.t).Seconds()
 }
@@ -214,19 +151,19 @@ const rebaseAfter = 3
 
 // counterRate is how fast each counter can grow per second: token counts
 // at the token bound, summed latency seconds at one second per request.
-func counterRate(c Counter) float64 {
+func counterRate(c sample.Counter) float64 {
 	switch c {
-	case ITLSum, CompletionSeconds:
-		return MaxRequests
+	case sample.ITLSum, sample.CompletionSeconds:
+		return sample.MaxRequests
 	}
-	return MaxTokensPerSecond
+	return sample.MaxTokensPerSecond
 }
 
 // completionSlack is how far back completion-time counters may reach: a
 // request finishing now can have been generating for maxSpread.
-func completionSlack(c Counter) time.Duration {
+func completionSlack(c sample.Counter) time.Duration {
 	switch c {
-	case CompletionTokens, CompletionSeconds, CompletionRequests:
+	case sample.CompletionTokens, sample.CompletionSeconds, sample.CompletionRequests:
 		return maxSpread
 	}
 	return 0
@@ -234,36 +171,17 @@ func completionSlack(c Counter) time.Duration {
 
 // valueReason checks one value on its own; ok when it is a plausible
 // reading of its kind (0 up to limit).
-func valueReason(v, limit float64) (Reason, bool) { return RangeReason(v, 0, limit) }
-
-// RangeReason says why v is no reading in [lo, hi], if it is not: NaN,
-// ±Inf, below zero where lo is not (Negative), below lo (OutOfRange), or
-// above hi (Huge).
-func RangeReason(v, lo, hi float64) (Reason, bool) {
-	switch {
-	case math.IsNaN(v):
-		return NotANumber, false
-	case math.IsInf(v, 0):
-		return Infinite, false
-	case v < 0 && lo >= 0:
-		return Negative, false
-	case v < lo:
-		return OutOfRange, false
-	case v > hi:
-		return Huge, false
-	}
-	return 0, true
-}
+func valueReason(v, limit float64) (sample.Reason, bool) { return sample.RangeReason(v, 0, limit) }
 
 // gaugeLimit bounds each gauge.
-func gaugeLimit(g Gauge) float64 {
+func gaugeLimit(g sample.Gauge) float64 {
 	switch g {
-	case KVUsage:
+	case sample.KVUsage:
 		return 1 // a ratio; engines that print percent are converted when read
-	case GenRate:
-		return MaxTokensPerSecond
+	case sample.GenRate:
+		return sample.MaxTokensPerSecond
 	}
-	return MaxRequests
+	return sample.MaxRequests
 }
 
 // Check removes the values of s that cannot be right and returns what
@@ -272,20 +190,20 @@ func gaugeLimit(g Gauge) float64 {
 // gauge costs only itself: the window's tokens are still known). A
 // server that turns suspect sets s.Rewind; s.Suspect says its counters
 // are untrusted.
-func (g *Guard) Check(s *Sample) []Discard {
-	var out []Discard
+func (g *Guard) Check(s *sample.Server) []sample.Discard {
+	var out []sample.Discard
 	if g.suspect {
 		out = g.checkSuspect(s, out)
 	} else {
 		out = g.checkCounters(s, out)
 	}
-	for k := range NumGauges {
+	for k := range sample.NumGauges {
 		if !s.HasGauge[k] {
 			continue
 		}
 		if r, ok := valueReason(s.Gauge[k], gaugeLimit(k)); !ok {
 			s.HasGauge[k], s.Gauge[k] = false, 0
-			out = append(out, Discard{Series: k.String(), Reason: r})
+			out = append(out, sample.Discard{Series: k.String(), Reason: r})
 		}
 	}
 	return out
@@ -293,15 +211,15 @@ func (g *Guard) Check(s *Sample) []Discard {
 
 // verdict is accept's decision on one reading.
 type verdict struct {
-	v       float64 // the value to pass on, when accepted
-	r       Reason  // accepted, held, or why it went
-	flapped bool    // an earlier held decrease was a flap
+	v       float64       // the value to pass on, when accepted
+	r       sample.Reason // accepted, held, or why it went
+	flapped bool          // an earlier held decrease was a flap
 	// evidence: the series cannot be one process's counter.
 	evidence bool
 }
 
-func (g *Guard) checkCounters(s *Sample, out []Discard) []Discard {
-	for c := range NumCounters {
+func (g *Guard) checkCounters(s *sample.Server, out []sample.Discard) []sample.Discard {
+	for c := range sample.NumCounters {
 		if !s.HasCounter[c] {
 			continue
 		}
@@ -310,7 +228,7 @@ func (g *Guard) checkCounters(s *Sample, out []Discard) []Discard {
 			return g.turnSuspect(s, c, out)
 		}
 		if vd.flapped {
-			out = append(out, Discard{Series: c.String(), Reason: Flap})
+			out = append(out, sample.Discard{Series: c.String(), Reason: sample.Flap})
 		}
 		if vd.r == accepted {
 			s.Counter[c] = vd.v
@@ -319,7 +237,7 @@ func (g *Guard) checkCounters(s *Sample, out []Discard) []Discard {
 		s.HasCounter[c], s.Counter[c] = false, 0
 		s.Discarded++
 		if vd.r != held {
-			out = append(out, Discard{Series: c.String(), Reason: vd.r})
+			out = append(out, sample.Discard{Series: c.String(), Reason: vd.r})
 		}
 	}
 	return out
@@ -329,10 +247,10 @@ func (g *Guard) checkCounters(s *Sample, out []Discard) []Discard {
 // s still there is dropped, that one as a flap, and the joiner told to
 // forget what the counters said since the oldest reading remembered (see
 // since).
-func (g *Guard) turnSuspect(s *Sample, flapped Counter, out []Discard) []Discard {
+func (g *Guard) turnSuspect(s *sample.Server, flapped sample.Counter, out []sample.Discard) []sample.Discard {
 	g.suspect, g.quiet = true, 0
 	since := int64(math.MaxInt64)
-	for c := range NumCounters {
+	for c := range sample.NumCounters {
 		st := &g.counters[c]
 		if st.ok {
 			since = min(since, st.since())
@@ -343,21 +261,21 @@ func (g *Guard) turnSuspect(s *Sample, flapped Counter, out []Discard) []Discard
 		if !s.HasCounter[c] {
 			continue
 		}
-		r := Suspect
+		r := sample.Suspect
 		if c == flapped {
-			r = Flap
+			r = sample.Flap
 		} else if c > flapped {
 			// Not judged yet: a reading no series can give still says why.
-			if why, ok := valueReason(s.Counter[c], MaxCounter); !ok {
+			if why, ok := valueReason(s.Counter[c], sample.MaxCounter); !ok {
 				r = why
 			}
 		}
-		if r == Suspect || r == Flap {
+		if r == sample.Suspect || r == sample.Flap {
 			st.sv, st.st, st.sok = s.Counter[c], s.Time, true
 		}
 		s.HasCounter[c], s.Counter[c] = false, 0
 		s.Discarded++
-		out = append(out, Discard{Series: c.String(), Reason: r})
+		out = append(out, sample.Discard{Series: c.String(), Reason: r})
 	}
 	if since == math.MaxInt64 {
 		since = s.Time.UnixNano()
@@ -370,18 +288,18 @@ func (g *Guard) turnSuspect(s *Sample, flapped Counter, out []Discard) []Discard
 // they have grown at their pace (neither falling nor stepping up); once
 // they have for quietReadings, they are followed again from this reading,
 // the span before forgotten.
-func (g *Guard) checkSuspect(s *Sample, out []Discard) []Discard {
+func (g *Guard) checkSuspect(s *sample.Server, out []sample.Discard) []sample.Discard {
 	fell := false
-	for c := range NumCounters {
+	for c := range sample.NumCounters {
 		if !s.HasCounter[c] {
 			continue
 		}
 		st := &g.counters[c]
 		v := s.Counter[c]
-		if r, ok := valueReason(v, MaxCounter); !ok {
+		if r, ok := valueReason(v, sample.MaxCounter); !ok {
 			s.HasCounter[c], s.Counter[c] = false, 0
 			s.Discarded++
-			out = append(out, Discard{Series: c.String(), Reason: r})
+			out = append(out, sample.Discard{Series: c.String(), Reason: r})
 			continue
 		}
 		// Falling, or rising in a step: still more than one series.
@@ -395,11 +313,11 @@ func (g *Guard) checkSuspect(s *Sample, out []Discard) []Discard {
 		g.quiet = 0
 	}
 	if g.quiet < quietReadings {
-		for c := range NumCounters {
+		for c := range sample.NumCounters {
 			if s.HasCounter[c] {
 				s.HasCounter[c], s.Counter[c] = false, 0
 				s.Discarded++
-				out = append(out, Discard{Series: c.String(), Reason: Suspect})
+				out = append(out, sample.Discard{Series: c.String(), Reason: sample.Suspect})
 			}
 		}
 		s.Suspect = true
@@ -407,7 +325,7 @@ func (g *Guard) checkSuspect(s *Sample, out []Discard) []Discard {
 	}
 	// Trusted again: every counter starts from this reading.
 	g.suspect, g.quiet = false, 0
-	for c := range NumCounters {
+	for c := range sample.NumCounters {
 		st := &g.counters[c]
 		st.rebase()
 		if s.HasCounter[c] {
@@ -419,15 +337,15 @@ func (g *Guard) checkSuspect(s *Sample, out []Discard) []Discard {
 
 // Verdicts of accept besides the Reasons.
 const (
-	accepted Reason = -1 - iota
+	accepted sample.Reason = -1 - iota
 	held
 )
 
 // accept decides on one counter reading: the value to pass on, accepted
 // or held or the reason it went; whether an earlier held decrease turned
 // out to be a flap; whether the series showed it is no single counter.
-func (st *guarded) accept(c Counter, t time.Time, v float64) verdict {
-	if r, ok := valueReason(v, MaxCounter); !ok {
+func (st *guarded) accept(c sample.Counter, t time.Time, v float64) verdict {
+	if r, ok := valueReason(v, sample.MaxCounter); !ok {
 		return verdict{r: r}
 	}
 	if !st.ok {
@@ -452,7 +370,7 @@ func (st *guarded) accept(c Counter, t time.Time, v float64) verdict {
 			// series, or a page that flaps up.
 			if step, ok := st.stepped(c, t, v); ok {
 				if step == st.step {
-					return verdict{r: Flap, flapped: true, evidence: true}
+					return verdict{r: sample.Flap, flapped: true, evidence: true}
 				}
 				st.step = step
 			}
@@ -465,7 +383,7 @@ func (st *guarded) accept(c Counter, t time.Time, v float64) verdict {
 			}
 			st.jv, st.jt = v, t
 			if st.jumps < rebaseAfter {
-				return verdict{r: Jump, flapped: flapped}
+				return verdict{r: sample.Jump, flapped: flapped}
 			}
 			// A new level: carry on from it, the step itself not counted.
 			st.off += v - st.v
@@ -487,7 +405,7 @@ func (st *guarded) accept(c Counter, t time.Time, v float64) verdict {
 		}
 		// Down and carrying on below, from more than a restarted process
 		// can have counted, or down twice: another series.
-		return verdict{r: Flap, flapped: true, evidence: true}
+		return verdict{r: sample.Flap, flapped: true, evidence: true}
 	}
 	st.held, st.hv, st.ht, st.hfresh = true, v, t, st.fresh(c, t, v)
 	return verdict{r: held}
@@ -498,7 +416,7 @@ func (st *guarded) accept(c Counter, t time.Time, v float64) verdict {
 // rise from the newest reading at or below it to the next was faster than
 // restartRateFactor times any other remembered rise, the one to v at t
 // included. Where none is at or below it, whether any rise is such a step.
-func (st *guarded) stepped(c Counter, t time.Time, v float64) (int64, bool) {
+func (st *guarded) stepped(c sample.Counter, t time.Time, v float64) (int64, bool) {
 	k := -1
 	for i := 0; i < st.own; i++ {
 		if st.at(i).v <= st.hv {
@@ -532,67 +450,6 @@ func (st *guarded) stepped(c Counter, t time.Time, v float64) (int64, bool) {
 	return at, first > restartRateFactor*second+stepSlack(c)
 }
 
-// CheckInterval validates what a log line (or a count spread back over
-// time) says of (Start, End]: every value must be finite, not negative
-// (-1 is "unknown") and within its bound; token counts within
-// MaxTokensPerSecond over the interval, a second at least; the interval
-// itself within [MinTime, MaxTime] and no longer than MaxIntervalSpan. An
-// interval with any impossible value is refused whole: one broken figure
-// makes the line's others doubtful too.
-func CheckInterval(iv Interval) (Discard, bool) {
-	span := iv.End.Sub(iv.Start)
-	secs := max(span.Seconds(), 1)
-	tok := MaxTokensPerSecond * secs
-	// Every log line comes here: the common case, all values unknown or in
-	// range, is a few comparisons (NaN fails them all); the checks below
-	// say which value is wrong and why.
-	if unknownOrIn(iv.Tokens, tok) && unknownOrIn(iv.PromptTokens, tok) && unknownOrIn(iv.UserTokens, tok) &&
-		unknownOrIn(iv.UserSeconds, MaxRequests*secs) && unknownOrIn(iv.Preemptions, tok) &&
-		unknownOrIn(iv.Running, MaxRequests) && unknownOrIn(iv.Waiting, MaxRequests) && unknownOrIn(iv.KV, 1) &&
-		InRange(iv.Start) && InRange(iv.End) && !iv.End.Before(iv.Start) && span <= MaxIntervalSpan {
-		return Discard{}, true
-	}
-	return intervalDiscard(iv, secs, tok)
-}
-
-// intervalDiscard says which of the interval's values is wrong, in the
-// order they are checked.
-func intervalDiscard(iv Interval, secs, tok float64) (Discard, bool) {
-	for _, f := range [...]struct {
-		name     string
-		v, limit float64
-	}{
-		{"tokens", iv.Tokens, tok},
-		{"prompt_tokens", iv.PromptTokens, tok},
-		{"user_tokens", iv.UserTokens, tok},
-		{"user_seconds", iv.UserSeconds, MaxRequests * secs},
-		{"preemptions", iv.Preemptions, tok},
-		{"running", iv.Running, MaxRequests},
-		{"waiting", iv.Waiting, MaxRequests},
-		{"kv_cache_usage", iv.KV, 1},
-	} {
-		if f.v == -1 {
-			continue
-		}
-		if r, ok := valueReason(f.v, f.limit); !ok {
-			return Discard{Series: f.name, Reason: r}, false
-		}
-	}
-	if !InRange(iv.Start) || !InRange(iv.End) {
-		return Discard{Series: "interval", Reason: OutOfRange}, false
-	}
-	if iv.End.Before(iv.Start) {
-		return Discard{Series: "interval", Reason: Negative}, false
-	}
-	if iv.End.Sub(iv.Start) > MaxIntervalSpan {
-		return Discard{Series: "interval", Reason: Huge}, false
-	}
-	return Discard{}, true
-}
-
-// unknownOrIn tells whether v is unknown (-1) or in [0, limit].
-func unknownOrIn(v, limit float64) bool { return v == -1 || v >= 0 && v <= limit }
-
 // DiscardCounts counts discarded values per server and reason, for the
 // daemon's /metrics. Safe for concurrent use; the zero value is ready.
 type DiscardCounts struct {
@@ -602,11 +459,11 @@ type DiscardCounts struct {
 
 type discardKey struct {
 	server string
-	reason Reason
+	reason sample.Reason
 }
 
 // Add counts one discarded value of server.
-func (c *DiscardCounts) Add(server string, d Discard) {
+func (c *DiscardCounts) Add(server string, d sample.Discard) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.n == nil {
@@ -616,7 +473,7 @@ func (c *DiscardCounts) Add(server string, d Discard) {
 }
 
 // Each calls f with every count so far.
-func (c *DiscardCounts) Each(f func(server string, r Reason, n uint64)) {
+func (c *DiscardCounts) Each(f func(server string, r sample.Reason, n uint64)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k, n := range c.n {

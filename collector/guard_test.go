@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // TestPageValuesGuarded reads hostile vLLM pages: the bad value is refused
@@ -19,15 +21,15 @@ func TestPageValuesGuarded(t *testing.T) {
 		second      string // the second page
 		wantGen     bool
 		wantRunning float64
-		want        []Discard
+		want        []sample.Discard
 	}{
-		{"NaN counter", page("NaN", "4"), false, 4, []Discard{{"generation_tokens", NotANumber}}},
-		{"+Inf counter", page("+Inf", "4"), false, 4, []Discard{{"generation_tokens", Infinite}}},
-		{"negative counter", page("-5", "4"), false, 4, []Discard{{"generation_tokens", Negative}}},
-		{"1e20 counter", page("1e20", "4"), false, 4, []Discard{{"generation_tokens", Huge}}},
-		{"jump", page("1e12", "4"), false, 4, []Discard{{"generation_tokens", Jump}}},
-		{"NaN gauge", page("1100", "NaN"), true, -1, []Discard{{"running", NotANumber}}},
-		{"huge gauge", page("1100", "1e9"), true, -1, []Discard{{"running", Huge}}},
+		{"NaN counter", page("NaN", "4"), false, 4, []sample.Discard{{Series: "generation_tokens", Reason: sample.NotANumber}}},
+		{"+Inf counter", page("+Inf", "4"), false, 4, []sample.Discard{{Series: "generation_tokens", Reason: sample.Infinite}}},
+		{"negative counter", page("-5", "4"), false, 4, []sample.Discard{{Series: "generation_tokens", Reason: sample.Negative}}},
+		{"1e20 counter", page("1e20", "4"), false, 4, []sample.Discard{{Series: "generation_tokens", Reason: sample.Huge}}},
+		{"jump", page("1e12", "4"), false, 4, []sample.Discard{{Series: "generation_tokens", Reason: sample.Jump}}},
+		{"NaN gauge", page("1100", "NaN"), true, -1, []sample.Discard{{Series: "running", Reason: sample.NotANumber}}},
+		{"huge gauge", page("1100", "1e9"), true, -1, []sample.Discard{{Series: "running", Reason: sample.Huge}}},
 		{"duplicate series", page("1100", "4") + "vllm:num_requests_running{model_name=\"m\"} 4\n", true, 4, nil},
 	}
 	for _, tc := range tests {
@@ -45,12 +47,12 @@ func TestPageValuesGuarded(t *testing.T) {
 			}
 			s.Time = time.Unix(1001, 0)
 			s = der.Derive(s)
-			if s.HasCounter[GenerationTokens] != tc.wantGen {
-				t.Errorf("generation counter kept: %v, want %v", s.HasCounter[GenerationTokens], tc.wantGen)
+			if s.HasCounter[sample.GenerationTokens] != tc.wantGen {
+				t.Errorf("generation counter kept: %v, want %v", s.HasCounter[sample.GenerationTokens], tc.wantGen)
 			}
 			running := -1.0
-			if s.HasGauge[Running] {
-				running = s.Gauge[Running]
+			if s.HasGauge[sample.Running] {
+				running = s.Gauge[sample.Running]
 			}
 			if running != tc.wantRunning {
 				t.Errorf("running %v, want %v", running, tc.wantRunning)
@@ -80,11 +82,11 @@ func TestJumpRebase(t *testing.T) {
 	reads := []float64{1000, 1100, 5e13, 5e13 + 100, 5e13 + 200, 5e13 + 300}
 	var passed []float64
 	for i, v := range reads {
-		s := Sample{Time: time.Unix(int64(1000+i), 0)}
-		s.SetCounter(GenerationTokens, v)
+		s := sample.Server{Time: time.Unix(int64(1000+i), 0)}
+		s.SetCounter(sample.GenerationTokens, v)
 		g.Check(&s)
-		if s.HasCounter[GenerationTokens] {
-			passed = append(passed, s.Counter[GenerationTokens])
+		if s.HasCounter[sample.GenerationTokens] {
+			passed = append(passed, s.Counter[sample.GenerationTokens])
 		}
 	}
 	want := []float64{1000, 1100, 1100, 1200}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // histRefs names, per engine, the latency histograms tpsmon reads, each
@@ -13,51 +15,51 @@ import (
 // first (the first present wins). Time per output token is kept apart
 // from inter-token latency: the first is one observation per request
 // (its decode time over its tokens), the second one per token gap.
-var histRefs = map[string][NumHists][]string{
+var histRefs = map[string][sample.NumHists][]string{
 	"vllm": {
-		HistTTFT:    {"vllm:time_to_first_token_seconds"},
-		HistITL:     {"vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"},
-		HistTPOT:    {"vllm:request_time_per_output_token_seconds"},
-		HistE2E:     {"vllm:e2e_request_latency_seconds"},
-		HistQueue:   {"vllm:request_queue_time_seconds"},
-		HistPrefill: {"vllm:request_prefill_time_seconds"},
-		HistDecode:  {"vllm:request_decode_time_seconds"},
+		sample.HistTTFT:    {"vllm:time_to_first_token_seconds"},
+		sample.HistITL:     {"vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"},
+		sample.HistTPOT:    {"vllm:request_time_per_output_token_seconds"},
+		sample.HistE2E:     {"vllm:e2e_request_latency_seconds"},
+		sample.HistQueue:   {"vllm:request_queue_time_seconds"},
+		sample.HistPrefill: {"vllm:request_prefill_time_seconds"},
+		sample.HistDecode:  {"vllm:request_decode_time_seconds"},
 	},
 	"nim": {
-		HistTTFT:    {"vllm:time_to_first_token_seconds", "time_to_first_token_seconds"},
-		HistITL:     {"vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds", "time_per_output_token_seconds"},
-		HistTPOT:    {"vllm:request_time_per_output_token_seconds"},
-		HistE2E:     {"vllm:e2e_request_latency_seconds", "e2e_request_latency_seconds"},
-		HistQueue:   {"vllm:request_queue_time_seconds", "request_queue_time_seconds"},
-		HistPrefill: {"vllm:request_prefill_time_seconds"},
-		HistDecode:  {"vllm:request_decode_time_seconds"},
+		sample.HistTTFT:    {"vllm:time_to_first_token_seconds", "time_to_first_token_seconds"},
+		sample.HistITL:     {"vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds", "time_per_output_token_seconds"},
+		sample.HistTPOT:    {"vllm:request_time_per_output_token_seconds"},
+		sample.HistE2E:     {"vllm:e2e_request_latency_seconds", "e2e_request_latency_seconds"},
+		sample.HistQueue:   {"vllm:request_queue_time_seconds", "request_queue_time_seconds"},
+		sample.HistPrefill: {"vllm:request_prefill_time_seconds"},
+		sample.HistDecode:  {"vllm:request_decode_time_seconds"},
 	},
 	// SGLang's time_per_output_token_seconds (before ~0.4.5) was per token
 	// gap, as its successor inter_token_latency_seconds.
 	"sglang": {
-		HistTTFT:  {"sglang:time_to_first_token_seconds"},
-		HistITL:   {"sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"},
-		HistE2E:   {"sglang:e2e_request_latency_seconds"},
-		HistQueue: {"sglang:queue_time_seconds"},
+		sample.HistTTFT:  {"sglang:time_to_first_token_seconds"},
+		sample.HistITL:   {"sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"},
+		sample.HistE2E:   {"sglang:e2e_request_latency_seconds"},
+		sample.HistQueue: {"sglang:queue_time_seconds"},
 	},
 	"lmdeploy": {
-		HistTTFT:    {"lmdeploy:time_to_first_token_seconds"},
-		HistITL:     {"lmdeploy:iter_token_latency"},
-		HistE2E:     {"lmdeploy:e2e_request_latency_seconds"},
-		HistQueue:   {"lmdeploy:request_queue_time_seconds"},
-		HistPrefill: {"lmdeploy:request_prefill_time_seconds"},
-		HistDecode:  {"lmdeploy:request_decode_time_seconds"},
+		sample.HistTTFT:    {"lmdeploy:time_to_first_token_seconds"},
+		sample.HistITL:     {"lmdeploy:iter_token_latency"},
+		sample.HistE2E:     {"lmdeploy:e2e_request_latency_seconds"},
+		sample.HistQueue:   {"lmdeploy:request_queue_time_seconds"},
+		sample.HistPrefill: {"lmdeploy:request_prefill_time_seconds"},
+		sample.HistDecode:  {"lmdeploy:request_decode_time_seconds"},
 	},
 	"trtllm": {
-		HistTTFT:  {"trtllm_time_to_first_token_seconds", "trtllm:time_to_first_token_seconds"},
-		HistE2E:   {"trtllm_e2e_request_latency_seconds", "trtllm:e2e_request_latency_seconds"},
-		HistQueue: {"trtllm_request_queue_time_seconds", "trtllm:request_queue_time_seconds"},
+		sample.HistTTFT:  {"trtllm_time_to_first_token_seconds", "trtllm:time_to_first_token_seconds"},
+		sample.HistE2E:   {"trtllm_e2e_request_latency_seconds", "trtllm:e2e_request_latency_seconds"},
+		sample.HistQueue: {"trtllm_request_queue_time_seconds", "trtllm:request_queue_time_seconds"},
 	},
 	// TGI's mean time per token is per request but includes prefill.
 	"tgi": {
-		HistTPOT:  {"tgi_request_mean_time_per_token_duration"},
-		HistE2E:   {"tgi_request_duration"},
-		HistQueue: {"tgi_request_queue_duration"},
+		sample.HistTPOT:  {"tgi_request_mean_time_per_token_duration"},
+		sample.HistE2E:   {"tgi_request_duration"},
+		sample.HistQueue: {"tgi_request_queue_duration"},
 	},
 }
 
@@ -78,7 +80,7 @@ func histNames(engine string) []string {
 // are one server), tensor-parallel ranks other than 0 left out. A family
 // whose label sets disagree on their edges is left out: no sum of
 // different buckets is a histogram.
-func (d *Dialect) readHists(p Page, s *Sample) {
+func (d *Dialect) readHists(p Page, s *sample.Server) {
 	refs, ok := histRefs[d.Engine]
 	if !ok {
 		return
@@ -86,7 +88,7 @@ func (d *Dialect) readHists(p Page, s *Sample) {
 	for h, fams := range refs {
 		for _, f := range fams {
 			if hist, ok := d.histogram(p, f); ok {
-				s.SetHist(Hist(h), hist)
+				s.SetHist(sample.Hist(h), hist)
 				break
 			}
 		}
@@ -94,15 +96,15 @@ func (d *Dialect) readHists(p Page, s *Sample) {
 }
 
 // histogram reads one family's buckets and sum from p.
-func (d *Dialect) histogram(p Page, family string) (Histogram, bool) {
+func (d *Dialect) histogram(p Page, family string) (sample.Histogram, bool) {
 	ss := p[family+"_bucket"]
 	if len(ss) == 0 {
-		return Histogram{}, false
+		return sample.Histogram{}, false
 	}
 	// Group by the labels but le, in page order.
 	type set struct {
 		key     string
-		buckets []HistBucket
+		buckets []sample.HistBucket
 	}
 	var sets []*set
 	byKey := map[string]*set{}
@@ -112,7 +114,7 @@ func (d *Dialect) histogram(p Page, family string) (Histogram, bool) {
 		}
 		le, err := strconv.ParseFloat(sr.labels["le"], 64)
 		if err != nil {
-			return Histogram{}, false
+			return sample.Histogram{}, false
 		}
 		k := labelKey(sr.labels, "le")
 		st := byKey[k]
@@ -121,9 +123,9 @@ func (d *Dialect) histogram(p Page, family string) (Histogram, bool) {
 			byKey[k] = st
 			sets = append(sets, st)
 		}
-		st.buckets = append(st.buckets, HistBucket{Le: le, Count: sr.value})
+		st.buckets = append(st.buckets, sample.HistBucket{Le: le, Count: sr.value})
 	}
-	var out Histogram
+	var out sample.Histogram
 	for i, st := range sets {
 		sort.Slice(st.buckets, func(a, b int) bool { return st.buckets[a].Le < st.buckets[b].Le })
 		if i == 0 {
@@ -131,11 +133,11 @@ func (d *Dialect) histogram(p Page, family string) (Histogram, bool) {
 			continue
 		}
 		if len(st.buckets) != len(out.Buckets) {
-			return Histogram{}, false
+			return sample.Histogram{}, false
 		}
 		for j, b := range st.buckets {
 			if b.Le != out.Buckets[j].Le {
-				return Histogram{}, false
+				return sample.Histogram{}, false
 			}
 			out.Buckets[j].Count += b.Count
 		}
@@ -144,11 +146,11 @@ func (d *Dialect) histogram(p Page, family string) (Histogram, bool) {
 		// An excerpt without TYPE lines, or cut before its +Inf bucket:
 		// the count is every observation, as expfmt takes it.
 		if c, _, ok := d.pick(p, []Ref{{Name: family + "_count"}}, false); ok && c >= out.Buckets[n-1].Count {
-			out.Buckets = append(out.Buckets, HistBucket{Le: math.Inf(1), Count: c})
+			out.Buckets = append(out.Buckets, sample.HistBucket{Le: math.Inf(1), Count: c})
 		}
 	}
 	if len(out.Buckets) == 0 || !math.IsInf(out.Buckets[len(out.Buckets)-1].Le, 1) {
-		return Histogram{}, false
+		return sample.Histogram{}, false
 	}
 	out.Sum = math.NaN()
 	if sum, _, ok := d.pick(p, []Ref{{Name: family + "_sum"}}, false); ok {

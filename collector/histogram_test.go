@@ -3,6 +3,8 @@ package collector
 import (
 	"math"
 	"testing"
+
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // TestHistogramsOnFixtures reads the latency histograms of real and
@@ -18,20 +20,20 @@ func TestHistogramsOnFixtures(t *testing.T) {
 	for _, tc := range []struct {
 		file string
 		d    *Dialect
-		want map[Hist]want
-		none []Hist
+		want map[sample.Hist]want
+		none []sample.Hist
 	}{
 		// The design doc's excerpt stops at 0.1 s: its count is the +Inf bucket.
-		{"v1_metrics_design_doc.prom", &VLLM, map[Hist]want{HistTTFT: {9, 0.04, 97, 140}}, []Hist{HistITL, HistE2E, HistQueue}},
-		{"metrics_docs_v0.4_era.prom", &SGLang, map[Hist]want{
-			HistTTFT: {21, 2.5, 140, 11008},
+		{"v1_metrics_design_doc.prom", &VLLM, map[sample.Hist]want{sample.HistTTFT: {9, 0.04, 97, 140}}, []sample.Hist{sample.HistITL, sample.HistE2E, sample.HistQueue}},
+		{"metrics_docs_v0.4_era.prom", &SGLang, map[sample.Hist]want{
+			sample.HistTTFT: {21, 2.5, 140, 11008},
 			// the old per-gap name, before inter_token_latency_seconds
-			HistITL: {0, 0.04, 1815, 0},
-			HistE2E: {0, 0.5, 6, 11228},
-		}, []Hist{HistTPOT}},
-		{"nim_llm_metrics_datadog_fixture.prom", &NIM, map[Hist]want{HistTTFT: {0, 0.02, 2, 0}}, nil},
+			sample.HistITL: {0, 0.04, 1815, 0},
+			sample.HistE2E: {0, 0.5, 6, 11228},
+		}, []sample.Hist{sample.HistTPOT}},
+		{"nim_llm_metrics_datadog_fixture.prom", &NIM, map[sample.Hist]want{sample.HistTTFT: {0, 0.02, 2, 0}}, nil},
 		// llama.cpp has no latency histograms.
-		{"metrics_2025_06_no_kv.prom", &LlamaCPP, nil, []Hist{HistTTFT, HistITL, HistTPOT, HistE2E, HistQueue}},
+		{"metrics_2025_06_no_kv.prom", &LlamaCPP, nil, []sample.Hist{sample.HistTTFT, sample.HistITL, sample.HistTPOT, sample.HistE2E, sample.HistQueue}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			page := []byte(readFixture(t, tc.file))
@@ -43,7 +45,7 @@ func TestHistogramsOnFixtures(t *testing.T) {
 			if err != nil || d != tc.d {
 				t.Fatalf("detected %v, %v", d, err)
 			}
-			for _, s := range []Sample{filtered, detected} {
+			for _, s := range []sample.Server{filtered, detected} {
 				for h, w := range tc.want {
 					if !s.HasHist[h] {
 						t.Fatalf("no %s histogram", h)
@@ -95,8 +97,8 @@ vllm:time_to_first_token_seconds_count{engine="1"} 5
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := s.Hists[HistTTFT]
-	if !s.HasHist[HistTTFT] || len(h.Buckets) != 3 || h.Buckets[0].Count != 3 || h.Buckets[1].Count != 5 || h.Buckets[2].Count != 9 || h.Sum != 12.5 {
+	h := s.Hists[sample.HistTTFT]
+	if !s.HasHist[sample.HistTTFT] || len(h.Buckets) != 3 || h.Buckets[0].Count != 3 || h.Buckets[1].Count != 5 || h.Buckets[2].Count != 9 || h.Sum != 12.5 {
 		t.Fatalf("summed engines: %+v", h)
 	}
 	const tp = `sglang:num_running_reqs{tp_rank="0"} 1
@@ -110,7 +112,7 @@ sglang:time_to_first_token_seconds_bucket{tp_rank="1",le="+Inf"} 3
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h := s.Hists[HistTTFT]; len(h.Buckets) != 2 || h.Buckets[1].Count != 3 || !math.IsNaN(h.Sum) {
+	if h := s.Hists[sample.HistTTFT]; len(h.Buckets) != 2 || h.Buckets[1].Count != 3 || !math.IsNaN(h.Sum) {
 		t.Fatalf("tensor-parallel ranks: %+v", h)
 	}
 	const mismatched = `vllm:generation_tokens_total{engine="0"} 1
@@ -119,13 +121,13 @@ vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf"} 4
 vllm:time_to_first_token_seconds_bucket{engine="1",le="0.2"} 2
 vllm:time_to_first_token_seconds_bucket{engine="1",le="+Inf"} 5
 `
-	if s, _, _ = ReadPage([]byte(mismatched), &VLLM); s.HasHist[HistTTFT] {
-		t.Fatalf("engines with different edges summed: %+v", s.Hists[HistTTFT])
+	if s, _, _ = ReadPage([]byte(mismatched), &VLLM); s.HasHist[sample.HistTTFT] {
+		t.Fatalf("engines with different edges summed: %+v", s.Hists[sample.HistTTFT])
 	}
 	const noInf = `vllm:generation_tokens_total 1
 vllm:time_to_first_token_seconds_bucket{le="0.1"} 1
 `
-	if s, _, _ = ReadPage([]byte(noInf), &VLLM); s.HasHist[HistTTFT] {
-		t.Fatalf("a histogram without +Inf bucket or count read: %+v", s.Hists[HistTTFT])
+	if s, _, _ = ReadPage([]byte(noInf), &VLLM); s.HasHist[sample.HistTTFT] {
+		t.Fatalf("a histogram without +Inf bucket or count read: %+v", s.Hists[sample.HistTTFT])
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/tpsmon/tpsmon/collector/engine"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // Ref names one exposed series: a metric name, optionally narrowed by
@@ -49,8 +50,8 @@ func refs(names ...string) []Ref {
 // is averaged.
 type Dialect struct {
 	Engine   string
-	Counters [NumCounters][]Ref
-	Gauges   [NumGauges][]Ref
+	Counters [sample.NumCounters][]Ref
+	Gauges   [sample.NumGauges][]Ref
 	// ModelLabels name the labels that carry the served model.
 	ModelLabels []string
 	// SingleRank names the label of tensor-parallel ranks, which all see
@@ -113,19 +114,19 @@ func prefixed(prefix string, names ...string) []Ref {
 // time_per_output_token_seconds, which held the same quantity before.
 var VLLM = Dialect{
 	Engine: "vllm",
-	Counters: [NumCounters][]Ref{
-		GenerationTokens: refs("vllm:generation_tokens_total"),
-		PromptTokens:     refs("vllm:prompt_tokens_total"),
-		Preemptions:      refs("vllm:num_preemptions_total"),
-		ITLSum:           refs("vllm:inter_token_latency_seconds_sum", "vllm:time_per_output_token_seconds_sum"),
-		ITLCount:         refs("vllm:inter_token_latency_seconds_count", "vllm:time_per_output_token_seconds_count"),
-		FinishedRequests: refs("vllm:request_success_total"),
-		AbortedRequests:  refs(`vllm:request_success_total{finished_reason="abort"}`),
+	Counters: [sample.NumCounters][]Ref{
+		sample.GenerationTokens: refs("vllm:generation_tokens_total"),
+		sample.PromptTokens:     refs("vllm:prompt_tokens_total"),
+		sample.Preemptions:      refs("vllm:num_preemptions_total"),
+		sample.ITLSum:           refs("vllm:inter_token_latency_seconds_sum", "vllm:time_per_output_token_seconds_sum"),
+		sample.ITLCount:         refs("vllm:inter_token_latency_seconds_count", "vllm:time_per_output_token_seconds_count"),
+		sample.FinishedRequests: refs("vllm:request_success_total"),
+		sample.AbortedRequests:  refs(`vllm:request_success_total{finished_reason="abort"}`),
 	},
-	Gauges: [NumGauges][]Ref{
-		Running: refs("vllm:num_requests_running"),
-		Waiting: refs("vllm:num_requests_waiting"),
-		KVUsage: refs("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+	Gauges: [sample.NumGauges][]Ref{
+		sample.Running: refs("vllm:num_requests_running"),
+		sample.Waiting: refs("vllm:num_requests_waiting"),
+		sample.KVUsage: refs("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
 	},
 	ModelLabels: []string{"model_name"},
 }
@@ -134,19 +135,19 @@ var VLLM = Dialect{
 // with it, in releases built on newer vLLM).
 var NIM = Dialect{
 	Engine: "nim",
-	Counters: [NumCounters][]Ref{
-		GenerationTokens: prefixed("vllm:", "generation_tokens_total"),
-		PromptTokens:     prefixed("vllm:", "prompt_tokens_total"),
-		Preemptions:      prefixed("vllm:", "num_preemptions_total"),
-		ITLSum:           prefixed("vllm:", "inter_token_latency_seconds_sum", "time_per_output_token_seconds_sum"),
-		ITLCount:         prefixed("vllm:", "inter_token_latency_seconds_count", "time_per_output_token_seconds_count"),
-		FinishedRequests: prefixed("vllm:", "request_success_total"),
-		AbortedRequests:  refs(`vllm:request_success_total{finished_reason="abort"}`, `request_success_total{finished_reason="abort"}`),
+	Counters: [sample.NumCounters][]Ref{
+		sample.GenerationTokens: prefixed("vllm:", "generation_tokens_total"),
+		sample.PromptTokens:     prefixed("vllm:", "prompt_tokens_total"),
+		sample.Preemptions:      prefixed("vllm:", "num_preemptions_total"),
+		sample.ITLSum:           prefixed("vllm:", "inter_token_latency_seconds_sum", "time_per_output_token_seconds_sum"),
+		sample.ITLCount:         prefixed("vllm:", "inter_token_latency_seconds_count", "time_per_output_token_seconds_count"),
+		sample.FinishedRequests: prefixed("vllm:", "request_success_total"),
+		sample.AbortedRequests:  refs(`vllm:request_success_total{finished_reason="abort"}`, `request_success_total{finished_reason="abort"}`),
 	},
-	Gauges: [NumGauges][]Ref{
-		Running: prefixed("vllm:", "num_requests_running"),
-		Waiting: prefixed("vllm:", "num_requests_waiting"),
-		KVUsage: prefixed("vllm:", "kv_cache_usage_perc", "gpu_cache_usage_perc"),
+	Gauges: [sample.NumGauges][]Ref{
+		sample.Running: prefixed("vllm:", "num_requests_running"),
+		sample.Waiting: prefixed("vllm:", "num_requests_waiting"),
+		sample.KVUsage: prefixed("vllm:", "kv_cache_usage_perc", "gpu_cache_usage_perc"),
 	},
 	ModelLabels: []string{"model_name"},
 }
@@ -156,21 +157,21 @@ var NIM = Dialect{
 // completion-time generation counter spread over request latency.
 var SGLang = Dialect{
 	Engine: "sglang",
-	Counters: [NumCounters][]Ref{
-		GenerationTokens:   refs(`sglang:realtime_tokens_total{mode="decode"}`),
-		PromptTokens:       refs("sglang:prompt_tokens_total"),
-		Preemptions:        refs("sglang:num_retracted_requests_total"),
-		ITLSum:             refs("sglang:inter_token_latency_seconds_sum", "sglang:time_per_output_token_seconds_sum"),
-		ITLCount:           refs("sglang:inter_token_latency_seconds_count", "sglang:time_per_output_token_seconds_count"),
-		CompletionTokens:   refs("sglang:generation_tokens_total"),
-		CompletionSeconds:  refs("sglang:e2e_request_latency_seconds_sum"),
-		CompletionRequests: refs("sglang:e2e_request_latency_seconds_count"),
+	Counters: [sample.NumCounters][]Ref{
+		sample.GenerationTokens:   refs(`sglang:realtime_tokens_total{mode="decode"}`),
+		sample.PromptTokens:       refs("sglang:prompt_tokens_total"),
+		sample.Preemptions:        refs("sglang:num_retracted_requests_total"),
+		sample.ITLSum:             refs("sglang:inter_token_latency_seconds_sum", "sglang:time_per_output_token_seconds_sum"),
+		sample.ITLCount:           refs("sglang:inter_token_latency_seconds_count", "sglang:time_per_output_token_seconds_count"),
+		sample.CompletionTokens:   refs("sglang:generation_tokens_total"),
+		sample.CompletionSeconds:  refs("sglang:e2e_request_latency_seconds_sum"),
+		sample.CompletionRequests: refs("sglang:e2e_request_latency_seconds_count"),
 	},
-	Gauges: [NumGauges][]Ref{
-		Running: refs("sglang:num_running_reqs"),
-		Waiting: refs("sglang:num_queue_reqs"),
-		KVUsage: refs("sglang:token_usage"),
-		GenRate: refs("sglang:gen_throughput"),
+	Gauges: [sample.NumGauges][]Ref{
+		sample.Running: refs("sglang:num_running_reqs"),
+		sample.Waiting: refs("sglang:num_queue_reqs"),
+		sample.KVUsage: refs("sglang:token_usage"),
+		sample.GenRate: refs("sglang:gen_throughput"),
 	},
 	ModelLabels: []string{"model_name", "name"},
 	SingleRank:  "tp_rank",
@@ -183,19 +184,19 @@ var SGLang = Dialect{
 // 1 / mean(time per token), which includes prefill.
 var TGI = Dialect{
 	Engine: "tgi",
-	Counters: [NumCounters][]Ref{
-		Iterations:         refs(`tgi_batch_inference_count{method="decode"}`),
-		PromptTokens:       refs("tgi_request_input_length_sum"),
-		ITLSum:             refs("tgi_request_mean_time_per_token_duration_sum"),
-		ITLCount:           refs("tgi_request_mean_time_per_token_duration_count"),
-		CompletionTokens:   refs("tgi_request_generated_tokens_sum"),
-		CompletionSeconds:  refs("tgi_request_inference_duration_sum"),
-		CompletionRequests: refs("tgi_request_inference_duration_count"),
+	Counters: [sample.NumCounters][]Ref{
+		sample.Iterations:         refs(`tgi_batch_inference_count{method="decode"}`),
+		sample.PromptTokens:       refs("tgi_request_input_length_sum"),
+		sample.ITLSum:             refs("tgi_request_mean_time_per_token_duration_sum"),
+		sample.ITLCount:           refs("tgi_request_mean_time_per_token_duration_count"),
+		sample.CompletionTokens:   refs("tgi_request_generated_tokens_sum"),
+		sample.CompletionSeconds:  refs("tgi_request_inference_duration_sum"),
+		sample.CompletionRequests: refs("tgi_request_inference_duration_count"),
 	},
-	Gauges: [NumGauges][]Ref{
-		Running:     refs("tgi_batch_current_size"),
-		Waiting:     refs("tgi_queue_size"),
-		GenRequests: refs("tgi_batch_current_size"),
+	Gauges: [sample.NumGauges][]Ref{
+		sample.Running:     refs("tgi_batch_current_size"),
+		sample.Waiting:     refs("tgi_queue_size"),
+		sample.GenRequests: refs("tgi_batch_current_size"),
 	},
 	ModelPath: "/info",
 }
@@ -207,19 +208,19 @@ var TGI = Dialect{
 // speed always.
 var LlamaCPP = Dialect{
 	Engine: "llamacpp",
-	Counters: [NumCounters][]Ref{
-		PromptTokens:      refs("llamacpp:prompt_tokens_total"),
-		ITLSum:            refs("llamacpp:tokens_predicted_seconds_total"),
-		ITLCount:          refs("llamacpp:tokens_predicted_total"),
-		CompletionTokens:  refs("llamacpp:tokens_predicted_total"),
-		CompletionSeconds: refs("llamacpp:tokens_predicted_seconds_total"),
-		Decodes:           refs("llamacpp:n_decode_total"),
+	Counters: [sample.NumCounters][]Ref{
+		sample.PromptTokens:      refs("llamacpp:prompt_tokens_total"),
+		sample.ITLSum:            refs("llamacpp:tokens_predicted_seconds_total"),
+		sample.ITLCount:          refs("llamacpp:tokens_predicted_total"),
+		sample.CompletionTokens:  refs("llamacpp:tokens_predicted_total"),
+		sample.CompletionSeconds: refs("llamacpp:tokens_predicted_seconds_total"),
+		sample.Decodes:           refs("llamacpp:n_decode_total"),
 	},
-	Gauges: [NumGauges][]Ref{
-		Running:        refs("llamacpp:requests_processing"),
-		Waiting:        refs("llamacpp:requests_deferred"),
-		KVUsage:        refs("llamacpp:kv_cache_usage_ratio"),
-		SlotsPerDecode: refs("llamacpp:n_busy_slots_per_decode"),
+	Gauges: [sample.NumGauges][]Ref{
+		sample.Running:        refs("llamacpp:requests_processing"),
+		sample.Waiting:        refs("llamacpp:requests_deferred"),
+		sample.KVUsage:        refs("llamacpp:kv_cache_usage_ratio"),
+		sample.SlotsPerDecode: refs("llamacpp:n_busy_slots_per_decode"),
 	},
 	ModelPath: "/v1/models",
 }
@@ -228,17 +229,17 @@ var LlamaCPP = Dialect{
 // token per generation request; the iteration rate is the per-user speed.
 var Triton = Dialect{
 	Engine: "triton",
-	Counters: [NumCounters][]Ref{
-		Iterations:         refs(`nv_trt_llm_general_metrics{general_type="iteration_counter"}`),
-		PromptTokens:       refs("nv_llm_input_token_len_sum"),
-		CompletionTokens:   refs("nv_llm_output_token_len_sum"),
-		CompletionRequests: refs("nv_llm_output_token_len_count"),
+	Counters: [sample.NumCounters][]Ref{
+		sample.Iterations:         refs(`nv_trt_llm_general_metrics{general_type="iteration_counter"}`),
+		sample.PromptTokens:       refs("nv_llm_input_token_len_sum"),
+		sample.CompletionTokens:   refs("nv_llm_output_token_len_sum"),
+		sample.CompletionRequests: refs("nv_llm_output_token_len_count"),
 	},
-	Gauges: [NumGauges][]Ref{
-		Running:     refs(`nv_trt_llm_request_metrics{request_type="active"}`),
-		Waiting:     refs(`nv_trt_llm_request_metrics{request_type="waiting"}`, "nv_inference_pending_request_count"),
-		KVUsage:     refs(`nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"}`),
-		GenRequests: refs(`nv_trt_llm_inflight_batcher_metrics{inflight_batcher_specific_metric="generation_requests"}`),
+	Gauges: [sample.NumGauges][]Ref{
+		sample.Running:     refs(`nv_trt_llm_request_metrics{request_type="active"}`),
+		sample.Waiting:     refs(`nv_trt_llm_request_metrics{request_type="waiting"}`, "nv_inference_pending_request_count"),
+		sample.KVUsage:     refs(`nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"}`),
+		sample.GenRequests: refs(`nv_trt_llm_inflight_batcher_metrics{inflight_batcher_specific_metric="generation_requests"}`),
 	},
 	ModelLabels: []string{"model"},
 }
@@ -247,16 +248,16 @@ var Triton = Dialect{
 // trtllm: when Dynamo re-exposes it).
 var TRTLLM = Dialect{
 	Engine: "trtllm",
-	Counters: [NumCounters][]Ref{
-		GenerationTokens: refs("trtllm_generation_tokens_total", "trtllm:generation_tokens_total"),
-		PromptTokens:     refs("trtllm_prompt_tokens_total", "trtllm:prompt_tokens_total"),
-		ITLSum:           refs("trtllm_time_per_output_token_seconds_sum", "trtllm:time_per_output_token_seconds_sum"),
-		ITLCount:         refs("trtllm_time_per_output_token_seconds_count", "trtllm:time_per_output_token_seconds_count"),
+	Counters: [sample.NumCounters][]Ref{
+		sample.GenerationTokens: refs("trtllm_generation_tokens_total", "trtllm:generation_tokens_total"),
+		sample.PromptTokens:     refs("trtllm_prompt_tokens_total", "trtllm:prompt_tokens_total"),
+		sample.ITLSum:           refs("trtllm_time_per_output_token_seconds_sum", "trtllm:time_per_output_token_seconds_sum"),
+		sample.ITLCount:         refs("trtllm_time_per_output_token_seconds_count", "trtllm:time_per_output_token_seconds_count"),
 	},
-	Gauges: [NumGauges][]Ref{
-		Running: refs("trtllm_num_requests_running", "trtllm:num_requests_running"),
-		Waiting: refs("trtllm_num_requests_waiting", "trtllm:num_requests_waiting"),
-		KVUsage: refs("trtllm_kv_cache_utilization", "trtllm:kv_cache_utilization"),
+	Gauges: [sample.NumGauges][]Ref{
+		sample.Running: refs("trtllm_num_requests_running", "trtllm:num_requests_running"),
+		sample.Waiting: refs("trtllm_num_requests_waiting", "trtllm:num_requests_waiting"),
+		sample.KVUsage: refs("trtllm_kv_cache_utilization", "trtllm:kv_cache_utilization"),
 	},
 	ModelLabels: []string{"model_name"},
 }
@@ -265,16 +266,16 @@ var TRTLLM = Dialect{
 // data-parallel rank, summed.
 var LMDeploy = Dialect{
 	Engine: "lmdeploy",
-	Counters: [NumCounters][]Ref{
-		GenerationTokens: refs("lmdeploy:generation_tokens_total"),
-		PromptTokens:     refs("lmdeploy:prompt_tokens_total"),
-		ITLSum:           refs("lmdeploy:time_per_output_token_seconds_sum"),
-		ITLCount:         refs("lmdeploy:time_per_output_token_seconds_count"),
+	Counters: [sample.NumCounters][]Ref{
+		sample.GenerationTokens: refs("lmdeploy:generation_tokens_total"),
+		sample.PromptTokens:     refs("lmdeploy:prompt_tokens_total"),
+		sample.ITLSum:           refs("lmdeploy:time_per_output_token_seconds_sum"),
+		sample.ITLCount:         refs("lmdeploy:time_per_output_token_seconds_count"),
 	},
-	Gauges: [NumGauges][]Ref{
-		Running: refs("lmdeploy:num_requests_running"),
-		Waiting: refs("lmdeploy:num_requests_waiting"),
-		KVUsage: refs("lmdeploy:gpu_cache_usage_perc"),
+	Gauges: [sample.NumGauges][]Ref{
+		sample.Running: refs("lmdeploy:num_requests_running"),
+		sample.Waiting: refs("lmdeploy:num_requests_waiting"),
+		sample.KVUsage: refs("lmdeploy:gpu_cache_usage_perc"),
 	},
 	ModelLabels: []string{"model_name"},
 }
@@ -372,14 +373,14 @@ func Detect(p Page) (*Dialect, error) {
 }
 
 // Parse reads one metrics page in the Prometheus text format.
-func (d *Dialect) Parse(r io.Reader) (Sample, error) {
+func (d *Dialect) Parse(r io.Reader) (sample.Server, error) {
 	b, err := io.ReadAll(r)
 	if err != nil {
-		return Sample{}, err
+		return sample.Server{}, err
 	}
 	p, err := d.ParseFiltered(b)
 	if err != nil {
-		return Sample{}, err
+		return sample.Server{}, err
 	}
 	return d.Read(p)
 }
@@ -586,11 +587,11 @@ func plainText(rest []byte) bool {
 // It returns the dialect it used (nil when none was detected), and the
 // sample named for its engine. Replay reads its pages here, the live
 // scraper through readPage with its series cache.
-func ReadPage(body []byte, d *Dialect) (Sample, *Dialect, error) {
+func ReadPage(body []byte, d *Dialect) (sample.Server, *Dialect, error) {
 	return readPage(body, d, nil)
 }
 
-func readPage(body []byte, d *Dialect, cache *seriesCache) (Sample, *Dialect, error) {
+func readPage(body []byte, d *Dialect, cache *seriesCache) (sample.Server, *Dialect, error) {
 	var page Page
 	var err error
 	if d != nil {
@@ -601,11 +602,11 @@ func readPage(body []byte, d *Dialect, cache *seriesCache) (Sample, *Dialect, er
 		page, err = ParsePage(bytes.NewReader(body))
 	}
 	if err != nil {
-		return Sample{}, d, err
+		return sample.Server{}, d, err
 	}
 	if d == nil {
 		if d, err = Detect(page); err != nil {
-			return Sample{}, nil, err
+			return sample.Server{}, nil, err
 		}
 		d.unrelay(page)
 	}
@@ -625,19 +626,19 @@ func pageError(page []byte, err error) error {
 }
 
 // Read takes the dialect's series from a parsed page.
-func (d *Dialect) Read(p Page) (Sample, error) {
-	var s Sample
+func (d *Dialect) Read(p Page) (sample.Server, error) {
+	var s sample.Server
 	found := false
-	for c := range NumCounters {
+	for c := range sample.NumCounters {
 		if v, model, ok := d.pick(p, d.Counters[c], false); ok {
 			s.SetCounter(c, v)
 			s.Model = cmp(s.Model, model)
 			// Request counts alone carry no throughput.
-			found = found || c != FinishedRequests && c != AbortedRequests
+			found = found || c != sample.FinishedRequests && c != sample.AbortedRequests
 		}
 	}
-	for g := range NumGauges {
-		if v, model, ok := d.pick(p, d.Gauges[g], g == KVUsage); ok {
+	for g := range sample.NumGauges {
+		if v, model, ok := d.pick(p, d.Gauges[g], g == sample.KVUsage); ok {
 			s.SetGauge(g, v)
 			s.Model = cmp(s.Model, model)
 			found = true
@@ -716,7 +717,7 @@ func duplicate(seen []series, s series) bool {
 // One Deriver per server.
 type Deriver struct {
 	guard   Guard
-	prev    Sample
+	prev    sample.Server
 	hasPrev bool
 	bridged int // samples left out in a row
 	// Built counters: tokens, and the per-user speed's seconds and tokens.
@@ -760,16 +761,16 @@ const maxBridged = 3
 // same server. A sample that lost values to the Guard is left out of the
 // derivation: the next whole sample derives from the last whole one, so
 // the hole is bridged, neither lost nor counted twice.
-func (d *Deriver) Derive(s Sample) Sample {
+func (d *Deriver) Derive(s sample.Server) sample.Server {
 	ds := d.guard.Check(&s)
 	s.Discards = append(s.Discards, ds...)
 	if s.Suspect {
 		// Nothing is derived from counters in doubt, and the next trusted
 		// sample derives from none: the span between is a hole.
-		d.prev, d.hasPrev, d.bridged = Sample{}, false, 0
+		d.prev, d.hasPrev, d.bridged = sample.Server{}, false, 0
 		return s
 	}
-	if (s.Discarded > 0 || lostLiveGauge(ds)) && !s.HasCounter[GenerationTokens] && d.bridged < maxBridged {
+	if (s.Discarded > 0 || lostLiveGauge(ds)) && !s.HasCounter[sample.GenerationTokens] && d.bridged < maxBridged {
 		d.bridged++
 		if s.Discarded == 0 {
 			s.Discarded++ // left out: its tokens come with the next sample
@@ -779,7 +780,7 @@ func (d *Deriver) Derive(s Sample) Sample {
 	d.bridged = 0
 	prev, ok := d.prev, d.hasPrev
 	d.prev, d.hasPrev = s, true
-	if s.HasCounter[GenerationTokens] {
+	if s.HasCounter[sample.GenerationTokens] {
 		return s
 	}
 	// Without a previous sample, prev is the zero Sample: it has no
@@ -798,10 +799,10 @@ func (d *Deriver) Derive(s Sample) Sample {
 
 // lostLiveGauge says whether a gauge that live derivation reads was
 // refused; other gauges cost only themselves.
-func lostLiveGauge(ds []Discard) bool {
+func lostLiveGauge(ds []sample.Discard) bool {
 	for _, d := range ds {
 		switch d.Series {
-		case Running.String(), GenRate.String(), GenRequests.String(), SlotsPerDecode.String():
+		case sample.Running.String(), sample.GenRate.String(), sample.GenRequests.String(), sample.SlotsPerDecode.String():
 			return true
 		}
 	}
@@ -811,100 +812,100 @@ func lostLiveGauge(ds []Discard) bool {
 // live returns the tokens made since prev by the engine's live signal,
 // and whether it has one: decode calls times the slots per call, a
 // throughput gauge, or iterations times the generating requests.
-func (d *Deriver) live(s *Sample, prev Sample, dt float64) (float64, bool) {
+func (d *Deriver) live(s *sample.Server, prev sample.Server, dt float64) (float64, bool) {
 	switch {
-	case s.HasCounter[Decodes] && s.HasGauge[SlotsPerDecode]:
+	case s.HasCounter[sample.Decodes] && s.HasGauge[sample.SlotsPerDecode]:
 		return decodeTokens(s, prev), true
-	case s.HasGauge[GenRate]:
+	case s.HasGauge[sample.GenRate]:
 		// The gauge keeps its last value when idle: only count it while
 		// requests run.
-		if dt > 0 && (!s.HasGauge[Running] || s.Gauge[Running] > 0) {
-			return s.Gauge[GenRate] * dt, true
+		if dt > 0 && (!s.HasGauge[sample.Running] || s.Gauge[sample.Running] > 0) {
+			return s.Gauge[sample.GenRate] * dt, true
 		}
 		return 0, true
-	case s.HasCounter[Iterations] && s.HasGauge[GenRequests]:
+	case s.HasCounter[sample.Iterations] && s.HasGauge[sample.GenRequests]:
 		return d.iterationTokens(s, prev, dt), true
 	}
 	return 0, false
 }
 
 // decodeTokens is the growth of decode calls times busy slots per call.
-func decodeTokens(s *Sample, prev Sample) float64 {
-	if !prev.HasCounter[Decodes] || !prev.HasGauge[SlotsPerDecode] {
+func decodeTokens(s *sample.Server, prev sample.Server) float64 {
+	if !prev.HasCounter[sample.Decodes] || !prev.HasGauge[sample.SlotsPerDecode] {
 		return 0
 	}
-	cur := s.Counter[Decodes] * s.Gauge[SlotsPerDecode]
-	if s.Counter[Decodes] < prev.Counter[Decodes] {
+	cur := s.Counter[sample.Decodes] * s.Gauge[sample.SlotsPerDecode]
+	if s.Counter[sample.Decodes] < prev.Counter[sample.Decodes] {
 		return cur // restarted
 	}
 	// The gauge is printed with 6 digits: the product may dip by a
 	// fraction between scrapes, which the output absorbs.
-	return cur - prev.Counter[Decodes]*prev.Gauge[SlotsPerDecode]
+	return cur - prev.Counter[sample.Decodes]*prev.Gauge[sample.SlotsPerDecode]
 }
 
 // iterationTokens is iterations times the requests generating in them;
 // the iteration rate while any generate is also the per-user speed, given
 // to s where the engine has no inter-token latency of its own.
-func (d *Deriver) iterationTokens(s *Sample, prev Sample, dt float64) float64 {
+func (d *Deriver) iterationTokens(s *sample.Server, prev sample.Server, dt float64) float64 {
 	live := 0.0
-	if dt > 0 && prev.HasCounter[Iterations] {
-		iters := increase(prev.Counter[Iterations], s.Counter[Iterations])
-		gen := (prev.Gauge[GenRequests] + s.Gauge[GenRequests]) / 2
+	if dt > 0 && prev.HasCounter[sample.Iterations] {
+		iters := increase(prev.Counter[sample.Iterations], s.Counter[sample.Iterations])
+		gen := (prev.Gauge[sample.GenRequests] + s.Gauge[sample.GenRequests]) / 2
 		live = iters * gen
 		if gen > 0 {
 			d.userTok += iters
 			d.userSec += dt
 		}
 	}
-	if !s.HasCounter[ITLSum] {
-		s.SetCounter(ITLSum, d.userSec)
-		s.SetCounter(ITLCount, d.userTok)
+	if !s.HasCounter[sample.ITLSum] {
+		s.SetCounter(sample.ITLSum, d.userSec)
+		s.SetCounter(sample.ITLCount, d.userTok)
 	}
 	return live
 }
 
 // reconcile builds s's output counter from the live tokens, kept in step
 // with the completion-time count where the engine has one.
-func (d *Deriver) reconcile(s *Sample, prev Sample, live float64) {
-	if s.HasCounter[CompletionTokens] {
+func (d *Deriver) reconcile(s *sample.Server, prev sample.Server, live float64) {
+	if s.HasCounter[sample.CompletionTokens] {
 		done := 0.0
-		if prev.HasCounter[CompletionTokens] {
-			done = increase(prev.Counter[CompletionTokens], s.Counter[CompletionTokens])
+		if prev.HasCounter[sample.CompletionTokens] {
+			done = increase(prev.Counter[sample.CompletionTokens], s.Counter[sample.CompletionTokens])
 		}
-		idle := s.HasGauge[Running] && s.Gauge[Running] == 0
+		idle := s.HasGauge[sample.Running] && s.Gauge[sample.Running] == 0
 		d.tokens = d.rec.add(live, done, idle)
 	} else {
 		d.tokens += max(0, live)
 	}
-	s.SetCounter(GenerationTokens, d.tokens)
+	s.SetCounter(sample.GenerationTokens, d.tokens)
 }
 
 // spreadCompletions spreads the tokens of the requests completed since
 // prev back over their mean duration (bounded by maxSpread), for engines
 // with no live signal.
-func spreadCompletions(s *Sample, prev Sample, dt float64) {
-	if !s.HasCounter[CompletionTokens] || !prev.HasCounter[CompletionTokens] {
+func spreadCompletions(s *sample.Server, prev sample.Server, dt float64) {
+	if !s.HasCounter[sample.CompletionTokens] || !prev.HasCounter[sample.CompletionTokens] {
 		return
 	}
-	tok := increase(prev.Counter[CompletionTokens], s.Counter[CompletionTokens])
+	tok := increase(prev.Counter[sample.CompletionTokens], s.Counter[sample.CompletionTokens])
 	if tok <= 0 {
 		return
 	}
 	spread := time.Duration(dt * float64(time.Second))
-	if s.HasCounter[CompletionSeconds] && prev.HasCounter[CompletionSeconds] {
-		secs := increase(prev.Counter[CompletionSeconds], s.Counter[CompletionSeconds])
+	if s.HasCounter[sample.CompletionSeconds] && prev.HasCounter[sample.CompletionSeconds] {
+		secs := increase(prev.Counter[sample.CompletionSeconds], s.Counter[sample.CompletionSeconds])
 		reqs := 0.0
-		if s.HasCounter[CompletionRequests] && prev.HasCounter[CompletionRequests] {
-			reqs = increase(prev.Counter[CompletionRequests], s.Counter[CompletionRequests])
-		} else if s.HasGauge[Running] || prev.HasGauge[Running] {
+		if s.HasCounter[sample.CompletionRequests] && prev.HasCounter[sample.CompletionRequests] {
+			reqs = increase(prev.Counter[sample.CompletionRequests], s.Counter[sample.CompletionRequests])
+		} else if s.HasGauge[sample.Running] || prev.HasGauge[sample.Running] {
 			// Summed per-slot seconds of concurrent requests: divide by
 			// how many ran side by side.
-			reqs = math.Max(prev.Gauge[Running], s.Gauge[Running])
+			reqs = math.Max(prev.Gauge[sample.Running], s.Gauge[sample.Running])
 		}
 		spread = time.Duration(secs / math.Max(1, reqs) * float64(time.Second))
 	}
 	spread = min(max(spread, 0), maxSpread)
-	iv := Unknown(s.Time.Add(-spread), s.Time)
+	iv := sample.Unknown(s.Time.Add(-spread), s.Time)
 	iv.Tokens = tok
 	s.Intervals = append(s.Intervals, iv)
 }

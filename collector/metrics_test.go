@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/collector/engine"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // stripSource drops the "# source:" provenance lines of the fixtures.
@@ -36,53 +37,53 @@ func TestDialectsOnFixtures(t *testing.T) {
 	type want struct {
 		engine   string
 		model    string
-		counters map[Counter]float64
-		gauges   map[Gauge]float64
+		counters map[sample.Counter]float64
+		gauges   map[sample.Gauge]float64
 	}
 	tests := []struct {
 		file string
 		want want
 	}{
 		{"v1_metrics_design_doc.prom", want{"vllm", "meta-llama/Llama-3.1-8B-Instruct",
-			map[Counter]float64{GenerationTokens: 27453, FinishedRequests: 132, AbortedRequests: 0}, map[Gauge]float64{Running: 8}}},
+			map[sample.Counter]float64{sample.GenerationTokens: 27453, sample.FinishedRequests: 132, sample.AbortedRequests: 0}, map[sample.Gauge]float64{sample.Running: 8}}},
 		{"v1_two_engines.prom", want{"vllm", "Qwen/Qwen3-8B",
 			// Engines are summed; the 0.11 ITL name wins over the old one.
-			map[Counter]float64{GenerationTokens: 1500, PromptTokens: 6000, Preemptions: 4, ITLSum: 24.75 + 9.9, ITLCount: 1485},
-			map[Gauge]float64{Running: 20, Waiting: 2, KVUsage: 0.7}}},
+			map[sample.Counter]float64{sample.GenerationTokens: 1500, sample.PromptTokens: 6000, sample.Preemptions: 4, sample.ITLSum: 24.75 + 9.9, sample.ITLCount: 1485},
+			map[sample.Gauge]float64{sample.Running: 20, sample.Waiting: 2, sample.KVUsage: 0.7}}},
 		{"nim_llm_metrics_datadog_fixture.prom", want{"nim", "meta/llama-3.1-8b-instruct",
-			map[Counter]float64{GenerationTokens: 174, PromptTokens: 109, ITLSum: 1.856855869293213, ITLCount: 169, FinishedRequests: 5},
-			map[Gauge]float64{Running: 1, Waiting: 0, KVUsage: 0.0002848191398461977}}},
+			map[sample.Counter]float64{sample.GenerationTokens: 174, sample.PromptTokens: 109, sample.ITLSum: 1.856855869293213, sample.ITLCount: 169, sample.FinishedRequests: 5},
+			map[sample.Gauge]float64{sample.Running: 1, sample.Waiting: 0, sample.KVUsage: 0.0002848191398461977}}},
 		{"metrics_docs_v0.4_era.prom", want{"sglang", "meta-llama/Llama-3.1-8B-Instruct",
-			map[Counter]float64{PromptTokens: 8.128902e+06, CompletionTokens: 7.557572e+06,
-				CompletionSeconds: 3.116093850019932e+06, CompletionRequests: 11228,
-				ITLSum: 866964.5791549598, ITLCount: 7.400757e+06},
-			map[Gauge]float64{Running: 162, Waiting: 2826, KVUsage: 0.28, GenRate: 86.50814177726902}}},
+			map[sample.Counter]float64{sample.PromptTokens: 8.128902e+06, sample.CompletionTokens: 7.557572e+06,
+				sample.CompletionSeconds: 3.116093850019932e+06, sample.CompletionRequests: 11228,
+				sample.ITLSum: 866964.5791549598, sample.ITLCount: 7.400757e+06},
+			map[sample.Gauge]float64{sample.Running: 162, sample.Waiting: 2826, sample.KVUsage: 0.28, sample.GenRate: 86.50814177726902}}},
 		{"metrics_v0.4.4_engine_type_label.prom", want{"sglang", "/shared/public/models/Meta-Llama-3-8B-Instruct",
-			nil, map[Gauge]float64{Running: 0, KVUsage: 0, GenRate: 0}}},
+			nil, map[sample.Gauge]float64{sample.Running: 0, sample.KVUsage: 0, sample.GenRate: 0}}},
 		{"metrics_2025_06_no_kv.prom", want{"llamacpp", "",
-			map[Counter]float64{PromptTokens: 143, CompletionTokens: 673, CompletionSeconds: 29.567, ITLSum: 29.567, ITLCount: 673},
+			map[sample.Counter]float64{sample.PromptTokens: 143, sample.CompletionTokens: 673, sample.CompletionSeconds: 29.567, sample.ITLSum: 29.567, sample.ITLCount: 673},
 			nil}},
 		{"metrics_ik_llama_fork.prom", want{"llamacpp", "",
-			map[Counter]float64{PromptTokens: 6886, CompletionTokens: 3469, CompletionSeconds: 3544.27, ITLSum: 3544.27, ITLCount: 3469},
+			map[sample.Counter]float64{sample.PromptTokens: 6886, sample.CompletionTokens: 3469, sample.CompletionSeconds: 3544.27, sample.ITLSum: 3544.27, sample.ITLCount: 3469},
 			nil}},
 		{"nv_trt_llm_metrics_readme.prom", want{"triton", "tensorrt_llm",
-			map[Counter]float64{Iterations: 0},
-			map[Gauge]float64{Running: 0, Waiting: 1, KVUsage: 0.4875, GenRequests: 0}}},
-		{"nv_trt_llm_v1_and_base_triton_readme.prom", want{"triton", "tensorrt_llm", nil, map[Gauge]float64{Waiting: 0}}},
+			map[sample.Counter]float64{sample.Iterations: 0},
+			map[sample.Gauge]float64{sample.Running: 0, sample.Waiting: 1, sample.KVUsage: 0.4875, sample.GenRequests: 0}}},
+		{"nv_trt_llm_v1_and_base_triton_readme.prom", want{"triton", "tensorrt_llm", nil, map[sample.Gauge]float64{sample.Waiting: 0}}},
 		{"tgi_written.prom", want{"tgi", "",
-			map[Counter]float64{PromptTokens: 5000, CompletionTokens: 12000, CompletionSeconds: 300, CompletionRequests: 40,
-				ITLSum: 1.2, ITLCount: 40},
-			map[Gauge]float64{Running: 6, Waiting: 3, GenRequests: 6}}},
+			map[sample.Counter]float64{sample.PromptTokens: 5000, sample.CompletionTokens: 12000, sample.CompletionSeconds: 300, sample.CompletionRequests: 40,
+				sample.ITLSum: 1.2, sample.ITLCount: 40},
+			map[sample.Gauge]float64{sample.Running: 6, sample.Waiting: 3, sample.GenRequests: 6}}},
 		{"lmdeploy_written.prom", want{"lmdeploy", "internlm/internlm2_5-7b-chat",
-			map[Counter]float64{GenerationTokens: 3000, PromptTokens: 9000, ITLSum: 30, ITLCount: 3000},
-			map[Gauge]float64{Running: 12, Waiting: 1, KVUsage: 0.25}}},
+			map[sample.Counter]float64{sample.GenerationTokens: 3000, sample.PromptTokens: 9000, sample.ITLSum: 30, sample.ITLCount: 3000},
+			map[sample.Gauge]float64{sample.Running: 12, sample.Waiting: 1, sample.KVUsage: 0.25}}},
 		{"trtllm_serve_written.prom", want{"trtllm", "llama",
-			map[Counter]float64{GenerationTokens: 777, PromptTokens: 333, ITLSum: 7.77, ITLCount: 777},
-			map[Gauge]float64{Running: 3, Waiting: 0, KVUsage: 0.5}}},
+			map[sample.Counter]float64{sample.GenerationTokens: 777, sample.PromptTokens: 333, sample.ITLSum: 7.77, sample.ITLCount: 777},
+			map[sample.Gauge]float64{sample.Running: 3, sample.Waiting: 0, sample.KVUsage: 0.5}}},
 		{"sglang_tp_ranks_written.prom", want{"sglang", "qwen",
 			// tp_rank 1 sees the same batch and is never added; dp ranks are.
-			map[Counter]float64{GenerationTokens: 300},
-			map[Gauge]float64{Running: 10, GenRate: 700}}},
+			map[sample.Counter]float64{sample.GenerationTokens: 300},
+			map[sample.Gauge]float64{sample.Running: 10, sample.GenRate: 700}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -104,7 +105,7 @@ func TestDialectsOnFixtures(t *testing.T) {
 			if got.Model != tt.want.model {
 				t.Errorf("model = %q, want %q", got.Model, tt.want.model)
 			}
-			for c := range NumCounters {
+			for c := range sample.NumCounters {
 				w, ok := tt.want.counters[c]
 				if got.HasCounter[c] != ok {
 					t.Errorf("%v present = %v, want %v", c, got.HasCounter[c], ok)
@@ -113,7 +114,7 @@ func TestDialectsOnFixtures(t *testing.T) {
 					t.Errorf("%v = %v, want %v", c, got.Counter[c], w)
 				}
 			}
-			for g := range NumGauges {
+			for g := range sample.NumGauges {
 				w, ok := tt.want.gauges[g]
 				if got.HasGauge[g] != ok {
 					t.Errorf("%v present = %v, want %v", g, got.HasGauge[g], ok)
@@ -157,40 +158,40 @@ func at(s float64) time.Time { return time.Unix(1000, 0).Add(time.Duration(s * f
 func TestDeriver(t *testing.T) {
 	t.Run("gen_throughput gauge gated on running", func(t *testing.T) {
 		var d Deriver
-		mk := func(sec, rate, running float64) Sample {
-			s := Sample{Time: at(sec)}
-			s.SetGauge(GenRate, rate)
-			s.SetGauge(Running, running)
+		mk := func(sec, rate, running float64) sample.Server {
+			s := sample.Server{Time: at(sec)}
+			s.SetGauge(sample.GenRate, rate)
+			s.SetGauge(sample.Running, running)
 			return d.Derive(s)
 		}
 		mk(0, 500, 4)
 		a := mk(2, 500, 4)
 		b := mk(4, 500, 0) // idle: the gauge keeps its stale value
-		if a.Counter[GenerationTokens] != 1000 || b.Counter[GenerationTokens] != 1000 {
-			t.Errorf("built counter %v then %v, want 1000 and 1000", a.Counter[GenerationTokens], b.Counter[GenerationTokens])
+		if a.Counter[sample.GenerationTokens] != 1000 || b.Counter[sample.GenerationTokens] != 1000 {
+			t.Errorf("built counter %v then %v, want 1000 and 1000", a.Counter[sample.GenerationTokens], b.Counter[sample.GenerationTokens])
 		}
 	})
 	t.Run("iterations times generation requests", func(t *testing.T) {
 		var d Deriver
-		mk := func(sec, iters, gen float64) Sample {
-			s := Sample{Time: at(sec)}
-			s.SetCounter(Iterations, iters)
-			s.SetGauge(GenRequests, gen)
+		mk := func(sec, iters, gen float64) sample.Server {
+			s := sample.Server{Time: at(sec)}
+			s.SetCounter(sample.Iterations, iters)
+			s.SetGauge(sample.GenRequests, gen)
 			return d.Derive(s)
 		}
 		mk(0, 100, 8)
 		s := mk(1, 150, 8)
-		if s.Counter[GenerationTokens] != 400 || s.Counter[ITLCount]/s.Counter[ITLSum] != 50 {
-			t.Errorf("tokens %v, per-user %v; want 400 and 50/s", s.Counter[GenerationTokens], s.Counter[ITLCount]/s.Counter[ITLSum])
+		if s.Counter[sample.GenerationTokens] != 400 || s.Counter[sample.ITLCount]/s.Counter[sample.ITLSum] != 50 {
+			t.Errorf("tokens %v, per-user %v; want 400 and 50/s", s.Counter[sample.GenerationTokens], s.Counter[sample.ITLCount]/s.Counter[sample.ITLSum])
 		}
 	})
 	t.Run("completion tokens spread over the requests' duration", func(t *testing.T) {
 		var d Deriver
-		mk := func(sec, tok, secs, reqs float64) Sample {
-			s := Sample{Time: at(sec)}
-			s.SetCounter(CompletionTokens, tok)
-			s.SetCounter(CompletionSeconds, secs)
-			s.SetCounter(CompletionRequests, reqs)
+		mk := func(sec, tok, secs, reqs float64) sample.Server {
+			s := sample.Server{Time: at(sec)}
+			s.SetCounter(sample.CompletionTokens, tok)
+			s.SetCounter(sample.CompletionSeconds, secs)
+			s.SetCounter(sample.CompletionRequests, reqs)
 			return d.Derive(s)
 		}
 		mk(0, 1000, 100, 10)
@@ -202,7 +203,7 @@ func TestDeriver(t *testing.T) {
 		if iv.Tokens != 600 || !iv.End.Equal(at(1)) || !iv.Start.Equal(at(-11)) || iv.Observed {
 			t.Errorf("interval %+v, want 600 tokens over (-11, 1]", iv)
 		}
-		if s.HasCounter[GenerationTokens] {
+		if s.HasCounter[sample.GenerationTokens] {
 			t.Error("completion tokens passed off as a real-time counter")
 		}
 	})
@@ -227,19 +228,19 @@ func TestDeriver(t *testing.T) {
 		}
 		var d Deriver
 		for _, st := range steps {
-			s := Sample{Time: at(st.sec)}
-			s.SetCounter(Decodes, st.decodes)
-			s.SetGauge(SlotsPerDecode, st.slots)
-			s.SetCounter(CompletionTokens, st.done)
-			s.SetGauge(Running, st.running)
+			s := sample.Server{Time: at(st.sec)}
+			s.SetCounter(sample.Decodes, st.decodes)
+			s.SetGauge(sample.SlotsPerDecode, st.slots)
+			s.SetCounter(sample.CompletionTokens, st.done)
+			s.SetGauge(sample.Running, st.running)
 			s = d.Derive(s)
 			if st.want < 0 {
-				if s.HasCounter[GenerationTokens] {
-					t.Errorf("t=%v: tokens %v while a fall awaits confirmation", st.sec, s.Counter[GenerationTokens])
+				if s.HasCounter[sample.GenerationTokens] {
+					t.Errorf("t=%v: tokens %v while a fall awaits confirmation", st.sec, s.Counter[sample.GenerationTokens])
 				}
 				continue
 			}
-			if got := s.Counter[GenerationTokens]; math.Abs(got-st.want) > 1e-9 || len(s.Intervals) > 0 {
+			if got := s.Counter[sample.GenerationTokens]; math.Abs(got-st.want) > 1e-9 || len(s.Intervals) > 0 {
 				t.Errorf("t=%v: tokens %v (intervals %v), want %v", st.sec, got, s.Intervals, st.want)
 			}
 		}
@@ -272,7 +273,7 @@ func TestReadPage(t *testing.T) {
 	if err != nil || d != &VLLM || s.Engine != "vllm" {
 		t.Fatalf("detect: %v %+v (%v)", d, s, err)
 	}
-	if !s.HasCounter[GenerationTokens] || s.Counter[GenerationTokens] != 10 {
+	if !s.HasCounter[sample.GenerationTokens] || s.Counter[sample.GenerationTokens] != 10 {
 		t.Errorf("generation tokens: %+v", s)
 	}
 	if _, d, err := ReadPage(page, &SGLang); d != &SGLang || !errors.Is(err, ErrNoEngineMetrics) {

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // TestScrapeFollowsNoRedirect: a server that answers its metrics page, or
@@ -58,7 +60,7 @@ func TestScrapeFollowsNoRedirect(t *testing.T) {
 			if !strings.Contains(r.Err.Error(), to) {
 				t.Errorf("err %q does not name the Location %s", r.Err, to)
 			}
-			if n := elsewhere.Load() + own.Load(); n > 0 || r.Sample.Counter[GenerationTokens] != 0 {
+			if n := elsewhere.Load() + own.Load(); n > 0 || r.Sample.Counter[sample.GenerationTokens] != 0 {
 				t.Errorf("%d requests where the redirect points; sample %+v", n, r.Sample)
 			}
 		})

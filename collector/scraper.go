@@ -1,3 +1,7 @@
+// Package collector reads token throughput from inference servers: it
+// scrapes their Prometheus metrics and parses their logs, and turns each
+// into timestamped samples (package sample). Sources only produce samples;
+// windows are the joiner's job.
 package collector
 
 import (
@@ -15,13 +19,22 @@ import (
 
 	"github.com/tpsmon/tpsmon/internal/redact"
 	"github.com/tpsmon/tpsmon/internal/wake"
+	"github.com/tpsmon/tpsmon/sample"
 )
+
+// ErrMalformed marks metrics text that could not be parsed; the scrape is
+// skipped and counted, the daemon goes on.
+var ErrMalformed = errors.New("malformed metrics text")
+
+// ErrNoEngineMetrics marks a metrics page that parsed but carries none of
+// the engine's throughput series (wrong engine, or stats logging off).
+var ErrNoEngineMetrics = errors.New("no engine throughput metrics")
 
 // Result is the outcome of one scrape: a sample, or the error that kept the
 // server from being read.
 type Result struct {
 	Server string
-	Sample Sample
+	Sample sample.Server
 	Err    error
 }
 
@@ -150,27 +163,27 @@ func (s *Scraper) fetchModel(ctx context.Context, client *http.Client) (string, 
 	return m, nil
 }
 
-func (s *Scraper) fetch(ctx context.Context, client *http.Client) (Sample, error) {
+func (s *Scraper) fetch(ctx context.Context, client *http.Client) (sample.Server, error) {
 	if s.req == nil {
 		req, err := http.NewRequest(http.MethodGet, s.URL, nil)
 		if err != nil {
-			return Sample{}, err
+			return sample.Server{}, err
 		}
 		req.Header.Set("Accept", "text/plain;version=0.0.4")
 		s.req = req
 	}
 	resp, err := client.Do(s.req.WithContext(ctx))
 	if err != nil {
-		return Sample{}, err
+		return sample.Server{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return Sample{}, fmt.Errorf("HTTP %s", resp.Status)
+		return sample.Server{}, fmt.Errorf("HTTP %s", resp.Status)
 	}
 	s.body.Reset()
 	if _, err := s.body.ReadFrom(io.LimitReader(resp.Body, maxPage)); err != nil {
-		return Sample{}, err
+		return sample.Server{}, err
 	}
 	body := s.body.Bytes()
 	if s.body.Cap() > 4*max(s.body.Len(), 64<<10) {

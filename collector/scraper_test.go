@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 func TestScrape(t *testing.T) {
@@ -38,7 +40,7 @@ func TestScrape(t *testing.T) {
 					t.Fatal(r.Err)
 				}
 				// Timestamped in the middle of the request (clock 101 -> 102).
-				if !r.Sample.Time.Equal(time.Unix(101, 500_000_000)) || r.Sample.Counter[GenerationTokens] != 1500 {
+				if !r.Sample.Time.Equal(time.Unix(101, 500_000_000)) || r.Sample.Counter[sample.GenerationTokens] != 1500 {
 					t.Errorf("sample %+v", r.Sample)
 				}
 				return
@@ -133,7 +135,7 @@ func TestScrapesShareOneRequest(t *testing.T) {
 			}
 			continue
 		}
-		if r.Err != nil || r.Sample.Counter[GenerationTokens] != 1500 {
+		if r.Err != nil || r.Sample.Counter[sample.GenerationTokens] != 1500 {
 			t.Fatalf("scrape %d: err %v, sample %+v", i, r.Err, r.Sample)
 		}
 	}

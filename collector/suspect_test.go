@@ -4,16 +4,18 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // guardRun feeds generation counter readings, one a second from t=1000 s,
 // through a Deriver and returns the samples.
-func guardRun(reads []float64) []Sample {
+func guardRun(reads []float64) []sample.Server {
 	var der Deriver
-	out := make([]Sample, 0, len(reads))
+	out := make([]sample.Server, 0, len(reads))
 	for i, v := range reads {
-		s := Sample{Time: time.Unix(int64(1000+i), 0)}
-		s.SetCounter(GenerationTokens, v)
+		s := sample.Server{Time: time.Unix(int64(1000+i), 0)}
+		s.SetCounter(sample.GenerationTokens, v)
 		out = append(out, der.Derive(s))
 	}
 	return out
@@ -92,7 +94,7 @@ func TestSuspectCounters(t *testing.T) {
 					trusted = i
 				}
 				for _, d := range s.Discards {
-					if !tc.suspect && d.Reason == Suspect {
+					if !tc.suspect && d.Reason == sample.Suspect {
 						t.Errorf("reading %d: %v", i, d)
 					}
 				}
@@ -109,8 +111,8 @@ func TestSuspectCounters(t *testing.T) {
 			if trusted != tc.trusted {
 				t.Errorf("trusted again from reading %d, want %d", trusted, tc.trusted)
 			}
-			if trusted >= 0 && (!out[trusted].HasCounter[GenerationTokens] || out[trusted].Counter[GenerationTokens] != tc.reads[trusted]) {
-				t.Errorf("reading %d passed %v, want %v", trusted, out[trusted].Counter[GenerationTokens], tc.reads[trusted])
+			if trusted >= 0 && (!out[trusted].HasCounter[sample.GenerationTokens] || out[trusted].Counter[sample.GenerationTokens] != tc.reads[trusted]) {
+				t.Errorf("reading %d passed %v, want %v", trusted, out[trusted].Counter[sample.GenerationTokens], tc.reads[trusted])
 			}
 		})
 	}
@@ -124,7 +126,7 @@ func TestRestartCountsFromNewValue(t *testing.T) {
 		if s.Suspect || len(s.Discards) > 0 {
 			t.Fatalf("reading %d: suspect %v, discards %v", i, s.Suspect, s.Discards)
 		}
-		if i != 3 && !s.HasCounter[GenerationTokens] {
+		if i != 3 && !s.HasCounter[sample.GenerationTokens] {
 			t.Fatalf("reading %d held", i)
 		}
 	}
@@ -135,26 +137,26 @@ func TestRestartCountsFromNewValue(t *testing.T) {
 // coverage (Discarded 0).
 func TestBadGaugeCostsItself(t *testing.T) {
 	for _, tc := range []struct {
-		g      Gauge
+		g      sample.Gauge
 		v      float64
-		reason Reason
+		reason sample.Reason
 	}{
-		{Waiting, math.NaN(), NotANumber},
-		{Waiting, 1e30, Huge},
-		{KVUsage, math.NaN(), NotANumber},
-		{KVUsage, math.Inf(1), Infinite},
-		{Running, -1, Negative},
+		{sample.Waiting, math.NaN(), sample.NotANumber},
+		{sample.Waiting, 1e30, sample.Huge},
+		{sample.KVUsage, math.NaN(), sample.NotANumber},
+		{sample.KVUsage, math.Inf(1), sample.Infinite},
+		{sample.Running, -1, sample.Negative},
 	} {
 		var der Deriver
 		for i, v := range []float64{1000, 1100} {
-			s := Sample{Time: time.Unix(int64(1000+i), 0)}
-			s.SetCounter(GenerationTokens, v)
+			s := sample.Server{Time: time.Unix(int64(1000+i), 0)}
+			s.SetCounter(sample.GenerationTokens, v)
 			s.SetGauge(tc.g, tc.v)
 			s = der.Derive(s)
-			if !s.HasCounter[GenerationTokens] || s.Counter[GenerationTokens] != v || s.Discarded != 0 {
-				t.Errorf("%v %v: counter %v %v, Discarded %d", tc.g, tc.v, s.HasCounter[GenerationTokens], s.Counter[GenerationTokens], s.Discarded)
+			if !s.HasCounter[sample.GenerationTokens] || s.Counter[sample.GenerationTokens] != v || s.Discarded != 0 {
+				t.Errorf("%v %v: counter %v %v, Discarded %d", tc.g, tc.v, s.HasCounter[sample.GenerationTokens], s.Counter[sample.GenerationTokens], s.Discarded)
 			}
-			if s.HasGauge[tc.g] || len(s.Discards) != 1 || s.Discards[0] != (Discard{tc.g.String(), tc.reason}) {
+			if s.HasGauge[tc.g] || len(s.Discards) != 1 || s.Discards[0] != (sample.Discard{Series: tc.g.String(), Reason: tc.reason}) {
 				t.Errorf("%v %v: gauge kept %v, discards %v", tc.g, tc.v, s.HasGauge[tc.g], s.Discards)
 			}
 		}

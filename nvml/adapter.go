@@ -13,8 +13,7 @@ import (
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
-
-	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // Sampler reads GPUs through NVML. It is created by Open after a successful
@@ -37,7 +36,7 @@ type device struct {
 	uuid  string
 	name  string
 	// unsupported caches NOT_SUPPORTED answers so they are asked once.
-	unsupported gpu.Field
+	unsupported sample.Field
 
 	// lastSeen is the raw timestamp of the newest utilization sample
 	// taken, fed back to GetSamples; offset converts the driver's clock to
@@ -138,7 +137,7 @@ func (s *Sampler) enumerate(want []string) error {
 		}
 		if cur, _, ret := h.GetMigMode(); ret == gonvml.SUCCESS && cur == gonvml.DEVICE_MIG_ENABLE {
 			d.migs = migDevices(h)
-			d.unsupported |= gpu.FieldUtil | gpu.FieldMemUtil | fieldSamples
+			d.unsupported |= sample.FieldUtil | sample.FieldMemUtil | fieldSamples
 		}
 		s.devs = append(s.devs, d)
 	}
@@ -192,15 +191,15 @@ var ErrTimeout = errors.New("NVML call did not return in time")
 // call hangs carries ErrTimeout (and is not asked again until that call
 // returns) while the others are read. Missing readings are absent from
 // Has.
-func (s *Sampler) Sample(now time.Time) []gpu.Sample {
-	out := make([]gpu.Sample, len(s.devs))
-	extra := make([][]gpu.Sample, len(s.devs)) // MIG instances, after their GPU
+func (s *Sampler) Sample(now time.Time) []sample.GPU {
+	out := make([]sample.GPU, len(s.devs))
+	extra := make([][]sample.GPU, len(s.devs)) // MIG instances, after their GPU
 	done := make(chan int, len(s.devs))
 	pending := 0
 	s.mu.Lock()
 	for i, d := range s.devs {
 		if d.busy {
-			out[i] = gpu.Sample{Time: now, Index: d.index, UUID: d.uuid, Name: d.name,
+			out[i] = sample.GPU{Time: now, Index: d.index, UUID: d.uuid, Name: d.name,
 				Err: fmt.Errorf("gpu %d %s: %w (stuck since %s)", d.index, d.uuid, ErrTimeout, d.stuckAt.Format(time.RFC3339))}
 			continue
 		}
@@ -228,14 +227,14 @@ func (s *Sampler) Sample(now time.Time) []gpu.Sample {
 			pending--
 		case <-deadline.C:
 			// The late goroutines write into a slice nobody reads any more.
-			res := make([]gpu.Sample, len(out))
+			res := make([]sample.GPU, len(out))
 			s.mu.Lock()
 			for i, d := range s.devs {
 				if got[i] || !d.busy {
 					continue
 				}
 				d.stuckAt = now
-				res[i] = gpu.Sample{Time: now, Index: d.index, UUID: d.uuid, Name: d.name,
+				res[i] = sample.GPU{Time: now, Index: d.index, UUID: d.uuid, Name: d.name,
 					Err: fmt.Errorf("gpu %d %s: %w after %v", d.index, d.uuid, ErrTimeout, CallTimeout)}
 			}
 			s.mu.Unlock()
@@ -243,7 +242,7 @@ func (s *Sampler) Sample(now time.Time) []gpu.Sample {
 				if got[i] {
 					res[i] = out[i]
 				} else if res[i].UUID == "" {
-					res[i] = gpu.Sample{Time: now, Index: s.devs[i].index, UUID: s.devs[i].uuid, Name: s.devs[i].name,
+					res[i] = sample.GPU{Time: now, Index: s.devs[i].index, UUID: s.devs[i].uuid, Name: s.devs[i].name,
 						Err: fmt.Errorf("gpu %d: %w", s.devs[i].index, ErrTimeout)}
 				}
 			}
@@ -254,7 +253,7 @@ func (s *Sampler) Sample(now time.Time) []gpu.Sample {
 }
 
 // withMIG appends the MIG instances read in time after the GPUs.
-func withMIG(gpus []gpu.Sample, got []bool, extra [][]gpu.Sample, mu *sync.Mutex) []gpu.Sample {
+func withMIG(gpus []sample.GPU, got []bool, extra [][]sample.GPU, mu *sync.Mutex) []sample.GPU {
 	mu.Lock()
 	defer mu.Unlock()
 	for i, e := range extra {
@@ -265,12 +264,12 @@ func withMIG(gpus []gpu.Sample, got []bool, extra [][]gpu.Sample, mu *sync.Mutex
 	return gpus
 }
 
-func (s *Sampler) read(d *device, now time.Time) gpu.Sample {
-	smp := gpu.Sample{Time: now, Index: d.index, UUID: d.uuid, Name: d.name}
+func (s *Sampler) read(d *device, now time.Time) sample.GPU {
+	smp := sample.GPU{Time: now, Index: d.index, UUID: d.uuid, Name: d.name}
 	var fatal error
 	// get records one reading: its value on success, NOT_SUPPORTED cached,
 	// a lost GPU remembered as the device's error.
-	get := func(f gpu.Field, ret gonvml.Return, set func()) {
+	get := func(f sample.Field, ret gonvml.Return, set func()) {
 		switch {
 		case ret == gonvml.SUCCESS:
 			smp.Has |= f
@@ -283,40 +282,40 @@ func (s *Sampler) read(d *device, now time.Time) gpu.Sample {
 			}
 		}
 	}
-	want := func(f gpu.Field) bool { return d.unsupported&f == 0 && fatal == nil }
+	want := func(f sample.Field) bool { return d.unsupported&f == 0 && fatal == nil }
 
-	if want(gpu.FieldUtil) {
+	if want(sample.FieldUtil) {
 		u, ret := d.h.GetUtilizationRates()
-		get(gpu.FieldUtil|gpu.FieldMemUtil, ret, func() {
+		get(sample.FieldUtil|sample.FieldMemUtil, ret, func() {
 			smp.UtilPct, smp.MemUtilPct = float64(u.Gpu), float64(u.Memory)
 		})
 	}
 	if want(fieldSamples) {
 		s.readSamples(d, &smp, now)
 	}
-	if want(gpu.FieldMemory) {
+	if want(sample.FieldMemory) {
 		m, ret := d.h.GetMemoryInfo()
-		get(gpu.FieldMemory, ret, func() {
+		get(sample.FieldMemory, ret, func() {
 			smp.MemUsedBytes, smp.MemTotalBytes = clampInt64(m.Used), clampInt64(m.Total)
 		})
 	}
-	if want(gpu.FieldPower) {
+	if want(sample.FieldPower) {
 		mw, ret := d.h.GetPowerUsage()
-		get(gpu.FieldPower, ret, func() { smp.PowerW = float64(mw) / 1000 })
+		get(sample.FieldPower, ret, func() { smp.PowerW = float64(mw) / 1000 })
 	}
-	if want(gpu.FieldEnergy) {
+	if want(sample.FieldEnergy) {
 		mj, ret := d.h.GetTotalEnergyConsumption()
-		get(gpu.FieldEnergy, ret, func() { smp.EnergyMJ = clampInt64(mj) })
+		get(sample.FieldEnergy, ret, func() { smp.EnergyMJ = clampInt64(mj) })
 	}
-	if want(gpu.FieldTemp) {
+	if want(sample.FieldTemp) {
 		c, ret := d.h.GetTemperature(gonvml.TEMPERATURE_GPU)
-		get(gpu.FieldTemp, ret, func() { smp.TempC = float64(c) })
+		get(sample.FieldTemp, ret, func() { smp.TempC = float64(c) })
 	}
-	if want(gpu.FieldSMClock) {
+	if want(sample.FieldSMClock) {
 		mhz, ret := d.h.GetClockInfo(gonvml.CLOCK_SM)
-		get(gpu.FieldSMClock, ret, func() { smp.SMClockMHz = float64(mhz) })
+		get(sample.FieldSMClock, ret, func() { smp.SMClockMHz = float64(mhz) })
 	}
-	if want(gpu.FieldThrottle) {
+	if want(sample.FieldThrottle) {
 		var bits uint64
 		var ret gonvml.Return
 		if s.eventReasons {
@@ -324,10 +323,10 @@ func (s *Sampler) read(d *device, now time.Time) gpu.Sample {
 		} else {
 			bits, ret = d.h.GetCurrentClocksThrottleReasons()
 		}
-		get(gpu.FieldThrottle, ret, func() { smp.Throttle = bits })
+		get(sample.FieldThrottle, ret, func() { smp.Throttle = bits })
 	}
 	if fatal != nil {
-		return gpu.Sample{Time: now, Index: d.index, UUID: d.uuid, Name: d.name, Err: fatal}
+		return sample.GPU{Time: now, Index: d.index, UUID: d.uuid, Name: d.name, Err: fatal}
 	}
 	if d.gpmOK {
 		s.readGPM(d, &smp, now)
@@ -339,7 +338,7 @@ func (s *Sampler) read(d *device, now time.Time) gpu.Sample {
 // one seen. Their timestamps are CPU microseconds, since the epoch on most
 // platforms but since boot on some: far from now, they are shifted so the
 // newest is now, while the raw value is what goes back as lastSeen.
-func (s *Sampler) readSamples(d *device, smp *gpu.Sample, now time.Time) {
+func (s *Sampler) readSamples(d *device, smp *sample.GPU, now time.Time) {
 	vt, ss, ret := d.h.GetSamples(gonvml.GPU_UTILIZATION_SAMPLES, d.lastSeen)
 	switch {
 	case ret == gonvml.ERROR_NOT_FOUND:
@@ -376,7 +375,7 @@ func (s *Sampler) readSamples(d *device, smp *gpu.Sample, now time.Time) {
 		default:
 			continue
 		}
-		smp.UtilSamples = append(smp.UtilSamples, gpu.UtilSample{Time: time.UnixMicro(int64(x.TimeStamp)).Add(d.offset), Pct: v})
+		smp.UtilSamples = append(smp.UtilSamples, sample.UtilSample{Time: time.UnixMicro(int64(x.TimeStamp)).Add(d.offset), Pct: v})
 	}
 	d.lastSeen = max(d.lastSeen, newest)
 	sort.Slice(smp.UtilSamples, func(a, b int) bool { return smp.UtilSamples[a].Time.Before(smp.UtilSamples[b].Time) })
@@ -384,13 +383,13 @@ func (s *Sampler) readSamples(d *device, smp *gpu.Sample, now time.Time) {
 
 // readMIG reads each MIG instance of d: its memory, and GPM where the
 // GPU has it. Never a utilization: MIG has none.
-func (s *Sampler) readMIG(d *device, now time.Time) []gpu.Sample {
-	var out []gpu.Sample
+func (s *Sampler) readMIG(d *device, now time.Time) []sample.GPU {
+	var out []sample.GPU
 	for _, m := range d.migs {
-		smp := gpu.Sample{Time: now, Index: d.index, UUID: m.uuid, Name: d.name + " MIG", Instance: fmt.Sprintf("gi%d", m.gi)}
+		smp := sample.GPU{Time: now, Index: d.index, UUID: m.uuid, Name: d.name + " MIG", Instance: fmt.Sprintf("gi%d", m.gi)}
 		if mem, ret := m.h.GetMemoryInfo(); ret == gonvml.SUCCESS {
 			smp.MemUsedBytes, smp.MemTotalBytes = clampInt64(mem.Used), clampInt64(mem.Total)
-			smp.Has |= gpu.FieldMemory
+			smp.Has |= sample.FieldMemory
 		}
 		if d.gpmOK && (m.gpm == nil || now.Sub(m.gpmAt) >= gpmInterval) {
 			s.gpmMetrics(&m.gpm, &m.gpmAt, now, func(sample gonvml.GpmSample) gonvml.Return {
@@ -407,7 +406,7 @@ const gpmInterval = time.Second
 
 // readGPM takes a GPM sample and, from the previous one, the activity
 // metrics of the time between.
-func (s *Sampler) readGPM(d *device, smp *gpu.Sample, now time.Time) {
+func (s *Sampler) readGPM(d *device, smp *sample.GPU, now time.Time) {
 	if d.gpm != nil && now.Sub(d.gpmAt) < gpmInterval {
 		return
 	}
@@ -419,7 +418,7 @@ func (s *Sampler) readGPM(d *device, smp *gpu.Sample, now time.Time) {
 // gpmMetrics takes a new GPM sample with get and computes the metrics
 // since *prev, which it then replaces. All GPM calls are serialized.
 func (s *Sampler) gpmMetrics(prev *gonvml.GpmSample, prevAt *time.Time, now time.Time,
-	get func(gonvml.GpmSample) gonvml.Return, smp *gpu.Sample) gonvml.Return {
+	get func(gonvml.GpmSample) gonvml.Return, smp *sample.GPU) gonvml.Return {
 	gpmMu.Lock()
 	defer gpmMu.Unlock()
 	cur, ret := s.lib.GpmSampleAlloc()
@@ -452,7 +451,7 @@ func (s *Sampler) gpmMetrics(prev *gonvml.GpmSample, prevAt *time.Time, now time
 		}
 		*dst[i] = mg.Metrics[i].Value
 	}
-	smp.Has |= gpu.FieldGPM
+	smp.Has |= sample.FieldGPM
 	return gonvml.SUCCESS
 }
 

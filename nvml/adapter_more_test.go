@@ -13,8 +13,7 @@ import (
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
-
-	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 func utilSample(tsMicro uint64, pct uint32) gonvml.Sample {
@@ -73,7 +72,7 @@ func TestUtilizationSampleBuffer(t *testing.T) {
 						t.Error("samples not in time order")
 					}
 				}
-				if !got.Have(gpu.FieldUtil) {
+				if !got.Have(sample.FieldUtil) {
 					t.Error("the 1 Hz reading is missing")
 				}
 			}
@@ -140,12 +139,12 @@ func TestGPM(t *testing.T) {
 		}
 		t0 := time.Unix(1_700_000_000, 0)
 		first := s.Sample(t0)
-		if first[0].Have(gpu.FieldGPM) {
+		if first[0].Have(sample.FieldGPM) {
 			t.Error("GPM metrics from a single sample")
 		}
 		second := s.Sample(t0.Add(time.Second))
 		for _, g := range second {
-			if !g.Have(gpu.FieldGPM) || g.SMActive != 10 || g.SMOccupancy != 20 || g.TensorActive != 30 || g.DRAMActive != 40 {
+			if !g.Have(sample.FieldGPM) || g.SMActive != 10 || g.SMOccupancy != 20 || g.TensorActive != 30 || g.DRAMActive != 40 {
 				t.Errorf("gpu %d GPM %v %v %v %v", g.Index, g.SMActive, g.SMOccupancy, g.TensorActive, g.DRAMActive)
 			}
 		}
@@ -164,7 +163,7 @@ func TestGPM(t *testing.T) {
 		s, _ := Open(srv, nil)
 		for range 2 {
 			for _, g := range s.Sample(time.Now()) {
-				if g.Have(gpu.FieldGPM) {
+				if g.Have(sample.FieldGPM) {
 					t.Error("GPM reported on an unsupported GPU")
 				}
 			}
@@ -189,7 +188,7 @@ func TestHungCallMeetsItsDeadline(t *testing.T) {
 	start := time.Now()
 	got := s.Sample(time.Now())
 	if d := time.Since(start); d > time.Second {
-		t.Errorf("gpu.Sample took %v with one hung call", d)
+		t.Errorf("Sample took %v with one hung call", d)
 	}
 	for i, g := range got {
 		if i == 5 {
@@ -198,7 +197,7 @@ func TestHungCallMeetsItsDeadline(t *testing.T) {
 			}
 			continue
 		}
-		if g.Err != nil || !g.Have(gpu.FieldPower) {
+		if g.Err != nil || !g.Have(sample.FieldPower) {
 			t.Errorf("gpu %d held up by gpu 5: %+v", i, g)
 		}
 	}
@@ -247,18 +246,18 @@ func TestMIG(t *testing.T) {
 	if len(got) != 4 {
 		t.Fatalf("%d samples, want 2 GPUs and 2 MIG instances", len(got))
 	}
-	if got[0].Have(gpu.FieldUtil) || got[0].Have(gpu.FieldMemUtil) || len(got[0].UtilSamples) > 0 {
+	if got[0].Have(sample.FieldUtil) || got[0].Have(sample.FieldMemUtil) || len(got[0].UtilSamples) > 0 {
 		t.Errorf("a MIG-enabled GPU reports a utilization: %+v", got[0])
 	}
 	if n := len(parent.GetUtilizationRatesCalls()) + len(parent.GetSamplesCalls()); n != 0 {
 		t.Errorf("utilization asked %d times of a MIG-enabled GPU", n)
 	}
-	if !got[0].Have(gpu.FieldPower) || !got[1].Have(gpu.FieldUtil) {
+	if !got[0].Have(sample.FieldPower) || !got[1].Have(sample.FieldUtil) {
 		t.Error("power of the MIG GPU, or utilization of the other, missing")
 	}
 	for k, m := range got[2:] {
 		want := []string{"MIG-0", "MIG-2"}[k]
-		if m.UUID != want || m.Index != 0 || m.Instance != []string{"gi1", "gi3"}[k] || !m.Have(gpu.FieldMemory) || m.Have(gpu.FieldUtil) {
+		if m.UUID != want || m.Index != 0 || m.Instance != []string{"gi1", "gi3"}[k] || !m.Have(sample.FieldMemory) || m.Have(sample.FieldUtil) {
 			t.Errorf("MIG sample %+v", m)
 		}
 	}

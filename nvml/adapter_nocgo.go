@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // Sampler is unavailable in a build without cgo: go-nvml needs it.
@@ -21,7 +21,7 @@ func OpenSystem([]string) (*Sampler, error) {
 func (*Sampler) Devices() int { return 0 }
 
 // Sample returns nothing.
-func (*Sampler) Sample(time.Time) []gpu.Sample { return nil }
+func (*Sampler) Sample(time.Time) []sample.GPU { return nil }
 
 // Close does nothing.
 func (*Sampler) Close() error { return nil }

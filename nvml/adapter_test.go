@@ -11,8 +11,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
-
-	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // h100 returns the dgxh100 fake with every call tpsmon samples filled in;
@@ -75,7 +74,7 @@ func TestSampleAllDevices(t *testing.T) {
 		if g.TempC != 40 || g.SMClockMHz != 1980 || g.Throttle != 0x4 {
 			t.Errorf("gpu %d temp/clock/throttle = %v %v %#x", i, g.TempC, g.SMClockMHz, g.Throttle)
 		}
-		all := gpu.FieldUtil | gpu.FieldMemUtil | gpu.FieldMemory | gpu.FieldPower | gpu.FieldEnergy | gpu.FieldTemp | gpu.FieldSMClock | gpu.FieldThrottle
+		all := sample.FieldUtil | sample.FieldMemUtil | sample.FieldMemory | sample.FieldPower | sample.FieldEnergy | sample.FieldTemp | sample.FieldSMClock | sample.FieldThrottle
 		if g.Has != all {
 			t.Errorf("gpu %d has %b, want %b", i, g.Has, all)
 		}
@@ -113,10 +112,10 @@ func TestNotSupportedIsAbsentAndAskedOnce(t *testing.T) {
 	}
 	for range 3 {
 		g := s.Sample(time.Now())[0]
-		if g.Have(gpu.FieldEnergy) || g.EnergyMJ != 0 {
+		if g.Have(sample.FieldEnergy) || g.EnergyMJ != 0 {
 			t.Fatalf("unsupported energy reported: %+v", g)
 		}
-		if !g.Have(gpu.FieldPower) {
+		if !g.Have(sample.FieldPower) {
 			t.Fatal("power missing")
 		}
 	}
@@ -140,7 +139,7 @@ func TestLostGPUMarkedOthersGoOn(t *testing.T) {
 			}
 			continue
 		}
-		if g.Err != nil || !g.Have(gpu.FieldPower) {
+		if g.Err != nil || !g.Have(sample.FieldPower) {
 			t.Errorf("gpu %d affected by gpu 3: %+v", i, g)
 		}
 	}

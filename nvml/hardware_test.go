@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // TestRealNVML checks the adapter on a machine with an NVIDIA driver and
@@ -18,7 +18,7 @@ func TestRealNVML(t *testing.T) {
 	}
 	defer s.Close()
 	t.Logf("%d GPUs", s.Devices())
-	var first []gpu.Sample
+	var first []sample.GPU
 	const rounds = 20
 	start := time.Now()
 	for i := range rounds {
@@ -41,9 +41,9 @@ func TestRealNVML(t *testing.T) {
 			g.Index, g.UUID, g.Name, g.Instance, g.UtilPct, g.MemUtilPct, g.MemUsedBytes>>20, g.MemTotalBytes>>20,
 			g.PowerW, g.EnergyMJ, g.TempC, g.SMClockMHz, g.Throttle)
 		t.Logf("gpu %d: driver utilization samples in the last read: %d (first read: %d); GPM: %v (sm_active %.1f%%, occupancy %.1f%%, tensor %.1f%%, dram %.1f%%)",
-			g.Index, len(g.UtilSamples), len(first[min(i, len(first)-1)].UtilSamples), g.Have(gpu.FieldGPM),
+			g.Index, len(g.UtilSamples), len(first[min(i, len(first)-1)].UtilSamples), g.Have(sample.FieldGPM),
 			g.SMActive, g.SMOccupancy, g.TensorActive, g.DRAMActive)
-		if g.Instance == "" && !g.Have(gpu.FieldPower) {
+		if g.Instance == "" && !g.Have(sample.FieldPower) {
 			t.Errorf("gpu %d: no power reading", g.Index)
 		}
 	}

@@ -1,5 +1,5 @@
 // Package nvml is the GPU backend on real hardware: the go-nvml adapter
-// that fills a gpu.Sample for each device.
+// that fills a sample.GPU for each device.
 //
 // Only this package imports go-nvml, so consumers never see its types.
 package nvml
@@ -7,7 +7,7 @@ package nvml
 import (
 	"errors"
 
-	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // ErrNoDriver means the NVIDIA driver library could not be loaded or
@@ -16,4 +16,4 @@ var ErrNoDriver = errors.New("no NVIDIA driver found")
 
 // fieldSamples marks, in a device's unsupported set, the driver's
 // utilization sample buffer: the adapter's own bit, beyond gpu's fields.
-const fieldSamples = gpu.FieldGPM << 1
+const fieldSamples = sample.FieldGPM << 1

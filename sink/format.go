@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/sink/spool"
 	"github.com/tpsmon/tpsmon/window"
 )
@@ -28,7 +29,7 @@ const lpChunk = 64 << 10
 
 // WriteWindows writes the points of cs; a point that cannot be encoded is
 // reported, the others still go out.
-func (o *LPWriter) WriteWindows(cs []window.Closed) error {
+func (o *LPWriter) WriteWindows(cs []analysis.Closed) error {
 	var first error
 	b := o.buf[:0]
 	for i := range cs {
@@ -62,7 +63,7 @@ type JSONPoint struct {
 }
 
 // WriteWindows writes one line per point of cs.
-func (o *JSONWriter) WriteWindows(cs []window.Closed) error {
+func (o *JSONWriter) WriteWindows(cs []analysis.Closed) error {
 	for _, p := range Points(cs) {
 		jp := JSONPoint{Measurement: p.Measurement, Time: p.Time.UTC().Format(time.RFC3339Nano),
 			Tags: p.TagMap(), Fields: p.FieldMap()}
@@ -84,7 +85,7 @@ type TableWriter struct {
 func NewTableWriter(w io.Writer) *TableWriter { return &TableWriter{w: w} }
 
 // WriteWindows prints the servers' windows of cs, a header first.
-func (o *TableWriter) WriteWindows(cs []window.Closed) error {
+func (o *TableWriter) WriteWindows(cs []analysis.Closed) error {
 	if !o.header {
 		fmt.Fprintf(o.w, "%-8s  %-10s %-13s %7s %9s %9s %7s %7s %5s %6s %7s %7s %5s\n",
 			"window", "server", "state", "tokens", "sys tok/s", "user tok/s", "running", "waiting", "kv%", "gpu%", "power W", "tok/J", "cov")
@@ -134,7 +135,7 @@ func NewSpoolWriter(sp *spool.Spool, s *Sender) *SpoolWriter {
 }
 
 // WriteWindows spools the points of cs.
-func (o *SpoolWriter) WriteWindows(cs []window.Closed) error {
+func (o *SpoolWriter) WriteWindows(cs []analysis.Closed) error {
 	var encErr error
 	b := o.buf[:0]
 	for i := range cs {

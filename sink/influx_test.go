@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/testkit/influxtest"
 	"github.com/tpsmon/tpsmon/window"
@@ -28,9 +29,9 @@ func TestInfluxWriteReadBack(t *testing.T) {
 	ts := time.Unix(1_700_000_000, 0)
 	var lines []byte
 	for i := range 3 {
-		w := window.ServerWindow{Start: ts.Add(time.Duration(i) * 10 * time.Second), Length: 10 * time.Second,
+		w := analysis.ServerWindow{State: schema.StateOK, ServerWindow: window.ServerWindow{Start: ts.Add(time.Duration(i) * 10 * time.Second), Length: 10 * time.Second,
 			Host: "h", Server: "s", Tokens: window.Some(int64(100 * i)), SystemTPS: window.Some(10.5 * float64(i)),
-			State: schema.StateOK, Source: schema.SourceMetrics}
+			Source: schema.SourceMetrics}}
 		if lines, err = enc.Append(lines, ServerPoint(w)); err != nil {
 			t.Fatal(err)
 		}

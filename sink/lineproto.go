@@ -14,8 +14,8 @@ import (
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 	"github.com/influxdata/line-protocol/v2/lineprotocol"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/schema"
-	"github.com/tpsmon/tpsmon/window"
 )
 
 // Precision of the timestamps tpsmon writes. Window starts are whole
@@ -81,7 +81,7 @@ func (e *Encoder) appendTyped(dst []byte, measurement string, tags []Tag, fs fie
 // appendWindow encodes the points of one closed window, as Append encodes
 // Points(c), and appends the lines it could encode to dst; the error is
 // the first point's that could not be.
-func (e *Encoder) appendWindow(dst []byte, c *window.Closed) ([]byte, error) {
+func (e *Encoder) appendWindow(dst []byte, c *analysis.Closed) ([]byte, error) {
 	var first error
 	keep := func(b []byte, err error) {
 		dst = b

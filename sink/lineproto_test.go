@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/testkit/influxtest"
 	"github.com/tpsmon/tpsmon/window"
@@ -59,8 +60,8 @@ func TestHostileValuesRoundTrip(t *testing.T) {
 	var lines []byte
 	for i, h := range hostile {
 		at := ts.Add(time.Duration(i) * time.Second)
-		w := window.GPUWindow{Start: at, Length: time.Second, Host: "h", Label: "0", UUID: "GPU-0", Name: h.value,
-			Server: h.value, Samples: int64(i), Error: window.Some(h.value)}
+		w := analysis.GPUWindow{GPUWindow: window.GPUWindow{Start: at, Length: time.Second, Host: "h", Label: "0", UUID: "GPU-0", Name: h.value,
+			Server: h.value, Samples: int64(i), Error: window.Some(h.value)}}
 		if lines, err = enc.Append(lines, GPUPoint(w)); err != nil {
 			t.Fatalf("%s: %v", h.name, err)
 		}
@@ -119,29 +120,29 @@ func mustInt(t *testing.T, v any) int64 {
 // gives, for windows with every value present, hostile tags and strings,
 // and values line protocol refuses.
 func TestWindowsEncodeAsTheirPoints(t *testing.T) {
-	var full window.ServerWindow
-	present(&full)
+	var full analysis.ServerWindow
+	present(&full.ServerWindow)
 	full.Start, full.Length, full.State, full.GPUs = time.Unix(1_700_000_000, 0), 10*time.Second, schema.StateOK, []string{"0", "1"}
 	full.SystemTPS.V, full.Tokens.V = 1234.5, 12345
-	var gpu window.GPUWindow
-	present(&gpu)
+	var gpu analysis.GPUWindow
+	present(&gpu.GPUWindow)
 	gpu.Start, gpu.Length, gpu.Util.V, gpu.EnergySource.V = full.Start, full.Length, 99.5, schema.EnergyCounter
-	var cs []window.Closed
+	var cs []analysis.Closed
 	for i, h := range hostile {
 		s, g := full, gpu
 		s.Start = s.Start.Add(time.Duration(i) * 10 * time.Second)
 		g.Start = s.Start
 		s.Model, s.Host, g.Name, g.Error = h.value, h.value, h.value, window.Some(h.value)
-		cs = append(cs, window.Closed{Start: s.Start, GPUs: []window.GPUWindow{g}, Servers: []window.ServerWindow{s}})
+		cs = append(cs, analysis.Closed{Start: s.Start, GPUs: []analysis.GPUWindow{g}, Servers: []analysis.ServerWindow{s}})
 	}
 	nan := full
 	nan.SystemTPS = window.Some(math.NaN())
 	inf := gpu
 	inf.PowerW = window.Some(math.Inf(1))
-	cs = append(cs, window.Closed{Start: nan.Start, GPUs: []window.GPUWindow{inf, gpu}, Servers: []window.ServerWindow{nan, full}})
+	cs = append(cs, analysis.Closed{Start: nan.Start, GPUs: []analysis.GPUWindow{inf, gpu}, Servers: []analysis.ServerWindow{nan, full}})
 	for _, tc := range []struct {
 		name string
-		cs   []window.Closed
+		cs   []analysis.Closed
 	}{{"hostile", cs[:len(hostile)]}, {"refused values", cs}, {"none", nil}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got strings.Builder

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink/spool"
 	"github.com/tpsmon/tpsmon/testkit/influxtest"
@@ -25,12 +26,12 @@ func TestLongModelNameStored(t *testing.T) {
 	long := strings.Repeat("m", 70<<10)
 	models := []string{long + "-a", long + "-b"}
 	start := time.Unix(1_700_000_000, 0)
-	var cs []window.Closed
+	var cs []analysis.Closed
 	for i, m := range models {
 		at := start.Add(time.Duration(i) * time.Second)
-		cs = append(cs, window.Closed{Start: at, Servers: []window.ServerWindow{{Start: at, Length: time.Second,
+		cs = append(cs, analysis.Closed{Start: at, Servers: []analysis.ServerWindow{{State: schema.StateOK, ServerWindow: window.ServerWindow{Start: at, Length: time.Second,
 			Host: "h", Server: "llm", Engine: "vllm", Model: m, Tokens: window.Some(int64(i + 1)),
-			State: schema.StateOK, Source: schema.SourceMetrics}}})
+			Source: schema.SourceMetrics}}}})
 	}
 	if err := NewSpoolWriter(sp, s).WriteWindows(cs); err != nil {
 		t.Fatal(err)

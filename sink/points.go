@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/window"
 )
@@ -31,8 +32,8 @@ type Field struct {
 
 // Points returns the points of closed windows in order: per window its
 // GPUs, then its servers.
-func Points(cs []window.Closed) []Point {
-	out := make([]Point, 0, window.Count(cs))
+func Points(cs []analysis.Closed) []Point {
+	out := make([]Point, 0, analysis.Count(cs))
 	for _, c := range cs {
 		for _, g := range c.GPUs {
 			out = append(out, GPUPoint(g))
@@ -102,14 +103,14 @@ func sortedTags(t []Tag) []Tag {
 }
 
 // ServerPoint is the tpsmon_server point of a server's window.
-func ServerPoint(w window.ServerWindow) Point {
+func ServerPoint(w analysis.ServerWindow) Point {
 	return Point{Measurement: schema.Server, Tags: serverTags(nil, w),
 		Fields: serverFields(make(fields, 0, len(schema.ServerFields)), w).boxed(), Time: w.Start}
 }
 
 // serverTags appends the tags of a server's window to dst, in the order of
 // their keys (TestPointsCarrySchema checks).
-func serverTags(dst []Tag, w window.ServerWindow) []Tag {
+func serverTags(dst []Tag, w analysis.ServerWindow) []Tag {
 	return append(dst, Tag{schema.TagEngine, w.Engine}, Tag{schema.TagGPUs, strings.Join(w.GPUs, ",")},
 		Tag{schema.TagHost, w.Host}, Tag{schema.TagModel, w.Model}, Tag{schema.TagServer, w.Server})
 }
@@ -117,7 +118,7 @@ func serverTags(dst []Tag, w window.ServerWindow) []Tag {
 // serverFields appends the present fields of a server's window to f. They
 // are added in the order of their keys (TestPointsCarrySchema checks), so
 // no point sorts them.
-func serverFields(f fields, w window.ServerWindow) fields {
+func serverFields(f fields, w analysis.ServerWindow) fields {
 	f.float(schema.FieldCoverage, window.Some(w.Coverage))
 	f.float(schema.FieldEnergyJ, w.EnergyJ)
 	f.float(schema.FieldGPUUtil, w.GPUUtil)
@@ -146,21 +147,21 @@ func serverFields(f fields, w window.ServerWindow) fields {
 }
 
 // GPUPoint is the tpsmon_gpu point of a GPU's window.
-func GPUPoint(w window.GPUWindow) Point {
+func GPUPoint(w analysis.GPUWindow) Point {
 	return Point{Measurement: schema.GPU, Tags: gpuTags(nil, w),
 		Fields: gpuFields(make(fields, 0, len(schema.GPUFields)), w).boxed(), Time: w.Start}
 }
 
 // gpuTags appends the tags of a GPU's window to dst, in the order of their
 // keys.
-func gpuTags(dst []Tag, w window.GPUWindow) []Tag {
+func gpuTags(dst []Tag, w analysis.GPUWindow) []Tag {
 	return append(dst, Tag{schema.TagGPU, w.Label}, Tag{schema.TagHost, w.Host}, Tag{schema.TagName, w.Name},
 		Tag{schema.TagServer, w.Server}, Tag{schema.TagUUID, w.UUID})
 }
 
 // gpuFields appends the present fields of a GPU's window to f, in the
 // order of their keys, as serverFields does.
-func gpuFields(f fields, w window.GPUWindow) fields {
+func gpuFields(f fields, w analysis.GPUWindow) fields {
 	f.float(schema.FieldCoverage, window.Some(w.Coverage))
 	f.float(schema.FieldDRAMActive, w.DRAMActive)
 	f.float(schema.FieldEnergyJ, w.EnergyJ)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/window"
 )
@@ -18,18 +19,18 @@ var start = time.Unix(1_700_000_000, 0)
 func TestWindowLines(t *testing.T) {
 	tests := []struct {
 		name string
-		cs   []window.Closed
+		cs   []analysis.Closed
 		want string
 	}{
-		{"server, some values missing", []window.Closed{{Start: start, Servers: []window.ServerWindow{{
+		{"server, some values missing", []analysis.Closed{{Start: start, Servers: []analysis.ServerWindow{{State: schema.StateIdle, ServerWindow: window.ServerWindow{
 			Start: start, Length: 10 * time.Second, Host: "h", Server: "s", Engine: "vllm", GPUs: []string{"0", "1"},
 			Tokens: window.Some[int64](0), Running: window.Some(0.0), SystemTPS: window.Some(10.5),
-			State: schema.StateIdle, Coverage: 0.5, Source: schema.SourceMetrics}}}},
+			Coverage: 0.5, Source: schema.SourceMetrics}}}}},
 			`tpsmon_server,engine=vllm,gpus=0\,1,host=h,server=s coverage=0.5,running=0,source="metrics",state="idle",system_tps=10.5,tokens=0i,window_s=10 1700000000000` + "\n"},
-		{"lost GPU, then a server down", []window.Closed{{Start: start, GPUs: []window.GPUWindow{{
+		{"lost GPU, then a server down", []analysis.Closed{{Start: start, GPUs: []analysis.GPUWindow{{GPUWindow: window.GPUWindow{
 			Start: start, Length: 10 * time.Second, Host: "h", Label: "0/gi1", UUID: "GPU-x", Name: "H100",
-			Error: window.Some("gpu 0: lost")}}, Servers: []window.ServerWindow{{Start: start, Length: 10 * time.Second,
-			Host: "h", Server: "s", State: schema.StateDown, Source: schema.SourceLog}}}},
+			Error: window.Some("gpu 0: lost")}}}, Servers: []analysis.ServerWindow{{State: schema.StateDown, ServerWindow: window.ServerWindow{
+			Start: start, Length: 10 * time.Second, Host: "h", Server: "s", Source: schema.SourceLog}}}}},
 			`tpsmon_gpu,gpu=0/gi1,host=h,name=H100,uuid=GPU-x coverage=0,error="gpu 0: lost",samples=0i,window_s=10 1700000000000` + "\n" +
 				`tpsmon_server,host=h,server=s coverage=0,source="log",state="down",window_s=10 1700000000000` + "\n"},
 	}
@@ -67,10 +68,10 @@ func keys(p Point) (tags, fields []string) {
 // TestPointsCarrySchema: a window with every value present writes exactly
 // the tags and fields schema lists for its measurement.
 func TestPointsCarrySchema(t *testing.T) {
-	var sw window.ServerWindow
-	present(&sw)
-	var gw window.GPUWindow
-	present(&gw)
+	var sw analysis.ServerWindow
+	present(&sw.ServerWindow)
+	var gw analysis.GPUWindow
+	present(&gw.GPUWindow)
 	for _, c := range []struct {
 		p                 Point
 		measurement       string

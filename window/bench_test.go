@@ -6,17 +6,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
-	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/internal/cpuclock"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/window"
 )
 
 // BenchmarkWindow is one 10 s window at 1 Hz, fed and closed: a node (8
 // GPUs, 2 servers), and S3's scale (64 GPUs, 16 servers of 4 GPUs each),
-// where the closed window's points are also encoded as line protocol, as
-// the spool writes them.
+// where the closed window is also analysed and its points encoded as line
+// protocol, as the spool writes them.
 func BenchmarkWindow(b *testing.B) {
 	b.Run("node", func(b *testing.B) { benchWindow(b, 8, 2, false) })
 	b.Run("s3-join-and-emit", func(b *testing.B) { benchWindow(b, 64, 16, true) })
@@ -39,8 +39,11 @@ func benchWindow(b *testing.B, gpus, servers int, emit bool) {
 	for g := range uuids {
 		uuids[g] = fmt.Sprintf("GPU-%d", g)
 	}
-	// The daemon's line protocol writer (the spool's encodes alike).
+	// The daemon's analysis and line protocol writer (the spool's encodes
+	// alike).
 	lp := sink.NewLPWriter(io.Discard)
+	var facts analysis.Facts
+	var analysed []analysis.Closed
 	b.ReportAllocs()
 	t := time.Unix(0, 0)
 	start := cpuclock.Self()
@@ -52,25 +55,26 @@ func benchWindow(b *testing.B, gpus, servers int, emit bool) {
 		for s := range 10 {
 			now := t.Add(time.Duration(s) * time.Second)
 			for g := range gpus {
-				j.AddGPU(gpu.Sample{Time: now, Index: g, UUID: uuids[g], UtilPct: 70, PowerW: 500, EnergyMJ: int64(i*10+s) * 500_000,
+				j.AddGPU(sample.GPU{Time: now, Index: g, UUID: uuids[g], UtilPct: 70, PowerW: 500, EnergyMJ: int64(i*10+s) * 500_000,
 					MemUsedBytes: 70 << 30, MemTotalBytes: 80 << 30, TempC: 60, SMClockMHz: 1900,
-					Has: gpu.FieldUtil | gpu.FieldPower | gpu.FieldEnergy | gpu.FieldMemory | gpu.FieldTemp | gpu.FieldSMClock})
+					Has: sample.FieldUtil | sample.FieldPower | sample.FieldEnergy | sample.FieldMemory | sample.FieldTemp | sample.FieldSMClock})
 			}
 			for _, name := range names {
-				var smp collector.Sample
+				var smp sample.Server
 				smp.Time = now
-				smp.SetCounter(collector.GenerationTokens, float64(i*10+s)*1000)
-				smp.SetGauge(collector.Running, 16)
+				smp.SetCounter(sample.GenerationTokens, float64(i*10+s)*1000)
+				smp.SetGauge(sample.Running, 16)
 				j.AddServer(name, smp)
 			}
 		}
 		t = t.Add(10 * time.Second)
 		cs := j.Flush(t.Add(5 * time.Second))
-		if n := window.Count(cs); n != gpus+servers {
-			b.Fatalf("%d points", n)
+		if len(cs) != 1 || len(cs[0].GPUs)+len(cs[0].Servers) != gpus+servers {
+			b.Fatalf("%d windows closed, want one of %d points", len(cs), gpus+servers)
 		}
 		if emit {
-			if err := lp.WriteWindows(cs); err != nil {
+			analysed = analysis.Append(analysed[:0], cs, &facts)
+			if err := lp.WriteWindows(analysed); err != nil {
 				b.Fatal(err)
 			}
 		}

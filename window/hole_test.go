@@ -4,34 +4,34 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/schema"
 )
 
-// A refused log line's stretch (collector.Hole) is not observed, whatever
+// A refused log line's stretch (sample.Hole) is not observed, whatever
 // else says it was: the log found readable every second, or a valid
 // line's interval beside it. A window that is all hole is down, with no
 // tokens; one that is part hole is observed for the rest, its rate over
 // that part. A hole in a window already closed changes nothing.
 func TestJoinerHoles(t *testing.T) {
-	stat := func(from, to, tokens float64) collector.Interval {
-		iv := collector.Unknown(at(from), at(to))
+	stat := func(from, to, tokens float64) sample.Interval {
+		iv := sample.Unknown(at(from), at(to))
 		iv.Tokens, iv.Running = tokens, 2
 		return iv
 	}
 	tests := []struct {
 		name     string
-		ivs      []collector.Interval
+		ivs      []sample.Interval
 		tokens   Opt[int64]
 		coverage float64
-		state    string
+		down     bool // no source spoke for it
 	}{
-		{"no hole", []collector.Interval{stat(10, 20, 100)}, Some[int64](100), 1, schema.StateOK},
-		{"all hole", []collector.Interval{collector.Hole(at(5), at(25))}, Opt[int64]{}, 0, schema.StateDown},
-		{"half hole", []collector.Interval{stat(5, 15, 100), collector.Hole(at(15), at(25))}, Some[int64](50), 0.5, schema.StateOK},
-		{"hole over a valid line", []collector.Interval{stat(10, 20, 100), collector.Hole(at(12), at(14)),
-			collector.Hole(at(13), at(16))}, Some[int64](100), 0.6, schema.StateOK},
-		{"hole before the first window", []collector.Interval{stat(10, 20, 100), collector.Hole(at(0), at(10))}, Some[int64](100), 1, schema.StateOK},
+		{"no hole", []sample.Interval{stat(10, 20, 100)}, Some[int64](100), 1, false},
+		{"all hole", []sample.Interval{sample.Hole(at(5), at(25))}, Opt[int64]{}, 0, true},
+		{"half hole", []sample.Interval{stat(5, 15, 100), sample.Hole(at(15), at(25))}, Some[int64](50), 0.5, false},
+		{"hole over a valid line", []sample.Interval{stat(10, 20, 100), sample.Hole(at(12), at(14)),
+			sample.Hole(at(13), at(16))}, Some[int64](100), 0.6, false},
+		{"hole before the first window", []sample.Interval{stat(10, 20, 100), sample.Hole(at(0), at(10))}, Some[int64](100), 1, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,9 +49,9 @@ func TestJoinerHoles(t *testing.T) {
 					w = sw
 				}
 			}
-			if w.Tokens != tc.tokens || w.Coverage != tc.coverage || w.State != tc.state {
-				t.Errorf("window at 10 s: tokens %v coverage %v state %s, want %v, %v, %s",
-					w.Tokens, w.Coverage, w.State, tc.tokens, tc.coverage, tc.state)
+			if w.Tokens != tc.tokens || w.Coverage != tc.coverage || w.Down != tc.down {
+				t.Errorf("window at 10 s: tokens %v coverage %v down %v, want %v, %v, %v",
+					w.Tokens, w.Coverage, w.Down, tc.tokens, tc.coverage, tc.down)
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // interleaving is k monotone series (replicas behind one URL) read in a
@@ -85,9 +86,9 @@ func checkInterleaving(t *testing.T, seed uint64) {
 	var der collector.Deriver
 	var got []ServerWindow
 	for s := range steps {
-		var smp collector.Sample
+		var smp sample.Server
 		smp.Time = at(float64(s))
-		smp.SetCounter(collector.GenerationTokens, il.vals[il.picked[s]][s])
+		smp.SetCounter(sample.GenerationTokens, il.vals[il.picked[s]][s])
 		j.AddServer("llm", der.Derive(smp))
 		got = append(got, servers(j.Flush(at(float64(s))))...)
 	}
@@ -141,13 +142,13 @@ func TestRewindMakesAHole(t *testing.T) {
 		[]Server{{Name: "llm", Engine: "vllm"}})
 	var got []ServerWindow
 	add := func(sec, v float64, rewind float64, counted bool) {
-		var s collector.Sample
+		var s sample.Server
 		s.Time = at(sec)
 		if rewind >= 0 {
 			s.Rewind, s.Suspect = at(rewind), true
 		}
 		if counted {
-			s.SetCounter(collector.GenerationTokens, v)
+			s.SetCounter(sample.GenerationTokens, v)
 		} else {
 			s.Discarded = 1
 		}
@@ -207,9 +208,9 @@ func TestDerivedTokensBehindReplicas(t *testing.T) {
 		if i >= 10 && i < 40 && i%3 != 0 {
 			dec = 90000 + 10*float64(i) // the other replica
 		}
-		s := collector.Sample{Time: at(float64(i))}
-		s.SetCounter(collector.Decodes, dec)
-		s.SetGauge(collector.SlotsPerDecode, 2)
+		s := sample.Server{Time: at(float64(i))}
+		s.SetCounter(sample.Decodes, dec)
+		s.SetGauge(sample.SlotsPerDecode, 2)
 		j.AddServer("llm", der.Derive(s))
 		check(servers(j.Flush(at(float64(i)))))
 	}

@@ -3,7 +3,7 @@ package window
 import (
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // ivSums is what a server's intervals say of one window. Each interval's
@@ -48,7 +48,7 @@ func overlap(a, b, s, e time.Time) (float64, float64) {
 }
 
 // add spreads one interval over [s, e).
-func (r *ivSums) add(iv collector.Interval, s, e time.Time) {
+func (r *ivSums) add(iv sample.Interval, s, e time.Time) {
 	sec, f := overlap(iv.Start, iv.End, s, e)
 	if f == 0 {
 		return

@@ -1,7 +1,8 @@
 // Package window joins GPU samples and server samples in tumbling windows
 // aligned to the Unix epoch, and sums each closed window up as typed
-// results (GPUWindow, ServerWindow) in tpsmon's schema; sink turns them
-// into line protocol. It is pure: no I/O, and the clock is the caller's
+// results (GPUWindow, ServerWindow) in tpsmon's schema: time and counters
+// only. The analysis stage (package analysis) derives what follows from
+// them, the state among it; sink turns them into line protocol. It is pure: no I/O, and the clock is the caller's
 // (every method takes the time), so tests need no sleeping.
 package window
 
@@ -11,9 +12,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/engine"
-	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/schema"
 )
 
@@ -27,8 +27,7 @@ type Config struct {
 	Host   string
 	// Start is when observation began; the first window is the one that
 	// holds it.
-	Start      time.Time
-	Thresholds Thresholds
+	Start time.Time
 }
 
 // Server describes one monitored inference server.
@@ -78,8 +77,8 @@ type Joiner struct {
 
 type serverState struct {
 	Server
-	counters [collector.NumCounters]counter
-	gauges   [collector.NumGauges]gauge
+	counters [sample.NumCounters]counter
+	gauges   [sample.NumGauges]gauge
 	seen     timeline // successful scrapes
 	// acc sums, per window, the intervals from completion-time counters
 	// (not Observed) and from log lines (Observed), spread as they come.
@@ -101,7 +100,7 @@ type serverState struct {
 	ivCum   float64 // running total of interval tokens, for rounding
 	// engineNamed says the engine tag was detected, not configured.
 	engineNamed bool
-	hists       [collector.NumHists]histTrack
+	hists       [sample.NumHists]histTrack
 }
 
 type gpuState struct {
@@ -130,9 +129,6 @@ type gerr struct {
 
 // New returns a joiner for the given servers.
 func New(cfg Config, servers []Server) *Joiner {
-	if cfg.Thresholds == (Thresholds{}) {
-		cfg.Thresholds = DefaultThresholds
-	}
 	j := &Joiner{
 		cfg:    cfg,
 		next:   Start(cfg.Start, cfg.Window),
@@ -230,7 +226,7 @@ func (j *Joiner) Skipped() uint64 { return j.skipped }
 
 // AddServer records one scrape of a server. It reports false when the
 // sample was late (its window had closed) or the server is unknown.
-func (j *Joiner) AddServer(name string, s collector.Sample) bool {
+func (j *Joiner) AddServer(name string, s sample.Server) bool {
 	st, ok := j.byName[name]
 	if !ok {
 		return false
@@ -257,20 +253,20 @@ func (j *Joiner) AddServer(name string, s collector.Sample) bool {
 		}
 		st.seen.rewind(cut)
 	}
-	for c := range collector.NumCounters {
+	for c := range sample.NumCounters {
 		if s.HasCounter[c] {
 			st.counters[c].add(s.Time, s.Counter[c])
 		}
 	}
-	for g := range collector.NumGauges {
+	for g := range sample.NumGauges {
 		if s.HasGauge[g] {
 			st.gauges[g].add(s.Time, s.Gauge[g])
 		}
 	}
-	if s.HasCounter[collector.CompletionTokens] {
+	if s.HasCounter[sample.CompletionTokens] {
 		st.completion = true
 	}
-	if s.HasCounter[collector.ITLSum] {
+	if s.HasCounter[sample.ITLSum] {
 		st.latency = true
 	}
 	j.addLatencies(st, s)
@@ -288,7 +284,7 @@ func (j *Joiner) AddServer(name string, s collector.Sample) bool {
 // AddLog records what one log line said of the interval it covers. The
 // part of an interval that falls in windows already closed is late: it is
 // counted (LateTokens) and dropped.
-func (j *Joiner) AddLog(name string, iv collector.Interval) bool {
+func (j *Joiner) AddLog(name string, iv sample.Interval) bool {
 	st, ok := j.byName[name]
 	if !ok {
 		return false
@@ -368,7 +364,7 @@ func (j *Joiner) Watch(name string, t time.Time) {
 	}
 }
 
-func (j *Joiner) addInterval(st *serverState, iv collector.Interval) bool {
+func (j *Joiner) addInterval(st *serverState, iv sample.Interval) bool {
 	if !iv.End.After(j.next) && !(iv.End.Equal(j.next) && iv.Start.Equal(iv.End)) {
 		j.late++
 		if iv.Tokens > 0 {
@@ -431,7 +427,7 @@ func (j *Joiner) addInterval(st *serverState, iv collector.Interval) bool {
 func (j *Joiner) LateTokens() float64 { return j.lateTokens }
 
 // AddGPU records one reading of one GPU; false when it was late.
-func (j *Joiner) AddGPU(s gpu.Sample) bool {
+func (j *Joiner) AddGPU(s sample.GPU) bool {
 	if s.Time.Before(j.next) {
 		j.late++
 		return false
@@ -454,35 +450,35 @@ func (j *Joiner) AddGPU(s gpu.Sample) bool {
 				g.util.add(u.Time, u.Pct)
 			}
 		}
-	case s.Have(gpu.FieldUtil):
+	case s.Have(sample.FieldUtil):
 		g.util.add(s.Time, s.UtilPct)
 	}
-	if s.Have(gpu.FieldGPM) {
+	if s.Have(sample.FieldGPM) {
 		g.smActive.add(s.Time, s.SMActive)
 		g.smOcc.add(s.Time, s.SMOccupancy)
 		g.tensor.add(s.Time, s.TensorActive)
 		g.dram.add(s.Time, s.DRAMActive)
 	}
-	if s.Have(gpu.FieldMemUtil) {
+	if s.Have(sample.FieldMemUtil) {
 		g.memUtil.add(s.Time, s.MemUtilPct)
 	}
-	if s.Have(gpu.FieldMemory) {
+	if s.Have(sample.FieldMemory) {
 		g.memUsed.add(s.Time, float64(s.MemUsedBytes))
 		g.memTotal.add(s.Time, float64(s.MemTotalBytes))
 	}
-	if s.Have(gpu.FieldPower) {
+	if s.Have(sample.FieldPower) {
 		g.power.add(s.Time, s.PowerW)
 	}
-	if s.Have(gpu.FieldEnergy) {
+	if s.Have(sample.FieldEnergy) {
 		g.energy.add(s.Time, float64(s.EnergyMJ))
 	}
-	if s.Have(gpu.FieldTemp) {
+	if s.Have(sample.FieldTemp) {
 		g.temp.add(s.Time, s.TempC)
 	}
-	if s.Have(gpu.FieldSMClock) {
+	if s.Have(sample.FieldSMClock) {
 		g.smClock.add(s.Time, s.SMClockMHz)
 	}
-	if s.Have(gpu.FieldThrottle) {
+	if s.Have(sample.FieldThrottle) {
 		g.throttle = append(g.throttle, gpoint{s.Time, float64(s.Throttle)})
 	}
 	g.seen.add(s.Time)
@@ -717,12 +713,9 @@ func (g *gpuState) prune(e time.Time) {
 func (j *Joiner) serverWindow(st *serverState, s, e time.Time, sums map[string]*gpuSummary) ServerWindow {
 	m := j.measure(st, s, e)
 	w := ServerWindow{Start: s, Length: j.cfg.Window, Host: j.cfg.Host, Server: st.Name, Engine: st.Engine,
-		Model: st.Model, Source: m.source}
-	in := verdictInput{down: m.down, tokens: -1, running: m.running, waiting: m.waiting, kv: m.kv, util: -1,
-		preempted: m.preempted}
+		Model: st.Model, Source: m.source, Down: m.down, Preempted: m.preempted}
 	if m.hasTokens {
-		w.Tokens = Some(m.tokensInt)
-		in.tokens = m.tokens
+		w.Tokens, w.ExactTokens = Some(m.tokensInt), Some(m.tokens)
 		if m.tokenSecs > 0 {
 			w.SystemTPS = Some(m.rateTokens / m.tokenSecs)
 		}
@@ -741,20 +734,16 @@ func (j *Joiner) serverWindow(st *serverState, s, e time.Time, sums map[string]*
 	}
 	known := func(v float64) Opt[float64] { return Opt[float64]{V: v, OK: v >= 0} }
 	w.Running, w.Waiting, w.KVCacheUsage = known(m.running), known(m.waiting), known(m.kv)
-	if util, ok := j.addGPUs(&w, j.gpusOf(st), sums); ok {
-		in.util = util
-	}
+	j.addGPUs(&w, j.gpusOf(st), sums)
 	w.Latency = m.latency
-	w.State = verdict(in, j.cfg.Thresholds)
 	w.Coverage = ratio(m.covered, j.cfg.Window)
 	return w
 }
 
 // addGPUs fills a server's window with what its GPUs did: utilization,
 // SM activity, memory, power and energy summed or averaged over them, and
-// the rates per joule and per GPU. It returns the utilization the verdict
-// takes, if known.
-func (j *Joiner) addGPUs(w *ServerWindow, gpus []*gpuState, sums map[string]*gpuSummary) (float64, bool) {
+// the rates per joule and per GPU.
+func (j *Joiner) addGPUs(w *ServerWindow, gpus []*gpuState, sums map[string]*gpuSummary) {
 	w.GPUs = make([]string, 0, len(gpus))
 	var util, utilMax, power, energy, sm float64
 	// watts is the GPUs' mean power over the part of the window each was
@@ -795,16 +784,11 @@ func (j *Joiner) addGPUs(w *ServerWindow, gpus []*gpuState, sums map[string]*gpu
 			nMem++
 		}
 	}
-	verdictUtil, known := 0.0, false
 	if nUtil > 0 {
 		w.GPUUtil, w.GPUUtilMax = Some(util/float64(nUtil)), Some(utilMax)
-		verdictUtil, known = util/float64(nUtil), true
 	}
 	if nSM > 0 {
-		// SM activity says how much of the GPU works, utilization only
-		// that something ran: the verdict takes it where it is known.
 		w.SMActive = Some(sm / float64(nSM))
-		verdictUtil, known = sm/float64(nSM), true
 	}
 	if nMem > 0 {
 		w.MemUsedBytes, w.MemTotalBytes = Some(memUsed), Some(memTotal)
@@ -821,7 +805,6 @@ func (j *Joiner) addGPUs(w *ServerWindow, gpus []*gpuState, sums map[string]*gpu
 	if w.SystemTPS.OK && len(gpus) > 0 {
 		w.TPSPerGPU = Some(w.SystemTPS.V / float64(len(gpus)))
 	}
-	return verdictUtil, known
 }
 
 func ratio(d, w time.Duration) float64 {
@@ -874,10 +857,10 @@ type measured struct {
 
 // closedCounters is what each counter of a server says of one window.
 type closedCounters struct {
-	spans   [collector.NumCounters]span
-	have    [collector.NumCounters]bool
-	obs     [collector.NumCounters]float64
-	obsSpan [collector.NumCounters]time.Duration
+	spans   [sample.NumCounters]span
+	have    [sample.NumCounters]bool
+	obs     [sample.NumCounters]float64
+	obsSpan [sample.NumCounters]time.Duration
 }
 
 // measure closes the window [s, e) of one server. Scraped metrics win;
@@ -890,7 +873,7 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 	// Every counter is closed whichever source speaks: close moves its
 	// base to this window's end.
 	var cc closedCounters
-	for c := range collector.NumCounters {
+	for c := range sample.NumCounters {
 		cc.obs[c], cc.obsSpan[c] = st.counters[c].observed(s, e, j.cfg.MaxGap)
 		cc.spans[c], cc.have[c] = st.counters[c].close(e, j.cfg.MaxGap)
 	}
@@ -920,7 +903,7 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 		m.source, m.covered = schema.SourceLog, logCover
 		j.fromLog(&m, st, logIv, logCover)
 	}
-	for g := range collector.NumGauges {
+	for g := range sample.NumGauges {
 		st.gauges[g].prune(e)
 	}
 	st.seen.prune(e)
@@ -977,43 +960,43 @@ func (st *serverState) dropAccBefore(s time.Time) {
 // fromMetrics measures a scraped window: counters' deltas, completion-time
 // intervals (iv) on top, gauges' means over [s, e).
 func (j *Joiner) fromMetrics(m *measured, st *serverState, cc *closedCounters, iv ivSums, s, e time.Time, scraped time.Duration) {
-	if cc.have[collector.GenerationTokens] || st.completion {
-		tok := cc.spans[collector.GenerationTokens]
+	if cc.have[sample.GenerationTokens] || st.completion {
+		tok := cc.spans[sample.GenerationTokens]
 		m.hasTokens = true
 		m.tokens = j.bound(tok.delta() + iv.tokens)
 		m.tokensInt = int64(j.bound(float64(tok.count() + st.roundTokens(iv.tokens))))
-		m.rateTokens, m.tokenSecs = j.bound(cc.obs[collector.GenerationTokens]+iv.tokens), cc.obsSpan[collector.GenerationTokens].Seconds()
-		if !cc.have[collector.GenerationTokens] {
+		m.rateTokens, m.tokenSecs = j.bound(cc.obs[sample.GenerationTokens]+iv.tokens), cc.obsSpan[sample.GenerationTokens].Seconds()
+		if !cc.have[sample.GenerationTokens] {
 			m.rateTokens, m.tokenSecs = m.tokens, scraped.Seconds()
 		}
 	}
-	if cc.have[collector.ITLSum] && cc.have[collector.ITLCount] {
-		if sum, n := cc.spans[collector.ITLSum].delta(), cc.spans[collector.ITLCount].delta(); sum > 0 && n > 0 {
+	if cc.have[sample.ITLSum] && cc.have[sample.ITLCount] {
+		if sum, n := cc.spans[sample.ITLSum].delta(), cc.spans[sample.ITLCount].delta(); sum > 0 && n > 0 {
 			m.userTPS, m.hasUser = n/sum, true
 		}
 	}
-	if cc.have[collector.PromptTokens] {
-		p := cc.spans[collector.PromptTokens]
+	if cc.have[sample.PromptTokens] {
+		p := cc.spans[sample.PromptTokens]
 		m.prompt, m.promptInt, m.hasPrompt = j.bound(p.delta()), int64(j.bound(float64(p.count()))), true
-		m.ratePrompt, m.promptSecs = j.bound(cc.obs[collector.PromptTokens]), cc.obsSpan[collector.PromptTokens].Seconds()
+		m.ratePrompt, m.promptSecs = j.bound(cc.obs[sample.PromptTokens]), cc.obsSpan[sample.PromptTokens].Seconds()
 	}
-	if cc.have[collector.FinishedRequests] {
-		m.finished, m.hasFinished = cc.spans[collector.FinishedRequests].delta(), true
+	if cc.have[sample.FinishedRequests] {
+		m.finished, m.hasFinished = cc.spans[sample.FinishedRequests].delta(), true
 	}
-	if cc.have[collector.AbortedRequests] {
-		m.aborted, m.hasAborted = cc.spans[collector.AbortedRequests].delta(), true
+	if cc.have[sample.AbortedRequests] {
+		m.aborted, m.hasAborted = cc.spans[sample.AbortedRequests].delta(), true
 	}
-	if cc.have[collector.Preemptions] {
-		m.preempt, m.hasPreempt = cc.spans[collector.Preemptions].count(), true
-		m.preempted = cc.spans[collector.Preemptions].delta() > 0
+	if cc.have[sample.Preemptions] {
+		m.preempt, m.hasPreempt = cc.spans[sample.Preemptions].count(), true
+		m.preempted = cc.spans[sample.Preemptions].delta() > 0
 	}
-	gauge := func(g collector.Gauge) float64 {
+	gauge := func(g sample.Gauge) float64 {
 		if sts := st.gauges[g].stats(s, e); sts.n > 0 {
 			return sts.mean()
 		}
 		return -1
 	}
-	m.running, m.waiting, m.kv = gauge(collector.Running), gauge(collector.Waiting), gauge(collector.KVUsage)
+	m.running, m.waiting, m.kv = gauge(sample.Running), gauge(sample.Waiting), gauge(sample.KVUsage)
 	if !st.latency && m.running > 0 && m.tokenSecs > 0 && m.rateTokens > 0 {
 		// Only the system rate (SGLang's gen_throughput on a page without
 		// its latency histograms): each running stream got its share.
@@ -1061,10 +1044,10 @@ func (j *Joiner) fromLog(m *measured, st *serverState, iv ivSums, logCover time.
 }
 
 // bound keeps a window's token count within what a server can make in
-// it (collector.MaxTokensPerSecond), and not negative, before it becomes
+// it (sample.MaxTokensPerSecond), and not negative, before it becomes
 // an integer: validated sources stay inside anyway, this is the last line.
 func (j *Joiner) bound(tokens float64) float64 {
-	limit := collector.MaxTokensPerSecond * j.cfg.Window.Seconds()
+	limit := sample.MaxTokensPerSecond * j.cfg.Window.Seconds()
 	switch {
 	case !(tokens >= 0): // NaN too
 		return 0

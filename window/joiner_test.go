@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
-	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/schema"
 )
 
@@ -24,11 +23,11 @@ type scrape struct {
 	running float64
 }
 
-func sample(s scrape) collector.Sample {
-	var smp collector.Sample
+func reading(s scrape) sample.Server {
+	var smp sample.Server
 	smp.Time = at(s.t)
-	smp.SetCounter(collector.GenerationTokens, s.tokens)
-	smp.SetGauge(collector.Running, s.running)
+	smp.SetCounter(sample.GenerationTokens, s.tokens)
+	smp.SetGauge(sample.Running, s.running)
 	return smp
 }
 
@@ -61,7 +60,7 @@ func newJoiner(start float64) *Joiner {
 func serverWindows(t *testing.T, j *Joiner, scrapes []scrape, flushAt float64) []ServerWindow {
 	t.Helper()
 	for _, s := range scrapes {
-		j.AddServer("llm", sample(s))
+		j.AddServer("llm", reading(s))
 	}
 	return servers(j.Flush(at(flushAt)))
 }
@@ -71,7 +70,7 @@ type want struct {
 	tokens   Opt[int64] // absent: no token count
 	tps      float64
 	coverage float64
-	state    string
+	down     bool // no source spoke for it
 }
 
 func TestJoinerWindows(t *testing.T) {
@@ -87,9 +86,9 @@ func TestJoinerWindows(t *testing.T) {
 			scrapes: steady(0, 31, 1, 100, 5000),
 			flushAt: 35,
 			want: []want{
-				{0, Some[int64](1000), 100, 1, schema.StateOK},
-				{10, Some[int64](1000), 100, 1, schema.StateOK},
-				{20, Some[int64](1000), 100, 1, schema.StateOK},
+				{0, Some[int64](1000), 100, 1, false},
+				{10, Some[int64](1000), 100, 1, false},
+				{20, Some[int64](1000), 100, 1, false},
 			},
 		},
 		{
@@ -102,9 +101,9 @@ func TestJoinerWindows(t *testing.T) {
 			flushAt: 25,
 			want: []want{
 				// [0,10): the counter started at 8.5; half of the 9.5..10.5 jump.
-				{0, Some[int64](50), 50 / 1.5, 0.15, schema.StateOK},
+				{0, Some[int64](50), 50 / 1.5, 0.15, false},
 				// [10,20): the other half; 12.5..19.5 is a gap longer than MaxGap.
-				{10, Some[int64](50), 50 / 3.0, 0.3, schema.StateOK},
+				{10, Some[int64](50), 50 / 3.0, 0.3, false},
 			},
 		},
 		{
@@ -112,11 +111,11 @@ func TestJoinerWindows(t *testing.T) {
 			scrapes: append(steady(0, 13, 1, 10, 0), steady(17, 31, 1, 10, 170)...),
 			flushAt: 35,
 			want: []want{
-				{0, Some[int64](100), 10, 1, schema.StateOK},
+				{0, Some[int64](100), 10, 1, false},
 				// 12..17 is a 5 s gap: its 50 tokens land at 17, inside the
 				// window, but the rate is the 50 seen over the 5 s observed.
-				{10, Some[int64](100), 50 / 5.0, 0.5, schema.StateOK},
-				{20, Some[int64](100), 10, 1, schema.StateOK},
+				{10, Some[int64](100), 50 / 5.0, 0.5, false},
+				{20, Some[int64](100), 10, 1, false},
 			},
 		},
 		{
@@ -125,11 +124,11 @@ func TestJoinerWindows(t *testing.T) {
 				steady(15, 31, 1, 100, 0)...), // restarted at 15 from 0
 			flushAt: 35,
 			want: []want{
-				{0, Some[int64](1000), 100, 1, schema.StateOK},
+				{0, Some[int64](1000), 100, 1, false},
 				// 10..14 gives 400 (and the edge at 10), then the reset drops
 				// the 14..15 second: 0 is the new value, then 15..20 gives 500.
-				{10, Some[int64](900), 90, 1, schema.StateOK},
-				{20, Some[int64](1000), 100, 1, schema.StateOK},
+				{10, Some[int64](900), 90, 1, false},
+				{20, Some[int64](1000), 100, 1, false},
 			},
 		},
 		{
@@ -137,21 +136,21 @@ func TestJoinerWindows(t *testing.T) {
 			scrapes: steady(14, 31, 1, 20, 0),
 			flushAt: 35,
 			want: []want{
-				{0, Opt[int64]{}, 0, 0, schema.StateDown},
-				{10, Some[int64](120), 20, 0.6, schema.StateOK},
-				{20, Some[int64](200), 20, 1, schema.StateOK},
+				{0, Opt[int64]{}, 0, 0, true},
+				{10, Some[int64](120), 20, 0.6, false},
+				{20, Some[int64](200), 20, 1, false},
 			},
 		},
 		{
 			name:    "no scrapes at all: down, nothing invented",
 			flushAt: 25,
-			want:    []want{{0, Opt[int64]{}, 0, 0, schema.StateDown}, {10, Opt[int64]{}, 0, 0, schema.StateDown}},
+			want:    []want{{0, Opt[int64]{}, 0, 0, true}, {10, Opt[int64]{}, 0, 0, true}},
 		},
 		{
 			name:    "idle server",
 			scrapes: []scrape{{0, 7, 0}, {1, 7, 0}, {2, 7, 0}, {3, 7, 0}, {4, 7, 0}, {5, 7, 0}, {6, 7, 0}, {7, 7, 0}, {8, 7, 0}, {9, 7, 0}, {10, 7, 0}},
 			flushAt: 15,
-			want:    []want{{0, Some[int64](0), 0, 1, schema.StateIdle}},
+			want:    []want{{0, Some[int64](0), 0, 1, false}},
 		},
 	}
 	for _, tt := range tests {
@@ -178,8 +177,8 @@ func TestJoinerWindows(t *testing.T) {
 				if math.Abs(g.Coverage-w.coverage) > 1e-9 {
 					t.Errorf("window %d coverage = %v, want %v", i, g.Coverage, w.coverage)
 				}
-				if g.State != w.state {
-					t.Errorf("window %d state = %v, want %v", i, g.State, w.state)
+				if g.Down != w.down {
+					t.Errorf("window %d down = %v, want %v", i, g.Down, w.down)
 				}
 			}
 		})
@@ -210,10 +209,10 @@ func TestJoinerConservesTokens(t *testing.T) {
 func TestJoinerLateSamples(t *testing.T) {
 	j := newJoiner(0)
 	serverWindows(t, j, steady(0, 16, 1, 10, 0), 15) // closes [0,10)
-	if ok := j.AddServer("llm", sample(scrape{t: 9.9, tokens: 99})); ok {
+	if ok := j.AddServer("llm", reading(scrape{t: 9.9, tokens: 99})); ok {
 		t.Error("a sample for a closed window was accepted")
 	}
-	if ok := j.AddGPU(gpu.Sample{Time: at(5), UUID: "GPU-x"}); ok {
+	if ok := j.AddGPU(sample.GPU{Time: at(5), UUID: "GPU-x"}); ok {
 		t.Error("a GPU sample for a closed window was accepted")
 	}
 	if j.Late() != 2 {
@@ -242,7 +241,7 @@ func TestJoinerGraceWaitsForLateScrape(t *testing.T) {
 func TestJoinerClosePartial(t *testing.T) {
 	j := newJoiner(0)
 	for _, s := range steady(0, 14, 1, 10, 0) {
-		j.AddServer("llm", sample(s))
+		j.AddServer("llm", reading(s))
 	}
 	srv := servers(j.Close(at(13.5)))
 	if len(srv) != 2 {
@@ -253,10 +252,10 @@ func TestJoinerClosePartial(t *testing.T) {
 	}
 }
 
-func gpuSample(sec float64, util, power float64, energyMJ int64) gpu.Sample {
-	return gpu.Sample{Time: at(sec), Index: 0, UUID: "GPU-0", Name: "H100",
+func gpuSample(sec float64, util, power float64, energyMJ int64) sample.GPU {
+	return sample.GPU{Time: at(sec), Index: 0, UUID: "GPU-0", Name: "H100",
 		UtilPct: util, PowerW: power, EnergyMJ: energyMJ, MemUsedBytes: 70 << 30, MemTotalBytes: 80 << 30,
-		Has: gpu.FieldUtil | gpu.FieldPower | gpu.FieldEnergy | gpu.FieldMemory}
+		Has: sample.FieldUtil | sample.FieldPower | sample.FieldEnergy | sample.FieldMemory}
 }
 
 func TestJoinerGPUAndServerJoin(t *testing.T) {
@@ -268,9 +267,9 @@ func TestJoinerGPUAndServerJoin(t *testing.T) {
 			util = 70
 		}
 		j.AddGPU(gpuSample(float64(i), util, 480, int64(i)*500_000))
-		j.AddServer("llm", sample(scrape{t: float64(i), tokens: float64(i) * 1000, running: 8}))
+		j.AddServer("llm", reading(scrape{t: float64(i), tokens: float64(i) * 1000, running: 8}))
 	}
-	j.AddGPU(gpu.Sample{Time: at(3), Index: 1, UUID: "GPU-1", Name: "H100", Err: errors.New("gpu 1: GPU is lost")})
+	j.AddGPU(sample.GPU{Time: at(3), Index: 1, UUID: "GPU-1", Name: "H100", Err: errors.New("gpu 1: GPU is lost")})
 	cs := j.Flush(at(15))
 	if len(cs) != 1 || len(cs[0].GPUs) != 2 || len(cs[0].Servers) != 1 {
 		t.Fatalf("got %+v, want one window of 2 GPUs + 1 server", cs)
@@ -303,7 +302,7 @@ func TestJoinerEnergyFallsBackToPower(t *testing.T) {
 	j := newJoiner(0)
 	for i := 0; i <= 11; i++ {
 		s := gpuSample(float64(i), 10, 300, 0)
-		s.Has &^= gpu.FieldEnergy
+		s.Has &^= sample.FieldEnergy
 		j.AddGPU(s)
 	}
 	g := j.Flush(at(15))[0].GPUs[0]
@@ -323,40 +322,14 @@ func TestJoinerSkipsAheadAfterClockJump(t *testing.T) {
 	}
 }
 
-func TestVerdict(t *testing.T) {
-	base := verdictInput{tokens: 100, running: 4, waiting: 0, kv: 0.5, util: 75}
-	tests := []struct {
-		name string
-		mod  func(*verdictInput)
-		want string
-	}{
-		{"down", func(v *verdictInput) { v.down = true }, schema.StateDown},
-		{"idle", func(v *verdictInput) { v.tokens, v.running = 0, 0 }, schema.StateIdle},
-		{"kv bound", func(v *verdictInput) { v.waiting, v.kv = 3, 0.95 }, schema.StateKVBound},
-		{"kv bound by preemption", func(v *verdictInput) { v.preempted, v.kv = true, 0.92 }, schema.StateKVBound},
-		{"queue bound", func(v *verdictInput) { v.waiting, v.util = 5, 45 }, schema.StateQueueBound},
-		{"underutilized", func(v *verdictInput) { v.util = 20 }, schema.StateUnderutilized},
-		{"saturated", func(v *verdictInput) { v.waiting, v.util = 5, 97 }, schema.StateSaturated},
-		{"ok", func(*verdictInput) {}, schema.StateOK},
-		{"no gpu data never guesses", func(v *verdictInput) { v.waiting, v.util = 5, -1 }, schema.StateOK},
-	}
-	for _, tt := range tests {
-		in := base
-		tt.mod(&in)
-		if got := verdict(in, DefaultThresholds); got != tt.want {
-			t.Errorf("%s: %s, want %s", tt.name, got, tt.want)
-		}
-	}
-}
-
 func TestJoinerSetServersKeepsSeries(t *testing.T) {
 	j := newJoiner(0)
 	for _, s := range steady(0, 14, 1, 10, 0) {
-		j.AddServer("llm", sample(s))
+		j.AddServer("llm", reading(s))
 	}
 	j.SetServers([]Server{{Name: "llm", Engine: "vllm"}, {Name: "new", Engine: "vllm"}}, 2500*time.Millisecond)
 	for _, s := range steady(14, 21, 1, 10, 140) {
-		j.AddServer("llm", sample(s))
+		j.AddServer("llm", reading(s))
 	}
 	var srv []ServerWindow
 	for _, w := range servers(j.Flush(at(25))) {
@@ -380,12 +353,12 @@ func TestJoinerGPUDriverSamplesAndGPM(t *testing.T) {
 			if k == 5 {
 				pct = 80
 			}
-			s.UtilSamples = append(s.UtilSamples, gpu.UtilSample{Time: at(float64(i) - 1 + float64(k+1)/6), Pct: pct})
+			s.UtilSamples = append(s.UtilSamples, sample.UtilSample{Time: at(float64(i) - 1 + float64(k+1)/6), Pct: pct})
 		}
 		s.SMActive, s.SMOccupancy, s.TensorActive, s.DRAMActive = 35, 20, 15, 50
-		s.Has |= gpu.FieldGPM
+		s.Has |= sample.FieldGPM
 		j.AddGPU(s)
-		j.AddServer("llm", sample(scrape{t: float64(i), tokens: float64(i) * 100, running: 4}))
+		j.AddServer("llm", reading(scrape{t: float64(i), tokens: float64(i) * 100, running: 4}))
 	}
 	cs := j.Flush(at(15))
 	g, srv := cs[0].GPUs[0], cs[0].Servers[0]
@@ -395,10 +368,10 @@ func TestJoinerGPUDriverSamplesAndGPM(t *testing.T) {
 	if g.SMActive != Some(35.0) || g.TensorActive != Some(15.0) || g.DRAMActive != Some(50.0) || g.EnergySource != Some(schema.EnergyCounter) {
 		t.Errorf("gpu %+v", g)
 	}
-	// SM activity (35%) drives the verdict: tokens flow, nothing waits,
-	// the GPU is mostly idle inside.
-	if srv.SMActive != Some(35.0) || srv.State != schema.StateUnderutilized {
-		t.Errorf("server sm_active %v state %v", srv.SMActive, srv.State)
+	// The server sees its GPU's SM activity and utilization, which
+	// the verdict weighs (analysis.State).
+	if srv.SMActive != Some(35.0) || !srv.GPUUtil.OK || math.Abs(srv.GPUUtil.V-30) > 1e-9 {
+		t.Errorf("server sm_active %v gpu_util %v", srv.SMActive, srv.GPUUtil)
 	}
 }
 
@@ -459,7 +432,7 @@ func TestJoinerTokensPerJouleOnOneTimeBase(t *testing.T) {
 		j.AddGPU(gpuSample(float64(i), 50, 500, int64(i)*500_000)) // 500 W
 	}
 	for i := 4; i <= 7; i++ {
-		j.AddServer("llm", sample(scrape{t: float64(i), tokens: float64(i) * 1000, running: 8})) // 1000 tokens/s
+		j.AddServer("llm", reading(scrape{t: float64(i), tokens: float64(i) * 1000, running: 8})) // 1000 tokens/s
 	}
 	srv := servers(j.Close(at(7.5)))
 	w := srv[len(srv)-1]
@@ -475,12 +448,12 @@ func TestJoinerSetServersWritesRemovedServersLastWindows(t *testing.T) {
 	both := []Server{{Name: "llm", Engine: "vllm"}, {Name: "gone", Engine: "vllm"}}
 	j.SetServers(both, 2500*time.Millisecond)
 	for _, s := range steady(0, 15, 1, 10, 0) {
-		j.AddServer("llm", sample(s))
-		j.AddServer("gone", sample(s))
+		j.AddServer("llm", reading(s))
+		j.AddServer("gone", reading(s))
 	}
 	j.SetServers(both[:1], 2500*time.Millisecond) // at 14.5: the window [0, 10) not yet written
 	for _, s := range steady(15, 31, 1, 10, 150) {
-		j.AddServer("llm", sample(s))
+		j.AddServer("llm", reading(s))
 	}
 	var gone []ServerWindow
 	for _, w := range servers(append(j.Flush(at(25)), j.Flush(at(35))...)) {
@@ -510,7 +483,7 @@ func TestJoinerSetServersWritesRemovedServersLastWindows(t *testing.T) {
 func TestCloseAppendReusesStorage(t *testing.T) {
 	feed := func(j *Joiner, sec int) {
 		j.AddGPU(gpuSample(float64(sec), float64(10+sec%7*10), 300+float64(sec%5), int64(sec)*300_000))
-		iv := collector.Unknown(at(float64(sec)-0.5), at(float64(sec)))
+		iv := sample.Unknown(at(float64(sec)-0.5), at(float64(sec)))
 		iv.Tokens, iv.Running, iv.Observed = float64(100+sec%13), float64(sec%4), true
 		if sec%17 == 0 {
 			iv.Start = at(float64(sec) - 23) // reaches back over two windows

@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // Latency is what a server's sources said of its requests' latencies in
@@ -14,7 +14,7 @@ import (
 // the requests whose own lines ended in it.
 type Latency struct {
 	// Hists holds, per histogram, the observations made in the window.
-	Hists [collector.NumHists]HistWindow
+	Hists [sample.NumHists]HistWindow
 	// Requests are the requests whose own log line ended in the window,
 	// with what the line said of them.
 	Requests []RequestTimes
@@ -57,7 +57,7 @@ type RequestTimes struct {
 // histTrack follows one histogram of one server: its last reading, and
 // the growth spread over the open windows.
 type histTrack struct {
-	last  collector.Histogram
+	last  sample.Histogram
 	lastT time.Time
 	ok    bool
 	win   map[time.Time]*HistWindow
@@ -66,7 +66,7 @@ type histTrack struct {
 // add takes a reading at t. The growth since the last reading is spread
 // over (last, t] by time; a counter that fell, buckets that changed or a
 // reading that is not a histogram make that stretch unknown.
-func (h *histTrack) add(t time.Time, cur collector.Histogram, w, maxGap time.Duration, open time.Time) {
+func (h *histTrack) add(t time.Time, cur sample.Histogram, w, maxGap time.Duration, open time.Time) {
 	if !t.After(h.lastT) && h.ok {
 		return
 	}
@@ -115,7 +115,7 @@ func (h *histTrack) add(t time.Time, cur collector.Histogram, w, maxGap time.Dur
 }
 
 // growth is cur - prev by bucket, or why it is no growth.
-func growth(prev, cur collector.Histogram) (HistWindow, error) {
+func growth(prev, cur sample.Histogram) (HistWindow, error) {
 	if len(prev.Buckets) != len(cur.Buckets) {
 		return HistWindow{}, fmt.Errorf("histogram buckets changed: %d edges, then %d", len(prev.Buckets), len(cur.Buckets))
 	}
@@ -170,7 +170,7 @@ func (h *histTrack) rewind(cut time.Time, w time.Duration) {
 }
 
 // addLatencies takes a sample's histograms.
-func (j *Joiner) addLatencies(st *serverState, s collector.Sample) {
+func (j *Joiner) addLatencies(st *serverState, s sample.Server) {
 	if !s.Rewind.IsZero() {
 		for h := range st.hists {
 			st.hists[h].rewind(s.Rewind, j.cfg.Window)
@@ -179,7 +179,7 @@ func (j *Joiner) addLatencies(st *serverState, s collector.Sample) {
 	if s.Suspect {
 		return
 	}
-	for h := range collector.NumHists {
+	for h := range sample.NumHists {
 		if s.HasHist[h] {
 			st.hists[h].add(s.Time, s.Hists[h], j.cfg.Window, j.cfg.MaxGap, j.next)
 		}
@@ -188,7 +188,7 @@ func (j *Joiner) addLatencies(st *serverState, s collector.Sample) {
 
 // addRequest keeps a finished request's latencies for the window its
 // line ended in.
-func (a *windowAcc) addRequest(iv collector.Interval) {
+func (a *windowAcc) addRequest(iv sample.Interval) {
 	if iv.TTFT < 0 && iv.TPOT < 0 && iv.E2E < 0 && iv.Queue < 0 {
 		return
 	}

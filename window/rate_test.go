@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/schema"
 )
 
@@ -51,11 +51,11 @@ func TestShortWindowRates(t *testing.T) {
 				if ts < 0 || tt.drop[i] {
 					continue
 				}
-				var smp collector.Sample
+				var smp sample.Server
 				smp.Time = at(ts)
-				smp.SetCounter(collector.GenerationTokens, rate*ts)
-				smp.SetCounter(collector.PromptTokens, prompt*ts)
-				smp.SetGauge(collector.Running, 48)
+				smp.SetCounter(sample.GenerationTokens, rate*ts)
+				smp.SetCounter(sample.PromptTokens, prompt*ts)
+				smp.SetGauge(sample.Running, 48)
 				g := gpuSample(ts, 90, watts, int64(watts*ts*1000))
 				arr = append(arr, arrival{ts + tt.lag, func() { j.AddServer("llm", smp); j.AddGPU(g) }})
 			}
@@ -76,7 +76,7 @@ func TestShortWindowRates(t *testing.T) {
 				if f.Tokens.OK {
 					total += f.Tokens.V
 				}
-				if k == 0 || f.State == schema.StateDown {
+				if k == 0 || f.Down {
 					continue // the first point starts mid-window
 				}
 				for _, c := range []struct {
@@ -97,7 +97,7 @@ func TestShortWindowRates(t *testing.T) {
 			}
 			// The integer counts add up to the counter's increase from its
 			// first point to the last closed edge.
-			c := j.byName["llm"].counters[collector.GenerationTokens]
+			c := j.byName["llm"].counters[sample.GenerationTokens]
 			if want := int64(math.Round(c.edge)) - int64(math.Round(tt.jitter[0]*rate)); total != want || want <= 0 {
 				t.Errorf("tokens add up to %d, counter increased by %d", total, want)
 			}

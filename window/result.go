@@ -20,8 +20,8 @@ type Closed struct {
 	Servers []ServerWindow
 }
 
-// GPUWindow is one GPU's (or MIG instance's) summary of one window: a
-// tpsmon_gpu point. Names and units are schema's (schema.GPUFields).
+// GPUWindow is one GPU's (or MIG instance's) summary of one window, a
+// tpsmon_gpu point once analysed. Names and units are schema's (schema.GPUFields).
 type GPUWindow struct {
 	Start  time.Time
 	Length time.Duration // window_s
@@ -46,8 +46,8 @@ type GPUWindow struct {
 	Error                       Opt[string] // the last read error in the window
 }
 
-// ServerWindow is one server's summary of one window: a tpsmon_server
-// point. Names and units are schema's (schema.ServerFields).
+// ServerWindow is one server's summary of one window, a tpsmon_server
+// point once analysed (its state is the analysis stage's). Names and units are schema's (schema.ServerFields).
 type ServerWindow struct {
 	Start  time.Time
 	Length time.Duration // window_s
@@ -68,19 +68,20 @@ type ServerWindow struct {
 	MemUsedBytes, MemTotalBytes    Opt[int64]
 	PowerW, EnergyJ                Opt[float64]
 	TokensPerJoule, TPSPerGPU      Opt[float64]
-	State                          string // one of schema.States
 	Coverage                       float64
 	Source                         string // schema.SourceMetrics or schema.SourceLog
-	// Latency is what the sources said of the requests' latencies, for
-	// the analysis stage (not written as it is).
-	Latency Latency
-}
 
-// Count returns how many results cs hold.
-func Count(cs []Closed) int {
-	n := 0
-	for _, c := range cs {
-		n += len(c.GPUs) + len(c.Servers)
-	}
-	return n
+	// What the window's sources said beyond its fields, for the analysis
+	// stage (package analysis); not written as such.
+	//
+	// ExactTokens is the tokens made, unrounded: Tokens rounds them through
+	// a running total, so that windows add up. Down says no source spoke
+	// for the window (no scrape answered, the log was not readable).
+	// Preempted says requests were preempted in it, even where the count
+	// rounds to none.
+	ExactTokens Opt[float64]
+	Down        bool
+	Preempted   bool
+	// Latency is what the sources said of the requests' latencies.
+	Latency Latency
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // step is one second of a generated counter: what the server really
@@ -150,11 +151,11 @@ func checkSequence(t *testing.T, data []byte) {
 		cum[i] = trueTotal
 		ts := at(float64(i))
 		if !s.missing {
-			var smp collector.Sample
+			var smp sample.Server
 			smp.Time = ts
-			smp.SetCounter(collector.GenerationTokens, s.read)
+			smp.SetCounter(sample.GenerationTokens, s.read)
 			smp = der.Derive(smp)
-			passed, v := smp.HasCounter[collector.GenerationTokens], smp.Counter[collector.GenerationTokens]
+			passed, v := smp.HasCounter[sample.GenerationTokens], smp.Counter[sample.GenerationTokens]
 			// A valid reading passes unchanged; a corrupt one may pass
 			// only as a stale value (a flap back to the last reading reads
 			// as a second without tokens), never above the truth.
@@ -169,7 +170,7 @@ func checkSequence(t *testing.T, data []byte) {
 	}
 	collect(at(float64(len(steps)-1)), true)
 
-	limit := collector.MaxTokensPerSecond * w.Seconds()
+	limit := sample.MaxTokensPerSecond * w.Seconds()
 	var sum int64
 	for k, f := range pts {
 		tok, ok := f.Tokens.V, f.Tokens.OK
@@ -243,9 +244,9 @@ func TestGuardedWindows(t *testing.T) {
 				if i == 5 {
 					v = tc.bad(v)
 				}
-				var s collector.Sample
+				var s sample.Server
 				s.Time = at(float64(i))
-				s.SetCounter(collector.GenerationTokens, v)
+				s.SetCounter(sample.GenerationTokens, v)
 				s = der.Derive(s)
 				discards += len(s.Discards)
 				j.AddServer("llm", s)
@@ -286,9 +287,9 @@ func TestBadStretchLowersCoverage(t *testing.T) {
 		if i >= 4 && i <= 6 {
 			v = math.NaN()
 		}
-		var s collector.Sample
+		var s sample.Server
 		s.Time = at(float64(i))
-		s.SetCounter(collector.GenerationTokens, v)
+		s.SetCounter(sample.GenerationTokens, v)
 		j.AddServer("llm", der.Derive(s))
 		got = append(got, servers(j.Flush(at(float64(i))))...)
 	}
@@ -314,15 +315,15 @@ func TestRestartStillCounts(t *testing.T) {
 	reads := []float64{5000, 5100, 5200, 30, 130, 230}
 	var passed []float64
 	for i, v := range reads {
-		var s collector.Sample
+		var s sample.Server
 		s.Time = at(float64(i))
-		s.SetCounter(collector.GenerationTokens, v)
+		s.SetCounter(sample.GenerationTokens, v)
 		s = der.Derive(s)
 		if len(s.Discards) != 0 {
 			t.Fatalf("second %d: discarded %v", i, s.Discards)
 		}
-		if s.HasCounter[collector.GenerationTokens] {
-			passed = append(passed, s.Counter[collector.GenerationTokens])
+		if s.HasCounter[sample.GenerationTokens] {
+			passed = append(passed, s.Counter[sample.GenerationTokens])
 		}
 	}
 	want := []float64{5000, 5100, 5200, 130, 230} // 30 is held until 130 confirms it
@@ -349,12 +350,12 @@ func TestFlapDoesNotInflate(t *testing.T) {
 		if i%2 == 1 {
 			v = 1000 // the stale replica
 		}
-		var s collector.Sample
+		var s sample.Server
 		s.Time = at(float64(i))
-		s.SetCounter(collector.GenerationTokens, v)
+		s.SetCounter(sample.GenerationTokens, v)
 		s = der.Derive(s)
 		for _, d := range s.Discards {
-			if d.Reason == collector.Flap {
+			if d.Reason == sample.Flap {
 				flaps++
 			}
 		}

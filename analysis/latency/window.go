@@ -3,7 +3,7 @@ package latency
 import (
 	"math"
 
-	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -143,7 +143,7 @@ func histogram(h window.HistWindow) (Histogram, string) {
 func absent(q float64, why string) Quantile { return Quantile{Q: q, Reason: why} }
 
 func (s *Summary) fromHistograms(l window.Latency, o Objective) {
-	quant := func(kind collector.Hist, qs []float64, out []Quantile) bool {
+	quant := func(kind sample.Hist, qs []float64, out []Quantile) bool {
 		h, why := histogram(l.Hists[kind])
 		if h.Buckets == nil && why == "" {
 			for i, q := range qs {
@@ -160,12 +160,12 @@ func (s *Summary) fromHistograms(l window.Latency, o Objective) {
 		}
 		return true
 	}
-	any := quant(collector.HistTTFT, TTFTQ[:], s.TTFT[:])
-	any = quant(collector.HistITL, ITLQ[:], s.ITL[:]) || any
-	any = quant(collector.HistE2E, E2EQ[:], s.E2E[:]) || any
-	any = quant(collector.HistQueue, QueQ[:], s.Queue[:]) || any
+	any := quant(sample.HistTTFT, TTFTQ[:], s.TTFT[:])
+	any = quant(sample.HistITL, ITLQ[:], s.ITL[:]) || any
+	any = quant(sample.HistE2E, E2EQ[:], s.E2E[:]) || any
+	any = quant(sample.HistQueue, QueQ[:], s.Queue[:]) || any
 	var tpot [2]Quantile
-	if quant(collector.HistTPOT, []float64{0.9, 0.5}, tpot[:]) {
+	if quant(sample.HistTPOT, []float64{0.9, 0.5}, tpot[:]) {
 		any = true
 		s.PerUserTPS[0], s.PerUserTPS[1] = Reciprocal(tpot[0]), Reciprocal(tpot[1])
 	} else {
@@ -176,24 +176,24 @@ func (s *Summary) fromHistograms(l window.Latency, o Objective) {
 	}
 	s.Source = SourceHistogram
 	s.Attainment = s.histAttainment(l, o)
-	histMean := func(kind collector.Hist) float64 {
+	histMean := func(kind sample.Hist) float64 {
 		h := l.Hists[kind]
 		if !h.OK || !h.HasSum || h.Total() <= 0 {
 			return math.NaN()
 		}
 		return h.Sum / h.Total()
 	}
-	s.MeanQueue = histMean(collector.HistQueue)
-	s.MeanPrefill, s.MeanDecode = histMean(collector.HistPrefill), histMean(collector.HistDecode)
+	s.MeanQueue = histMean(sample.HistQueue)
+	s.MeanPrefill, s.MeanDecode = histMean(sample.HistPrefill), histMean(sample.HistDecode)
 	if math.IsNaN(s.MeanPrefill) {
 		// Time to first token is the queue and the prefill.
-		s.MeanPrefill = histMean(collector.HistTTFT) - max(0, s.MeanQueue)
+		s.MeanPrefill = histMean(sample.HistTTFT) - max(0, s.MeanQueue)
 		if math.IsNaN(s.MeanQueue) {
-			s.MeanPrefill = histMean(collector.HistTTFT)
+			s.MeanPrefill = histMean(sample.HistTTFT)
 		}
 	}
 	if math.IsNaN(s.MeanDecode) {
-		s.MeanDecode = histMean(collector.HistE2E) - histMean(collector.HistTTFT)
+		s.MeanDecode = histMean(sample.HistE2E) - histMean(sample.HistTTFT)
 	}
 }
 
@@ -206,9 +206,9 @@ func (s *Summary) histAttainment(l window.Latency, o Objective) Attainment {
 	}
 	var ms []Marginal
 	for _, m := range []struct {
-		kind collector.Hist
+		kind sample.Hist
 		d    float64
-	}{{collector.HistTTFT, o.TTFT.Seconds()}, {collector.HistTPOT, o.TPOT.Seconds()}, {collector.HistE2E, o.E2E.Seconds()}} {
+	}{{sample.HistTTFT, o.TTFT.Seconds()}, {sample.HistTPOT, o.TPOT.Seconds()}, {sample.HistE2E, o.E2E.Seconds()}} {
 		if m.d <= 0 {
 			continue
 		}

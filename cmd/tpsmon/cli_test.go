@@ -18,11 +18,11 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 	"github.com/tpsmon/tpsmon/internal/statefile"
 	"github.com/tpsmon/tpsmon/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/spool"
-	"github.com/tpsmon/tpsmon/testkit/configtest"
 	"github.com/tpsmon/tpsmon/testkit/influxtest"
 	"github.com/tpsmon/tpsmon/testkit/tpsmonbin"
 )

@@ -9,12 +9,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/daemon/agent"
 	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/internal/heapgoal"
 	"github.com/tpsmon/tpsmon/internal/logging"
 	"github.com/tpsmon/tpsmon/sink"
-	"github.com/tpsmon/tpsmon/window"
 )
 
 func newRunCmd() *cobra.Command {
@@ -78,7 +78,7 @@ type firstWindow struct {
 	printed bool
 }
 
-func (f *firstWindow) WriteWindows(cs []window.Closed) error {
+func (f *firstWindow) WriteWindows(cs []analysis.Closed) error {
 	if f.printed {
 		return nil
 	}

@@ -16,17 +16,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/daemon/agent"
 	"github.com/tpsmon/tpsmon/daemon/api"
 	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 	"github.com/tpsmon/tpsmon/daemon/top"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sim/gpusim"
 	"github.com/tpsmon/tpsmon/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/sink"
-	"github.com/tpsmon/tpsmon/testkit/configtest"
 	"github.com/tpsmon/tpsmon/testkit/loopback"
-	"github.com/tpsmon/tpsmon/window"
 )
 
 // recorder keeps the points of closed windows as the outputs get them.
@@ -35,7 +35,7 @@ type recorder struct {
 	pts []sink.Point
 }
 
-func (r *recorder) WriteWindows(cs []window.Closed) error {
+func (r *recorder) WriteWindows(cs []analysis.Closed) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pts = append(r.pts, sink.Points(cs)...)

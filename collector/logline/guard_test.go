@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // TestStreamRefusesImpossibleLines: a vLLM line printing a rate no server
@@ -18,11 +18,11 @@ func TestStreamRefusesImpossibleLines(t *testing.T) {
 	}
 	tests := []struct {
 		rate   string
-		reason collector.Reason
+		reason sample.Reason
 	}{
-		{"99999999999999999999.0", collector.Huge},
-		{"1" + strings.Repeat("0", 300) + ".0", collector.Huge},
-		{"20000000.0", collector.Huge}, // 2e7 tokens/s: twice the bound
+		{"99999999999999999999.0", sample.Huge},
+		{"1" + strings.Repeat("0", 300) + ".0", sample.Huge},
+		{"20000000.0", sample.Huge}, // 2e7 tokens/s: twice the bound
 	}
 	for _, tc := range tests {
 		t.Run(tc.rate, func(t *testing.T) {
@@ -30,8 +30,8 @@ func TestStreamRefusesImpossibleLines(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got []collector.Discard
-			st := &Stream{Discarded: func(d collector.Discard) { got = append(got, d) }}
+			var got []sample.Discard
+			st := &Stream{Discarded: func(d sample.Discard) { got = append(got, d) }}
 			t0 := time.Unix(1_700_000_000, 0)
 			var tokens []float64
 			for i, l := range []string{line("100.0"), line(tc.rate), line("100.0")} {
@@ -59,23 +59,23 @@ func TestStreamRefusesImpossibleLines(t *testing.T) {
 // A day is taken, as are the years up to 2262.
 func TestStreamRefusesImpossibleSpans(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	refused := func(r collector.Reason) []collector.Discard {
-		return []collector.Discard{{Series: "interval", Reason: r}}
+	refused := func(r sample.Reason) []sample.Discard {
+		return []sample.Discard{{Series: "interval", Reason: r}}
 	}
 	tests := []struct {
 		name string
 		ms   string
 		at   time.Time
-		want []collector.Discard // nil: taken
+		want []sample.Discard // nil: taken
 	}{
 		{"5.7 s", "5729.20", now, nil},
 		{"a day", "86400000.00", now, nil},
-		{"a day and a millisecond", "86400001.00", now, refused(collector.Huge)},
-		{"three years", "99999999999.20", now, refused(collector.Huge)},
+		{"a day and a millisecond", "86400001.00", now, refused(sample.Huge)},
+		{"three years", "99999999999.20", now, refused(sample.Huge)},
 		{"in 2262", "5729.20", time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC), nil},
-		{"in 9999", "5729.20", time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC), refused(collector.OutOfRange)},
-		{"in year 1", "5729.20", time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), refused(collector.OutOfRange)},
-		{"just past the end", "5729.20", collector.MaxTime.Add(time.Nanosecond), refused(collector.OutOfRange)},
+		{"in 9999", "5729.20", time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC), refused(sample.OutOfRange)},
+		{"in year 1", "5729.20", time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), refused(sample.OutOfRange)},
+		{"just past the end", "5729.20", sample.MaxTime.Add(time.Nanosecond), refused(sample.OutOfRange)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -83,8 +83,8 @@ func TestStreamRefusesImpossibleSpans(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got []collector.Discard
-			st := &Stream{Discarded: func(d collector.Discard) { got = append(got, d) }}
+			var got []sample.Discard
+			st := &Stream{Discarded: func(d sample.Discard) { got = append(got, d) }}
 			line := "slot print_timing: id  0 | task 7 |        eval time = " + tc.ms + " ms /    96 tokens (   60.31 ms per token,    16.58 tokens per second)"
 			rec, ok := p.Parse([]byte(line))
 			if !ok {

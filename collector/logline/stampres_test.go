@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // statLine is one generated interval-average line: its text, and the
@@ -54,7 +54,7 @@ func genStatLines(rng *rand.Rand, engine string, n int) []statLine {
 
 // placeStat turns lines into intervals as replay does: Placer, then
 // Stream.
-func placeStat(t *testing.T, lines []statLine) []collector.Interval {
+func placeStat(t *testing.T, lines []statLine) []sample.Interval {
 	t.Helper()
 	p, err := NewParser("auto")
 	if err != nil {
@@ -62,7 +62,7 @@ func placeStat(t *testing.T, lines []statLine) []collector.Interval {
 	}
 	p.Timestamps, p.Year = true, 2026
 	var st Stream
-	var ivs []collector.Interval
+	var ivs []sample.Interval
 	pl := &Placer{P: p, Emit: func(pr Placed) {
 		if iv, ok := st.Interval(pr.Record, pr.Time); ok {
 			ivs = append(ivs, iv)
@@ -80,7 +80,7 @@ func placeStat(t *testing.T, lines []statLine) []collector.Interval {
 
 // stretchRate is the rate the intervals give over [a, b]: their tokens
 // spread by overlap, over the time they cover, as the joiner takes them.
-func stretchRate(ivs []collector.Interval, a, b time.Time) (rate, covered float64) {
+func stretchRate(ivs []sample.Interval, a, b time.Time) (rate, covered float64) {
 	var tokens float64
 	var segs [][2]time.Time
 	for _, iv := range ivs {

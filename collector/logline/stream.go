@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // Stream turns one server's records into the intervals the joiner
@@ -17,13 +17,13 @@ type Stream struct {
 	// previous one.
 	MaxGap time.Duration
 	// Discarded is told of each line refused for an impossible value
-	// (collector.CheckInterval); nil: not told.
-	Discarded func(collector.Discard)
+	// (sample.CheckInterval); nil: not told.
+	Discarded func(sample.Discard)
 	// Hole is told of the stretch a refused line spoke for
-	// (collector.Hole), for the joiner to take out of its windows'
+	// (sample.Hole), for the joiner to take out of its windows'
 	// coverage; nil: not told. A line refused for its own time or span
 	// leaves none: where it belongs is what is wrong with it.
-	Hole func(collector.Interval)
+	Hole func(sample.Interval)
 
 	last map[string]*time.Time
 	// lastKey's entry of last: a log's stat lines nearly all come from
@@ -49,7 +49,7 @@ const maxTracked = 4096
 // with an impossible value (NaN, a rate no server reaches) is refused and
 // leaves no trace in the stream's memory: the next valid line of the same
 // request carries on from the last valid one.
-func (s *Stream) Interval(r Record, t time.Time) (collector.Interval, bool) {
+func (s *Stream) Interval(r Record, t time.Time) (sample.Interval, bool) {
 	// Only these kinds move a request's progress, which a refused line
 	// must leave as it was.
 	tracked := r.Kind == Progress || r.Kind == Request || r.Kind == Iteration
@@ -62,7 +62,7 @@ func (s *Stream) Interval(r Record, t time.Time) (collector.Interval, bool) {
 	if !ok {
 		return iv, false
 	}
-	if d, valid := collector.CheckInterval(iv); !valid {
+	if d, valid := sample.CheckInterval(iv); !valid {
 		if had {
 			s.progress[strings.Clone(r.Key)] = p
 		} else if tracked {
@@ -76,9 +76,9 @@ func (s *Stream) Interval(r Record, t time.Time) (collector.Interval, bool) {
 		// CheckInterval names the bounds "interval" when they are wrong.
 		spoke := r.Kind == Stat || r.Kind == Request
 		if s.Hole != nil && spoke && d.Series != "interval" && iv.End.After(iv.Start) {
-			s.Hole(collector.Hole(iv.Start, iv.End))
+			s.Hole(sample.Hole(iv.Start, iv.End))
 		}
-		return collector.Interval{}, false
+		return sample.Interval{}, false
 	}
 	return iv, true
 }
@@ -100,13 +100,13 @@ func (s *Stream) init() {
 	}
 }
 
-func (s *Stream) interval(r *Record, t time.Time) (collector.Interval, bool) {
+func (s *Stream) interval(r *Record, t time.Time) (sample.Interval, bool) {
 	s.init()
 	switch r.Kind {
 	case Stat:
 		return s.stat(r, t)
 	case Batch:
-		iv := collector.Unknown(t, t)
+		iv := sample.Unknown(t, t)
 		iv.PromptTokens, iv.Running, iv.Waiting, iv.KV = r.Tokens, r.Running, r.Waiting, r.KV
 		return iv, true
 	case Progress:
@@ -116,16 +116,16 @@ func (s *Stream) interval(r *Record, t time.Time) (collector.Interval, bool) {
 	case Iteration:
 		return s.iteration(r, t)
 	}
-	return collector.Interval{}, false
+	return sample.Interval{}, false
 }
 
 // stat spreads a Stat line's averages over the time since its reporter's
 // previous line, or over the engine's interval.
-func (s *Stream) stat(r *Record, t time.Time) (collector.Interval, bool) {
+func (s *Stream) stat(r *Record, t time.Time) (sample.Interval, bool) {
 	if r.Aggregated {
 		s.aggregated = true
 	} else if s.aggregated && r.Key != "" {
-		return collector.Interval{}, false // the aggregated line holds this engine already
+		return sample.Interval{}, false // the aggregated line holds this engine already
 	}
 	gap := r.DefaultGap
 	last := s.lastOf
@@ -148,7 +148,7 @@ func (s *Stream) stat(r *Record, t time.Time) (collector.Interval, bool) {
 		gap = 0
 	}
 	*last = t
-	iv := collector.Unknown(t.Add(-gap), t)
+	iv := sample.Unknown(t.Add(-gap), t)
 	if r.GenTPS >= 0 {
 		iv.Tokens = r.GenTPS * gap.Seconds()
 	}
@@ -161,15 +161,15 @@ func (s *Stream) stat(r *Record, t time.Time) (collector.Interval, bool) {
 
 // progressed is what a running request decoded since its previous
 // progress line.
-func (s *Stream) progressed(r *Record, t time.Time) (collector.Interval, bool) {
+func (s *Stream) progressed(r *Record, t time.Time) (sample.Interval, bool) {
 	prev, ok := s.progress[r.Key]
 	// A copy: the map keeps the key of its last store, and a parser's key
 	// may share its memory with many (keyArena).
 	s.progress[strings.Clone(r.Key)] = progress{r.Tokens, t}
-	var iv collector.Interval
+	var iv sample.Interval
 	switch {
 	case ok && r.Tokens > prev.tokens && t.After(prev.t):
-		iv = collector.Unknown(prev.t, t)
+		iv = sample.Unknown(prev.t, t)
 		iv.Tokens = r.Tokens - prev.tokens
 	case !ok && (r.SinceStartTPS > 0 || r.UserTPS > 0):
 		// The first progress line: what was decoded so far, at the
@@ -181,10 +181,10 @@ func (s *Stream) progressed(r *Record, t time.Time) (collector.Interval, bool) {
 			rate = r.UserTPS
 		}
 		d := time.Duration(r.Tokens / rate * float64(time.Second))
-		iv = collector.Unknown(t.Add(-d), t)
+		iv = sample.Unknown(t.Add(-d), t)
 		iv.Tokens = r.Tokens
 	default:
-		return collector.Interval{}, false
+		return sample.Interval{}, false
 	}
 	iv.UserTokens, iv.UserSeconds = iv.Tokens, iv.End.Sub(iv.Start).Seconds()
 	iv.Request = true
@@ -193,8 +193,8 @@ func (s *Stream) progressed(r *Record, t time.Time) (collector.Interval, bool) {
 
 // request is a finished request's span, less what its progress lines
 // already counted.
-func (s *Stream) request(r *Record, t time.Time) collector.Interval {
-	iv := collector.Unknown(t.Add(-r.Duration), t)
+func (s *Stream) request(r *Record, t time.Time) sample.Interval {
+	iv := sample.Unknown(t.Add(-r.Duration), t)
 	if r.PromptTokens >= 0 {
 		iv.PromptTokens = r.PromptTokens
 		if r.Key != "" {
@@ -223,17 +223,17 @@ func (s *Stream) request(r *Record, t time.Time) collector.Interval {
 
 // iteration is the tokens of the engine steps since the previous
 // iteration line.
-func (s *Stream) iteration(r *Record, t time.Time) (collector.Interval, bool) {
+func (s *Stream) iteration(r *Record, t time.Time) (sample.Interval, bool) {
 	prev, ok := s.progress[r.Key]
 	s.progress[r.Key] = progress{r.Iterations, t}
 	if !ok || !t.After(prev.t) {
-		return collector.Interval{}, false
+		return sample.Interval{}, false
 	}
 	iters := r.Iterations - prev.tokens
 	if iters < 0 {
 		iters = r.Iterations // the server restarted
 	}
-	iv := collector.Unknown(prev.t, t)
+	iv := sample.Unknown(prev.t, t)
 	iv.Tokens, iv.Running = iters*max(0, r.Running), r.Running
 	if r.Running > 0 {
 		iv.UserTokens, iv.UserSeconds = iters, t.Sub(prev.t).Seconds()
@@ -245,7 +245,7 @@ func (s *Stream) iteration(r *Record, t time.Time) (collector.Interval, bool) {
 // its line says, and for llama.cpp the time to first token of its prompt
 // line (the prefill, which ends with the first token), end to end the two
 // together.
-func (s *Stream) latencies(iv *collector.Interval, r *Record) {
+func (s *Stream) latencies(iv *sample.Interval, r *Record) {
 	secs := func(d time.Duration) float64 {
 		if d < 0 {
 			return -1

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sim/gpusim"
 	"github.com/tpsmon/tpsmon/sim/vllmsim"
-	"github.com/tpsmon/tpsmon/testkit/configtest"
 	"github.com/tpsmon/tpsmon/testkit/influxtest"
 )
 

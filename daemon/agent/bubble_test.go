@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 	"github.com/tpsmon/tpsmon/sink"
-	"github.com/tpsmon/tpsmon/testkit/configtest"
 )
 
 // Daemon tests run in a testing/synctest bubble where they can: the

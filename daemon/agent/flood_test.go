@@ -22,11 +22,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/sim/gpusim"
 	"github.com/tpsmon/tpsmon/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/sink"
-	"github.com/tpsmon/tpsmon/window"
 )
 
 // The flood test's daemon: the open-file limit, the timeouts it is given
@@ -79,7 +79,7 @@ type lockedWriter struct {
 	w  *bufio.Writer
 }
 
-func (l lockedWriter) WriteWindows(cs []window.Closed) error {
+func (l lockedWriter) WriteWindows(cs []analysis.Closed) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := sink.NewLPWriter(l.w).WriteWindows(cs); err != nil {

@@ -14,8 +14,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
-	"github.com/tpsmon/tpsmon/testkit/configtest"
+	"github.com/tpsmon/tpsmon/analysis"
+	"github.com/tpsmon/tpsmon/daemon/config/configtest"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -50,14 +51,14 @@ func TestOneBadSampleDoesNotCorrupt(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		bad    string
-		reason collector.Reason
+		reason sample.Reason
 	}{
-		{"99999999999999999999.0", collector.Huge},
-		{"1e308", collector.Huge},
-		{"NaN", collector.NotANumber},
-		{"+Inf", collector.Infinite},
-		{"-5", collector.Negative},
-		{"flap", collector.Flap},
+		{"99999999999999999999.0", sample.Huge},
+		{"1e308", sample.Huge},
+		{"NaN", sample.NotANumber},
+		{"+Inf", sample.Infinite},
+		{"-5", sample.Negative},
+		{"flap", sample.Flap},
 	}
 	for _, tc := range tests {
 		t.Run(tc.bad, func(t *testing.T) {
@@ -69,7 +70,7 @@ func TestOneBadSampleDoesNotCorrupt(t *testing.T) {
 
 var tokensRe = regexp.MustCompile(`tokens=(-?\d+)i`)
 
-func oneBadSample(t *testing.T, bad string, reason collector.Reason) {
+func oneBadSample(t *testing.T, bad string, reason sample.Reason) {
 	a, out := runOneServer(t, "llm", &glitchingVLLM{start: time.Now(), bad: bad}, 2600*time.Millisecond)
 	ms := tokensRe.FindAllStringSubmatch(out, -1)
 	if len(ms) < 4 {
@@ -82,8 +83,8 @@ func oneBadSample(t *testing.T, bad string, reason collector.Reason) {
 			t.Errorf("window %d: tokens=%d, the server made 50:\n%s", i+1, n, out)
 		}
 	}
-	got := map[collector.Reason]uint64{}
-	a.metrics.discards.Each(func(server string, r collector.Reason, n uint64) { got[r] += n })
+	got := map[sample.Reason]uint64{}
+	a.metrics.discards.Each(func(server string, r sample.Reason, n uint64) { got[r] += n })
 	if got[reason] == 0 {
 		t.Errorf("discards %v, want some %v", got, reason)
 	}
@@ -92,7 +93,7 @@ func oneBadSample(t *testing.T, bad string, reason collector.Reason) {
 // failingOutput fails while failing is set.
 type failingOutput struct{ failing bool }
 
-func (f *failingOutput) WriteWindows([]window.Closed) error {
+func (f *failingOutput) WriteWindows([]analysis.Closed) error {
 	if f.failing {
 		return errors.New("disk full")
 	}

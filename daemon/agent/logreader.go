@@ -5,10 +5,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/logline"
 	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -28,7 +28,7 @@ type logMsg struct {
 // line it was.
 type logInterval struct {
 	engine string
-	iv     collector.Interval
+	iv     sample.Interval
 }
 
 // maxLogBatch bounds the intervals handed over in one message: a read of
@@ -102,14 +102,14 @@ func (p *pipeline) newLogReader(s config.ServerConfig, send func(message)) (*log
 	}
 	name := s.Name
 	r := &logReader{p: p, name: name, parser: parser, send: send, hasMetrics: s.MetricsURL != "",
-		stream: &logline.Stream{Discarded: func(d collector.Discard) { p.metrics.discards.Add(name, d) }}}
+		stream: &logline.Stream{Discarded: func(d sample.Discard) { p.metrics.discards.Add(name, d) }}}
 	r.stream.Hole = r.hole
 	return r, nil
 }
 
 // hole hands on, in its place among the intervals, the stretch a refused
 // line spoke for: the joiner takes it out of the windows' coverage.
-func (r *logReader) hole(iv collector.Interval) { r.add(logInterval{iv: iv}) }
+func (r *logReader) hole(iv sample.Interval) { r.add(logInterval{iv: iv}) }
 
 // add queues one interval for the main loop.
 func (r *logReader) add(li logInterval) {

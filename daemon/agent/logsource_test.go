@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 	"github.com/tpsmon/tpsmon/sink"
-	"github.com/tpsmon/tpsmon/testkit/configtest"
 )
 
 // sglangLine is a decode line, written every second: 160 tokens/s since

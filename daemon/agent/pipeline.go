@@ -18,27 +18,28 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/collector"
 	enginereg "github.com/tpsmon/tpsmon/collector/engine"
-	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/collector/gpumap"
 	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/internal/statefile"
 	"github.com/tpsmon/tpsmon/internal/wake"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/window"
 )
 
 // GPUSampler reads all GPUs of the node at once.
 type GPUSampler interface {
-	Sample(now time.Time) []gpu.Sample
+	Sample(now time.Time) []sample.GPU
 	Close() error
 }
 
-// WindowWriter receives closed windows.
+// WindowWriter receives closed windows, analysed.
 type WindowWriter interface {
-	WriteWindows(cs []window.Closed) error
+	WriteWindows(cs []analysis.Closed) error
 }
 
 // pipeline wires sources, the joiner and the outputs: the daemon's main
@@ -185,8 +186,8 @@ func reasons(m map[string]string) []string {
 
 // liveFeed shows the window still open.
 type liveFeed interface {
-	Server(name string, s collector.Sample)
-	GPUs(s []gpu.Sample)
+	Server(name string, s sample.Server)
+	GPUs(s []sample.GPU)
 }
 
 // message is what a source hands the main loop; each kind applies itself
@@ -199,7 +200,7 @@ type message interface {
 type scrapeMsg collector.Result
 
 // gpuMsg is one reading of every GPU.
-type gpuMsg []gpu.Sample
+type gpuMsg []sample.GPU
 
 // placedMsg says where servers with gpus: auto were found, and why
 // others were not.
@@ -350,11 +351,8 @@ func (p *pipeline) run(ctx context.Context) error {
 	p.gpuErr = map[string]bool{}
 	p.suspect = map[string]bool{}
 	p.placed = map[string][]string{}
-	th := cfg.Thresholds
 	j := window.New(window.Config{
 		Window: cfg.Window, Grace: p.grace(cfg), MaxGap: maxGapOfConfig(cfg), Host: cfg.Host, Start: start,
-		Thresholds: window.Thresholds{KVBound: th.KVBound, QueueUtil: th.QueueUtil, UnderUtil: th.UnderUtil,
-			SaturatedUtil: th.SaturatedUtil, Waiting: th.Waiting},
 	}, serversOf(cfg))
 	p.log.Info("first window", "start", window.Start(start, cfg.Window).Format(time.RFC3339Nano))
 
@@ -526,7 +524,7 @@ func (m gpuMsg) apply(p *pipeline, j *window.Joiner, _ map[string]bool) {
 }
 
 // gpuLabel names a GPU on /metrics: its index, and its MIG instance.
-func gpuLabel(s *gpu.Sample) string {
+func gpuLabel(s *sample.GPU) string {
 	if s.Instance != "" {
 		return strconv.Itoa(s.Index) + "/" + s.Instance
 	}
@@ -569,7 +567,7 @@ func (p *pipeline) noteSuspect(r scrapeMsg) {
 	case r.Sample.Suspect && !was:
 		series := ""
 		for _, d := range r.Sample.Discards {
-			if d.Reason == collector.Flap || d.Reason == collector.Suspect {
+			if d.Reason == sample.Flap || d.Reason == sample.Suspect {
 				series = d.Series
 				break
 			}
@@ -590,10 +588,13 @@ func (p *pipeline) noteSuspect(r scrapeMsg) {
 	}
 }
 
-func (p *pipeline) emit(cs []window.Closed) {
-	if len(cs) == 0 {
+// emit analyses closed windows, with the facts of the configuration in
+// force, and hands them to the outputs.
+func (p *pipeline) emit(closed []window.Closed) {
+	if len(closed) == 0 {
 		return
 	}
+	cs := analysis.Analyze(closed, &analysis.Facts{Thresholds: p.cfg.Thresholds})
 	if len(p.outFails) != len(p.outputs) {
 		p.outFails = make([]int, len(p.outputs))
 	}
@@ -688,7 +689,7 @@ func (p *pipeline) sampleGPUs(ctx context.Context, open func() (GPUSampler, erro
 const procRoot = "/proc"
 
 // place maps servers to GPUs from NVML's processes and /proc.
-func (p *pipeline) place(l processLister, smp []gpu.Sample, auto []gpumap.Server) (gpumap.Result, bool) {
+func (p *pipeline) place(l processLister, smp []sample.GPU, auto []gpumap.Server) (gpumap.Result, bool) {
 	procs := l.Processes()
 	var gpus []gpumap.GPU
 	for _, s := range smp {

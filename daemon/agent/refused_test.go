@@ -10,20 +10,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
+	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 	"github.com/tpsmon/tpsmon/schema"
-	"github.com/tpsmon/tpsmon/testkit/configtest"
 	"github.com/tpsmon/tpsmon/testkit/influxtest"
 	"github.com/tpsmon/tpsmon/window"
 )
 
 // serverWindows are n windows of server llm from start, one per second.
-func serverWindows(start time.Time, n int) []window.Closed {
-	cs := make([]window.Closed, n)
+func serverWindows(start time.Time, n int) []analysis.Closed {
+	cs := make([]analysis.Closed, n)
 	for i := range cs {
 		at := start.Add(time.Duration(i) * time.Second)
-		cs[i] = window.Closed{Start: at, Servers: []window.ServerWindow{{Start: at, Length: time.Second, Host: "h",
-			Server: "llm", Engine: "vllm", Model: "m", Tokens: window.Some(int64(100 + i)), State: schema.StateOK,
-			Source: schema.SourceMetrics, Coverage: 1}}}
+		cs[i] = analysis.Closed{Start: at, Servers: []analysis.ServerWindow{{State: schema.StateOK,
+			ServerWindow: window.ServerWindow{Start: at, Length: time.Second, Host: "h", Server: "llm", Engine: "vllm",
+				Model: "m", Tokens: window.Some(int64(100 + i)), Source: schema.SourceMetrics, Coverage: 1}}}}
 	}
 	return cs
 }
@@ -63,7 +64,7 @@ func TestRefusedPointsMakeNotReady(t *testing.T) {
 	influxtest.Write(t, base, db, fmt.Sprintf(`tpsmon_server,host=evil,server=x tokens="poison" %d`, start.UnixMilli()-1))
 	const refused = 9
 	for _, c := range serverWindows(start, refused) {
-		out.WriteWindows([]window.Closed{c}) // one batch each
+		out.WriteWindows([]analysis.Closed{c}) // one batch each
 		waitFor(t, "the window was not dealt with", func() bool { return out.Spool.Stats().Points == 0 })
 	}
 	if q := out.Spool.Stats().Quarantined; q != refused {

@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 	"github.com/tpsmon/tpsmon/schema"
-	"github.com/tpsmon/tpsmon/testkit/configtest"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -54,8 +55,8 @@ func TestRefusedLogLineIsAHole(t *testing.T) {
 	for _, m := range msgs {
 		m.apply(p, j, nil)
 	}
-	got := map[time.Time]window.ServerWindow{}
-	for _, c := range j.Close(t0.Add(40 * time.Second)) {
+	got := map[time.Time]analysis.ServerWindow{}
+	for _, c := range analysis.Analyze(j.Close(t0.Add(40*time.Second)), &analysis.Facts{}) {
 		for _, w := range c.Servers {
 			got[w.Start] = w
 		}

@@ -10,18 +10,18 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/sim/vllmsim"
-	"github.com/tpsmon/tpsmon/window"
 )
 
 // recorder keeps every window written.
 type recorder struct {
 	mu sync.Mutex
-	cs []window.Closed
+	cs []analysis.Closed
 }
 
-func (r *recorder) WriteWindows(cs []window.Closed) error {
+func (r *recorder) WriteWindows(cs []analysis.Closed) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.cs = append(r.cs, cs...)

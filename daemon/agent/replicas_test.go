@@ -16,12 +16,12 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/daemon/config/configtest"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sim/gpusim"
 	"github.com/tpsmon/tpsmon/sink"
-	"github.com/tpsmon/tpsmon/testkit/configtest"
 	"github.com/tpsmon/tpsmon/testkit/influxtest"
 )
 
@@ -125,9 +125,9 @@ func runHostile(t *testing.T, h http.Handler, d time.Duration) ([]hostileWindowO
 	return ws, a, logs.String()
 }
 
-func discardsOf(a *Agent) map[collector.Reason]uint64 {
-	got := map[collector.Reason]uint64{}
-	a.metrics.discards.Each(func(_ string, r collector.Reason, n uint64) { got[r] += n })
+func discardsOf(a *Agent) map[sample.Reason]uint64 {
+	got := map[sample.Reason]uint64{}
+	a.metrics.discards.Each(func(_ string, r sample.Reason, n uint64) { got[r] += n })
 	return got
 }
 
@@ -214,8 +214,8 @@ func TestHostileCounters(t *testing.T) {
 				if holes == 0 {
 					t.Errorf("no window says it knows less:\n%s", describe(ws))
 				}
-				if got := discardsOf(a); got[collector.Suspect] == 0 {
-					t.Errorf("discards %v, want some %v", got, collector.Suspect)
+				if got := discardsOf(a); got[sample.Suspect] == 0 {
+					t.Errorf("discards %v, want some %v", got, sample.Suspect)
 				}
 				if n := strings.Count(logs, "several replicas behind one URL?"); n != 1 {
 					t.Errorf("%d suspect lines, want one for the episode:\n%s", n, logs)
@@ -237,12 +237,12 @@ func TestHostileGaugeCostsOnlyItself(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name, waiting, kv string
-		reason            collector.Reason
+		reason            sample.Reason
 	}{
-		{"waiting NaN", "NaN", "0.5", collector.NotANumber},
-		{"waiting 1e30", "1e30", "0.5", collector.Huge},
-		{"kv NaN", "1", "NaN", collector.NotANumber},
-		{"kv 1e30", "1", "1e30", collector.Huge},
+		{"waiting NaN", "NaN", "0.5", sample.NotANumber},
+		{"waiting 1e30", "1e30", "0.5", sample.Huge},
+		{"kv NaN", "1", "NaN", sample.NotANumber},
+		{"kv 1e30", "1", "1e30", sample.Huge},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -334,7 +334,7 @@ func TestReplicasAgainstRealInfluxDB(t *testing.T) {
 	if holes < 2 {
 		t.Errorf("%d windows say they saw less: %v", holes, rows)
 	}
-	if got := discardsOf(a); got[collector.Suspect] == 0 {
-		t.Errorf("discards %v, want some %v", got, collector.Suspect)
+	if got := discardsOf(a); got[sample.Suspect] == 0 {
+		t.Errorf("discards %v, want some %v", got, sample.Suspect)
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/daemon/config"
-	"github.com/tpsmon/tpsmon/testkit/configtest"
+	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 )
 
 // TestSkippedLinesToldAndCounted feeds the log reader real lines it cannot

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/collector/tail"
+	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 	"github.com/tpsmon/tpsmon/internal/statefile"
-	"github.com/tpsmon/tpsmon/testkit/configtest"
 )
 
 // TestPositionFilesStayInStateDir: a server's name, whatever it holds,

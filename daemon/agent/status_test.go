@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 	"github.com/tpsmon/tpsmon/sim/gpusim"
 	"github.com/tpsmon/tpsmon/sim/sdnotify"
-	"github.com/tpsmon/tpsmon/testkit/configtest"
 )
 
 // lateDriver is a GPU backend whose listed tries to open fail, like a

@@ -18,6 +18,7 @@ import (
 	"github.com/tpsmon/tpsmon/daemon/api"
 	"github.com/tpsmon/tpsmon/internal/httpserve"
 	"github.com/tpsmon/tpsmon/internal/redact"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/sink/spool"
 )
@@ -272,7 +273,7 @@ var (
 func (d discardCollector) Describe(ch chan<- *prometheus.Desc) { ch <- d.desc }
 
 func (d discardCollector) Collect(ch chan<- prometheus.Metric) {
-	d.c.Each(func(label string, r collector.Reason, n uint64) {
+	d.c.Each(func(label string, r sample.Reason, n uint64) {
 		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.CounterValue, float64(n), label, r.String())
 	})
 }

@@ -8,7 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // stallingGPUs answers n samples, then blocks like a hung driver call
@@ -19,7 +19,7 @@ type stallingGPUs struct {
 	release chan struct{}
 }
 
-func (g *stallingGPUs) Sample(now time.Time) []gpu.Sample {
+func (g *stallingGPUs) Sample(now time.Time) []sample.GPU {
 	g.mu.Lock()
 	g.n--
 	stall := g.n < 0
@@ -27,7 +27,7 @@ func (g *stallingGPUs) Sample(now time.Time) []gpu.Sample {
 	if stall {
 		<-g.release
 	}
-	return []gpu.Sample{{Time: now, UUID: "GPU-s", Has: gpu.FieldUtil}}
+	return []sample.GPU{{Time: now, UUID: "GPU-s", Has: sample.FieldUtil}}
 }
 
 func (*stallingGPUs) Close() error { return nil }

@@ -24,7 +24,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
-	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/internal/redact"
 	"github.com/tpsmon/tpsmon/internal/statefile"
@@ -54,21 +54,12 @@ type Config struct {
 	HTTP      HTTPConfig      `mapstructure:"http"`
 	Log       LogConfig       `mapstructure:"log"`
 	// Thresholds of the state verdict (design §5).
-	Thresholds ThresholdsConfig `mapstructure:"thresholds"`
+	Thresholds analysis.Thresholds `mapstructure:"thresholds"`
 
 	// What the file held (reload.go): its path, "" when no file was read,
 	// and the keys it set.
 	file     string
 	fileKeys []string
-}
-
-// ThresholdsConfig tunes the state of a server window.
-type ThresholdsConfig struct {
-	KVBound       float64 `mapstructure:"kv_bound"`       // KV use (0..1) at which waiting is memory-bound
-	QueueUtil     float64 `mapstructure:"queue_util"`     // GPU % under which waiting is queue-bound
-	UnderUtil     float64 `mapstructure:"under_util"`     // GPU % under which flowing tokens are underutilized
-	SaturatedUtil float64 `mapstructure:"saturated_util"` // GPU % at which waiting is saturated
-	Waiting       float64 `mapstructure:"waiting"`        // mean queue from which requests count as waiting
 }
 
 // GPUConfig selects the GPU backend.
@@ -187,11 +178,11 @@ var defaults = map[string]any{
 	"http.pprof":                           false,
 	"http.max_connections":                 64,
 	"log.level":                            "info",
-	"thresholds.kv_bound":                  0.9,
-	"thresholds.queue_util":                60.0,
-	"thresholds.under_util":                40.0,
-	"thresholds.saturated_util":            90.0,
-	"thresholds.waiting":                   0.5,
+	"thresholds.kv_bound":                  analysis.DefaultThresholds.KVBound,
+	"thresholds.queue_util":                analysis.DefaultThresholds.QueueUtil,
+	"thresholds.under_util":                analysis.DefaultThresholds.UnderUtil,
+	"thresholds.saturated_util":            analysis.DefaultThresholds.SaturatedUtil,
+	"thresholds.waiting":                   analysis.DefaultThresholds.Waiting,
 }
 
 // flagKeys maps command-line flags to configuration keys: a flag of these
@@ -577,21 +568,8 @@ func (c *Config) validateSink() error {
 }
 
 func (c *Config) validateThresholds() error {
-	// Comparisons written so that NaN fails them too.
-	th := c.Thresholds
-	if !(th.KVBound > 0 && th.KVBound <= 1) {
-		return fmt.Errorf("thresholds.kv_bound: %v is not a ratio in (0, 1]", th.KVBound)
-	}
-	for _, t := range []struct {
-		name string
-		v    float64
-	}{{"queue_util", th.QueueUtil}, {"under_util", th.UnderUtil}, {"saturated_util", th.SaturatedUtil}} {
-		if !(t.v >= 0 && t.v <= 100) {
-			return fmt.Errorf("thresholds.%s: %v is not a percentage in [0, 100]", t.name, t.v)
-		}
-	}
-	if !(th.Waiting >= 0 && th.Waiting <= collector.MaxRequests) {
-		return fmt.Errorf("thresholds.waiting: %v is not a queue length in [0, %g]", th.Waiting, collector.MaxRequests)
+	if err := c.Thresholds.Validate(); err != nil {
+		return fmt.Errorf("thresholds.%w", err)
 	}
 	return nil
 }

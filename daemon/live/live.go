@@ -12,9 +12,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
-	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/daemon/api"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/window"
@@ -37,14 +37,14 @@ type View struct {
 	// closed one, or before any closed, the window of the first reading.
 	openAt time.Time
 	scrape map[string]*openServer
-	gpus   map[string]gpu.Sample // latest reading, by UUID and instance
+	gpus   map[string]sample.GPU // latest reading, by UUID and instance
 }
 
 type openServer struct {
 	engine, model string
 	// samples holds the scrapes since openAt, after the last one before
 	// it, which is the base of the counters' deltas.
-	samples []collector.Sample
+	samples []sample.Server
 }
 
 // New returns an empty view of windows of the given length on host; now
@@ -54,11 +54,11 @@ func New(host string, window time.Duration, now func() time.Time) *View {
 		now = time.Now
 	}
 	return &View{host: host, window: window, now: now, series: map[string][]api.Point{},
-		scrape: map[string]*openServer{}, gpus: map[string]gpu.Sample{}}
+		scrape: map[string]*openServer{}, gpus: map[string]sample.GPU{}}
 }
 
 // WriteWindows takes closed windows (the pipeline's outputs).
-func (v *View) WriteWindows(cs []window.Closed) error {
+func (v *View) WriteWindows(cs []analysis.Closed) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for _, p := range sink.Points(cs) {
@@ -99,7 +99,7 @@ func seriesKey(p api.Point) string {
 }
 
 // Server takes one successful scrape of a server.
-func (v *View) Server(name string, s collector.Sample) {
+func (v *View) Server(name string, s sample.Server) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	o := v.scrape[name]
@@ -138,7 +138,7 @@ func (v *View) first(t time.Time) {
 }
 
 // GPUs takes one reading of the node's GPUs.
-func (v *View) GPUs(smp []gpu.Sample) {
+func (v *View) GPUs(smp []sample.GPU) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for _, s := range smp {
@@ -206,32 +206,32 @@ func (o *openServer) point(name, host string, at time.Time) (api.Point, bool) {
 	}
 	first, last := o.samples[0], o.samples[len(o.samples)-1]
 	f := map[string]any{}
-	g := func(name string, gg collector.Gauge) {
+	g := func(name string, gg sample.Gauge) {
 		if last.HasGauge[gg] {
 			f[name] = last.Gauge[gg]
 		}
 	}
-	g(schema.FieldRunning, collector.Running)
-	g(schema.FieldWaiting, collector.Waiting)
-	g(schema.FieldKVCacheUsage, collector.KVUsage)
+	g(schema.FieldRunning, sample.Running)
+	g(schema.FieldWaiting, sample.Waiting)
+	g(schema.FieldKVCacheUsage, sample.KVUsage)
 	// A counter that went down is a restarted server: no rate this time.
-	delta := func(c collector.Counter) (float64, bool) {
+	delta := func(c sample.Counter) (float64, bool) {
 		if !first.HasCounter[c] || !last.HasCounter[c] || last.Counter[c] < first.Counter[c] {
 			return 0, false
 		}
 		return last.Counter[c] - first.Counter[c], true
 	}
 	if secs := last.Time.Sub(first.Time).Seconds(); secs > 0 {
-		if d, ok := delta(collector.GenerationTokens); ok {
+		if d, ok := delta(sample.GenerationTokens); ok {
 			f[schema.FieldTokens] = int64(d)
 			f[schema.FieldSystemTPS] = d / secs
 		}
-		if d, ok := delta(collector.PromptTokens); ok {
+		if d, ok := delta(sample.PromptTokens); ok {
 			f[schema.FieldPromptTokens] = int64(d)
 			f[schema.FieldPromptTPS] = d / secs
 		}
-		n, ok1 := delta(collector.ITLCount)
-		sum, ok2 := delta(collector.ITLSum)
+		n, ok1 := delta(sample.ITLCount)
+		sum, ok2 := delta(sample.ITLSum)
 		if ok1 && ok2 && n > 0 && sum > 0 {
 			f[schema.FieldPerUserTPS] = n / sum
 		}
@@ -241,7 +241,7 @@ func (o *openServer) point(name, host string, at time.Time) (api.Point, bool) {
 		Fields: f}, true
 }
 
-func gpuPoint(s gpu.Sample, host string, at time.Time) api.Point {
+func gpuPoint(s sample.GPU, host string, at time.Time) api.Point {
 	label := strconv.Itoa(s.Index)
 	if s.Instance != "" {
 		label += "/" + s.Instance
@@ -250,20 +250,20 @@ func gpuPoint(s gpu.Sample, host string, at time.Time) api.Point {
 	if s.Err != nil {
 		f[schema.FieldError] = s.Err.Error()
 	} else {
-		set := func(field gpu.Field, name string, v any) {
+		set := func(field sample.Field, name string, v any) {
 			if s.Have(field) {
 				f[name] = v
 			}
 		}
-		set(gpu.FieldUtil, schema.FieldUtil, s.UtilPct)
-		set(gpu.FieldMemUtil, schema.FieldMemUtil, s.MemUtilPct)
-		set(gpu.FieldMemory, schema.FieldMemUsedBytes, s.MemUsedBytes)
-		set(gpu.FieldMemory, schema.FieldMemTotalBytes, s.MemTotalBytes)
-		set(gpu.FieldPower, schema.FieldPowerW, s.PowerW)
-		set(gpu.FieldTemp, schema.FieldTempC, s.TempC)
-		set(gpu.FieldSMClock, schema.FieldSMClockMHz, s.SMClockMHz)
-		set(gpu.FieldThrottle, schema.FieldThrottle, int64(s.Throttle))
-		set(gpu.FieldGPM, schema.FieldSMActive, s.SMActive)
+		set(sample.FieldUtil, schema.FieldUtil, s.UtilPct)
+		set(sample.FieldMemUtil, schema.FieldMemUtil, s.MemUtilPct)
+		set(sample.FieldMemory, schema.FieldMemUsedBytes, s.MemUsedBytes)
+		set(sample.FieldMemory, schema.FieldMemTotalBytes, s.MemTotalBytes)
+		set(sample.FieldPower, schema.FieldPowerW, s.PowerW)
+		set(sample.FieldTemp, schema.FieldTempC, s.TempC)
+		set(sample.FieldSMClock, schema.FieldSMClockMHz, s.SMClockMHz)
+		set(sample.FieldThrottle, schema.FieldThrottle, int64(s.Throttle))
+		set(sample.FieldGPM, schema.FieldSMActive, s.SMActive)
 	}
 	return api.Point{Measurement: schema.GPU, Time: at,
 		Tags:   map[string]string{schema.TagHost: host, schema.TagGPU: label, schema.TagUUID: s.UUID, schema.TagName: s.Name},

@@ -9,33 +9,34 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
-	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/daemon/api"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/window"
 )
 
 var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 
-func closedServer(name string, start time.Time, tps float64) window.Closed {
-	return window.Closed{Start: start, Servers: []window.ServerWindow{{Start: start, Host: "h", Server: name,
-		SystemTPS: window.Some(tps), State: schema.StateOK, Tokens: window.Some(int64(tps * 10))}}}
+func closedServer(name string, start time.Time, tps float64) analysis.Closed {
+	return analysis.Closed{Start: start, Servers: []analysis.ServerWindow{{State: schema.StateOK,
+		ServerWindow: window.ServerWindow{Start: start, Host: "h", Server: name, SystemTPS: window.Some(tps),
+			Tokens: window.Some(int64(tps * 10))}}}}
 }
 
-func closedGPU(label string, start time.Time, server string) window.Closed {
-	return window.Closed{Start: start, GPUs: []window.GPUWindow{{Start: start, Host: "h", Label: label, UUID: "GPU-" + label,
-		Server: server, Util: window.Some(50.0)}}}
+func closedGPU(label string, start time.Time, server string) analysis.Closed {
+	return analysis.Closed{Start: start, GPUs: []analysis.GPUWindow{{GPUWindow: window.GPUWindow{Start: start, Host: "h",
+		Label: label, UUID: "GPU-" + label, Server: server, Util: window.Some(50.0)}}}}
 }
 
-func scrape(at time.Time, gen, prompt, itlSum, itlCount, running float64) collector.Sample {
-	var s collector.Sample
+func scrape(at time.Time, gen, prompt, itlSum, itlCount, running float64) sample.Server {
+	var s sample.Server
 	s.Time, s.Engine, s.Model = at, "vllm", "m"
-	s.SetCounter(collector.GenerationTokens, gen)
-	s.SetCounter(collector.PromptTokens, prompt)
-	s.SetCounter(collector.ITLSum, itlSum)
-	s.SetCounter(collector.ITLCount, itlCount)
-	s.SetGauge(collector.Running, running)
+	s.SetCounter(sample.GenerationTokens, gen)
+	s.SetCounter(sample.PromptTokens, prompt)
+	s.SetCounter(sample.ITLSum, itlSum)
+	s.SetCounter(sample.ITLCount, itlCount)
+	s.SetGauge(sample.Running, running)
 	return s
 }
 
@@ -44,7 +45,7 @@ func TestViewHistoryAndOpenWindow(t *testing.T) {
 	v := New("h", 10*time.Second, func() time.Time { return now })
 	for i := range 3 {
 		start := t0.Add(time.Duration(i) * 10 * time.Second)
-		if err := v.WriteWindows([]window.Closed{closedGPU("0", start, "a"), closedServer("a", start, float64(100*(i+1)))}); err != nil {
+		if err := v.WriteWindows([]analysis.Closed{closedGPU("0", start, "a"), closedServer("a", start, float64(100*(i+1)))}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -52,8 +53,8 @@ func TestViewHistoryAndOpenWindow(t *testing.T) {
 	v.Server("a", scrape(t0.Add(29*time.Second), 1000, 50, 10, 100, 4))
 	v.Server("a", scrape(t0.Add(31*time.Second), 1400, 90, 12, 160, 6))
 	v.Server("a", scrape(t0.Add(34*time.Second), 1500, 100, 14, 200, 8))
-	v.GPUs([]gpu.Sample{{Time: t0.Add(34 * time.Second), Index: 0, UUID: "GPU-0", Name: "H100", UtilPct: 77,
-		Throttle: 4, Has: gpu.FieldUtil | gpu.FieldThrottle}})
+	v.GPUs([]sample.GPU{{Time: t0.Add(34 * time.Second), Index: 0, UUID: "GPU-0", Name: "H100", UtilPct: 77,
+		Throttle: 4, Has: sample.FieldUtil | sample.FieldThrottle}})
 
 	w := v.Snapshot(2)
 	if w.Host != "h" || w.WindowSeconds != 10 || !w.Now.Equal(now) {
@@ -92,7 +93,7 @@ func TestViewHistoryAndOpenWindow(t *testing.T) {
 
 	// The next window closes: the open window moves on, and the scrapes
 	// before it no longer count.
-	if err := v.WriteWindows([]window.Closed{closedServer("a", t0.Add(30*time.Second), 100)}); err != nil {
+	if err := v.WriteWindows([]analysis.Closed{closedServer("a", t0.Add(30*time.Second), 100)}); err != nil {
 		t.Fatal(err)
 	}
 	w = v.Snapshot(api.MaxHistory)
@@ -100,7 +101,7 @@ func TestViewHistoryAndOpenWindow(t *testing.T) {
 		t.Errorf("the server has no scrape in the new open window yet, the GPU's latest reading stands: got %+v", w.Open)
 	}
 	// A window later, the GPU's reading is stale and goes too.
-	v.WriteWindows([]window.Closed{closedServer("a", t0.Add(40*time.Second), 100)})
+	v.WriteWindows([]analysis.Closed{closedServer("a", t0.Add(40*time.Second), 100)})
 	if w := v.Snapshot(1); len(w.Open) != 0 {
 		t.Errorf("a reading older than a window is no longer shown: %+v", w.Open)
 	}
@@ -124,9 +125,9 @@ func TestViewCounterReset(t *testing.T) {
 
 func TestViewForgetsGoneSeries(t *testing.T) {
 	v := New("h", time.Second, nil)
-	v.WriteWindows([]window.Closed{closedServer("gone", t0, 1)})
+	v.WriteWindows([]analysis.Closed{closedServer("gone", t0, 1)})
 	for i := 1; i <= api.MaxHistory; i++ {
-		v.WriteWindows([]window.Closed{closedServer("kept", t0.Add(time.Duration(i)*time.Second), 1)})
+		v.WriteWindows([]analysis.Closed{closedServer("kept", t0.Add(time.Duration(i)*time.Second), 1)})
 	}
 	for _, p := range v.Snapshot(1).Closed {
 		if p.Tags[schema.TagServer] == "gone" {
@@ -140,7 +141,7 @@ func TestViewForgetsGoneSeries(t *testing.T) {
 
 func TestServeHTTP(t *testing.T) {
 	v := New("h", 10*time.Second, nil)
-	v.WriteWindows([]window.Closed{closedServer("a", t0, 5), closedServer("a", t0.Add(10*time.Second), 6)})
+	v.WriteWindows([]analysis.Closed{closedServer("a", t0, 5), closedServer("a", t0.Add(10*time.Second), 6)})
 	srv := httptest.NewServer(v)
 	defer srv.Close()
 	for _, tc := range []struct {

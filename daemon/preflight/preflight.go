@@ -16,13 +16,13 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/collector"
-	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/collector/gpumap"
 	"github.com/tpsmon/tpsmon/daemon/agent"
 	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/internal/logging"
 	"github.com/tpsmon/tpsmon/internal/redact"
 	"github.com/tpsmon/tpsmon/internal/statefile"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/sink"
 )
 
@@ -178,7 +178,7 @@ func (c *checker) influx(ctx context.Context, cfg *config.Config) {
 
 // gpusWithProcesses lists the GPUs sampled with the processes NVML sees
 // on each, where the backend can tell.
-func gpusWithProcesses(g agent.GPUSampler, smp []gpu.Sample) []gpumap.GPU {
+func gpusWithProcesses(g agent.GPUSampler, smp []sample.GPU) []gpumap.GPU {
 	l, ok := g.(interface{ Processes() map[string][]int })
 	if !ok {
 		return nil

@@ -3,7 +3,7 @@ package replay
 import (
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // feed hands out a recording's inputs in time order: the log's intervals
@@ -33,7 +33,7 @@ func (f *feed) done() bool {
 // next hands out the next input; the feed must not be done. A log
 // interval handed out is valid until the next call.
 func (f *feed) next() timed {
-	var log *collector.Interval
+	var log *sample.Interval
 	if f.logs.more() {
 		log = f.logs.peek()
 	}

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // packed holds a log's intervals, in the order they were added, as
@@ -47,7 +47,7 @@ const (
 	pkRequest = 1 << iota
 	pkObserved
 	pkInstant // start equals end, same zone
-	pkHole    // a refused line's stretch (collector.Hole)
+	pkHole    // a refused line's stretch (sample.Hole)
 	pkLatency // a request's own latencies follow the values (latencies)
 )
 
@@ -69,7 +69,7 @@ const (
 
 func (p *packed) len() int { return p.n }
 
-func (p *packed) add(iv collector.Interval) {
+func (p *packed) add(iv sample.Interval) {
 	if p.n == 0 {
 		p.inOrder = true
 	} else if iv.End.Before(p.lastEnd) {
@@ -210,12 +210,12 @@ func readValues(b []byte, vs []*float64) []byte {
 
 // latencies are a request's own latencies, which only request records
 // carry (pkLatency).
-func latencies(iv *collector.Interval) [5]*float64 {
+func latencies(iv *sample.Interval) [5]*float64 {
 	return [5]*float64{&iv.TTFT, &iv.TPOT, &iv.E2E, &iv.Queue, &iv.Output}
 }
 
 // values are an interval's numbers, in the order a record holds them.
-func values(iv *collector.Interval) [8]*float64 {
+func values(iv *sample.Interval) [8]*float64 {
 	return [8]*float64{&iv.Tokens, &iv.PromptTokens, &iv.UserTokens, &iv.UserSeconds,
 		&iv.Running, &iv.Waiting, &iv.KV, &iv.Preemptions}
 }
@@ -254,11 +254,11 @@ func (p *packed) sortByEnd() {
 	if p.inOrder || p.n == 0 {
 		return
 	}
-	all := make([]collector.Interval, 0, p.n)
+	all := make([]sample.Interval, 0, p.n)
 	for r := p.reader(); r.more(); {
 		all = append(all, *r.next())
 	}
-	slices.SortStableFunc(all, func(a, b collector.Interval) int { return a.End.Compare(b.End) })
+	slices.SortStableFunc(all, func(a, b sample.Interval) int { return a.End.Compare(b.End) })
 	locs, locIdx := p.locs, p.locIdx
 	p.release()
 	*p = packed{locs: locs, locIdx: locIdx}
@@ -277,7 +277,7 @@ type pkReader struct {
 	last  int64 // end of the record before, Unix seconds
 	// cur is the next record, decoded once peeked; to is where the record
 	// after it begins.
-	cur    collector.Interval
+	cur    sample.Interval
 	peeked bool
 	to     struct {
 		chunk, off int
@@ -292,7 +292,7 @@ func (p *packed) reader() pkReader {
 func (r *pkReader) more() bool { return r.left > 0 }
 
 // next is the next record, taken.
-func (r *pkReader) next() *collector.Interval {
+func (r *pkReader) next() *sample.Interval {
 	iv := r.peek()
 	r.taken()
 	return iv
@@ -307,7 +307,7 @@ func (r *pkReader) taken() {
 
 // peek decodes the next record without taking it; the interval is valid
 // until the reader moves on. There must be more.
-func (r *pkReader) peek() *collector.Interval {
+func (r *pkReader) peek() *sample.Interval {
 	iv := &r.cur
 	if r.peeked {
 		return iv

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // Every interval comes back from its record exactly: the same instants in
@@ -19,14 +19,14 @@ func TestPackedReadsBackExactly(t *testing.T) {
 	}
 	plus := time.FixedZone("", 5*3600+1800)
 	at := time.Date(2026, 5, 19, 10, 0, 0, 0, time.UTC)
-	iv := func(start, end time.Time, vals ...float64) collector.Interval {
-		v := collector.Unknown(start, end)
+	iv := func(start, end time.Time, vals ...float64) sample.Interval {
+		v := sample.Unknown(start, end)
 		for i, x := range vals {
 			*values(&v)[i] = x
 		}
 		return v
 	}
-	ivs := []collector.Interval{
+	ivs := []sample.Interval{
 		iv(at.Add(-time.Second), at, 1234.5, 17, -1, -1, 3, 0, 0.375, 0),
 		iv(at, at, -1, 512),
 		iv(at.Add(-5*time.Hour).In(ny), at.Add(123456789).In(plus), 0, math.Copysign(0, -1), math.Inf(1), math.NaN()),
@@ -62,7 +62,7 @@ func TestPackedReadsBackExactly(t *testing.T) {
 }
 
 // same compares two intervals field by field, NaN equal to NaN by its bits.
-func same(a, b collector.Interval) bool {
+func same(a, b sample.Interval) bool {
 	va, vb := values(&a), values(&b)
 	for i := range va {
 		if math.Float64bits(*va[i]) != math.Float64bits(*vb[i]) {
@@ -79,14 +79,14 @@ func same(a, b collector.Interval) bool {
 func TestPackedChunksCopiesAndOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	at := time.Date(2026, 5, 19, 10, 0, 0, 0, time.UTC)
-	var ivs []collector.Interval
+	var ivs []sample.Interval
 	var p packed
 	for i := range 60000 {
 		end := at.Add(time.Duration(i) * 20 * time.Millisecond)
 		if i%1000 == 999 {
 			end = at.Add(time.Duration(rng.IntN(i)) * 20 * time.Millisecond) // a few late ones
 		}
-		x := collector.Unknown(end.Add(-time.Duration(rng.Int64N(int64(10*time.Second)))), end)
+		x := sample.Unknown(end.Add(-time.Duration(rng.Int64N(int64(10*time.Second)))), end)
 		x.Tokens, x.UserSeconds = float64(i), rng.Float64()
 		x.Observed = true
 		ivs = append(ivs, x)
@@ -121,7 +121,7 @@ func TestPackedChunksCopiesAndOrder(t *testing.T) {
 	if !p.inOrder || p.len() != len(ivs) {
 		t.Fatalf("after sortByEnd: in order %v, %d records, want true, %d", p.inOrder, p.len(), len(ivs))
 	}
-	var prev collector.Interval
+	var prev sample.Interval
 	for r, i := p.reader(), 0; r.more(); i++ {
 		cur := *r.next()
 		if i > 0 && (cur.End.Before(prev.End) || cur.End.Equal(prev.End) && cur.Tokens < prev.Tokens) {
@@ -136,12 +136,12 @@ func TestPackedChunksCopiesAndOrder(t *testing.T) {
 // read back exactly too, each in its own zone.
 func TestPackedZonePerInterval(t *testing.T) {
 	at := time.Date(2026, 5, 19, 10, 0, 0, 0, time.UTC)
-	var ivs []collector.Interval
+	var ivs []sample.Interval
 	var p packed
 	zones := map[*time.Location]bool{}
 	for i := range 5000 {
 		z := time.FixedZone("", (i%48-24)*1800)
-		x := collector.Unknown(at.Add(time.Duration(i)*time.Second).In(z), at.Add(time.Duration(i+1)*time.Second).In(time.UTC))
+		x := sample.Unknown(at.Add(time.Duration(i)*time.Second).In(z), at.Add(time.Duration(i+1)*time.Second).In(time.UTC))
 		ivs = append(ivs, x)
 		p.add(x)
 		zones[x.Start.Location()], zones[x.End.Location()] = true, true

@@ -20,12 +20,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/engine"
-	"github.com/tpsmon/tpsmon/collector/gpu"
 	"github.com/tpsmon/tpsmon/collector/logline"
 	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/window"
 )
@@ -33,17 +34,17 @@ import (
 // timed is one replayed input.
 type timed struct {
 	t      time.Time
-	server *collector.Sample
-	gpu    *gpu.Sample
-	log    *collector.Interval
+	server *sample.Server
+	gpu    *sample.GPU
+	log    *sample.Interval
 	watch  bool // the log was readable at t
 }
 
-// Writer receives the closed windows.
+// Writer receives the closed windows, analysed.
 type Writer interface {
 	// WriteWindows writes cs, which it must not hold past the call: their
 	// storage is reused for the next windows.
-	WriteWindows(cs []window.Closed) error
+	WriteWindows(cs []analysis.Closed) error
 }
 
 // Options say what to replay and how; the error messages name the replay
@@ -60,6 +61,9 @@ type Options struct {
 	GPUs       []string // serving the server; empty: all
 	Host       string
 	TZ         string // of the CSV and log timestamps
+	// Facts are what the analysis of the windows knows besides them; the
+	// zero value: the default thresholds, nothing known of the server.
+	Facts analysis.Facts
 }
 
 // recording is what the inputs hold, in time order once sorted.
@@ -85,7 +89,7 @@ func Run(ctx context.Context, o Options, out Writer, warn io.Writer) error {
 	if err := config.CheckWindow(o.Window); err != nil {
 		return fmt.Errorf("--window %w", err)
 	}
-	if first, last := collector.MinTime.Year()+1, collector.MaxTime.Year()-1; o.Year != 0 && (o.Year < first || o.Year > last) {
+	if first, last := sample.MinTime.Year()+1, sample.MaxTime.Year()-1; o.Year != 0 && (o.Year < first || o.Year > last) {
 		return fmt.Errorf("--year %d: want %d to %d (the years line protocol can hold), or 0 for this year", o.Year, first, last)
 	}
 	loc, err := time.LoadLocation(o.TZ)
@@ -161,8 +165,8 @@ func (rec *recording) addLog(o Options, loc *time.Location, warn io.Writer) erro
 }
 
 // warnRefused tells warn how many of what were refused, and why.
-func warnRefused(warn io.Writer, refused map[collector.Discard]int, what string) {
-	ds := slices.SortedFunc(maps.Keys(refused), func(a, b collector.Discard) int {
+func warnRefused(warn io.Writer, refused map[sample.Discard]int, what string) {
+	ds := slices.SortedFunc(maps.Keys(refused), func(a, b sample.Discard) int {
 		return cmp.Or(strings.Compare(a.Series, b.Series), cmp.Compare(a.Reason, b.Reason))
 	})
 	for _, d := range ds {
@@ -301,7 +305,7 @@ func (rec *recording) addMetrics(o Options, warn io.Writer) error {
 	for _, s := range skipped {
 		fmt.Fprintf(warn, "tpsmon: replay: skipped %s\n", s)
 	}
-	refused := map[collector.Discard]int{}
+	refused := map[sample.Discard]int{}
 	for _, m := range ms {
 		for _, d := range m.Discards {
 			refused[d]++
@@ -319,13 +323,13 @@ func (rec *recording) addMetrics(o Options, warn io.Writer) error {
 }
 
 // addGPUs takes the readings of an nvidia-smi CSV; readings no GPU gives
-// are dropped (gpu.Sample.Check), and warn is told how many and why.
+// are dropped (sample.GPU.Check), and warn is told how many and why.
 func (rec *recording) addGPUs(path string, loc *time.Location, warn io.Writer) error {
 	gs, err := readGPUCSV(path, loc)
 	if err != nil {
 		return err
 	}
-	refused := map[collector.Discard]int{}
+	refused := map[sample.Discard]int{}
 	for i := range gs {
 		for _, d := range gs[i].Check() {
 			refused[d]++
@@ -352,7 +356,7 @@ func (rec *recording) addGPUs(path string, loc *time.Location, warn io.Writer) e
 func (rec *recording) join(ctx context.Context, o Options, out Writer) error {
 	byTime := func(a, b timed) int { return a.t.Compare(b.t) }
 	slices.SortStableFunc(rec.inputs, byTime)
-	w := batcher{out: out}
+	w := batcher{out: out, facts: &o.Facts}
 	maxGap := maxGapOf(rec.gaps)
 	// A log alone is fed a stretch at a time; with other inputs, the
 	// feed's own pass finds where its segments end.
@@ -374,9 +378,11 @@ func (rec *recording) join(ctx context.Context, o Options, out Writer) error {
 // batcher hands closed windows to a Writer a batch at a time: a long
 // replay's windows are written as it goes, not held to its end.
 type batcher struct {
-	out     Writer
-	pending []window.Closed
-	err     error
+	out      Writer
+	facts    *analysis.Facts
+	pending  []window.Closed
+	analysed []analysis.Closed
+	err      error
 }
 
 // batchWindows is how many closed windows a batch holds.
@@ -392,11 +398,12 @@ func (b *batcher) close(j *window.Joiner, now time.Time) {
 	}
 }
 
-// write writes what is pending. A writer's error (a point it could not
+// write analyses what is pending and writes it. A writer's error (a point it could not
 // encode) does not stop the replay: the other windows still go out, and
 // flush returns the first.
 func (b *batcher) write() {
-	if err := b.out.WriteWindows(b.pending); err != nil && b.err == nil {
+	b.analysed = analysis.Append(b.analysed[:0], b.pending, b.facts)
+	if err := b.out.WriteWindows(b.analysed); err != nil && b.err == nil {
 		b.err = err
 	}
 	b.pending = b.pending[:0]
@@ -481,7 +488,7 @@ func maxGapOf(gaps []time.Duration) time.Duration {
 // readMetricsDir parses every <unix-ms>.prom file of dir, in time order,
 // with dialect d (nil: detected from the first page). Files that do not
 // parse are skipped and named in skipped.
-func readMetricsDir(dir string, d *collector.Dialect) (out []collector.Sample, skipped []string, err error) {
+func readMetricsDir(dir string, d *collector.Dialect) (out []sample.Server, skipped []string, err error) {
 	names, err := filepath.Glob(filepath.Join(dir, "*.prom"))
 	if err != nil {
 		return nil, nil, err
@@ -500,7 +507,7 @@ func readMetricsDir(dir string, d *collector.Dialect) (out []collector.Sample, s
 			skipped = append(skipped, n+": name is not <unix-milliseconds>.prom")
 			continue
 		}
-		if !collector.InRange(time.UnixMilli(ms)) {
+		if !sample.InRange(time.UnixMilli(ms)) {
 			skipped = append(skipped, n+": its time is outside 1677-2262, the years line protocol can hold")
 			continue
 		}
@@ -529,7 +536,7 @@ func readMetricsDir(dir string, d *collector.Dialect) (out []collector.Sample, s
 
 // readGPUCSV parses nvidia-smi's --query-gpu CSV. Columns are found by
 // their header name; "[N/A]" and "[Not Supported]" values are absent.
-func readGPUCSV(path string, loc *time.Location) ([]gpu.Sample, error) {
+func readGPUCSV(path string, loc *time.Location) ([]sample.GPU, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("--gpu-csv: %w", err)
@@ -552,7 +559,7 @@ func readGPUCSV(path string, loc *time.Location) ([]gpu.Sample, error) {
 			return nil, fmt.Errorf("--gpu-csv %s: no %q column in the header", path, need)
 		}
 	}
-	var out []gpu.Sample
+	var out []sample.GPU
 	for line := 2; ; line++ {
 		rec, err := r.Read()
 		if errors.Is(err, io.EOF) {
@@ -605,46 +612,46 @@ func (c csvRow) num(name, unit string) (float64, bool) {
 }
 
 // sample is the row as a GPU sample; fields the row lacks are not in Has.
-func (c csvRow) sample(loc *time.Location) (gpu.Sample, error) {
+func (c csvRow) sample(loc *time.Location) (sample.GPU, error) {
 	ts, _ := c.get("timestamp")
 	t, err := time.ParseInLocation("2006/01/02 15:04:05.000", ts, loc)
 	if err != nil {
-		return gpu.Sample{}, fmt.Errorf("timestamp %q: want YYYY/MM/DD HH:MM:SS.mmm", ts)
+		return sample.GPU{}, fmt.Errorf("timestamp %q: want YYYY/MM/DD HH:MM:SS.mmm", ts)
 	}
-	if !collector.InRange(t) {
-		return gpu.Sample{}, fmt.Errorf("timestamp %q: outside 1677-2262, the years line protocol can hold", ts)
+	if !sample.InRange(t) {
+		return sample.GPU{}, fmt.Errorf("timestamp %q: outside 1677-2262, the years line protocol can hold", ts)
 	}
 	is, _ := c.get("index")
 	idx, err := strconv.Atoi(is)
 	if err != nil || idx < 0 || idx > maxGPUIndex {
-		return gpu.Sample{}, fmt.Errorf("index %q: want a GPU's index, 0 to %d", is, maxGPUIndex)
+		return sample.GPU{}, fmt.Errorf("index %q: want a GPU's index, 0 to %d", is, maxGPUIndex)
 	}
 	uuid, ok := c.get("uuid")
 	if !ok {
-		return gpu.Sample{}, errors.New("no uuid: a reading must say which GPU it is")
+		return sample.GPU{}, errors.New("no uuid: a reading must say which GPU it is")
 	}
 	name, _ := c.get("name")
-	s := gpu.Sample{Time: t, Index: idx, UUID: uuid, Name: name}
+	s := sample.GPU{Time: t, Index: idx, UUID: uuid, Name: name}
 	if v, ok := c.num("utilization.gpu", "%"); ok {
-		s.UtilPct, s.Has = v, s.Has|gpu.FieldUtil
+		s.UtilPct, s.Has = v, s.Has|sample.FieldUtil
 	}
 	if v, ok := c.num("utilization.memory", "%"); ok {
-		s.MemUtilPct, s.Has = v, s.Has|gpu.FieldMemUtil
+		s.MemUtilPct, s.Has = v, s.Has|sample.FieldMemUtil
 	}
 	used, okU := c.num("memory.used", "MiB")
 	total, okT := c.num("memory.total", "MiB")
 	if okU && okT {
-		s.MemUsedBytes, s.MemTotalBytes, s.Has = mibBytes(used), mibBytes(total), s.Has|gpu.FieldMemory
+		s.MemUsedBytes, s.MemTotalBytes, s.Has = mibBytes(used), mibBytes(total), s.Has|sample.FieldMemory
 	}
 	if v, ok := c.num("power.draw", "W"); ok {
-		s.PowerW, s.Has = v, s.Has|gpu.FieldPower
+		s.PowerW, s.Has = v, s.Has|sample.FieldPower
 	}
 	return s, nil
 }
 
 // mibBytes is a size in MiB as bytes. One that is no size (NaN, negative)
 // or more than int64 holds comes out negative or at int64's end, for
-// gpu.Sample.Check to refuse rather than wrapped around to a plausible one.
+// sample.GPU.Check to refuse rather than wrapped around to a plausible one.
 func mibBytes(mib float64) int64 {
 	switch b := mib * (1 << 20); {
 	case !(b >= 0):
@@ -669,7 +676,7 @@ type logRead struct {
 	far       int    // lines placed by timestamps far from them
 	byGIN     int    // lines placed by the [GIN] line of their request
 	canceled  uint64 // requests cancelled without a timing line
-	refused   map[collector.Discard]int
+	refused   map[sample.Discard]int
 }
 
 // readLog parses a server log into intervals. Each line's time is its most
@@ -696,14 +703,14 @@ func readLog(path, engineName string, loc *time.Location, year int, startedAt ti
 		return out, fmt.Errorf("--log: %w", err)
 	}
 	defer f.Close()
-	out.refused = map[collector.Discard]int{}
+	out.refused = map[sample.Discard]int{}
 	// A refused line's stretch is a hole in the windows, as live: watched
 	// (the log went on) but not observed.
-	hole := func(iv collector.Interval) {
+	hole := func(iv sample.Interval) {
 		out.ivs.add(iv)
 		out.watched.add(iv.Start, iv.End)
 	}
-	st := logline.Stream{Discarded: func(d collector.Discard) { out.refused[d]++ }, Hole: hole}
+	st := logline.Stream{Discarded: func(d sample.Discard) { out.refused[d]++ }, Hole: hole}
 	timed := 0
 	// Each record becomes an interval as it is placed: a long log's
 	// records are not kept.

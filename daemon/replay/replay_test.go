@@ -15,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/analysis"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sim/logsim"
 	"github.com/tpsmon/tpsmon/window"
@@ -23,9 +24,9 @@ import (
 
 // closed collects what a replay writes, copied: the replay reuses the
 // windows' storage once WriteWindows returns.
-type closed []window.Closed
+type closed []analysis.Closed
 
-func (c *closed) WriteWindows(cs []window.Closed) error {
+func (c *closed) WriteWindows(cs []analysis.Closed) error {
 	for _, w := range cs {
 		w.GPUs, w.Servers = slices.Clone(w.GPUs), slices.Clone(w.Servers)
 		*c = append(*c, w)
@@ -37,27 +38,27 @@ func TestWatchedSpans(t *testing.T) {
 	at := func(h float64) time.Time {
 		return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(h * float64(time.Hour)))
 	}
-	iv := func(from, to float64) collector.Interval { return collector.Interval{Start: at(from), End: at(to)} }
+	iv := func(from, to float64) sample.Interval { return sample.Interval{Start: at(from), End: at(to)} }
 	tests := []struct {
 		name     string
-		ivs      []collector.Interval
+		ivs      []sample.Interval
 		spans    []span
 		silences int
 		longest  time.Duration
 	}{
 		{"none", nil, nil, 0, 0},
-		{"one", []collector.Interval{iv(0, 1)}, []span{{at(0), at(1)}}, 0, 0},
-		{"overnight idle is watched", []collector.Interval{iv(0, 1), iv(13, 14)}, []span{{at(0), at(14)}}, 0, 0},
-		{"out of order, overlapping", []collector.Interval{iv(5, 6), iv(0, 5.5), iv(1, 2)}, []span{{at(0), at(6)}}, 0, 0},
-		{"two runs months apart", []collector.Interval{iv(2000, 2001), iv(0, 1), iv(30, 31)},
+		{"one", []sample.Interval{iv(0, 1)}, []span{{at(0), at(1)}}, 0, 0},
+		{"overnight idle is watched", []sample.Interval{iv(0, 1), iv(13, 14)}, []span{{at(0), at(14)}}, 0, 0},
+		{"out of order, overlapping", []sample.Interval{iv(5, 6), iv(0, 5.5), iv(1, 2)}, []span{{at(0), at(6)}}, 0, 0},
+		{"two runs months apart", []sample.Interval{iv(2000, 2001), iv(0, 1), iv(30, 31)},
 			[]span{{at(0), at(1)}, {at(30), at(31)}, {at(2000), at(2001)}}, 2, 1969 * time.Hour},
-		{"a later line bridges two runs", []collector.Interval{iv(0, 1), iv(49, 50), iv(100, 101), iv(20, 30)},
+		{"a later line bridges two runs", []sample.Interval{iv(0, 1), iv(49, 50), iv(100, 101), iv(20, 30)},
 			[]span{{at(0), at(50)}, {at(100), at(101)}}, 1, 50 * time.Hour},
-		{"a long request spans them all", []collector.Interval{iv(30, 31), iv(90, 91), iv(0, 1), iv(10, 80)},
+		{"a long request spans them all", []sample.Interval{iv(30, 31), iv(90, 91), iv(0, 1), iv(10, 80)},
 			[]span{{at(0), at(91)}}, 0, 0},
-		{"silence of exactly a day is watched", []collector.Interval{iv(24, 25), iv(0, 0)}, []span{{at(0), at(25)}}, 0, 0},
-		{"and in order too", []collector.Interval{iv(0, 0), iv(24, 25)}, []span{{at(0), at(25)}}, 0, 0},
-		{"a day and a nanosecond is not", []collector.Interval{iv(0, 0), {Start: at(24).Add(1), End: at(25)}},
+		{"silence of exactly a day is watched", []sample.Interval{iv(24, 25), iv(0, 0)}, []span{{at(0), at(25)}}, 0, 0},
+		{"and in order too", []sample.Interval{iv(0, 0), iv(24, 25)}, []span{{at(0), at(25)}}, 0, 0},
+		{"a day and a nanosecond is not", []sample.Interval{iv(0, 0), {Start: at(24).Add(1), End: at(25)}},
 			[]span{{at(0), at(0)}, {at(24).Add(1), at(25)}}, 1, 24*time.Hour + 1},
 	}
 	for _, tc := range tests {
@@ -114,7 +115,7 @@ func TestReplayLongSilenceSplits(t *testing.T) {
 	if err := Run(context.Background(), o, &out, &warn); err != nil {
 		t.Fatal(err)
 	}
-	if n := window.Count(out); n == 0 || n > 10 {
+	if n := analysis.Count(out); n == 0 || n > 10 {
 		t.Fatalf("%d points for two short runs, want a handful", n)
 	}
 	for _, c := range out {
@@ -140,7 +141,7 @@ func TestReplayStopsWhenCancelled(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
-	if n := window.Count(out); n != 0 {
+	if n := analysis.Count(out); n != 0 {
 		t.Errorf("%d points written after cancel", n)
 	}
 }
@@ -156,7 +157,7 @@ func TestClosingAsTheFeedPassesChangesNothing(t *testing.T) {
 	for _, path := range logs {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			o := Options{LogFile: path, Engine: "auto", Year: 2026, Window: 10 * time.Second, Server: "s", Host: "h", TZ: "UTC"}
-			var got [2][]window.Closed
+			var got [2][]analysis.Closed
 			for i, sampled := range []bool{false, true} {
 				rec := recording{servers: []window.Server{{Name: o.Server, GPUs: []string{"*"}}}}
 				if err := rec.addLog(o, time.UTC, io.Discard); err != nil {
@@ -267,7 +268,7 @@ func TestReplaySaysWhatItRefused(t *testing.T) {
 	if !strings.Contains(warn.String(), "1 throughput lines refused, interval huge") {
 		t.Errorf("warnings %q do not name the refused line", warn.String())
 	}
-	if n := window.Count(out); n == 0 || n > 4 {
+	if n := analysis.Count(out); n == 0 || n > 4 {
 		t.Errorf("%d points, want those of the one good line", n)
 	}
 }
@@ -287,7 +288,7 @@ func TestReplayRefusedLineIsAHole(t *testing.T) {
 	if !strings.Contains(warn.String(), "1 throughput lines refused, tokens huge") {
 		t.Errorf("warnings %q do not name the refused line", warn.String())
 	}
-	got := map[int]window.ServerWindow{}
+	got := map[int]analysis.ServerWindow{}
 	for _, c := range out {
 		for _, w := range c.Servers {
 			got[w.Start.Second()] = w

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -73,7 +74,7 @@ type wildRange struct {
 	Max float64 `json:"max"`
 }
 
-func (r *wildRange) check(t *testing.T, name string, ws []window.ServerWindow, get func(window.ServerWindow) window.Opt[float64]) {
+func (r *wildRange) check(t *testing.T, name string, ws []analysis.ServerWindow, get func(analysis.ServerWindow) window.Opt[float64]) {
 	t.Helper()
 	seen := 0
 	for _, w := range ws {
@@ -124,7 +125,7 @@ func TestWildCorpus(t *testing.T) {
 }
 
 // replayWild replays the excerpt name as `tpsmon replay --engine auto`.
-func replayWild(t *testing.T, name string, ex wildExcerpt) []window.ServerWindow {
+func replayWild(t *testing.T, name string, ex wildExcerpt) []analysis.ServerWindow {
 	t.Helper()
 	o := Options{Engine: "auto", Year: ex.Year, Window: 10 * time.Second, Server: "s", Host: "h", TZ: "UTC"}
 	if ex.WindowS > 0 {
@@ -148,7 +149,7 @@ func replayWild(t *testing.T, name string, ex wildExcerpt) []window.ServerWindow
 	if err := Run(context.Background(), o, &out, &warn); err != nil {
 		t.Fatalf("replay: %v (warnings: %s)", err, warn.String())
 	}
-	var ws []window.ServerWindow
+	var ws []analysis.ServerWindow
 	for _, c := range out {
 		ws = append(ws, c.Servers...)
 	}
@@ -158,7 +159,7 @@ func replayWild(t *testing.T, name string, ex wildExcerpt) []window.ServerWindow
 	return ws
 }
 
-func checkWild(t *testing.T, want wildWant, engine string, ws []window.ServerWindow) {
+func checkWild(t *testing.T, want wildWant, engine string, ws []analysis.ServerWindow) {
 	t.Helper()
 	var tokens, prompt int64
 	var observed float64
@@ -201,13 +202,13 @@ func checkWild(t *testing.T, want wildWant, engine string, ws []window.ServerWin
 	for _, r := range []struct {
 		name string
 		want *wildRange
-		get  func(window.ServerWindow) window.Opt[float64]
+		get  func(analysis.ServerWindow) window.Opt[float64]
 	}{
-		{"system_tps", want.SystemTPS, func(w window.ServerWindow) window.Opt[float64] { return w.SystemTPS }},
-		{"per_user_tps", want.PerUserTPS, func(w window.ServerWindow) window.Opt[float64] { return w.PerUserTPS }},
-		{"running", want.Running, func(w window.ServerWindow) window.Opt[float64] { return w.Running }},
-		{"waiting", want.Waiting, func(w window.ServerWindow) window.Opt[float64] { return w.Waiting }},
-		{"kv", want.KV, func(w window.ServerWindow) window.Opt[float64] { return w.KVCacheUsage }},
+		{"system_tps", want.SystemTPS, func(w analysis.ServerWindow) window.Opt[float64] { return w.SystemTPS }},
+		{"per_user_tps", want.PerUserTPS, func(w analysis.ServerWindow) window.Opt[float64] { return w.PerUserTPS }},
+		{"running", want.Running, func(w analysis.ServerWindow) window.Opt[float64] { return w.Running }},
+		{"waiting", want.Waiting, func(w analysis.ServerWindow) window.Opt[float64] { return w.Waiting }},
+		{"kv", want.KV, func(w analysis.ServerWindow) window.Opt[float64] { return w.KVCacheUsage }},
 	} {
 		if r.want != nil {
 			r.want.check(t, r.name, ws, r.get)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/daemon/api"
 	"github.com/tpsmon/tpsmon/daemon/live"
@@ -23,9 +24,9 @@ func TestClientAgainstLiveView(t *testing.T) {
 	v := live.New("node", 5*time.Second, nil)
 	for i := range 4 {
 		start := t0.Add(time.Duration(i) * 5 * time.Second)
-		v.WriteWindows([]window.Closed{{Start: start, Servers: []window.ServerWindow{{Start: start, Server: "demo-vllm",
-			GPUs: []string{"0"}, State: schema.StateSaturated, SystemTPS: window.Some(100.0 * float64(i+1)),
-			Tokens: window.Some(int64(500 * (i + 1)))}}}})
+		v.WriteWindows([]analysis.Closed{{Start: start, Servers: []analysis.ServerWindow{{State: schema.StateSaturated,
+			ServerWindow: window.ServerWindow{Start: start, Server: "demo-vllm", GPUs: []string{"0"},
+				SystemTPS: window.Some(100.0 * float64(i+1)), Tokens: window.Some(int64(500 * (i + 1)))}}}}})
 	}
 	srv := httptest.NewServer(v)
 	defer srv.Close()

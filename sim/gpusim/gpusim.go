@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tpsmon/tpsmon/collector/gpu"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // Sim is a set of simulated H100-class GPUs whose activity follows a load
@@ -37,12 +37,12 @@ const (
 	simMaxW     = 690.0
 )
 
-// gpu.Sample reads every simulated GPU at now.
-func (s *Sim) Sample(now time.Time) []gpu.Sample {
+// Sample reads every simulated GPU at now.
+func (s *Sim) Sample(now time.Time) []sample.GPU {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := clamp01(s.load(now))
-	out := make([]gpu.Sample, s.n)
+	out := make([]sample.GPU, s.n)
 	for i := range out {
 		// GPUs of one server are not perfectly balanced.
 		skew := 1 - 0.04*float64(i%4)
@@ -55,7 +55,7 @@ func (s *Sim) Sample(now time.Time) []gpu.Sample {
 		if li > 0 {
 			util = 30 + 68*li
 		}
-		out[i] = gpu.Sample{
+		out[i] = sample.GPU{
 			Time:          now,
 			Index:         i,
 			UUID:          s.uuids[i],
@@ -68,7 +68,7 @@ func (s *Sim) Sample(now time.Time) []gpu.Sample {
 			EnergyMJ:      int64(s.energyMJ[i]),
 			TempC:         34 + 40*li,
 			SMClockMHz:    1980 - 200*li,
-			Has:           gpu.FieldUtil | gpu.FieldMemUtil | gpu.FieldMemory | gpu.FieldPower | gpu.FieldEnergy | gpu.FieldTemp | gpu.FieldSMClock | gpu.FieldThrottle,
+			Has:           sample.FieldUtil | sample.FieldMemUtil | sample.FieldMemory | sample.FieldPower | sample.FieldEnergy | sample.FieldTemp | sample.FieldSMClock | sample.FieldThrottle,
 		}
 		if li == 0 {
 			out[i].Throttle = 0x1 // GpuIdle

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 func TestPagesParseAndFollowLoad(t *testing.T) {
 	now := time.Unix(1000, 0)
 	load := 1.0
 	s := &Server{Model: "sim", SoloTPS: 100, MaxBatch: 32, Load: func(time.Time) float64 { return load }, Now: func() time.Time { return now }}
-	read := func() collector.Sample {
+	read := func() sample.Server {
 		rec := httptest.NewRecorder()
 		s.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 		smp, err := collector.VLLM.Parse(rec.Body)
@@ -26,20 +27,20 @@ func TestPagesParseAndFollowLoad(t *testing.T) {
 	now = now.Add(10 * time.Second)
 	b := read()
 	// Full load: 32 streams at half their solo speed, 1600 tokens/s.
-	if d := b.Counter[collector.GenerationTokens] - a.Counter[collector.GenerationTokens]; d != 16000 {
+	if d := b.Counter[sample.GenerationTokens] - a.Counter[sample.GenerationTokens]; d != 16000 {
 		t.Errorf("10 s at full load produced %v tokens, want 16000", d)
 	}
-	perUser := (b.Counter[collector.ITLCount] - a.Counter[collector.ITLCount]) / (b.Counter[collector.ITLSum] - a.Counter[collector.ITLSum])
+	perUser := (b.Counter[sample.ITLCount] - a.Counter[sample.ITLCount]) / (b.Counter[sample.ITLSum] - a.Counter[sample.ITLSum])
 	if math.Abs(perUser-50) > 0.01 {
 		t.Errorf("per-user tps %v, want 50", perUser)
 	}
-	if b.Model != "sim" || b.Gauge[collector.Running] != 32 || b.Gauge[collector.Waiting] != 20 {
+	if b.Model != "sim" || b.Gauge[sample.Running] != 32 || b.Gauge[sample.Waiting] != 20 {
 		t.Errorf("gauges %+v", b)
 	}
 	load = 0
 	now = now.Add(10 * time.Second)
 	c := read()
-	if c.Counter[collector.GenerationTokens] != b.Counter[collector.GenerationTokens] || c.Gauge[collector.Running] != 0 {
+	if c.Counter[sample.GenerationTokens] != b.Counter[sample.GenerationTokens] || c.Gauge[sample.Running] != 0 {
 		t.Errorf("idle server moved: %+v", c)
 	}
 }

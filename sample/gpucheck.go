@@ -1,6 +1,4 @@
-package gpu
-
-import "github.com/tpsmon/tpsmon/collector"
+package sample
 
 // Physical bounds of one GPU's readings. A reading beyond them is a driver
 // glitch or a corrupted recording (the power of a misprinted CSV row became
@@ -21,19 +19,19 @@ const (
 // Check drops from s the readings no GPU can give (NaN, ±Inf, a negative
 // or out-of-range percentage, power, memory, temperature or clock beyond
 // its bound, more memory used than there is) and says what it dropped,
-// each as a collector.Discard named by its field.
-func (s *Sample) Check() []collector.Discard {
-	var out []collector.Discard
-	drop := func(f Field, series string, r collector.Reason) {
+// each as a Discard named by its field.
+func (s *GPU) Check() []Discard {
+	var out []Discard
+	drop := func(f Field, series string, r Reason) {
 		s.Has &^= f
-		out = append(out, collector.Discard{Series: series, Reason: r})
+		out = append(out, Discard{Series: series, Reason: r})
 	}
 	within := func(f Field, series string, lo, hi float64, vs ...float64) {
 		if !s.Have(f) {
 			return
 		}
 		for _, v := range vs {
-			if r, ok := collector.RangeReason(v, lo, hi); !ok {
+			if r, ok := RangeReason(v, lo, hi); !ok {
 				drop(f, series, r)
 				return
 			}
@@ -47,15 +45,15 @@ func (s *Sample) Check() []collector.Discard {
 	within(FieldSMClock, "gpu_sm_clock", 0, MaxSMClockMHz, s.SMClockMHz)
 	within(FieldMemory, "gpu_memory", 0, MaxMemoryBytes, float64(s.MemUsedBytes), float64(s.MemTotalBytes))
 	if s.Have(FieldMemory) && s.MemUsedBytes > s.MemTotalBytes {
-		drop(FieldMemory, "gpu_memory", collector.Huge)
+		drop(FieldMemory, "gpu_memory", Huge)
 	}
 	if s.Have(FieldEnergy) && s.EnergyMJ < 0 {
-		drop(FieldEnergy, "gpu_energy", collector.Negative)
+		drop(FieldEnergy, "gpu_energy", Negative)
 	}
 	kept := s.UtilSamples[:0]
 	for _, u := range s.UtilSamples {
-		if r, ok := collector.RangeReason(u.Pct, 0, 100); !ok {
-			out = append(out, collector.Discard{Series: "gpu_util", Reason: r})
+		if r, ok := RangeReason(u.Pct, 0, 100); !ok {
+			out = append(out, Discard{Series: "gpu_util", Reason: r})
 			continue
 		}
 		kept = append(kept, u)

@@ -1,4 +1,6 @@
-// Package configtest gives tests a daemon configuration of their own.
+// Package configtest gives tests a daemon configuration of their own. It
+// sits beside the package it serves, as net/http/httptest does: test
+// support (testkit) imports nothing of the daemon.
 package configtest
 
 import (

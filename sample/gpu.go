@@ -1,8 +1,4 @@
-// Package gpu is tpsmon's view of a GPU reading: the Sample a backend takes
-// of each device. It imports neither go-nvml nor cgo, so the joiner and the
-// tools that replay recorded GPUs build anywhere; package nvml fills it on
-// real hardware.
-package gpu
+package sample
 
 import "time"
 
@@ -31,8 +27,8 @@ type UtilSample struct {
 	Pct  float64
 }
 
-// Sample is one reading of one GPU.
-type Sample struct {
+// GPU is one reading of one GPU: what a backend takes of each device (package nvml fills it on real hardware, without this package importing go-nvml).
+type GPU struct {
 	Time  time.Time
 	Index int
 	UUID  string
@@ -63,4 +59,4 @@ type Sample struct {
 }
 
 // Have reports whether the sample carries field f.
-func (s *Sample) Have(f Field) bool { return s.Has&f != 0 }
+func (s *GPU) Have(f Field) bool { return s.Has&f != 0 }

@@ -1,11 +1,13 @@
-// Package collector reads token throughput from inference servers: it
-// scrapes their Prometheus metrics and parses their logs, and turns each
-// into timestamped samples. Sources only produce samples; windows are the
-// joiner's job.
-package collector
+// Package sample holds what tpsmon's sources read and the joiner takes:
+// a server's sample (counters, gauges, intervals of time a log line speaks
+// for), a GPU's sample, the values refused on the way with their reasons,
+// and the physical bounds they are checked against. It is a leaf: the
+// collectors, nvml, the simulators and the joiner import it, and it
+// imports nothing of tpsmon, no HTTP and no cgo, so the joiner builds
+// without the scraper's dependencies.
+package sample
 
 import (
-	"errors"
 	"time"
 )
 
@@ -69,8 +71,8 @@ var gaugeNames = [NumGauges]string{"running", "waiting", "kv_cache_usage", "gen_
 
 func (g Gauge) String() string { return gaugeNames[g] }
 
-// Sample is what one scrape of one server read.
-type Sample struct {
+// Server is what one scrape of one server read.
+type Server struct {
 	Time       time.Time
 	Engine     string // the dialect that read it
 	Model      string
@@ -102,64 +104,13 @@ type Sample struct {
 }
 
 // SetCounter records counter c.
-func (s *Sample) SetCounter(c Counter, v float64) { s.Counter[c], s.HasCounter[c] = v, true }
+func (s *Server) SetCounter(c Counter, v float64) { s.Counter[c], s.HasCounter[c] = v, true }
 
 // SetGauge records gauge g.
-func (s *Sample) SetGauge(g Gauge, v float64) { s.Gauge[g], s.HasGauge[g] = v, true }
+func (s *Server) SetGauge(g Gauge, v float64) { s.Gauge[g], s.HasGauge[g] = v, true }
 
-// Interval is what a source knows of a stretch of time (Start, End]: the
-// tokens made in it, and what ran meanwhile. Log lines that report an
-// average over their own interval, per-request log lines and tokens of
-// completed requests are all intervals. A negative value is unknown.
-type Interval struct {
-	Start, End   time.Time
-	Tokens       float64
-	PromptTokens float64
-	// UserTokens over UserSeconds is the speed one stream saw.
-	UserTokens, UserSeconds float64
-	Running, Waiting, KV    float64
-	Preemptions             float64
-	// Request marks one request's own span: it adds one to the running
-	// concurrency for its duration.
-	Request bool
-	// Observed says the source was watching all through the interval
-	// (a log line's own interval); spread-back tokens are not.
-	Observed bool
-	// Hole says a line spoke for the interval but was refused (an
-	// impossible value): nothing is known of it, and it is not observed,
-	// however readable the log was meanwhile (Hole).
-	Hole bool
-	// A Request's own latencies, in seconds, as its line says them: time
-	// to first token, time per output token after the first, end to end,
-	// and queued before it ran. Negative: unknown.
-	TTFT, TPOT, E2E, Queue float64
-	// Output is a Request's whole output (Tokens is what no progress line
-	// counted before it); negative: unknown.
-	Output float64
-}
-
-// Unknown returns an interval over (start, end] with every value unknown.
-func Unknown(start, end time.Time) Interval {
-	return Interval{Start: start, End: end, Tokens: -1, PromptTokens: -1, UserTokens: -1, UserSeconds: -1,
-		Running: -1, Waiting: -1, KV: -1, Preemptions: -1, TTFT: -1, TPOT: -1, E2E: -1, Queue: -1, Output: -1}
-}
-
-// Hole returns the hole a refused line leaves over (start, end]: its
-// windows are observed for less, never filled with what the line did not
-// say (design §3).
-func Hole(start, end time.Time) Interval {
-	iv := Unknown(start, end)
-	iv.Hole = true
-	return iv
-}
-
-// ErrMalformed marks metrics text that could not be parsed; the scrape is
-// skipped and counted, the daemon goes on.
-var ErrMalformed = errors.New("malformed metrics text")
-
-// ErrNoEngineMetrics marks a metrics page that parsed but carries none of
-// the engine's throughput series (wrong engine, or stats logging off).
-var ErrNoEngineMetrics = errors.New("no engine throughput metrics")
+// SetHist records histogram h.
+func (s *Server) SetHist(h Hist, v Histogram) { s.Hists[h], s.HasHist[h] = v, true }
 
 // Hist names a latency histogram of a server.
 type Hist int
@@ -176,9 +127,9 @@ const (
 	NumHists
 )
 
-var histNamesOf = [NumHists]string{"ttft", "itl", "tpot", "e2e", "queue", "prefill", "decode"}
+var histNames = [NumHists]string{"ttft", "itl", "tpot", "e2e", "queue", "prefill", "decode"}
 
-func (h Hist) String() string { return histNamesOf[h] }
+func (h Hist) String() string { return histNames[h] }
 
 // HistBucket is one cumulative bucket: Count observations at most Le.
 type HistBucket struct{ Le, Count float64 }
@@ -190,6 +141,3 @@ type Histogram struct {
 	Buckets []HistBucket
 	Sum     float64
 }
-
-// SetHist records histogram h.
-func (s *Sample) SetHist(h Hist, v Histogram) { s.Hists[h], s.HasHist[h] = v, true }

@@ -1,0 +1,98 @@
+// Package analysis is the stage between the joiner and the sinks: it takes
+// closed windows (window.Closed), which hold time and counters only, and
+// adds what follows from them, each value derived by a pure function of
+// one window and the facts passed in (Facts), never read from a source.
+// The state verdict (design §5) is the first such value.
+//
+// Adding a derived value: a field on ServerWindow (or GPUWindow) with a
+// comment saying how exact it is, the function that computes it in a file
+// of its own, its call in analyzeServer, and the facts it needs in Facts
+// or ServerFacts. A fact that is missing leaves the field absent
+// (window.Opt), never 0.
+package analysis
+
+import (
+	"time"
+
+	"github.com/tpsmon/tpsmon/window"
+)
+
+// Closed is one closed window as the sinks write it: the joiner's results
+// with what the analysis derived from them, in the joiner's order (the
+// GPUs by index, then the servers in configuration order).
+type Closed struct {
+	Start   time.Time
+	GPUs    []GPUWindow
+	Servers []ServerWindow
+}
+
+// GPUWindow is one GPU's window: a tpsmon_gpu point.
+type GPUWindow struct {
+	window.GPUWindow
+	// Values derived from a GPU's window go here.
+}
+
+// ServerWindow is one server's window: a tpsmon_server point.
+type ServerWindow struct {
+	window.ServerWindow
+	// State is the verdict of design §5, one of schema.States (State).
+	State string
+}
+
+// Facts is what the analysis knows besides the windows, passed in by its
+// caller: the daemon from its configuration, replay from its options.
+type Facts struct {
+	// Thresholds tune the state verdict; the zero value stands for
+	// DefaultThresholds.
+	Thresholds Thresholds
+	// Servers holds what is known of each server, by name. A server
+	// without an entry is analysed with what its windows say alone.
+	Servers map[string]ServerFacts
+}
+
+// ServerFacts is what is known of one server beyond its windows: its
+// engine's and model's facts, its GPUs' specifications, its objectives.
+// Empty until the values that need them are derived.
+type ServerFacts struct{}
+
+// Analyze returns the analysis of cs.
+func Analyze(cs []window.Closed, f *Facts) []Closed { return Append(nil, cs, f) }
+
+// Append appends the analysis of cs to dst and returns the result. The
+// storage of dst's entries beyond its length is reused, so a caller that
+// analyses batch after batch into one slice (replay) allocates once.
+func Append(dst []Closed, cs []window.Closed, f *Facts) []Closed {
+	th := f.Thresholds
+	if th == (Thresholds{}) {
+		th = DefaultThresholds
+	}
+	for _, c := range cs {
+		var a Closed
+		if len(dst) < cap(dst) {
+			a = dst[:len(dst)+1][len(dst)]
+		}
+		a.Start, a.GPUs, a.Servers = c.Start, a.GPUs[:0], a.Servers[:0]
+		for _, g := range c.GPUs {
+			a.GPUs = append(a.GPUs, GPUWindow{GPUWindow: g})
+		}
+		for _, s := range c.Servers {
+			a.Servers = append(a.Servers, analyzeServer(s, th))
+		}
+		dst = append(dst, a)
+	}
+	return dst
+}
+
+// analyzeServer derives what a server's window implies.
+func analyzeServer(w window.ServerWindow, th Thresholds) ServerWindow {
+	return ServerWindow{ServerWindow: w, State: State(w, th)}
+}
+
+// Count returns how many results cs hold.
+func Count(cs []Closed) int {
+	n := 0
+	for _, c := range cs {
+		n += len(c.GPUs) + len(c.Servers)
+	}
+	return n
+}

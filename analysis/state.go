@@ -1,0 +1,99 @@
+package analysis
+
+import (
+	"fmt"
+
+	"github.com/tpsmon/tpsmon/sample"
+	"github.com/tpsmon/tpsmon/schema"
+	"github.com/tpsmon/tpsmon/window"
+)
+
+// Thresholds tune the state verdict (design §5). The configuration's
+// `thresholds` section decodes into it.
+type Thresholds struct {
+	KVBound       float64 `mapstructure:"kv_bound"`       // KV cache usage (0..1) at which waiting means memory-bound
+	QueueUtil     float64 `mapstructure:"queue_util"`     // GPU % under which waiting means the scheduler holds the GPU back
+	UnderUtil     float64 `mapstructure:"under_util"`     // GPU % under which flowing tokens mean too little demand
+	SaturatedUtil float64 `mapstructure:"saturated_util"` // GPU % at which waiting means the hardware is full
+	// Waiting is the mean queue length from which requests count as
+	// waiting; a single request caught in the queue by one scrape of a
+	// window should not flip the verdict.
+	Waiting float64 `mapstructure:"waiting"`
+}
+
+// DefaultThresholds are the design's values.
+var DefaultThresholds = Thresholds{KVBound: 0.9, QueueUtil: 60, UnderUtil: 40, SaturatedUtil: 90, Waiting: 0.5}
+
+// Validate says which threshold cannot be one, by its configuration key.
+func (th Thresholds) Validate() error {
+	// Comparisons written so that NaN fails them too.
+	if !(th.KVBound > 0 && th.KVBound <= 1) {
+		return fmt.Errorf("kv_bound: %v is not a ratio in (0, 1]", th.KVBound)
+	}
+	for _, t := range []struct {
+		name string
+		v    float64
+	}{{"queue_util", th.QueueUtil}, {"under_util", th.UnderUtil}, {"saturated_util", th.SaturatedUtil}} {
+		if !(t.v >= 0 && t.v <= 100) {
+			return fmt.Errorf("%s: %v is not a percentage in [0, 100]", t.name, t.v)
+		}
+	}
+	if !(th.Waiting >= 0 && th.Waiting <= sample.MaxRequests) {
+		return fmt.Errorf("waiting: %v is not a queue length in [0, %g]", th.Waiting, sample.MaxRequests)
+	}
+	return nil
+}
+
+// State is the verdict of design §5 on a server's window, one of
+// schema.States. The GPU's busyness it weighs is SM activity where it is
+// known (how much of the GPU works), else NVML utilization (that something
+// ran); without either it never says queue_bound, underutilized or
+// saturated.
+func State(w window.ServerWindow, th Thresholds) string {
+	in := verdictInput{down: w.Down, tokens: unknown(w.ExactTokens), running: unknown(w.Running),
+		waiting: unknown(w.Waiting), kv: unknown(w.KVCacheUsage), preempted: w.Preempted, util: unknown(w.GPUUtil)}
+	if w.SMActive.OK {
+		in.util = w.SMActive.V
+	}
+	return verdict(in, th)
+}
+
+// unknown is v, or -1 when v is missing.
+func unknown(v window.Opt[float64]) float64 {
+	if !v.OK {
+		return -1
+	}
+	return v.V
+}
+
+// verdictInput holds a window's measurements; negative means unknown.
+type verdictInput struct {
+	down      bool
+	tokens    float64
+	running   float64
+	waiting   float64
+	preempted bool
+	kv        float64
+	util      float64
+}
+
+// verdict evaluates the states of design §5 in order.
+func verdict(in verdictInput, th Thresholds) string {
+	if in.down {
+		return schema.StateDown
+	}
+	waits := in.waiting >= th.Waiting
+	switch {
+	case in.tokens == 0 && in.running <= 0:
+		return schema.StateIdle
+	case (waits || in.preempted) && in.kv >= th.KVBound:
+		return schema.StateKVBound
+	case waits && in.util >= 0 && in.util < th.QueueUtil:
+		return schema.StateQueueBound
+	case in.tokens > 0 && !waits && in.util >= 0 && in.util < th.UnderUtil:
+		return schema.StateUnderutilized
+	case waits && in.util >= th.SaturatedUtil:
+		return schema.StateSaturated
+	}
+	return schema.StateOK
+}

@@ -1,0 +1,112 @@
+package sample
+
+import (
+	"time"
+)
+
+// Interval is what a source knows of a stretch of time (Start, End]: the
+// tokens made in it, and what ran meanwhile. Log lines that report an
+// average over their own interval, per-request log lines and tokens of
+// completed requests are all intervals. A negative value is unknown.
+type Interval struct {
+	Start, End   time.Time
+	Tokens       float64
+	PromptTokens float64
+	// UserTokens over UserSeconds is the speed one stream saw.
+	UserTokens, UserSeconds float64
+	Running, Waiting, KV    float64
+	Preemptions             float64
+	// Request marks one request's own span: it adds one to the running
+	// concurrency for its duration.
+	Request bool
+	// Observed says the source was watching all through the interval
+	// (a log line's own interval); spread-back tokens are not.
+	Observed bool
+	// Hole says a line spoke for the interval but was refused (an
+	// impossible value): nothing is known of it, and it is not observed,
+	// however readable the log was meanwhile (Hole).
+	Hole bool
+	// A Request's own latencies, in seconds, as its line says them: time
+	// to first token, time per output token after the first, end to end,
+	// and queued before it ran. Negative: unknown.
+	TTFT, TPOT, E2E, Queue float64
+	// Output is a Request's whole output (Tokens is what no progress line
+	// counted before it); negative: unknown.
+	Output float64
+}
+
+// Unknown returns an interval over (start, end] with every value unknown.
+func Unknown(start, end time.Time) Interval {
+	return Interval{Start: start, End: end, Tokens: -1, PromptTokens: -1, UserTokens: -1, UserSeconds: -1,
+		Running: -1, Waiting: -1, KV: -1, Preemptions: -1, TTFT: -1, TPOT: -1, E2E: -1, Queue: -1, Output: -1}
+}
+
+// Hole returns the hole a refused line leaves over (start, end]: its
+// windows are observed for less, never filled with what the line did not
+// say (design §3).
+func Hole(start, end time.Time) Interval {
+	iv := Unknown(start, end)
+	iv.Hole = true
+	return iv
+}
+
+// CheckInterval validates what a log line (or a count spread back over
+// time) says of (Start, End]: every value must be finite, not negative
+// (-1 is "unknown") and within its bound; token counts within
+// MaxTokensPerSecond over the interval, a second at least; the interval
+// itself within [MinTime, MaxTime] and no longer than MaxIntervalSpan. An
+// interval with any impossible value is refused whole: one broken figure
+// makes the line's others doubtful too.
+func CheckInterval(iv Interval) (Discard, bool) {
+	span := iv.End.Sub(iv.Start)
+	secs := max(span.Seconds(), 1)
+	tok := MaxTokensPerSecond * secs
+	// Every log line comes here: the common case, all values unknown or in
+	// range, is a few comparisons (NaN fails them all); the checks below
+	// say which value is wrong and why.
+	if unknownOrIn(iv.Tokens, tok) && unknownOrIn(iv.PromptTokens, tok) && unknownOrIn(iv.UserTokens, tok) &&
+		unknownOrIn(iv.UserSeconds, MaxRequests*secs) && unknownOrIn(iv.Preemptions, tok) &&
+		unknownOrIn(iv.Running, MaxRequests) && unknownOrIn(iv.Waiting, MaxRequests) && unknownOrIn(iv.KV, 1) &&
+		InRange(iv.Start) && InRange(iv.End) && !iv.End.Before(iv.Start) && span <= MaxIntervalSpan {
+		return Discard{}, true
+	}
+	return intervalDiscard(iv, secs, tok)
+}
+
+// intervalDiscard says which of the interval's values is wrong, in the
+// order they are checked.
+func intervalDiscard(iv Interval, secs, tok float64) (Discard, bool) {
+	for _, f := range [...]struct {
+		name     string
+		v, limit float64
+	}{
+		{"tokens", iv.Tokens, tok},
+		{"prompt_tokens", iv.PromptTokens, tok},
+		{"user_tokens", iv.UserTokens, tok},
+		{"user_seconds", iv.UserSeconds, MaxRequests * secs},
+		{"preemptions", iv.Preemptions, tok},
+		{"running", iv.Running, MaxRequests},
+		{"waiting", iv.Waiting, MaxRequests},
+		{"kv_cache_usage", iv.KV, 1},
+	} {
+		if f.v == -1 {
+			continue
+		}
+		if r, ok := RangeReason(f.v, 0, f.limit); !ok {
+			return Discard{Series: f.name, Reason: r}, false
+		}
+	}
+	if !InRange(iv.Start) || !InRange(iv.End) {
+		return Discard{Series: "interval", Reason: OutOfRange}, false
+	}
+	if iv.End.Before(iv.Start) {
+		return Discard{Series: "interval", Reason: Negative}, false
+	}
+	if iv.End.Sub(iv.Start) > MaxIntervalSpan {
+		return Discard{Series: "interval", Reason: Huge}, false
+	}
+	return Discard{}, true
+}
+
+// unknownOrIn tells whether v is unknown (-1) or in [0, limit].
+func unknownOrIn(v, limit float64) bool { return v == -1 || v >= 0 && v <= limit }
