@@ -12,8 +12,10 @@
 package analysis
 
 import (
+	"fmt"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis/latency"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -37,6 +39,12 @@ type ServerWindow struct {
 	window.ServerWindow
 	// State is the verdict of design §5, one of schema.States (State).
 	State string
+	// Latency is what one user felt (latency.Summarize): quantiles,
+	// per-user speed, attainment of the server's objectives, goodput.
+	Latency latency.Summary
+	// SLOMiss names where the time went (queue, prefill, decode) when the
+	// attainment is surely under the server's floor; empty otherwise.
+	SLOMiss string
 }
 
 // Facts is what the analysis knows besides the windows, passed in by its
@@ -48,12 +56,39 @@ type Facts struct {
 	// Servers holds what is known of each server, by name. A server
 	// without an entry is analysed with what its windows say alone.
 	Servers map[string]ServerFacts
+	// SLO is the objective of servers without one of their own.
+	SLO SLO
+}
+
+// SLO is a server's latency objective and the attainment under which a
+// window is a finding.
+type SLO struct {
+	latency.Objective `mapstructure:",squash"`
+	// Floor is the share of requests (0..1) that must meet the objective;
+	// 0: no finding.
+	Floor float64 `mapstructure:"floor"`
+}
+
+// Validate says what is wrong with an objective, by its key.
+func (s SLO) Validate() error {
+	if err := s.Objective.Validate(); err != nil {
+		return err
+	}
+	if !(s.Floor >= 0 && s.Floor <= 1) {
+		return fmt.Errorf("floor: %v is not a share in [0, 1]", s.Floor)
+	}
+	if s.Floor > 0 && !s.Set() {
+		return fmt.Errorf("floor: %v without an objective (ttft, tpot or e2e)", s.Floor)
+	}
+	return nil
 }
 
 // ServerFacts is what is known of one server beyond its windows: its
 // engine's and model's facts, its GPUs' specifications, its objectives.
-// Empty until the values that need them are derived.
-type ServerFacts struct{}
+type ServerFacts struct {
+	// SLO is the server's objective; unset, the default (Facts.SLO).
+	SLO *SLO
+}
 
 // Analyze returns the analysis of cs.
 func Analyze(cs []window.Closed, f *Facts) []Closed { return Append(nil, cs, f) }
@@ -76,7 +111,7 @@ func Append(dst []Closed, cs []window.Closed, f *Facts) []Closed {
 			a.GPUs = append(a.GPUs, GPUWindow{GPUWindow: g})
 		}
 		for _, s := range c.Servers {
-			a.Servers = append(a.Servers, analyzeServer(s, th))
+			a.Servers = append(a.Servers, analyzeServer(s, th, f.sloOf(s.Server)))
 		}
 		dst = append(dst, a)
 	}
@@ -84,8 +119,21 @@ func Append(dst []Closed, cs []window.Closed, f *Facts) []Closed {
 }
 
 // analyzeServer derives what a server's window implies.
-func analyzeServer(w window.ServerWindow, th Thresholds) ServerWindow {
-	return ServerWindow{ServerWindow: w, State: State(w, th)}
+func analyzeServer(w window.ServerWindow, th Thresholds, slo SLO) ServerWindow {
+	a := ServerWindow{ServerWindow: w, State: State(w, th)}
+	a.Latency = latency.Summarize(w.Latency, slo.Objective, w.Coverage*w.Length.Seconds())
+	if at := a.Latency.Attainment; at.OK && slo.Floor > 0 && at.Hi < slo.Floor {
+		a.SLOMiss = a.Latency.MissPhase()
+	}
+	return a
+}
+
+// sloOf returns a server's objective.
+func (f *Facts) sloOf(server string) SLO {
+	if sf, ok := f.Servers[server]; ok && sf.SLO != nil {
+		return *sf.SLO
+	}
+	return f.SLO
 }
 
 // Count returns how many results cs hold.

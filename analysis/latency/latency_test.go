@@ -330,16 +330,16 @@ func TestFromHistograms(t *testing.T) {
 		exact, joint bool
 		reason       string
 	}{
-		{"objective on an edge: exact", []Marginal{{ttft, 0.5}}, 0, 0.6, 0.6, true, false, ""},
-		{"objective between edges: bounds", []Marginal{{ttft, 0.3}}, 0, 0.2, 0.6, false, false, ""},
-		{"objective past the last edge: up to all", []Marginal{{ttft, 2}}, 0, 0.9, 1, false, false, ""},
-		{"joint: Fréchet bounds", []Marginal{{ttft, 0.5}, {tpot, 0.1}}, 0, 0.6 + 0.7 - 1, 0.6, false, true, ""},
-		{"joint of disjoint-able shares starts at 0", []Marginal{{ttft, 0.1}, {tpot, 0.1}}, 0, 0, 0.2, false, true, ""},
-		{"joint with one marginal at 1 is exact", []Marginal{{ttft, 0.5}, {tpot, 1}}, 0, 0.6, 0.6, true, true, ""},
+		{"objective on an edge: exact", []Marginal{{H: ttft, Objective: 0.5, Kind: 0}}, 0, 0.6, 0.6, true, false, ""},
+		{"objective between edges: bounds", []Marginal{{H: ttft, Objective: 0.3, Kind: 0}}, 0, 0.2, 0.6, false, false, ""},
+		{"objective past the last edge: up to all", []Marginal{{H: ttft, Objective: 2, Kind: 0}}, 0, 0.9, 1, false, false, ""},
+		{"joint: Fréchet bounds", []Marginal{{H: ttft, Objective: 0.5, Kind: 0}, {H: tpot, Objective: 0.1, Kind: 1}}, 0, 0.6 + 0.7 - 1, 0.6, false, true, ""},
+		{"joint of disjoint-able shares starts at 0", []Marginal{{H: ttft, Objective: 0.1, Kind: 0}, {H: tpot, Objective: 0.1, Kind: 1}}, 0, 0, 0.2, false, true, ""},
+		{"joint with one marginal at 1 is exact", []Marginal{{H: ttft, Objective: 0.5, Kind: 0}, {H: tpot, Objective: 1, Kind: 1}}, 0, 0.6, 0.6, true, true, ""},
 		// failed: (6-2)/12 ≤ a ≤ max(min(6, 8)/10, 6/12)
-		{"aborted requests widen it", []Marginal{{ttft, 0.5}}, 2, 4.0 / 12, 0.6, false, false, ""},
-		{"invalid histogram", []Marginal{{hist(edges, 3, 2, 2, 2), 0.5}}, 0, 0, 0, false, false, "not a cumulative"},
-		{"no requests", []Marginal{{hist(edges, 0, 0, 0, 0), 0.5}}, 0, 0, 0, false, false, "no requests"},
+		{"aborted requests widen it", []Marginal{{H: ttft, Objective: 0.5, Kind: 0}}, 2, 4.0 / 12, 0.6, false, false, ""},
+		{"invalid histogram", []Marginal{{H: hist(edges, 3, 2, 2, 2), Objective: 0.5, Kind: 0}}, 0, 0, 0, false, false, "not a cumulative"},
+		{"no requests", []Marginal{{H: hist(edges, 0, 0, 0, 0), Objective: 0.5, Kind: 0}}, 0, 0, 0, false, false, "no requests"},
 		{"no objective", nil, 0, 0, 0, false, false, "no objective"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -396,7 +396,7 @@ func TestBoundsHoldTruth(t *testing.T) {
 		}
 		o := Objective{TTFT: time.Duration((0.05 + 2*next()) * float64(time.Second)), TPOT: time.Duration(0.3 * next() * float64(time.Second))}
 		truth := FromRequests(reqs, o)
-		got := FromHistograms([]Marginal{{bin(ttft), o.TTFT.Seconds()}, {bin(tpot), o.TPOT.Seconds()}}, 0)
+		got := FromHistograms([]Marginal{{H: bin(ttft), Objective: o.TTFT.Seconds(), Kind: 0}, {H: bin(tpot), Objective: o.TPOT.Seconds(), Kind: 1}}, 0)
 		if truth.Lo < got.Lo-1e-12 || truth.Lo > got.Hi+1e-12 {
 			t.Fatalf("trial %d: truth %g outside the bounds [%g, %g]", trial, truth.Lo, got.Lo, got.Hi)
 		}
@@ -439,6 +439,26 @@ func TestWhere(t *testing.T) {
 	} {
 		if got := Where(tc.q, tc.p, tc.d); got != tc.want {
 			t.Errorf("Where(%g, %g, %g) = %q, want %q", tc.q, tc.p, tc.d, got, tc.want)
+		}
+	}
+}
+
+func TestMissPhase(t *testing.T) {
+	nan := math.NaN()
+	for _, tc := range []struct {
+		missed  [3]float64
+		q, p, d float64
+		want    string
+	}{
+		{[3]float64{0.3, 0.1, 0}, 2, 0.5, 10, "queue"},     // first tokens late, requests queued
+		{[3]float64{0.3, 0.1, 0}, 0.1, 0.5, 10, "prefill"}, // first tokens late, long prompts
+		{[3]float64{0.3, 0.1, 0}, nan, nan, 10, "prefill"}, // no phase times: still the first token's
+		{[3]float64{0.1, 0.3, 0}, 2, 0.5, 10, "decode"},
+		{[3]float64{0, 0, 0.2}, 2, 0.5, 10, "decode"}, // end to end: the longest phase
+		{[3]float64{}, 2, 0.5, 10, ""},
+	} {
+		if got := MissPhase(Attainment{Missed: tc.missed}, tc.q, tc.p, tc.d); got != tc.want {
+			t.Errorf("MissPhase(%v, %g, %g, %g) = %q, want %q", tc.missed, tc.q, tc.p, tc.d, got, tc.want)
 		}
 	}
 }

@@ -11,7 +11,9 @@ import (
 // output token (a request's decode time over its tokens after the first)
 // and end-to-end latency. A zero duration sets no objective of that kind.
 type Objective struct {
-	TTFT, TPOT, E2E time.Duration
+	TTFT time.Duration `mapstructure:"ttft"`
+	TPOT time.Duration `mapstructure:"tpot"`
+	E2E  time.Duration `mapstructure:"e2e"`
 }
 
 // MaxObjective bounds an objective: a promise of more than an hour per
@@ -29,9 +31,9 @@ func (o Objective) Validate() error {
 	}{{"ttft", o.TTFT}, {"tpot", o.TPOT}, {"e2e", o.E2E}} {
 		switch {
 		case f.d < 0:
-			return fmt.Errorf("%w: %s %v is negative", ErrObjective, f.name, f.d)
+			return fmt.Errorf("%s: %w: %v is negative", f.name, ErrObjective, f.d)
 		case f.d > MaxObjective:
-			return fmt.Errorf("%w: %s %v is longer than %v", ErrObjective, f.name, f.d, MaxObjective)
+			return fmt.Errorf("%s: %w: %v is longer than %v", f.name, ErrObjective, f.d, MaxObjective)
 		}
 	}
 	return nil
@@ -66,6 +68,9 @@ type Attainment struct {
 	Requests float64 // the requests it is over
 	// MetLo and MetHi bound how many requests met every objective.
 	MetLo, MetHi float64
+	// Missed is, per objective (TTFT, TPOT, E2E), the most of the
+	// requests' share that can have missed it (0 where not set).
+	Missed [3]float64
 	// GoodTokensLo, GoodTokensHi bound the output tokens of those
 	// requests; NaN when unknown (histograms).
 	GoodTokensLo, GoodTokensHi float64
@@ -108,8 +113,10 @@ func FromRequests(reqs []Request, o Objective) Attainment {
 			switch v := vals[i]; {
 			case math.IsNaN(v):
 				known = false
+				out.Missed[i]++
 			case v > lim:
 				met = false
+				out.Missed[i]++
 			}
 		}
 		if !met {
@@ -126,6 +133,9 @@ func FromRequests(reqs []Request, o Objective) Attainment {
 			out.GoodTokensLo += tok
 		}
 	}
+	for i := range out.Missed {
+		out.Missed[i] /= out.Requests
+	}
 	out.Lo, out.Hi = out.MetLo/out.Requests, out.MetHi/out.Requests
 	out.Exact, out.OK = out.Lo == out.Hi, true
 	return out
@@ -136,6 +146,9 @@ func FromRequests(reqs []Request, o Objective) Attainment {
 type Marginal struct {
 	H         Histogram
 	Objective float64
+	// Kind is the objective's index in Attainment.Missed (0 TTFT, 1 TPOT,
+	// 2 E2E).
+	Kind int
 }
 
 // FromHistograms bounds the attainment from one histogram per objective
@@ -175,6 +188,7 @@ func FromHistograms(ms []Marginal, failed float64) Attainment {
 			exact = false
 		}
 		sumLo += aLo
+		out.Missed[m.Kind] = 1 - aLo
 		hi = math.Min(hi, aHi)
 		out.Requests = math.Max(out.Requests, n+failed)
 	}
@@ -193,6 +207,33 @@ func FromHistograms(ms []Marginal, failed float64) Attainment {
 // a window: "queue" (waiting for the scheduler), "prefill" (its prompt,
 // up to its first token) or "decode" (its output). Means in seconds, NaN
 // when the engine does not say; "" when none is known.
+//
+// MissPhase is the phase to blame for missed objectives: of the objective
+// most requests missed, its phase: time to first token is the queue and
+// the prefill (the longer of the two), time per token the decode, end to
+// end whichever phase took longest.
+func MissPhase(a Attainment, queue, prefill, decode float64) string {
+	worst, share := -1, 0.0
+	for i, m := range a.Missed {
+		if m > share {
+			worst, share = i, m
+		}
+	}
+	switch worst {
+	case 0:
+		if p := Where(queue, prefill, math.NaN()); p != "" {
+			return p
+		}
+		return "prefill"
+	case 1:
+		return "decode"
+	case 2:
+		return Where(queue, prefill, decode)
+	}
+	return ""
+}
+
+// Where names the longest of the phases.
 func Where(queue, prefill, decode float64) string {
 	best, name := math.Inf(-1), ""
 	for _, p := range []struct {

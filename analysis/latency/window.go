@@ -45,14 +45,19 @@ type Summary struct {
 	MeanQueue, MeanPrefill, MeanDecode float64
 }
 
-// Where names the phase that took most of a request's time (Where).
-func (s Summary) Where() string { return Where(s.MeanQueue, s.MeanPrefill, s.MeanDecode) }
+// MissPhase names the phase to blame for the objectives missed (MissPhase).
+func (s Summary) MissPhase() string {
+	return MissPhase(s.Attainment, s.MeanQueue, s.MeanPrefill, s.MeanDecode)
+}
 
 // Summarize derives what one user felt in a window from what the joiner
 // counted, against objective o, over secs observed seconds. Per-request
 // lines win over histograms where a window has both.
 func Summarize(l window.Latency, o Objective, secs float64) Summary {
 	s := Summary{MeanQueue: math.NaN(), MeanPrefill: math.NaN(), MeanDecode: math.NaN()}
+	if len(l.Requests) == 0 && !anyHist(l) {
+		return s // nothing said: no work, no allocation
+	}
 	if len(l.Requests) > 0 {
 		s.fromRequests(l.Requests, o)
 	} else {
@@ -67,6 +72,15 @@ func Summarize(l window.Latency, o Objective, secs float64) Summary {
 		s.GoodputRPSLo, s.GoodputRPSHi, s.GoodputTPSLo, s.GoodputTPSHi = math.NaN(), math.NaN(), math.NaN(), math.NaN()
 	}
 	return s
+}
+
+func anyHist(l window.Latency) bool {
+	for _, h := range l.Hists {
+		if h.OK || h.Err != "" {
+			return true
+		}
+	}
+	return false
 }
 
 func known(v float64) float64 {
@@ -205,7 +219,7 @@ func (s *Summary) histAttainment(l window.Latency, o Objective) Attainment {
 		return Attainment{Reason: "no objective set"}
 	}
 	var ms []Marginal
-	for _, m := range []struct {
+	for k, m := range []struct {
 		kind sample.Hist
 		d    float64
 	}{{sample.HistTTFT, o.TTFT.Seconds()}, {sample.HistTPOT, o.TPOT.Seconds()}, {sample.HistE2E, o.E2E.Seconds()}} {
@@ -219,7 +233,7 @@ func (s *Summary) histAttainment(l window.Latency, o Objective) Attainment {
 			}
 			return Attainment{Reason: why}
 		}
-		ms = append(ms, Marginal{H: h, Objective: m.d})
+		ms = append(ms, Marginal{H: h, Objective: m.d, Kind: k})
 	}
 	failed := 0.0
 	if l.Aborted.OK {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/daemon/replay"
 )
 
@@ -22,6 +23,7 @@ type replayOpts struct {
 	gpus       []string
 	host       string
 	tz         string
+	slo        analysis.SLO
 }
 
 func newReplayCmd() *cobra.Command {
@@ -37,6 +39,9 @@ func newReplayCmd() *cobra.Command {
                      power.draw --format=csv -l 1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.slo.Validate(); err != nil {
+				return fmt.Errorf("--slo-%w", err)
+			}
 			out, err := newOutput(o.format, cmd.OutOrStdout())
 			if err != nil {
 				return err
@@ -65,11 +70,16 @@ func newReplayCmd() *cobra.Command {
 	f.StringSliceVar(&o.gpus, "gpus", nil, "GPU indexes or UUIDs serving the server (default: all in the CSV)")
 	f.StringVar(&o.host, "host", "replay", "host tag")
 	f.StringVar(&o.tz, "tz", "UTC", "time zone of the CSV timestamps")
+	f.DurationVar(&o.slo.TTFT, "slo-ttft", 0, "objective: time to first token (slo_attainment, goodput)")
+	f.DurationVar(&o.slo.TPOT, "slo-tpot", 0, "objective: time per output token")
+	f.DurationVar(&o.slo.E2E, "slo-e2e", 0, "objective: end-to-end latency")
+	f.Float64Var(&o.slo.Floor, "slo-floor", 0, "share of requests that must meet the objectives (0..1): under it, slo_miss_phase")
 	return cmd
 }
 
 // options are the replay's settings from the flags.
 func (o replayOpts) options() replay.Options {
 	return replay.Options{LogFile: o.logFile, Year: o.year, StartedAt: o.startedAt, MetricsDir: o.metricsDir,
-		GPUCSV: o.gpuCSV, Window: o.window, Server: o.server, Engine: o.engine, GPUs: o.gpus, Host: o.host, TZ: o.tz}
+		GPUCSV: o.gpuCSV, Window: o.window, Server: o.server, Engine: o.engine, GPUs: o.gpus, Host: o.host, TZ: o.tz,
+		Facts: analysis.Facts{SLO: o.slo}}
 }

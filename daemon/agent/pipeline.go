@@ -594,7 +594,8 @@ func (p *pipeline) emit(closed []window.Closed) {
 	if len(closed) == 0 {
 		return
 	}
-	cs := analysis.Analyze(closed, &analysis.Facts{Thresholds: p.cfg.Thresholds})
+	slo, servers := p.cfg.SLOs()
+	cs := analysis.Analyze(closed, &analysis.Facts{Thresholds: p.cfg.Thresholds, SLO: slo, Servers: servers})
 	if len(p.outFails) != len(p.outputs) {
 		p.outFails = make([]int, len(p.outputs))
 	}

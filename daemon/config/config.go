@@ -55,6 +55,8 @@ type Config struct {
 	Log       LogConfig       `mapstructure:"log"`
 	// Thresholds of the state verdict (design §5).
 	Thresholds analysis.Thresholds `mapstructure:"thresholds"`
+	// SLO is the latency objective of servers without their own.
+	SLO analysis.SLO `mapstructure:"slo"`
 
 	// What the file held (reload.go): its path, "" when no file was read,
 	// and the keys it set.
@@ -79,6 +81,8 @@ type ServerConfig struct {
 	Log            LogSourceConfig `mapstructure:"log"`
 	GPUs           []string        `mapstructure:"gpus"`
 	ScrapeInterval time.Duration   `mapstructure:"scrape_interval"`
+	// SLO is the server's latency objective; nil: the top-level slo.
+	SLO *analysis.SLO `mapstructure:"slo"`
 }
 
 // LogSourceConfig names a server's log.
@@ -183,6 +187,10 @@ var defaults = map[string]any{
 	"thresholds.under_util":                analysis.DefaultThresholds.UnderUtil,
 	"thresholds.saturated_util":            analysis.DefaultThresholds.SaturatedUtil,
 	"thresholds.waiting":                   analysis.DefaultThresholds.Waiting,
+	"slo.ttft":                             "0s",
+	"slo.tpot":                             "0s",
+	"slo.e2e":                              "0s",
+	"slo.floor":                            0.0,
 }
 
 // flagKeys maps command-line flags to configuration keys: a flag of these
@@ -392,7 +400,7 @@ func CheckWindow(w time.Duration) error {
 // validate checks every key and fills the defaults that depend on others.
 func (c *Config) validate() error {
 	for _, check := range []func() error{c.validateNode, c.validateGPU, c.validateServers, c.validateSink,
-		c.validateThresholds, c.validateLog} {
+		c.validateThresholds, c.validateSLO, c.validateLog} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -572,6 +580,34 @@ func (c *Config) validateThresholds() error {
 		return fmt.Errorf("thresholds.%w", err)
 	}
 	return nil
+}
+
+func (c *Config) validateSLO() error {
+	if err := c.SLO.Validate(); err != nil {
+		return fmt.Errorf("slo.%w", err)
+	}
+	for i, s := range c.Servers {
+		if s.SLO == nil {
+			continue
+		}
+		if err := s.SLO.Validate(); err != nil {
+			return fmt.Errorf("servers[%d].slo.%w", i, err)
+		}
+	}
+	return nil
+}
+
+// SLOs returns the analysis stage's objectives: the default and each
+// server's own.
+func (c *Config) SLOs() (analysis.SLO, map[string]analysis.ServerFacts) {
+	per := map[string]analysis.ServerFacts{}
+	for _, s := range c.Servers {
+		if s.SLO != nil {
+			slo := *s.SLO
+			per[s.Name] = analysis.ServerFacts{SLO: &slo}
+		}
+	}
+	return c.SLO, per
 }
 
 func (c *Config) validateLog() error {
