@@ -67,7 +67,7 @@ func LoadRequests(path string) ([]Request, error) {
 				return nil, fmt.Errorf("tokentruth: %s:%d: %w", path, line, err)
 			}
 		}
-		r := Request{Start: time.UnixMicro(nums[0]), End: time.UnixMicro(nums[1]), OK: nums[2] == 1, Level: int(nums[3])}
+		r := Request{Start: time.UnixMicro(nums[0]).UTC(), End: time.UnixMicro(nums[1]).UTC(), OK: nums[2] == 1, Level: int(nums[3])}
 		t := int64(0)
 		for i, n := range nums[4:] {
 			if i == 0 {
@@ -75,7 +75,7 @@ func LoadRequests(path string) ([]Request, error) {
 			} else {
 				t += n
 			}
-			r.Arrivals = append(r.Arrivals, time.UnixMicro(t))
+			r.Arrivals = append(r.Arrivals, time.UnixMicro(t).UTC())
 		}
 		out = append(out, r)
 	}
