@@ -103,18 +103,15 @@ func TestLatencyAgainstClients(t *testing.T) {
 }
 
 type latencyRow struct {
-	start                  time.Time
-	level, n               int
-	ttft50, ttft90         float64 // tpsmon
-	cTTFT50, cTTFT90       float64 // client
-	itl50, itl90           float64
-	cITL50, cITL90         float64 // client, per request
-	gap50, gap90           float64 // client, per gap
-	att, cAtt              float64
-	ttftOff50, ttftOff90   float64 // relative error
-	itlOff50, itlOff90     float64
-	attOff                 float64 // points
-	latencySource, details string
+	start            time.Time
+	level, n         int
+	ttft50, ttft90   float64 // tpsmon
+	cTTFT50, cTTFT90 float64 // client
+	itl50, itl90     float64
+	cITL50, cITL90   float64 // client, per request
+	gap50, gap90     float64 // client, per gap
+	att, cAtt        float64
+	latencySource    string
 }
 
 type latencyReport struct{ rows []latencyRow }
