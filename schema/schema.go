@@ -81,6 +81,9 @@ const (
 // absent too). From per-request lines ("requests") every value is exact.
 const (
 	FieldLatencySource = "latency_source" // string: "requests" or "histogram"
+	// FieldLatencyReason says why the engine's histograms gave no number
+	// (string: a counter reset, buckets that changed, counters in doubt).
+	FieldLatencyReason = "latency_reason"
 	FieldTTFTP50       = "ttft_p50_s"
 	FieldTTFTP90       = "ttft_p90_s"
 	FieldTTFTP99       = "ttft_p99_s"
@@ -131,7 +134,7 @@ var LatencyQuantileFields = []string{FieldTTFTP50, FieldTTFTP90, FieldTTFTP99, F
 var LatencyFields = latencyFields()
 
 func latencyFields() []string {
-	out := []string{FieldLatencySource, FieldSLOAttainment, FieldSLOAttainmentLo, FieldSLOAttainmentHi, FieldSLORequests,
+	out := []string{FieldLatencySource, FieldLatencyReason, FieldSLOAttainment, FieldSLOAttainmentLo, FieldSLOAttainmentHi, FieldSLORequests,
 		FieldSLOMissPhase, FieldGoodputRPS, FieldGoodputRPSLo, FieldGoodputRPSHi, FieldGoodputTPS}
 	for _, q := range LatencyQuantileFields {
 		out = append(out, q, LoField(q), HiField(q))

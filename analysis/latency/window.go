@@ -43,6 +43,9 @@ type Summary struct {
 	// Queue, prefill and decode means in seconds (NaN: unknown), and the
 	// one that took most of the time (Where).
 	MeanQueue, MeanPrefill, MeanDecode float64
+	// Reason says why histograms the engine has gave no number in the
+	// window (a counter reset, buckets that changed, counters in doubt).
+	Reason string
 }
 
 // MissPhase names the phase to blame for the objectives missed (MissPhase).
@@ -63,8 +66,10 @@ func Summarize(l window.Latency, o Objective, secs float64) Summary {
 	} else {
 		s.fromHistograms(l, o)
 	}
-	if s.Source == "" {
-		return s
+	if s.Source == "" || !s.says() {
+		// A histogram with nothing in it to say (a page of only +Inf
+		// buckets): no latency_source without a latency.
+		return Summary{MeanQueue: math.NaN(), MeanPrefill: math.NaN(), MeanDecode: math.NaN()}
 	}
 	if s.Attainment.OK {
 		s.GoodputRPSLo, s.GoodputRPSHi, s.GoodputTPSLo, s.GoodputTPSHi = s.Attainment.Goodput(secs)
@@ -72,6 +77,21 @@ func Summarize(l window.Latency, o Objective, secs float64) Summary {
 		s.GoodputRPSLo, s.GoodputRPSHi, s.GoodputTPSLo, s.GoodputTPSHi = math.NaN(), math.NaN(), math.NaN(), math.NaN()
 	}
 	return s
+}
+
+// says tells whether any value of s is known or bounded.
+func (s *Summary) says() bool {
+	if s.Attainment.OK || s.Reason != "" {
+		return true
+	}
+	for _, qs := range [][]Quantile{s.TTFT[:], s.ITL[:], s.E2E[:], s.Queue[:], s.PerUserTPS[:]} {
+		for _, q := range qs {
+			if q.OK || q.Bounded {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func anyHist(l window.Latency) bool {
@@ -159,6 +179,9 @@ func absent(q float64, why string) Quantile { return Quantile{Q: q, Reason: why}
 func (s *Summary) fromHistograms(l window.Latency, o Objective) {
 	quant := func(kind sample.Hist, qs []float64, out []Quantile) bool {
 		h, why := histogram(l.Hists[kind])
+		if why != "" && s.Reason == "" {
+			s.Reason = kind.String() + ": " + why
+		}
 		if h.Buckets == nil && why == "" {
 			for i, q := range qs {
 				out[i] = absent(q, "no "+kind.String()+" histogram")
