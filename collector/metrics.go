@@ -113,7 +113,7 @@ func prefixed(prefix string, names ...string) []Ref {
 // inter_token_latency_seconds (0.11+), else from
 // time_per_output_token_seconds, which held the same quantity before.
 var VLLM = Dialect{
-	Engine: "vllm",
+	Engine: engine.VLLM,
 	Counters: [sample.NumCounters][]Ref{
 		sample.GenerationTokens: refs("vllm:generation_tokens_total"),
 		sample.PromptTokens:     refs("vllm:prompt_tokens_total"),
@@ -134,7 +134,7 @@ var VLLM = Dialect{
 // NIM reads NVIDIA NIM for LLMs: vLLM's series without the prefix (and
 // with it, in releases built on newer vLLM).
 var NIM = Dialect{
-	Engine: "nim",
+	Engine: engine.NIM,
 	Counters: [sample.NumCounters][]Ref{
 		sample.GenerationTokens: prefixed("vllm:", "generation_tokens_total"),
 		sample.PromptTokens:     prefixed("vllm:", "prompt_tokens_total"),
@@ -156,7 +156,7 @@ var NIM = Dialect{
 // gen_throughput gauge (gated on running requests), else the
 // completion-time generation counter spread over request latency.
 var SGLang = Dialect{
-	Engine: "sglang",
+	Engine: engine.SGLang,
 	Counters: [sample.NumCounters][]Ref{
 		sample.GenerationTokens:   refs(`sglang:realtime_tokens_total{mode="decode"}`),
 		sample.PromptTokens:       refs("sglang:prompt_tokens_total"),
@@ -183,7 +183,7 @@ var SGLang = Dialect{
 // over the mean inference duration of the requests. Per-user speed is
 // 1 / mean(time per token), which includes prefill.
 var TGI = Dialect{
-	Engine: "tgi",
+	Engine: engine.TGI,
 	Counters: [sample.NumCounters][]Ref{
 		sample.Iterations:         refs(`tgi_batch_inference_count{method="decode"}`),
 		sample.PromptTokens:       refs("tgi_request_input_length_sum"),
@@ -207,7 +207,7 @@ var TGI = Dialect{
 // per-slot generation seconds give the spread; they give the per-user
 // speed always.
 var LlamaCPP = Dialect{
-	Engine: "llamacpp",
+	Engine: engine.LlamaCpp,
 	Counters: [sample.NumCounters][]Ref{
 		sample.PromptTokens:      refs("llamacpp:prompt_tokens_total"),
 		sample.ITLSum:            refs("llamacpp:tokens_predicted_seconds_total"),
@@ -228,7 +228,7 @@ var LlamaCPP = Dialect{
 // Triton with the TensorRT-LLM backend: each engine iteration makes one
 // token per generation request; the iteration rate is the per-user speed.
 var Triton = Dialect{
-	Engine: "triton",
+	Engine: engine.Triton,
 	Counters: [sample.NumCounters][]Ref{
 		sample.Iterations:         refs(`nv_trt_llm_general_metrics{general_type="iteration_counter"}`),
 		sample.PromptTokens:       refs("nv_llm_input_token_len_sum"),
@@ -247,7 +247,7 @@ var Triton = Dialect{
 // TRTLLM is trtllm-serve's own Prometheus endpoint (trtllm_ prefix, or
 // trtllm: when Dynamo re-exposes it).
 var TRTLLM = Dialect{
-	Engine: "trtllm",
+	Engine: engine.TRTLLM,
 	Counters: [sample.NumCounters][]Ref{
 		sample.GenerationTokens: refs("trtllm_generation_tokens_total", "trtllm:generation_tokens_total"),
 		sample.PromptTokens:     refs("trtllm_prompt_tokens_total", "trtllm:prompt_tokens_total"),
@@ -265,7 +265,7 @@ var TRTLLM = Dialect{
 // LMDeploy counts output tokens every iteration; the engine label is the
 // data-parallel rank, summed.
 var LMDeploy = Dialect{
-	Engine: "lmdeploy",
+	Engine: engine.LMDeploy,
 	Counters: [sample.NumCounters][]Ref{
 		sample.GenerationTokens: refs("lmdeploy:generation_tokens_total"),
 		sample.PromptTokens:     refs("lmdeploy:prompt_tokens_total"),

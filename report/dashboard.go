@@ -58,9 +58,14 @@ func target(refID string, q Query, rollup bool, format string) cog.Builder[varia
 	return &influxQueryBuilder{influxQuery{RefID: refID, Datasource: &ds, Query: text, RawQuery: true, ResultFormat: format}}
 }
 
-// only keeps the fields whose names match re: a shared query may return
-// several quantities, a panel shows one.
-func only(re string) dashboard.DataTransformerConfig {
+// only keeps time and the fields whose names hold one of cols: a shared
+// query may return several quantities, a panel shows one.
+func only(cols ...string) dashboard.DataTransformerConfig {
+	re := "(time"
+	for _, c := range cols {
+		re += "|.*" + c + ".*"
+	}
+	re += ")"
 	return dashboard.DataTransformerConfig{Id: "filterFieldsByName", Options: map[string]any{"include": map[string]any{"pattern": re}}}
 }
 
@@ -105,12 +110,12 @@ func Dashboard() ([]byte, error) {
 	}
 	var stateOpts []dashboard.VariableOption
 	for _, s := range States {
-		stateOpts = append(stateOpts, dashboard.VariableOption{Text: dashboard.StringOrArrayOfString{String: cog.ToPtr(s)}, Value: dashboard.StringOrArrayOfString{String: cog.ToPtr(s)}, Selected: cog.ToPtr(s == "queue_bound")})
+		stateOpts = append(stateOpts, dashboard.VariableOption{Text: dashboard.StringOrArrayOfString{String: cog.ToPtr(s)}, Value: dashboard.StringOrArrayOfString{String: cog.ToPtr(s)}, Selected: cog.ToPtr(s == schema.StateQueueBound)})
 	}
 	cur := func(v string) dashboard.VariableOption {
 		return dashboard.VariableOption{Text: dashboard.StringOrArrayOfString{String: cog.ToPtr(v)}, Value: dashboard.StringOrArrayOfString{String: cog.ToPtr(v)}}
 	}
-	levelOpts := []dashboard.VariableOption{cur("1h"), cur("1d")}
+	levelOpts := []dashboard.VariableOption{cur(Hourly), cur(Daily)}
 	levelOpts[0].Selected = cog.ToPtr(true)
 
 	stateMap := dashboard.ValueMap{Type: dashboard.MappingTypeValueToText, Options: map[string]dashboard.ValueMappingResult{}}
@@ -137,54 +142,54 @@ func Dashboard() ([]byte, error) {
 		WithVariable(variable("server", "server", tagValues(schema.Server, schema.TagServer, onHost))).
 		WithVariable(variable("gpu", "GPU", tagValues(schema.GPU, schema.TagGPU, onHost))).
 		WithVariable(dashboard.NewCustomVariableBuilder("state").Label("state").Values(dashboard.StringOrMap{String: cog.ToPtr(strings.Join(States, ","))}).
-			Options(stateOpts).Current(cur("queue_bound"))).
+			Options(stateOpts).Current(cur(schema.StateQueueBound))).
 		WithVariable(dashboard.NewCustomVariableBuilder("level").Label("trend rollup").Description("1h: hourly rollups (weeks); 1d: daily (months, years)").
-			Values(dashboard.StringOrMap{String: cog.ToPtr("1h,1d")}).Options(levelOpts).Current(cur("1h"))).
+			Values(dashboard.StringOrMap{String: cog.ToPtr(Hourly + "," + Daily)}).Options(levelOpts).Current(cur(Hourly))).
 		WithRow(dashboard.NewRowBuilder("Servers: tokens against hardware (raw windows)")).
 		WithPanel(series("System tokens per second", "Tokens per second of all requests of each server, per window; mean over the interval.", unitTokS, "tokens/s", gridPos(0, 1, 12, 8), ts(ServerSeries)...).
-			WithTransformation(only("(time|.*system_tps.*)"))).
+			WithTransformation(only(schema.FieldSystemTPS))).
 		WithPanel(series("Per-user tokens per second", "The speed one stream sees: decode tokens per second per running request.", unitTokS, "tokens/s per stream", gridPos(12, 1, 12, 8), ts(ServerSeries)...).
-			WithTransformation(only("(time|.*per_user_tps.*)"))).
+			WithTransformation(only(schema.FieldPerUserTPS))).
 		WithPanel(series("Running and waiting requests", "Concurrency that explains both rates: requests being decoded, and requests queued.", unitReqs, "requests", gridPos(0, 9, 12, 8), ts(ServerSeries)...).
-			WithTransformation(only("(time|.*running.*|.*waiting.*)"))).
+			WithTransformation(only(schema.FieldRunning, schema.FieldWaiting))).
 		WithPanel(series("GPU utilization and SM activity of each server's GPUs", "Mean over the server's GPUs, 0–100 %. SM activity (where NVML has GPM) says how much of the GPU works; utilization only that a kernel ran.", units.Percent, "%", gridPos(12, 9, 12, 8), ts(ServerSeries)...).
-			Max(100).WithTransformation(only("(time|.*gpu_util.*|.*sm_active.*)"))).
+			Max(100).WithTransformation(only(schema.FieldGPUUtil, schema.FieldSMActive))).
 		WithPanel(statetimeline.NewPanelBuilder().Title("State over time").Description("Each server's verdict per interval (the last window's): down, idle, kv_bound, queue_bound, underutilized, saturated, ok (design §5).").
 			Datasource(ds).GridPos(gridPos(0, 17, 24, 7)).Targets(ts(StateTimeline)).Unit("string").
 			Mappings([]dashboard.ValueMapping{{ValueMap: &stateMap}})).
-		WithPanel(sortedTable("Tokens per joule, lowest first", "Tokens generated per joule of the server's GPUs over the range.", unitTokJ, gridPos(0, 24, 8, 8), "tokens_per_joule", false, raw(TokensPerJoule, "table"))).
-		WithPanel(sortedTable("Tokens per GPU-hour, lowest first", "Mean tokens per second per GPU × 3600, and tokens generated, per server.", unitTokGPU, gridPos(8, 24, 8, 8), "tokens_per_gpu_hour", false, raw(Ranking, "table"))).
-		WithPanel(sortedTable("Time in state $state, most first", "Windows and seconds each server spent in the state picked above; GPUs: the server's gpus tag.", units.Seconds, gridPos(16, 24, 8, 8), "seconds", true, raw(StateTime, "table"))).
+		WithPanel(sortedTable("Tokens per joule, lowest first", "Tokens generated per joule of the server's GPUs over the range.", unitTokJ, gridPos(0, 24, 8, 8), schema.FieldTokensPerJoule, false, raw(TokensPerJoule, "table"))).
+		WithPanel(sortedTable("Tokens per GPU-hour, lowest first", "Mean tokens per second per GPU × 3600, and tokens generated, per server.", unitTokGPU, gridPos(8, 24, 8, 8), colTokensPerGPUHour, false, raw(Ranking, "table"))).
+		WithPanel(sortedTable("Time in state $state, most first", "Windows and seconds each server spent in the state picked above; GPUs: the server's gpus tag.", units.Seconds, gridPos(16, 24, 8, 8), colSeconds, true, raw(StateTime, "table"))).
 		WithRow(dashboard.NewRowBuilder("GPUs (raw windows; pick host and GPU above)")).
-		WithPanel(series("GPU utilization", "Per GPU, 0–100 %: share of time a kernel ran.", units.Percent, "%", gridPos(0, 33, 8, 8), ts(GPUSeries)...).Max(100).WithTransformation(only("(time|.*util.*)"))).
-		WithPanel(series("SM activity", "Per GPU, 0–100 %: share of SMs busy (NVML GPM; absent on GPUs without it).", units.Percent, "%", gridPos(8, 33, 8, 8), ts(GPUSeries)...).Max(100).WithTransformation(only("(time|.*sm_active.*)"))).
-		WithPanel(series("Memory used", "Per GPU: the window's highest framebuffer memory in use.", units.BytesIEC, "memory", gridPos(16, 33, 8, 8), ts(GPUSeries)...).WithTransformation(only("(time|.*mem_used_bytes.*)"))).
-		WithPanel(series("Power", "Per GPU: mean power draw over the interval.", units.Watt, "power", gridPos(0, 41, 8, 8), ts(GPUSeries)...).WithTransformation(only("(time|.*power_w.*)"))).
-		WithPanel(series("Temperature", "Per GPU: the window's highest core temperature.", units.Celsius, "temperature", gridPos(8, 41, 8, 8), ts(GPUSeries)...).WithTransformation(only("(time|.*temp_c.*)"))).
-		WithPanel(series("SM clock", "Per GPU: mean SM clock; a drop under load with throttling below means power or thermal capping.", unitMHz, "clock", gridPos(16, 41, 8, 8), ts(GPUSeries)...).WithTransformation(only("(time|.*sm_clock_mhz.*)"))).
+		WithPanel(series("GPU utilization", "Per GPU, 0–100 %: share of time a kernel ran.", units.Percent, "%", gridPos(0, 33, 8, 8), ts(GPUSeries)...).Max(100).WithTransformation(only(schema.FieldUtil))).
+		WithPanel(series("SM activity", "Per GPU, 0–100 %: share of SMs busy (NVML GPM; absent on GPUs without it).", units.Percent, "%", gridPos(8, 33, 8, 8), ts(GPUSeries)...).Max(100).WithTransformation(only(schema.FieldSMActive))).
+		WithPanel(series("Memory used", "Per GPU: the window's highest framebuffer memory in use.", units.BytesIEC, "memory", gridPos(16, 33, 8, 8), ts(GPUSeries)...).WithTransformation(only(schema.FieldMemUsedBytes))).
+		WithPanel(series("Power", "Per GPU: mean power draw over the interval.", units.Watt, "power", gridPos(0, 41, 8, 8), ts(GPUSeries)...).WithTransformation(only(schema.FieldPowerW))).
+		WithPanel(series("Temperature", "Per GPU: the window's highest core temperature.", units.Celsius, "temperature", gridPos(8, 41, 8, 8), ts(GPUSeries)...).WithTransformation(only(schema.FieldTempC))).
+		WithPanel(series("SM clock", "Per GPU: mean SM clock; a drop under load with throttling below means power or thermal capping.", unitMHz, "clock", gridPos(16, 41, 8, 8), ts(GPUSeries)...).WithTransformation(only(schema.FieldSMClockMHz))).
 		WithPanel(series("Throttled windows", "Per GPU: windows in which NVML reported any clock-throttle reason (power cap, thermal, …).", units.Short, "windows", gridPos(0, 49, 12, 8), ts(GPUThrottle)...).DrawStyle(common.GraphDrawStyleBars)).
-		WithPanel(sortedTable("GPUs no server uses, longest first", "GPUs whose windows carry no server: their time is the report's unused GPU-hours.", units.Seconds, gridPos(12, 49, 12, 8), "seconds", true, raw(UnusedGPUs, "table"))).
-		WithPanel(sortedTable("Idle windows per GPU (util < 5 %), most first", "Windows each GPU spent under 5 % utilization, with the server it serves.", units.Short, gridPos(0, 57, 12, 8), "idle_windows", true, raw(GPUIdle, "table"))).
-		WithPanel(sortedTable("GPU time, energy and mean utilization", "Per GPU and serving server: windows, seconds observed (from window_s), mean utilization, energy.", units.Seconds, gridPos(12, 57, 12, 8), "seconds", true, raw(GPUTime, "table"))).
+		WithPanel(sortedTable("GPUs no server uses, longest first", "GPUs whose windows carry no server: their time is the report's unused GPU-hours.", units.Seconds, gridPos(12, 49, 12, 8), colSeconds, true, raw(UnusedGPUs, "table"))).
+		WithPanel(sortedTable("Idle windows per GPU (util < 5 %), most first", "Windows each GPU spent under 5 % utilization, with the server it serves.", units.Short, gridPos(0, 57, 12, 8), colIdleWindows, true, raw(GPUIdle, "table"))).
+		WithPanel(sortedTable("GPU time, energy and mean utilization", "Per GPU and serving server: windows, seconds observed (from window_s), mean utilization, energy.", units.Seconds, gridPos(12, 57, 12, 8), colSeconds, true, raw(GPUTime, "table"))).
 		WithRow(dashboard.NewRowBuilder("Fleet (raw windows)")).
 		WithPanel(series("Tokens generated per interval", "All servers' tokens, summed per interval.", units.Short, "tokens", gridPos(0, 66, 12, 8), ts(FleetTokens)...).DrawStyle(common.GraphDrawStyleBars)).
 		WithPanel(series("GPU energy per host", "Energy of all of a host's GPUs per interval, used or not.", units.Joule, "energy", gridPos(12, 66, 12, 8), ts(FleetGPU)...).
-			WithTransformation(only("(time|.*energy_j.*)"))).
+			WithTransformation(only(schema.FieldEnergyJ))).
 		WithPanel(series("Time in state $state per host", "Seconds per interval each host's servers spent in the state picked above (window_s; older points count as windows).", units.Seconds, "seconds", gridPos(0, 74, 12, 8), ts(StateTrend)...).
-			DrawStyle(common.GraphDrawStyleBars).Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal)).WithTransformation(only("(time|.*seconds.*)"))).
+			DrawStyle(common.GraphDrawStyleBars).Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal)).WithTransformation(only(colSeconds))).
 		WithPanel(series("Unused GPU time per host", "Seconds per interval of GPUs no server uses, per host.", units.Seconds, "seconds", gridPos(12, 74, 12, 8), ts(UnusedTrend)...).
-			DrawStyle(common.GraphDrawStyleBars).Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal)).WithTransformation(only("(time|.*seconds.*)"))).
+			DrawStyle(common.GraphDrawStyleBars).Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal)).WithTransformation(only(colSeconds))).
 		WithRow(dashboard.NewRowBuilder("Fleet trends (rollups: $level)")).
 		WithPanel(series("Fleet tokens per second", "Sum over servers of each one's mean tokens per second in the interval; from the $level rollups.", unitTokS, "tokens/s", gridPos(0, 83, 12, 8), roll("A", FleetTPS, "time_series")).Interval("1h")).
 		WithPanel(series("Tokens per GPU-hour of the GPUs serving", "Tokens over the GPU-hours of the servers' GPUs (unused GPUs are in the next panel); $level rollups.", unitTokGPU, "tokens/GPU-h", gridPos(12, 83, 12, 8), roll("A", FleetEfficiency, "time_series")).
-			Interval("1h").WithTransformation(only("(time|.*tokens_per_gpu_hour.*)"))).
+			Interval("1h").WithTransformation(only(colTokensPerGPUHour))).
 		WithPanel(series("Tokens per joule", "Tokens over the servers' GPUs' energy; $level rollups.", unitTokJ, "tokens/J", gridPos(0, 91, 12, 8), roll("A", FleetEfficiency, "time_series")).
-			Interval("1h").WithTransformation(only("(time|.*tokens_per_joule.*)"))).
+			Interval("1h").WithTransformation(only(schema.FieldTokensPerJoule))).
 		WithPanel(series("GPU-hours per state", "GPU-hours per interval: a server's GPUs in its state, and GPUs no server uses (unused); stacked, they are all GPUs × hours. $level rollups.", units.Hours, "GPU-hours", gridPos(12, 91, 12, 8),
 			roll("A", StateHoursTrend, "time_series"), roll("B", UnusedHours, "time_series")).
 			Interval("1h").DrawStyle(common.GraphDrawStyleBars).FillOpacity(80).Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal))).
-		WithPanel(sortedTable("Worst servers: tokens per GPU-hour, lowest first ($level rollups)", "Per server over the range, from the rollups.", unitTokGPU, gridPos(0, 99, 12, 8), "tokens_per_gpu_hour", false, roll("A", Ranking, "table"))).
-		WithPanel(sortedTable("Worst GPUs: idle windows, most first ($level rollups)", "Windows under 5 % utilization per GPU over the range, from the rollups.", units.Short, gridPos(12, 99, 12, 8), "idle_windows", true, roll("A", GPUIdle, "table"))).
+		WithPanel(sortedTable("Worst servers: tokens per GPU-hour, lowest first ($level rollups)", "Per server over the range, from the rollups.", unitTokGPU, gridPos(0, 99, 12, 8), colTokensPerGPUHour, false, roll("A", Ranking, "table"))).
+		WithPanel(sortedTable("Worst GPUs: idle windows, most first ($level rollups)", "Windows under 5 % utilization per GPU over the range, from the rollups.", units.Short, gridPos(12, 99, 12, 8), colIdleWindows, true, roll("A", GPUIdle, "table"))).
 		WithRow(dashboard.NewRowBuilder("What one user feels (raw windows; servers whose engine gives latencies)")).
 		WithPanel(series("Time to first token, p50 / p90 / p99", "Per server, the worst window of the interval. From histograms a quantile is interpolated in its bucket (ttft_p90_lo_s / _hi_s are the bucket's edges); from request lines (llama.cpp, TGI, Ollama) exact, and the server's own time.", units.Seconds, "seconds", gridPos(0, 108, 12, 8), ts(LatencySeries)...).
 			WithTransformation(only("(time|.*ttft_p.*)"))).

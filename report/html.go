@@ -8,12 +8,14 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/tpsmon/tpsmon/schema"
 )
 
 // stateColor gives each state one colour across the report.
 var stateColor = map[string]string{
-	"down": "#6b7280", "idle": "#f2b134", "kv_bound": "#d6452f", "queue_bound": "#e07b39",
-	"underutilized": "#8fb3de", "saturated": "#7a4fd6", "ok": "#2f9d6a", Unused: "#c4c4c4",
+	schema.StateDown: "#6b7280", schema.StateIdle: "#f2b134", schema.StateKVBound: "#d6452f", schema.StateQueueBound: "#e07b39",
+	schema.StateUnderutilized: "#8fb3de", schema.StateSaturated: "#7a4fd6", schema.StateOK: "#2f9d6a", Unused: "#c4c4c4",
 }
 
 // Shown at most: the rest is in --format json.

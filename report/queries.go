@@ -25,22 +25,77 @@ type Query struct {
 	Rollup string
 }
 
+// The query texts are assembled from schema's names (and the columns
+// below), so that a renamed field or tag is a compile error here, not a
+// query that silently returns nothing. Grafana's variables ($timeFilter,
+// $host, ...) are the dashboard's and stay text.
+
+// id quotes an InfluxQL identifier: a measurement, tag, field or column.
+func id(name string) string { return `"` + name + `"` }
+
+// call is fn("field").
+func call(fn, field string) string { return fn + "(" + id(field) + ")" }
+
+// as is fn("field") AS "col"; same names the column after the field.
+func as(fn, field, col string) string { return call(fn, field) + " AS " + id(col) }
+func same(fn, field string) string    { return as(fn, field, field) }
+
+// ids joins quoted names: a select or GROUP BY list of tags.
+func ids(names ...string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = id(n)
+	}
+	return strings.Join(q, ", ")
+}
+
+// list joins select expressions.
+func list(exprs ...string) string { return strings.Join(exprs, ", ") }
+
+// Columns the queries return under names of their own (the others are
+// named after the field they aggregate).
 const (
-	rawServer    = `"` + schema.Server + `"`
-	rawGPU       = `"` + schema.GPU + `"`
-	rollupServer = `"tpsmon_$level"."` + schema.Server + `_$level"`
-	rollupGPU    = `"tpsmon_$level"."` + schema.GPU + `_$level"`
-	serverWhere  = `WHERE $timeFilter AND "host" =~ /^$host$/ AND "server" =~ /^$server$/`
-	gpuWhere     = `WHERE $timeFilter AND "host" =~ /^$host$/ AND "gpu" =~ /^$gpu$/`
+	colWindows          = schema.FieldWindows
+	colSeconds          = schema.FieldSeconds
+	colTimed            = "timed" // windows that carry window_s
+	colTokensPerGPUHour = "tokens_per_gpu_hour"
+	colTokensPerSecond  = "tokens_per_second"
+	colThrottled        = "throttled_windows"
+)
+
+// colIdleWindows counts a GPU's idle windows: the rollup's field of that
+// name, and the raw query's column.
+var colIdleWindows = schema.RollupField(schema.IdleGPU, schema.FieldWindows)
+
+// stateField is a state's rollup field, for $state.
+func stateField(field string) string { return schema.RollupField("$state", field) }
+
+// idleGPU keeps the GPU windows under schema.IdleGPUUtil.
+var idleGPU = fmt.Sprintf(" AND %s < %d", id(schema.FieldUtil), schema.IdleGPUUtil)
+
+var (
+	rawServer    = id(schema.Server)
+	rawGPU       = id(schema.GPU)
+	rollupServer = id("tpsmon_$level") + "." + id(schema.Server+"_$level")
+	rollupGPU    = id("tpsmon_$level") + "." + id(schema.GPU+"_$level")
+	serverWhere  = "WHERE $timeFilter AND " + id(schema.TagHost) + " =~ /^$host$/ AND " + id(schema.TagServer) + " =~ /^$server$/"
+	gpuWhere     = "WHERE $timeFilter AND " + id(schema.TagHost) + " =~ /^$host$/ AND " + id(schema.TagGPU) + " =~ /^$gpu$/"
+	inState      = " AND " + id(schema.FieldState) + " = '$state'"
+	unused       = " AND " + id(schema.TagServer) + " = ''"
+	perInterval  = " GROUP BY time($__interval), "
 )
 
 // Time observed: the raw windows carry their length (window_s); older
 // points do not, and count among windows but not among timed, for the
 // report to price at the length read from their spacing. Rollups carry
 // seconds, all of them timed.
-const (
-	rawTime    = `count("coverage") AS "windows", sum("window_s") AS "seconds", count("window_s") AS "timed"`
-	rollupTime = `sum("windows") AS "windows", sum("seconds") AS "seconds", sum("windows") AS "timed"`
+var (
+	rawTime = list(as("count", schema.FieldCoverage, colWindows), as("sum", schema.FieldWindowS, colSeconds),
+		as("count", schema.FieldWindowS, colTimed))
+	rollupTime = list(as("sum", schema.FieldWindows, colWindows), as("sum", schema.FieldSeconds, colSeconds),
+		as("sum", schema.FieldWindows, colTimed))
+	stateTime = list(as("sum", stateField(schema.FieldWindows), colWindows), as("sum", stateField(schema.FieldSeconds), colSeconds),
+		as("sum", stateField(schema.FieldWindows), colTimed))
 )
 
 func both(name, sel, rawFrom, rollFrom, rest string) Query {
@@ -52,80 +107,90 @@ func both(name, sel, rawFrom, rollFrom, rest string) Query {
 // The dashboard's queries.
 var (
 	ServerSeries = both("server_series",
-		`mean("system_tps") AS "system_tps", mean("per_user_tps") AS "per_user_tps", mean("running") AS "running", mean("waiting") AS "waiting", mean("gpu_util") AS "gpu_util", mean("sm_active") AS "sm_active"`,
-		rawServer, rollupServer, serverWhere+` GROUP BY time($__interval), "host", "server" fill(none)`)
-	TokensPerJoule = both("tokens_per_joule", `sum("tokens") / sum("energy_j") AS "tokens_per_joule"`,
-		rawServer, rollupServer, serverWhere+` GROUP BY "host", "server"`)
-	Ranking = both("ranking", `mean("tps_per_gpu") * 3600 AS "tokens_per_gpu_hour", sum("tokens") AS "tokens"`,
-		rawServer, rollupServer, serverWhere+` GROUP BY "host", "server"`)
-	StateTimeline = Query{Name: "state_timeline", Text: `SELECT last("state") AS "state" FROM ` + rawServer + ` ` + serverWhere + ` GROUP BY time($__interval), "host", "server" fill(none)`}
+		list(same("mean", schema.FieldSystemTPS), same("mean", schema.FieldPerUserTPS), same("mean", schema.FieldRunning),
+			same("mean", schema.FieldWaiting), same("mean", schema.FieldGPUUtil), same("mean", schema.FieldSMActive)),
+		rawServer, rollupServer, serverWhere+perInterval+ids(schema.TagHost, schema.TagServer)+" fill(none)")
+	TokensPerJoule = both("tokens_per_joule", call("sum", schema.FieldTokens)+" / "+call("sum", schema.FieldEnergyJ)+" AS "+id(schema.FieldTokensPerJoule),
+		rawServer, rollupServer, serverWhere+" GROUP BY "+ids(schema.TagHost, schema.TagServer))
+	Ranking = both("ranking", list(call("mean", schema.FieldTPSPerGPU)+" * 3600 AS "+id(colTokensPerGPUHour), same("sum", schema.FieldTokens)),
+		rawServer, rollupServer, serverWhere+" GROUP BY "+ids(schema.TagHost, schema.TagServer))
+	StateTimeline = Query{Name: "state_timeline", Text: "SELECT " + same("last", schema.FieldState) + " FROM " + rawServer + " " + serverWhere + perInterval + ids(schema.TagHost, schema.TagServer) + " fill(none)"}
 	// StateTime is each server's time in $state, with its GPUs (the gpus tag).
 	StateTime = Query{Name: "state_time",
-		Text:   `SELECT ` + rawTime + ` FROM ` + rawServer + ` ` + serverWhere + ` AND "state" = '$state' GROUP BY "host", "server", "gpus"`,
-		Rollup: `SELECT sum("$state_windows") AS "windows", sum("$state_seconds") AS "seconds", sum("$state_windows") AS "timed" FROM ` + rollupServer + ` ` + serverWhere + ` GROUP BY "host", "server", "gpus"`}
+		Text:   "SELECT " + rawTime + " FROM " + rawServer + " " + serverWhere + inState + " GROUP BY " + ids(schema.TagHost, schema.TagServer, schema.TagGPUs),
+		Rollup: "SELECT " + stateTime + " FROM " + rollupServer + " " + serverWhere + " GROUP BY " + ids(schema.TagHost, schema.TagServer, schema.TagGPUs)}
 	// StateTrend is the fleet's time in $state per interval.
 	StateTrend = Query{Name: "state_trend",
-		Text:   `SELECT ` + rawTime + ` FROM ` + rawServer + ` ` + serverWhere + ` AND "state" = '$state' GROUP BY time($__interval), "host", "gpus" fill(none)`,
-		Rollup: `SELECT sum("$state_windows") AS "windows", sum("$state_seconds") AS "seconds", sum("$state_windows") AS "timed" FROM ` + rollupServer + ` ` + serverWhere + ` GROUP BY time($__interval), "host", "gpus" fill(none)`}
+		Text:   "SELECT " + rawTime + " FROM " + rawServer + " " + serverWhere + inState + perInterval + ids(schema.TagHost, schema.TagGPUs) + " fill(none)",
+		Rollup: "SELECT " + stateTime + " FROM " + rollupServer + " " + serverWhere + perInterval + ids(schema.TagHost, schema.TagGPUs) + " fill(none)"}
 	// GPUTime is each GPU's observed time, energy and mean utilization,
 	// with the servers it served (server tag; empty: none).
 	GPUTime = Query{Name: "gpu_time",
-		Text:   `SELECT ` + rawTime + `, mean("util") AS "util", sum("energy_j") AS "energy_j" FROM ` + rawGPU + ` ` + gpuWhere + ` GROUP BY "host", "gpu", "uuid", "name", "server"`,
-		Rollup: `SELECT ` + rollupTime + `, mean("util") AS "util", sum("energy_j") AS "energy_j" FROM ` + rollupGPU + ` ` + gpuWhere + ` GROUP BY "host", "gpu", "uuid", "name", "server"`}
+		Text:   "SELECT " + list(rawTime, same("mean", schema.FieldUtil), same("sum", schema.FieldEnergyJ)) + " FROM " + rawGPU + " " + gpuWhere + " GROUP BY " + ids(schema.TagHost, schema.TagGPU, schema.TagUUID, schema.TagName, schema.TagServer),
+		Rollup: "SELECT " + list(rollupTime, same("mean", schema.FieldUtil), same("sum", schema.FieldEnergyJ)) + " FROM " + rollupGPU + " " + gpuWhere + " GROUP BY " + ids(schema.TagHost, schema.TagGPU, schema.TagUUID, schema.TagName, schema.TagServer)}
 	// GPUIdle counts each GPU's windows under 5 % utilization.
 	GPUIdle = Query{Name: "gpu_idle",
-		Text:   `SELECT count("coverage") AS "idle_windows" FROM ` + rawGPU + ` ` + gpuWhere + ` AND "util" < 5 GROUP BY "host", "gpu", "uuid", "server"`,
-		Rollup: `SELECT sum("idle_windows") AS "idle_windows" FROM ` + rollupGPU + ` ` + gpuWhere + ` GROUP BY "host", "gpu", "uuid", "server"`}
+		Text:   "SELECT " + as("count", schema.FieldCoverage, colIdleWindows) + " FROM " + rawGPU + " " + gpuWhere + idleGPU + " GROUP BY " + ids(schema.TagHost, schema.TagGPU, schema.TagUUID, schema.TagServer),
+		Rollup: "SELECT " + same("sum", colIdleWindows) + " FROM " + rollupGPU + " " + gpuWhere + " GROUP BY " + ids(schema.TagHost, schema.TagGPU, schema.TagUUID, schema.TagServer)}
 	// UnusedGPUs are GPUs no server uses, with their time.
 	UnusedGPUs = Query{Name: "unused_gpus",
-		Text:   `SELECT ` + rawTime + `, mean("util") AS "util", max("util_max") AS "util_max" FROM ` + rawGPU + ` ` + gpuWhere + ` AND "server" = '' GROUP BY "host", "gpu", "uuid"`,
-		Rollup: `SELECT ` + rollupTime + `, mean("util") AS "util", max("util_max") AS "util_max" FROM ` + rollupGPU + ` ` + gpuWhere + ` AND "server" = '' GROUP BY "host", "gpu", "uuid"`}
+		Text:   "SELECT " + list(rawTime, same("mean", schema.FieldUtil), same("max", schema.FieldUtilMax)) + " FROM " + rawGPU + " " + gpuWhere + unused + " GROUP BY " + ids(schema.TagHost, schema.TagGPU, schema.TagUUID),
+		Rollup: "SELECT " + list(rollupTime, same("mean", schema.FieldUtil), same("max", schema.FieldUtilMax)) + " FROM " + rollupGPU + " " + gpuWhere + unused + " GROUP BY " + ids(schema.TagHost, schema.TagGPU, schema.TagUUID)}
 	// UnusedTrend is the unused GPUs' time per interval.
 	UnusedTrend = Query{Name: "unused_trend",
-		Text:   `SELECT ` + rawTime + ` FROM ` + rawGPU + ` ` + gpuWhere + ` AND "server" = '' GROUP BY time($__interval), "host" fill(none)`,
-		Rollup: `SELECT ` + rollupTime + ` FROM ` + rollupGPU + ` ` + gpuWhere + ` AND "server" = '' GROUP BY time($__interval), "host" fill(none)`}
+		Text:   "SELECT " + rawTime + " FROM " + rawGPU + " " + gpuWhere + unused + perInterval + ids(schema.TagHost) + " fill(none)",
+		Rollup: "SELECT " + rollupTime + " FROM " + rollupGPU + " " + gpuWhere + unused + perInterval + ids(schema.TagHost) + " fill(none)"}
 	// FleetTokens and FleetGPU are the fleet per interval: tokens, and
 	// every GPU's time and energy.
-	FleetTokens = both("fleet_tokens", `sum("tokens") AS "tokens"`, rawServer, rollupServer, serverWhere+` GROUP BY time($__interval) fill(none)`)
+	FleetTokens = both("fleet_tokens", same("sum", schema.FieldTokens), rawServer, rollupServer, serverWhere+" GROUP BY time($__interval) fill(none)")
 	FleetGPU    = Query{Name: "fleet_gpu",
-		Text:   `SELECT ` + rawTime + `, sum("energy_j") AS "energy_j" FROM ` + rawGPU + ` ` + gpuWhere + ` GROUP BY time($__interval), "host" fill(none)`,
-		Rollup: `SELECT ` + rollupTime + `, sum("energy_j") AS "energy_j" FROM ` + rollupGPU + ` ` + gpuWhere + ` GROUP BY time($__interval), "host" fill(none)`}
+		Text:   "SELECT " + list(rawTime, same("sum", schema.FieldEnergyJ)) + " FROM " + rawGPU + " " + gpuWhere + perInterval + ids(schema.TagHost) + " fill(none)",
+		Rollup: "SELECT " + list(rollupTime, same("sum", schema.FieldEnergyJ)) + " FROM " + rollupGPU + " " + gpuWhere + perInterval + ids(schema.TagHost) + " fill(none)"}
 )
 
 // Per GPU, over time: the readings the daemon writes and the report
 // summarises.
 var (
 	GPUSeries = Query{Name: "gpu_series",
-		Text: `SELECT mean("util") AS "util", mean("sm_active") AS "sm_active", max("mem_used_bytes") AS "mem_used_bytes", mean("power_w") AS "power_w", max("temp_c") AS "temp_c", mean("sm_clock_mhz") AS "sm_clock_mhz" FROM ` + rawGPU + ` ` + gpuWhere + ` GROUP BY time($__interval), "host", "gpu", "uuid" fill(none)`}
+		Text: "SELECT " + list(same("mean", schema.FieldUtil), same("mean", schema.FieldSMActive), same("max", schema.FieldMemUsedBytes),
+			same("mean", schema.FieldPowerW), same("max", schema.FieldTempC), same("mean", schema.FieldSMClockMHz)) +
+			" FROM " + rawGPU + " " + gpuWhere + perInterval + ids(schema.TagHost, schema.TagGPU, schema.TagUUID) + " fill(none)"}
 	// GPUThrottle counts windows in which a GPU was throttled for any reason.
 	GPUThrottle = Query{Name: "gpu_throttle",
-		Text: `SELECT count("throttle") AS "throttled_windows" FROM ` + rawGPU + ` ` + gpuWhere + ` AND "throttle" > 0 GROUP BY time($__interval), "host", "gpu", "uuid" fill(none)`}
+		Text: "SELECT " + as("count", schema.FieldThrottle, colThrottled) + " FROM " + rawGPU + " " + gpuWhere + " AND " + id(schema.FieldThrottle) + " > 0" +
+			perInterval + ids(schema.TagHost, schema.TagGPU, schema.TagUUID) + " fill(none)"}
 )
+
+// fleetTPS sums each server's mean rate per interval, read from from.
+func fleetTPS(from string) string {
+	return "SELECT " + as("sum", schema.FieldSystemTPS, colTokensPerSecond) + " FROM (SELECT " + same("mean", schema.FieldSystemTPS) +
+		" FROM " + from + " " + serverWhere + perInterval + ids(schema.TagHost, schema.TagServer) + ") WHERE $timeFilter GROUP BY time($__interval) fill(none)"
+}
 
 // The fleet over time, for ranges of weeks and months: read from the
 // rollups, whose seconds and GPU-seconds make the ratios exact.
 var (
 	// FleetTPS is the fleet's tokens per second: each server's mean rate
 	// per interval, summed.
-	FleetTPS = Query{Name: "fleet_tps",
-		Text:   `SELECT sum("system_tps") AS "tokens_per_second" FROM (SELECT mean("system_tps") AS "system_tps" FROM ` + rawServer + ` ` + serverWhere + ` GROUP BY time($__interval), "host", "server") WHERE $timeFilter GROUP BY time($__interval) fill(none)`,
-		Rollup: `SELECT sum("system_tps") AS "tokens_per_second" FROM (SELECT mean("system_tps") AS "system_tps" FROM ` + rollupServer + ` ` + serverWhere + ` GROUP BY time($__interval), "host", "server") WHERE $timeFilter GROUP BY time($__interval) fill(none)`}
+	FleetTPS = Query{Name: "fleet_tps", Text: fleetTPS(rawServer), Rollup: fleetTPS(rollupServer)}
 	// FleetEfficiency is tokens per GPU-hour of the GPUs serving, and per joule.
 	FleetEfficiency = Query{Name: "fleet_efficiency",
-		Rollup: `SELECT sum("tokens") / sum("gpu_seconds") * 3600 AS "tokens_per_gpu_hour", sum("tokens") / sum("energy_j") AS "tokens_per_joule" FROM ` + rollupServer + ` ` + serverWhere + ` GROUP BY time($__interval) fill(none)`}
+		Rollup: "SELECT " + list(call("sum", schema.FieldTokens)+" / "+call("sum", schema.FieldGPUSeconds)+" * 3600 AS "+id(colTokensPerGPUHour),
+			call("sum", schema.FieldTokens)+" / "+call("sum", schema.FieldEnergyJ)+" AS "+id(schema.FieldTokensPerJoule)) +
+			" FROM " + rollupServer + " " + serverWhere + " GROUP BY time($__interval) fill(none)"}
 	// StateHoursTrend is the GPU-hours of the GPUs serving, per state.
 	StateHoursTrend = Query{Name: "state_hours", Rollup: stateHoursText()}
 	// UnusedHours is the GPU-hours of GPUs no server uses.
 	UnusedHours = Query{Name: "unused_hours",
-		Rollup: `SELECT sum("gpu_seconds") / 3600 AS "unused" FROM ` + rollupGPU + ` ` + gpuWhere + ` AND "server" = '' GROUP BY time($__interval) fill(none)`}
+		Rollup: "SELECT " + call("sum", schema.FieldGPUSeconds) + " / 3600 AS " + id(Unused) + " FROM " + rollupGPU + " " + gpuWhere + unused + " GROUP BY time($__interval) fill(none)"}
 )
 
 func stateHoursText() string {
 	var sel []string
 	for _, st := range States {
-		sel = append(sel, fmt.Sprintf(`sum("%s_gpu_seconds") / 3600 AS "%s"`, st, st))
+		sel = append(sel, call("sum", schema.RollupField(st, schema.FieldGPUSeconds))+" / 3600 AS "+id(st))
 	}
-	return `SELECT ` + strings.Join(sel, ", ") + ` FROM ` + rollupServer + ` ` + serverWhere + ` GROUP BY time($__interval) fill(none)`
+	return "SELECT " + list(sel...) + " FROM " + rollupServer + " " + serverWhere + " GROUP BY time($__interval) fill(none)"
 }
 
 // What one user feels, per server over time (raw windows): the latency

@@ -168,9 +168,9 @@ func (b *builder) rows(q Query, state string, each func(tags map[string]string, 
 // length) into observed seconds: untimed windows count at the host's
 // window length read from the data of measurement m.
 func (b *builder) seconds(m, host string, row map[string]any) (float64, error) {
-	n, _ := influxql.Num(row["windows"])
-	s, _ := influxql.Num(row["seconds"])
-	timed, _ := influxql.Num(row["timed"])
+	n, _ := influxql.Num(row[colWindows])
+	s, _ := influxql.Num(row[colSeconds])
+	timed, _ := influxql.Num(row[colTimed])
 	if timed >= n {
 		return s, nil
 	}
@@ -238,28 +238,28 @@ func (b *builder) build(o Options) error {
 
 // server is the report of the server the tags name.
 func (b *builder) server(tags map[string]string) *ServerReport {
-	k := tags["host"] + "/" + tags["server"]
+	k := tags[schema.TagHost] + "/" + tags[schema.TagServer]
 	s, ok := b.servers[k]
 	if !ok {
-		s = &ServerReport{Host: tags["host"], Server: tags["server"], StateShare: map[string]float64{}}
+		s = &ServerReport{Host: tags[schema.TagHost], Server: tags[schema.TagServer], StateShare: map[string]float64{}}
 		b.servers[k] = s
 	}
-	if tags["gpus"] != "" {
-		s.GPUs = tags["gpus"]
+	if tags[schema.TagGPUs] != "" {
+		s.GPUs = tags[schema.TagGPUs]
 	}
 	return s
 }
 
 // gpu is the report of the GPU (and the server it served) the tags name.
 func (b *builder) gpu(tags map[string]string) *GPUReport {
-	k := tags["host"] + "/" + tags["uuid"] + "/" + tags["gpu"] + "/" + tags["server"]
+	k := tags[schema.TagHost] + "/" + tags[schema.TagUUID] + "/" + tags[schema.TagGPU] + "/" + tags[schema.TagServer]
 	g, ok := b.gpus[k]
 	if !ok {
-		g = &GPUReport{Host: tags["host"], GPU: tags["gpu"], UUID: tags["uuid"], Server: tags["server"]}
+		g = &GPUReport{Host: tags[schema.TagHost], GPU: tags[schema.TagGPU], UUID: tags[schema.TagUUID], Server: tags[schema.TagServer]}
 		b.gpus[k] = g
 	}
-	if tags["name"] != "" {
-		g.Model = tags["name"]
+	if tags[schema.TagName] != "" {
+		g.Model = tags[schema.TagName]
 	}
 	return g
 }
@@ -307,15 +307,15 @@ func (b *builder) gpuTime() error {
 	unused := map[string]float64{}
 	err := b.rows(GPUTime, "", func(tags map[string]string, row map[string]any) error {
 		g := b.gpu(tags)
-		n, _ := influxql.Num(row["windows"])
+		n, _ := influxql.Num(row[colWindows])
 		secs, err := b.seconds(schema.GPU, g.Host, row)
 		if err != nil {
 			return err
 		}
 		g.Windows += int(n)
 		g.Hours += secs / 3600
-		g.MeanUtil, _ = influxql.Num(row["util"])
-		g.EnergyJ, _ = influxql.Num(row["energy_j"])
+		g.MeanUtil, _ = influxql.Num(row[schema.FieldUtil])
+		g.EnergyJ, _ = influxql.Num(row[schema.FieldEnergyJ])
 		gpuSecs += secs
 		b.gpuEnergy += g.EnergyJ
 		if g.Server == "" {
@@ -336,7 +336,7 @@ func (b *builder) gpuTime() error {
 func (b *builder) gpuIdle() error {
 	return b.rows(GPUIdle, "", func(tags map[string]string, row map[string]any) error {
 		g := b.gpu(tags)
-		n, _ := influxql.Num(row["idle_windows"])
+		n, _ := influxql.Num(row[colIdleWindows])
 		if g.Windows > 0 {
 			g.IdleShare = n / float64(g.Windows)
 		}
@@ -381,7 +381,7 @@ func (b *builder) waste() {
 func (b *builder) efficiency() error {
 	r := b.r
 	err := b.rows(TokensPerJoule, "", func(tags map[string]string, row map[string]any) error {
-		if v, ok := influxql.Num(row["tokens_per_joule"]); ok {
+		if v, ok := influxql.Num(row[schema.FieldTokensPerJoule]); ok {
 			b.server(tags).TokensPerJoule = &v
 		}
 		return nil
@@ -391,7 +391,7 @@ func (b *builder) efficiency() error {
 	}
 	err = b.rows(Ranking, "", func(tags map[string]string, row map[string]any) error {
 		sr := b.server(tags)
-		sr.Tokens, _ = influxql.Num(row["tokens"])
+		sr.Tokens, _ = influxql.Num(row[schema.FieldTokens])
 		r.Tokens += sr.Tokens
 		if sr.GPUHours > 0 {
 			v := sr.Tokens / sr.GPUHours
@@ -424,7 +424,8 @@ func (b *builder) serverSeries() error {
 		for _, row := range s.Rows() {
 			t, _ := influxql.Num(row["time"])
 			p := Point{Time: time.Unix(int64(t), 0).UTC(), SystemTPS: -1, PerUserTPS: -1, Running: -1, GPUUtil: -1}
-			for col, dst := range map[string]*float64{"system_tps": &p.SystemTPS, "per_user_tps": &p.PerUserTPS, "running": &p.Running, "gpu_util": &p.GPUUtil} {
+			for col, dst := range map[string]*float64{schema.FieldSystemTPS: &p.SystemTPS, schema.FieldPerUserTPS: &p.PerUserTPS,
+				schema.FieldRunning: &p.Running, schema.FieldGPUUtil: &p.GPUUtil} {
 				if v, ok := influxql.Num(row[col]); ok {
 					*dst = v
 				}
@@ -524,7 +525,7 @@ func (b *builder) fleet() error {
 // fleetTokens reads the fleet's tokens per interval.
 func (b *builder) fleetTokens(f *fleetSums) error {
 	return b.rows(FleetTokens, "", func(_ map[string]string, row map[string]any) error {
-		v, _ := influxql.Num(row["tokens"])
+		v, _ := influxql.Num(row[schema.FieldTokens])
 		f.tokens[f.at(row).Time.Unix()] += v
 		return nil
 	})
@@ -539,7 +540,7 @@ func (b *builder) fleetGPU(f *fleetSums) error {
 		}
 		p := f.at(row)
 		p.GPUHours += secs / 3600
-		e, _ := influxql.Num(row["energy_j"])
+		e, _ := influxql.Num(row[schema.FieldEnergyJ])
 		f.energy[p.Time.Unix()] += e
 		return nil
 	})
@@ -650,7 +651,7 @@ func findings(r *Report) []string {
 	for _, s := range r.Servers {
 		w := worst{s: s}
 		for _, st := range States {
-			if st != "ok" && s.StateShare[st] > w.share {
+			if st != schema.StateOK && s.StateShare[st] > w.share {
 				w.state, w.share = st, s.StateShare[st]
 			}
 		}
@@ -689,7 +690,8 @@ func findings(r *Report) []string {
 // windows of one series (windows are aligned, so every spacing is a
 // multiple of it). Hosts with no two windows in one series are absent.
 func WindowLengths(ctx context.Context, q querier, m, tf string) (map[string]time.Duration, error) {
-	s, err := q.Query(ctx, fmt.Sprintf(`SELECT min("d") AS "d" FROM (SELECT elapsed("coverage", 1ms) AS "d" FROM "%s" WHERE %s GROUP BY *) GROUP BY "host"`, m, tf))
+	s, err := q.Query(ctx, `SELECT min("d") AS "d" FROM (SELECT elapsed(`+id(schema.FieldCoverage)+`, 1ms) AS "d" FROM `+id(m)+
+		` WHERE `+tf+` GROUP BY *) GROUP BY `+id(schema.TagHost))
 	if err != nil {
 		return nil, fmt.Errorf("window length of %s: %w", m, err)
 	}

@@ -125,7 +125,7 @@ func (j *Job) level(ctx context.Context, l Level, now time.Time) (Result, error)
 func (j *Job) resume(ctx context.Context, l Level) (time.Time, error) {
 	var newest time.Time
 	for _, m := range Measurements {
-		s, err := j.Q.Query(ctx, fmt.Sprintf(`SELECT last("windows") FROM %s`, from(l.RP, m+l.Suffix)))
+		s, err := j.Q.Query(ctx, fmt.Sprintf(`SELECT last(%q) FROM %s`, schema.FieldWindows, from(l.RP, m+l.Suffix)))
 		if err != nil {
 			return time.Time{}, err
 		}
@@ -227,9 +227,18 @@ type agg struct{ fn, field, as string }
 type spec struct {
 	aggs  []agg
 	where string
-	// prefix goes before the time fields: "idle_" gives idle_windows,
-	// idle_seconds and idle_gpu_seconds.
-	prefix string
+	// group names the time fields (schema.RollupField): "idle" gives
+	// idle_windows, idle_seconds and idle_gpu_seconds; "" the plain
+	// windows, seconds and gpu_seconds.
+	group string
+}
+
+// field is the name time field f takes in s.
+func (s spec) field(f string) string {
+	if s.group == "" {
+		return f
+	}
+	return schema.RollupField(s.group, f)
 }
 
 func (s spec) selectList() string {
@@ -277,7 +286,7 @@ func (s spec) fields(row map[string]any, derived time.Duration, gpus int) map[st
 	if n == 0 {
 		return out
 	}
-	out[s.prefix+schema.FieldWindows] = int64(n)
+	out[s.field(schema.FieldWindows)] = int64(n)
 	ws, _ := influxql.Num(row["ws"])
 	wn, _ := influxql.Num(row["wn"])
 	if wn < n && derived <= 0 {
@@ -286,8 +295,8 @@ func (s spec) fields(row map[string]any, derived time.Duration, gpus int) map[st
 		return out
 	}
 	secs := ws + (n-wn)*derived.Seconds()
-	out[s.prefix+schema.FieldSeconds] = secs
-	out[s.prefix+schema.FieldGPUSeconds] = secs * float64(gpus)
+	out[s.field(schema.FieldSeconds)] = secs
+	out[s.field(schema.FieldGPUSeconds)] = secs * float64(gpus)
 	return out
 }
 
@@ -299,9 +308,6 @@ var States = schema.States
 
 // same aggregates a raw field into a rollup field of the same name.
 func same(fn, field string) agg { return agg{fn, field, field} }
-
-// idleGPU prefixes the time fields of GPUs under 5 % utilization.
-const idleGPU = "idle_"
 
 var rollups = map[string][]spec{
 	schema.Server: append([]spec{{aggs: []agg{
@@ -316,7 +322,7 @@ var rollups = map[string][]spec{
 		same("mean", schema.FieldMemUtil), same("max", schema.FieldMemUsedBytes), same("max", schema.FieldMemTotalBytes),
 		same("mean", schema.FieldPowerW), same("sum", schema.FieldEnergyJ), same("max", schema.FieldTempC),
 		same("mean", schema.FieldSMClockMHz),
-	}}, {where: fmt.Sprintf(` AND %q < 5`, schema.FieldUtil), prefix: idleGPU}},
+	}}, {where: fmt.Sprintf(` AND %q < %d`, schema.FieldUtil, schema.IdleGPUUtil), group: schema.IdleGPU}},
 }
 
 // stateSpecs count each state's windows and seconds into the server
@@ -324,7 +330,7 @@ var rollups = map[string][]spec{
 func stateSpecs() []spec {
 	var out []spec
 	for _, st := range States {
-		out = append(out, spec{where: fmt.Sprintf(` AND %q = '%s'`, schema.FieldState, st), prefix: st + "_"})
+		out = append(out, spec{where: fmt.Sprintf(` AND %q = '%s'`, schema.FieldState, st), group: st})
 	}
 	return out
 }

@@ -18,7 +18,7 @@ func written(m string) map[string]bool {
 			out[a.as] = true
 		}
 		for _, f := range []string{schema.FieldWindows, schema.FieldSeconds, schema.FieldGPUSeconds} {
-			out[s.prefix+f] = true
+			out[s.field(f)] = true
 		}
 	}
 	return out

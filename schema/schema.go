@@ -153,6 +153,18 @@ const (
 	FieldGPUSeconds = "gpu_seconds" // seconds times the GPUs a point stands for
 )
 
+// RollupField names a rollup's time field of one group of windows: a
+// state's (RollupField(StateIdle, FieldWindows) is "idle_windows" of
+// tpsmon_server_<level>), or IdleGPU's.
+func RollupField(group, field string) string { return group + "_" + field }
+
+// IdleGPU is the group of a GPU's windows under IdleGPUUtil % utilization
+// (tpsmon_gpu_<level>'s idle_windows, idle_seconds, idle_gpu_seconds).
+const (
+	IdleGPU     = "idle"
+	IdleGPUUtil = 5
+)
+
 // Values of the string fields source and energy_source.
 const (
 	SourceMetrics = "metrics"

@@ -18,22 +18,34 @@ import (
 	"github.com/tpsmon/tpsmon/internal/redact"
 )
 
-// InfluxConfig locates an InfluxDB and its bucket. For InfluxDB 1.8 the
-// bucket is "database/retention-policy" and the token "user:password" or
-// empty.
+// InfluxConfig locates an InfluxDB and its bucket: the configuration's
+// sink.influx, decoded by package config under these keys. For InfluxDB
+// 1.8 the bucket is "database/retention-policy" and the token
+// "user:password" or empty.
 type InfluxConfig struct {
-	URL     string
-	Org     string
-	Bucket  string
-	Token   string
-	Timeout time.Duration
+	URL    string `mapstructure:"url"`
+	Org    string `mapstructure:"org"`
+	Bucket string `mapstructure:"bucket"`
+	// TokenFile is where the token is read from (config.InfluxToken);
+	// NewInflux sends Token.
+	TokenFile string        `mapstructure:"token_file"`
+	Timeout   time.Duration `mapstructure:"timeout"`
 	// GZip compresses writes of GZipMin bytes or more.
-	GZip   bool
-	CAFile string
+	GZip bool      `mapstructure:"gzip"`
+	TLS  TLSConfig `mapstructure:"tls"`
+
+	// Token and UserAgent are filled by the caller, never by a
+	// configuration file: the token read from TokenFile, and tpsmon's
+	// name and version.
+	Token     string `mapstructure:"-"`
+	UserAgent string `mapstructure:"-"`
+}
+
+// TLSConfig secures the connection.
+type TLSConfig struct {
+	CAFile string `mapstructure:"ca_file"`
 	// InsecureSkipVerify turns TLS certificate checks off.
-	InsecureSkipVerify bool
-	// UserAgent names tpsmon and its version.
-	UserAgent string
+	InsecureSkipVerify bool `mapstructure:"insecure_skip_verify"`
 }
 
 // Influx writes line protocol through influxdb-client-go's blocking write
@@ -48,6 +60,28 @@ type Influx struct {
 	url string
 }
 
+// ClientConfig returns the TLS settings for a client of the InfluxDB, nil
+// when the system's defaults serve: the writer and the InfluxQL client of
+// report and rollup both use it, so a private CA works for all three.
+func (t TLSConfig) ClientConfig() (*tls.Config, error) {
+	if t.CAFile == "" && !t.InsecureSkipVerify {
+		return nil, nil
+	}
+	tc := &tls.Config{InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // the operator asked for it
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("influx tls ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("influx tls ca_file %s: no PEM certificate in it", t.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	return tc, nil
+}
+
 // GZipMin is the smallest write that is compressed. One window's points
 // are a few KB: compressing them saves little and costs a new compressor
 // of about 1 MB for each request (the client makes one per write), which
@@ -57,20 +91,9 @@ const GZipMin = 64 << 10
 
 // NewInflux returns a writer for cfg.
 func NewInflux(cfg InfluxConfig) (*Influx, error) {
-	var tc *tls.Config
-	if cfg.CAFile != "" || cfg.InsecureSkipVerify {
-		tc = &tls.Config{InsecureSkipVerify: cfg.InsecureSkipVerify} //nolint:gosec // the operator asked for it
-		if cfg.CAFile != "" {
-			pem, err := os.ReadFile(cfg.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("influx tls ca_file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("influx tls ca_file %s: no PEM certificate in it", cfg.CAFile)
-			}
-			tc.RootCAs = pool
-		}
+	tc, err := cfg.TLS.ClientConfig()
+	if err != nil {
+		return nil, err
 	}
 	// Options hold pointers: each client gets its own.
 	options := func() *influxdb2.Options {

@@ -341,12 +341,12 @@ func (j *Joiner) NameEngine(name, detected string) {
 	if !ok || detected == "" {
 		return
 	}
-	// An engine that relays another's lines (Ollama, llama-server's): a
-	// detected llamacpp becomes ollama once one of Ollama's own lines is
-	// read (the registry says who relays whom).
-	if st.Engine == "" || st.engineNamed && engine.Relays(detected, st.Engine) {
-		st.Engine, st.engineNamed = detected, true
+	if st.Engine != "" && !st.engineNamed {
+		return // the configuration named it
 	}
+	// A detected llamacpp becomes ollama once one of Ollama's own lines is
+	// read, never back (engine.Refine: the registry says who relays whom).
+	st.Engine, st.engineNamed = engine.Refine(st.Engine, detected), true
 }
 
 // NameModel sets a server's model tag from its log; a model named by the

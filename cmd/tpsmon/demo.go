@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/daemon/agent"
 	"github.com/tpsmon/tpsmon/daemon/api"
 	"github.com/tpsmon/tpsmon/daemon/config"
@@ -106,7 +107,7 @@ func runDemo(ctx context.Context, cfg *config.Config, out agent.WindowWriter, o 
 
 	cfg.GPU.Backend = "sim"
 	cfg.Discovery.Enabled = false
-	cfg.Servers = []config.ServerConfig{{Name: "demo-vllm", Engine: "vllm", MetricsURL: "http://" + ln.Addr().String() + "/metrics",
+	cfg.Servers = []config.ServerConfig{{Name: "demo-vllm", Engine: engine.VLLM, MetricsURL: "http://" + ln.Addr().String() + "/metrics",
 		GPUs: []string{"auto"}, ScrapeInterval: 500 * time.Millisecond}}
 	// The demo serves HTTP only when asked, and keeps no state.
 	cfg.HTTP.Listen = o.listen

@@ -60,7 +60,10 @@ The InfluxDB settings come from the configuration; the flags override them.`,
 			}
 			to := time.Now().UTC()
 			f := report.Filter{From: to.Add(-since), To: to, Host: host, Server: server, Level: level}
-			c := report.NewClient(cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket, token, cfg.Sink.Influx.Timeout)
+			c, err := queryClient(cfg.Sink.Influx, token)
+			if err != nil {
+				return err
+			}
 			if f, err = report.Plan(cmd.Context(), c, f); err != nil {
 				return err
 			}

@@ -61,8 +61,12 @@ rollup (windows delivered late) and walks to the last complete period.`,
 			if err != nil {
 				return err
 			}
+			q, err := queryClient(ic, token)
+			if err != nil {
+				return err
+			}
 			now := time.Now().UTC()
-			j := &rollup.Job{Q: report.NewClient(ic.URL, ic.Bucket, token, ic.Timeout), Levels: []rollup.Level{h, d},
+			j := &rollup.Job{Q: q, Levels: []rollup.Level{h, d},
 				Delay: delay, First: now.Add(-maxCatchUp), Chunk: 24,
 				Log: func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "tpsmon: "+format+"\n", args...) }}
 			res, err := j.Run(cmd.Context(), now)
@@ -96,10 +100,9 @@ func rollupBucket(raw, rp string) string {
 }
 
 // rollupLevel is one level of the rollup job, writing to bucket.
-func rollupLevel(ic config.InfluxConfig, token string, every time.Duration, lv, bucket, rp string, recheck int) (rollup.Level, error) {
-	out, err := sink.NewInflux(sink.InfluxConfig{URL: ic.URL, Org: ic.Org, Bucket: bucket, Token: token,
-		Timeout: ic.Timeout, GZip: ic.GZip, CAFile: ic.TLS.CAFile, InsecureSkipVerify: ic.TLS.InsecureSkipVerify,
-		UserAgent: "tpsmon/" + version})
+func rollupLevel(ic sink.InfluxConfig, token string, every time.Duration, lv, bucket, rp string, recheck int) (rollup.Level, error) {
+	ic.Bucket, ic.Token, ic.UserAgent = bucket, token, "tpsmon/"+version
+	out, err := sink.NewInflux(ic)
 	if err != nil {
 		return rollup.Level{}, err
 	}

@@ -16,6 +16,20 @@ import (
 // that names one, or from the log lines. It is no engine of the list.
 const Auto = "auto"
 
+// The engines' canonical names: code outside this package names an engine
+// with these, never with its own string.
+const (
+	VLLM     = "vllm"
+	SGLang   = "sglang"
+	TGI      = "tgi"
+	LlamaCpp = "llamacpp"
+	TRTLLM   = "trtllm"
+	Triton   = "triton"
+	NIM      = "nim"
+	LMDeploy = "lmdeploy"
+	Ollama   = "ollama"
+)
+
 // Engine is one inference engine.
 type Engine struct {
 	// Name is canonical: the engine tag and the detected engine say it.
@@ -49,21 +63,21 @@ type Engine struct {
 
 // All lists the engines, in the order help texts name them.
 var All = []Engine{
-	{Name: "vllm", Metrics: true, Log: "vllm", MetricMarks: []string{"vllm:"}, MetricRelays: []string{"ray_vllm:", "ray_vllm_"}},
-	{Name: "sglang", Metrics: true, Log: "sglang", MetricMarks: []string{"sglang:"}},
-	{Name: "tgi", Aliases: []string{"text-generation-inference"}, Metrics: true, Log: "tgi", MetricMarks: []string{"tgi_"}},
-	{Name: "llamacpp", Aliases: []string{"llama.cpp", "llama-server"}, Metrics: true, Log: "llamacpp", MetricMarks: []string{"llamacpp:"},
+	{Name: VLLM, Metrics: true, Log: VLLM, MetricMarks: []string{"vllm:"}, MetricRelays: []string{"ray_vllm:", "ray_vllm_"}},
+	{Name: SGLang, Metrics: true, Log: SGLang, MetricMarks: []string{"sglang:"}},
+	{Name: TGI, Aliases: []string{"text-generation-inference"}, Metrics: true, Log: TGI, MetricMarks: []string{"tgi_"}},
+	{Name: LlamaCpp, Aliases: []string{"llama.cpp", "llama-server"}, Metrics: true, Log: LlamaCpp, MetricMarks: []string{"llamacpp:"},
 		Syslog: []string{"llama-server"}},
-	{Name: "trtllm", Aliases: []string{"tensorrt-llm", "trtllm-serve"}, Metrics: true, Log: "trtllm", MetricMarks: []string{"trtllm_", "trtllm:"}},
+	{Name: TRTLLM, Aliases: []string{"tensorrt-llm", "trtllm-serve"}, Metrics: true, Log: TRTLLM, MetricMarks: []string{"trtllm_", "trtllm:"}},
 	// Triton's TensorRT-LLM backend prints TensorRT-LLM's iteration lines.
-	{Name: "triton", Metrics: true, Log: "trtllm", MetricMarks: []string{"nv_trt_llm_", "nv_llm_"}},
+	{Name: Triton, Metrics: true, Log: TRTLLM, MetricMarks: []string{"nv_trt_llm_", "nv_llm_"}},
 	// NIM's vLLM backend prints vLLM's stat line; its page has vLLM's
 	// names without the prefix.
-	{Name: "nim", Metrics: true, Log: "vllm", MetricMarks: []string{"generation_tokens_total", "num_requests_running"}},
-	{Name: "lmdeploy", Metrics: true, Log: "lmdeploy", MetricMarks: []string{"lmdeploy:"}},
+	{Name: NIM, Metrics: true, Log: VLLM, MetricMarks: []string{"generation_tokens_total", "num_requests_running"}},
+	{Name: LMDeploy, Metrics: true, Log: LMDeploy, MetricMarks: []string{"lmdeploy:"}},
 	// Ollama >= 0.30 relays llama-server's lines (see Relays), as its
 	// embedded server did in 2024; it serves no metrics page.
-	{Name: "ollama", Log: "llamacpp", Instead: "read its log (log.journal_unit: ollama.service, or log.file)", Syslog: []string{"ollama"}},
+	{Name: Ollama, Log: LlamaCpp, Instead: "read its log (log.journal_unit: ollama.service, or log.file)", Syslog: []string{"ollama"}},
 }
 
 // Relays tells whether engine relayer's log carries engine lines' lines
@@ -74,6 +88,18 @@ var All = []Engine{
 func Relays(relayer, lines string) bool {
 	e, ok := byName[relayer]
 	return ok && e.Name != lines && e.Log == lines
+}
+
+// Refine is the engine a log is taken for once it has shown lines of
+// engine seen, having been taken for known ("" while nothing has said):
+// seen when nothing was known, or when seen relays known's lines (a log of
+// llamacpp lines that then shows one of Ollama's own is Ollama's); known
+// otherwise, so a detection never goes back from relayer to relayed.
+func Refine(known, seen string) string {
+	if known == "" || Relays(seen, known) {
+		return seen
+	}
+	return known
 }
 
 // BySyslog finds the engine that logs under a syslog identifier.

@@ -168,6 +168,27 @@ func TestRelays(t *testing.T) {
 	}
 }
 
+// Refine is the one place the refinement is decided (the parser, its
+// identity and the joiner all ask it): from nothing to what was seen, from
+// relayed to relayer, never back, never sideways.
+func TestRefine(t *testing.T) {
+	for _, c := range []struct{ known, seen, want string }{
+		{"", engine.LlamaCpp, engine.LlamaCpp},
+		{"", "", ""},
+		{engine.LlamaCpp, engine.Ollama, engine.Ollama},
+		{engine.Ollama, engine.LlamaCpp, engine.Ollama},
+		{engine.Ollama, engine.Ollama, engine.Ollama},
+		{engine.VLLM, engine.NIM, engine.NIM},
+		{engine.NIM, engine.VLLM, engine.NIM},
+		{engine.VLLM, engine.Ollama, engine.VLLM},
+		{engine.SGLang, engine.VLLM, engine.SGLang},
+	} {
+		if got := engine.Refine(c.known, c.seen); got != c.want {
+			t.Errorf("Refine(%q, %q) = %q, want %q", c.known, c.seen, got, c.want)
+		}
+	}
+}
+
 // A syslog identifier names one engine, and finds it.
 func TestSyslogIdentifiers(t *testing.T) {
 	seen := map[string]string{}

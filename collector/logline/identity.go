@@ -30,10 +30,19 @@ func (p *Parser) Identity() Identity { return p.id }
 // Identify reads a line only for what it says of the server (a line
 // written before reading began), without counting anything.
 func (p *Parser) Identify(line []byte) bool {
-	if p.id.Engine == "" || p.id.Engine == "llamacpp" || p.id.Engine == "ollama" {
+	if p.identifying() {
 		return p.identify(line)
 	}
 	return false
+}
+
+// identifying tells whether lines may still say more of the server: while
+// no engine is known, and in a llama-server log, which names its model
+// and may turn out to be Ollama's (identify reads both's lines). Any other
+// engine's log is not looked at again: every line of a busy log comes
+// through here.
+func (p *Parser) identifying() bool {
+	return p.id.Engine == "" || p.id.Engine == engine.LlamaCpp || p.id.Engine == engine.Ollama
 }
 
 // identify looks for lines that name the engine or the model: start-up
@@ -53,9 +62,7 @@ func (p *Parser) identify(line []byte) bool {
 			p.syslogBody, body = true, line[at:]
 			if e, ok := engine.BySyslog(string(ident)); ok && !p.syslogNamed {
 				p.syslogNamed = true
-				if p.id.Engine == "" || engine.Relays(e.Name, p.id.Engine) {
-					p.id.Engine = e.Name
-				}
+				p.id.Engine = engine.Refine(p.id.Engine, e.Name)
 			}
 		case !p.syslogBody && len(line) > 0:
 			p.syslogNone = true
@@ -64,21 +71,21 @@ func (p *Parser) identify(line []byte) bool {
 	switch {
 	case bytes.HasPrefix(body, []byte("time=")) && bytes.Contains(body, ollamaSlog):
 		line = body
-		p.id.Engine = "ollama"
+		p.id.Engine = engine.Refine(p.id.Engine, engine.Ollama)
 		if i := bytes.Index(line, ollamaModel); i >= 0 {
 			if m := ollamaModelName(line[i+len(ollamaModel):]); m != "" {
 				p.id.Model = m
 			}
 		}
 	case indexAnchored(line, ollamaGIN, 1) >= 0:
-		p.id.Engine = "ollama"
-	case p.id.Engine == "" || p.id.Engine == "llamacpp":
+		p.id.Engine = engine.Refine(p.id.Engine, engine.Ollama)
+	case p.id.Engine == "" || p.id.Engine == engine.LlamaCpp:
 		// Once the engine is known (its first line), only the model is
 		// looked for: every line of a busy log comes here.
 		if p.id.Engine == "" && hasLlamaMark(line) {
-			p.id.Engine = "llamacpp"
+			p.id.Engine = engine.LlamaCpp
 		}
-		if p.id.Engine != "llamacpp" {
+		if p.id.Engine != engine.LlamaCpp {
 			break
 		}
 		if i := indexAnchored(line, llamaLoading, len(llamaLoading)-1); i >= 0 {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"time"
+
+	"github.com/tpsmon/tpsmon/collector/engine"
 )
 
 // llamaFast reads a llama-server timing line by hand when only a stamp
@@ -55,7 +57,7 @@ func textStart(line []byte) int {
 
 // llamaRequest is the record of one request's timing line.
 func llamaRequest(key string, prompt bool, ms, tokens, perSec float64) Record {
-	r := newRecord(Request, "llamacpp")
+	r := newRecord(Request, engine.LlamaCpp)
 	r.Key = key
 	r.Duration = time.Duration(ms * float64(time.Millisecond))
 	if prompt {

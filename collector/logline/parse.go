@@ -102,12 +102,12 @@ type needle struct {
 }
 
 var needles = map[string][]needle{
-	"lmdeploy": {{"] Avg ", 'A'}},
-	"vllm":     {{"Avg generation throughput", 'A'}},
-	"sglang":   {{"Decode batch", 'D'}, {"Prefill batch", 'P'}},
-	"llamacpp": {{"eval time", 'v'}, {"slot print_timing: id", ':'}, {`"print_timings"`, '"'}, {"stop: cancel task, id_task = ", 'k'}},
-	"tgi":      {{"time_per_token=", '='}},
-	"trtllm":   {{`{"Active Request Count":`, 'A'}, {"iter = ", '='}},
+	engine.LMDeploy: {{"] Avg ", 'A'}},
+	engine.VLLM:     {{"Avg generation throughput", 'A'}},
+	engine.SGLang:   {{"Decode batch", 'D'}, {"Prefill batch", 'P'}},
+	engine.LlamaCpp: {{"eval time", 'v'}, {"slot print_timing: id", ':'}, {`"print_timings"`, '"'}, {"stop: cancel task, id_task = ", 'k'}},
+	engine.TGI:      {{"time_per_token=", '='}},
+	engine.TRTLLM:   {{`{"Active Request Count":`, 'A'}, {"iter = ", '='}},
 }
 
 // anchorGroup is the needles that share an anchor byte: one scan finds
@@ -133,8 +133,8 @@ const (
 	parseAll = 1<<iota - 1
 )
 
-var parserOf = map[string]parser{"lmdeploy": parseLMDeploy, "vllm": parseVLLM, "sglang": parseSGLang,
-	"llamacpp": parseLlamaCpp, "tgi": parseTGI, "trtllm": parseTRTLLM}
+var parserOf = map[string]parser{engine.LMDeploy: parseLMDeploy, engine.VLLM: parseVLLM, engine.SGLang: parseSGLang,
+	engine.LlamaCpp: parseLlamaCpp, engine.TGI: parseTGI, engine.TRTLLM: parseTRTLLM}
 
 // needleSets are the needles of each engine's parser, and of all ("").
 var needleSets = func() map[string][]anchorGroup {
@@ -153,10 +153,10 @@ var needleSets = func() map[string][]anchorGroup {
 		gs[i].engines = append(gs[i].engines, engine)
 		sets[set] = gs
 	}
-	for _, engine := range []string{"lmdeploy", "vllm", "sglang", "llamacpp", "tgi", "trtllm"} {
-		for _, n := range needles[engine] {
-			add(engine, parserOf[engine], n)
-			add("", parserOf[engine], n)
+	for _, e := range []string{engine.LMDeploy, engine.VLLM, engine.SGLang, engine.LlamaCpp, engine.TGI, engine.TRTLLM} {
+		for _, n := range needles[e] {
+			add(e, parserOf[e], n)
+			add("", parserOf[e], n)
 		}
 	}
 	return sets
@@ -234,10 +234,10 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 	if bytes.IndexByte(line, 0x1b) >= 0 {
 		line = ansi.ReplaceAll(line, nil)
 	}
-	if p.id.Engine == "" || p.id.Engine == "llamacpp" || p.id.Engine == "ollama" {
+	if p.identifying() {
 		p.identify(line)
 	}
-	if p.engine == "vllm" || p.engine == "" {
+	if p.engine == engine.VLLM || p.engine == "" {
 		// The hot path of a busy vLLM log, without regexps or copies.
 		if r, ok, matched := p.vllmFast(line); matched {
 			if ok && p.Timestamps {
@@ -252,7 +252,7 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 			return r, ok
 		}
 	}
-	if (p.engine == "llamacpp" || p.engine == "") && !p.noLlamaFast {
+	if (p.engine == engine.LlamaCpp || p.engine == "") && !p.noLlamaFast {
 		// The hot path of a busy llama-server log.
 		if r, ok, matched := p.llamaFast(line); matched {
 			if !ok {
@@ -317,9 +317,9 @@ func (p *Parser) finish(r Record, line []byte) (Record, bool) {
 	if p.id.Engine == "" {
 		p.id.Engine = r.Engine
 	}
-	if r.Engine != p.id.Engine && engine.Relays(p.id.Engine, r.Engine) {
-		r.Engine = p.id.Engine // Ollama relays llama-server's lines
-	}
+	// Ollama relays llama-server's lines: they are Ollama's once its log
+	// has said so.
+	r.Engine = engine.Refine(r.Engine, p.id.Engine)
 	if r.Kind == Cancelled {
 		p.Cancelled++
 	}
@@ -344,10 +344,10 @@ func (p *Parser) vllm(s string) (Record, bool) {
 	}
 	m := vllmStat.FindStringSubmatch(s)
 	if m == nil {
-		p.skip(SkipUnparsed, "vllm", []byte(s))
+		p.skip(SkipUnparsed, engine.VLLM, []byte(s))
 		return Record{}, false
 	}
-	r := newRecord(Stat, "vllm")
+	r := newRecord(Stat, engine.VLLM)
 	r.PromptTPS, r.GenTPS, r.Running = num(m[3]), num(m[4]), num(m[5])
 	r.DefaultGap = 10 * time.Second // V1: VLLM_LOG_STATS_INTERVAL
 	if m[6] != "" {
@@ -397,7 +397,7 @@ func (p *Parser) sglang(s string) (Record, bool) {
 	if !decode && !strings.Contains(s, "Prefill batch") {
 		return Record{}, false
 	}
-	r := newRecord(Stat, "sglang")
+	r := newRecord(Stat, engine.SGLang)
 	if pm := sglPrefix.FindStringSubmatch(s); pm != nil {
 		if !p.sglangRank(&r, pm[2]) {
 			return Record{}, false
@@ -406,7 +406,7 @@ func (p *Parser) sglang(s string) (Record, bool) {
 	if decode {
 		m := sglDecode.FindStringSubmatch(s)
 		if m == nil {
-			p.skip(SkipUnparsed, "sglang", []byte(s))
+			p.skip(SkipUnparsed, engine.SGLang, []byte(s))
 			return Record{}, false
 		}
 		r.Running, r.GenTPS, r.Waiting = num(m[1]), num(m[3]), num(m[4])
@@ -424,7 +424,7 @@ func (p *Parser) sglang(s string) (Record, bool) {
 	}
 	m := sglPrefill.FindStringSubmatch(s)
 	if m == nil {
-		p.skip(SkipUnparsed, "sglang", []byte(s))
+		p.skip(SkipUnparsed, engine.SGLang, []byte(s))
 		return Record{}, false
 	}
 	r.Kind = Batch
@@ -543,7 +543,7 @@ var (
 // header and progress lines.
 func (p *Parser) llamacpp(line []byte) (Record, bool) {
 	if i := llamaCancel.in(line); i >= 0 {
-		r := newRecord(Cancelled, "llamacpp")
+		r := newRecord(Cancelled, engine.LlamaCpp)
 		r.Key = "task " + string(bytes.TrimSpace(line[i+len(llamaCancel.text):]))
 		return r, true
 	}
@@ -566,7 +566,7 @@ func (p *Parser) llamacpp(line []byte) (Record, bool) {
 	}
 	if hasProgressMark(line) {
 		if m := llamaProgress.FindSubmatch(line); m != nil {
-			r := newRecord(Progress, "llamacpp")
+			r := newRecord(Progress, engine.LlamaCpp)
 			r.Key, r.Tokens, r.UserTPS = key, num(string(m[1])), num(string(m[2]))
 			r.SinceStartTPS = r.UserTPS
 			if len(m[3]) > 0 {
@@ -652,13 +652,13 @@ func (p *Parser) llamaText(line []byte, i int) (Record, bool) {
 	}
 	prompt, ms, tokens, perSec, ok := llamaEvalFast(figures)
 	if !ok {
-		p.skip(SkipBadNumber, "llamacpp", line)
+		p.skip(SkipBadNumber, engine.LlamaCpp, line)
 		return Record{}, false
 	}
 	slot, okS := kvField(line, "id_slot=", "slot_id=")
 	task, okT := kvField(line, "id_task=", "task_id=")
 	if !okS || !okT {
-		p.skip(SkipUnparsed, "llamacpp", line)
+		p.skip(SkipUnparsed, engine.LlamaCpp, line)
 		return Record{}, false
 	}
 	r := llamaRequest("slot "+slot+" task "+task, prompt, ms, tokens, perSec)
@@ -714,7 +714,7 @@ func (p *Parser) llamaJSON(line []byte) (Record, bool) {
 		PerSec    float64  `json:"n_tokens_second"`
 	}
 	if err := json.NewDecoder(bytes.NewReader(line)).Decode(&j); err != nil {
-		p.skip(SkipUnparsed, "llamacpp", line)
+		p.skip(SkipUnparsed, engine.LlamaCpp, line)
 		return Record{}, false
 	}
 	slot, task := j.Slot, j.Task
@@ -722,14 +722,14 @@ func (p *Parser) llamaJSON(line []byte) (Record, bool) {
 		slot, task = j.SlotOld, j.TaskOld
 	}
 	if slot == nil || task == nil {
-		p.skip(SkipUnparsed, "llamacpp", line)
+		p.skip(SkipUnparsed, engine.LlamaCpp, line)
 		return Record{}, false
 	}
 	nPrompt := j.NPrompt
 	if nPrompt == nil {
 		nPrompt = j.NPromptLF
 	}
-	r := newRecord(Request, "llamacpp")
+	r := newRecord(Request, engine.LlamaCpp)
 	r.Key = fmt.Sprintf("slot %d task %d", *slot, *task)
 	if j.Timestamp > 0 {
 		r.Time = time.Unix(j.Timestamp, 0)
@@ -737,7 +737,7 @@ func (p *Parser) llamaJSON(line []byte) (Record, bool) {
 	switch {
 	case strings.HasPrefix(strings.TrimSpace(j.Msg), "prompt eval time"):
 		if nPrompt == nil {
-			p.skip(SkipUnparsed, "llamacpp", line)
+			p.skip(SkipUnparsed, engine.LlamaCpp, line)
 			return Record{}, false
 		}
 		r.PromptTokens, r.Duration = *nPrompt, time.Duration(j.TPrompt*float64(time.Millisecond))
@@ -760,16 +760,16 @@ func (p *Parser) tgi(s string) (Record, bool) {
 	}
 	m := tgiSuccess.FindStringSubmatch(s)
 	if m == nil {
-		p.skip(SkipUnparsed, "tgi", []byte(s))
+		p.skip(SkipUnparsed, engine.TGI, []byte(s))
 		return Record{}, false
 	}
 	inf, err1 := time.ParseDuration(m[5])
 	tpt, err2 := time.ParseDuration(m[6])
 	if err1 != nil || err2 != nil || tpt <= 0 {
-		p.skip(SkipBadNumber, "tgi", []byte(s))
+		p.skip(SkipBadNumber, engine.TGI, []byte(s))
 		return Record{}, false
 	}
-	r := newRecord(Request, "tgi")
+	r := newRecord(Request, engine.TGI)
 	// The line has no token count, but time_per_token is inference_time
 	// divided by it.
 	r.Tokens = float64(int64(float64(inf)/float64(tpt) + 0.5))
@@ -802,7 +802,7 @@ func (p *Parser) lmdeploy(s string) (Record, bool) {
 	if pm == nil {
 		return Record{}, false
 	}
-	r := newRecord(Stat, "lmdeploy")
+	r := newRecord(Stat, engine.LMDeploy)
 	r.Key, r.DefaultGap = "DP"+pm[2], 10*time.Second
 	if m := lmdeployNew.FindStringSubmatch(s); m != nil {
 		r.PromptTPS, r.GenTPS, r.Running, r.Waiting, r.KV = num(m[1]), num(m[2]), num(m[3]), num(m[4]), num(m[5])/100
@@ -810,7 +810,7 @@ func (p *Parser) lmdeploy(s string) (Record, bool) {
 		r.PromptTPS, r.GenTPS, r.Running, r.Waiting, r.KV = num(m[1]), num(m[2]), num(m[5]), num(m[6]), num(m[7])/100
 	} else {
 		if strings.Contains(s, "tokens/s") {
-			p.skip(SkipUnparsed, "lmdeploy", []byte(s))
+			p.skip(SkipUnparsed, engine.LMDeploy, []byte(s))
 		}
 		return Record{}, false
 	}
@@ -837,7 +837,7 @@ var (
 
 func (p *Parser) trtllm(s string) (Record, bool) {
 	if m := trtIterJSON.FindStringSubmatch(s); m != nil {
-		r := newRecord(Iteration, "trtllm")
+		r := newRecord(Iteration, engine.TRTLLM)
 		r.Running, r.Iterations = num(m[1]), num(m[2])
 		if ts := trtStamp.FindStringSubmatch(s); ts != nil {
 			if t, err := time.ParseInLocation("01-02-2006 15:04:05", ts[1], p.Loc); err == nil {
@@ -852,7 +852,7 @@ func (p *Parser) trtllm(s string) (Record, bool) {
 	it, step, states := trtIter.FindStringSubmatch(s), trtStep.FindStringSubmatch(s), trtStates.FindStringSubmatch(s)
 	if it == nil || step == nil || states == nil {
 		if strings.Contains(s, "[TRT-LLM]") || strings.Contains(s, "num_generation_tokens") {
-			p.skip(SkipUnparsed, "trtllm", []byte(s))
+			p.skip(SkipUnparsed, engine.TRTLLM, []byte(s))
 		}
 		return Record{}, false
 	}
@@ -861,10 +861,10 @@ func (p *Parser) trtllm(s string) (Record, bool) {
 		// num_generation_tokens counts CUDA-graph padding (TensorRT-LLM
 		// PR #3914): without the scheduled requests the line holds no
 		// count of real tokens.
-		p.skip(SkipPadded, "trtllm", []byte(s))
+		p.skip(SkipPadded, engine.TRTLLM, []byte(s))
 		return Record{}, false
 	}
-	r := newRecord(Request, "trtllm")
+	r := newRecord(Request, engine.TRTLLM)
 	d := num(step[1]) // ms
 	if step[1] == "" {
 		d = num(step[2]) * 1000

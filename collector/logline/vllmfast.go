@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strconv"
 	"time"
+
+	"github.com/tpsmon/tpsmon/collector/engine"
 )
 
 var (
@@ -23,7 +25,7 @@ func (p *Parser) vllmFast(line []byte) (r Record, ok, matched bool) {
 	if i < 0 || bytes.Contains(line, lmdeployMarks) || (i > 0 && line[i-1] == ' ' && i >= 2 && line[i-2] == ']') {
 		return Record{}, false, false
 	}
-	r = newRecord(Stat, "vllm")
+	r = newRecord(Stat, engine.VLLM)
 	// "Engine 000: " or "4 Engines Aggregated: " right before.
 	head := line[:i]
 	if bytes.HasSuffix(head, vllmAggr) {
@@ -44,7 +46,7 @@ func (p *Parser) vllmFast(line []byte) (r Record, ok, matched bool) {
 	c.lit(" reqs, ")
 	vllmQueue(&c, &r)
 	if c.bad || r.GenTPS < 0 || r.PromptTPS < 0 || r.Running < 0 || r.Waiting < 0 {
-		p.skip(SkipUnparsed, "vllm", line)
+		p.skip(SkipUnparsed, engine.VLLM, line)
 		return Record{}, false, true
 	}
 	return r, true, true

@@ -41,8 +41,7 @@ const defaultSpoolDir = "/var/lib/tpsmon/spool"
 // journal.
 const NoFileSink = "none"
 
-// Config is design §6. Every key has a default below, so that TPSMON_*
-// environment variables reach it.
+// Config is design §6. Every key has its default in Default.
 type Config struct {
 	Host      string          `mapstructure:"host"`
 	Window    time.Duration   `mapstructure:"window"`
@@ -99,26 +98,9 @@ type DiscoveryConfig struct {
 
 // SinkConfig says where points go.
 type SinkConfig struct {
-	Influx InfluxConfig `mapstructure:"influx"`
-	File   FileConfig   `mapstructure:"file"`
-	Spool  SpoolConfig  `mapstructure:"spool"`
-}
-
-// InfluxConfig is the InfluxDB output.
-type InfluxConfig struct {
-	URL       string        `mapstructure:"url"`
-	Org       string        `mapstructure:"org"`
-	Bucket    string        `mapstructure:"bucket"`
-	TokenFile string        `mapstructure:"token_file"`
-	Timeout   time.Duration `mapstructure:"timeout"`
-	GZip      bool          `mapstructure:"gzip"`
-	TLS       TLSConfig     `mapstructure:"tls"`
-}
-
-// TLSConfig secures the InfluxDB connection.
-type TLSConfig struct {
-	CAFile             string `mapstructure:"ca_file"`
-	InsecureSkipVerify bool   `mapstructure:"insecure_skip_verify"`
+	Influx sink.InfluxConfig `mapstructure:"influx"`
+	File   FileConfig        `mapstructure:"file"`
+	Spool  SpoolConfig       `mapstructure:"spool"`
 }
 
 // FileConfig is the line protocol file sink.
@@ -155,42 +137,63 @@ type LogConfig struct {
 // ByteSize is a size written as "512MiB", "1GiB", "10MB" or bytes.
 type ByteSize int64
 
-var defaults = map[string]any{
-	"host":                                 "",
-	"window":                               "10s",
-	"grace":                                "5s",
-	"gpu.backend":                          "nvml",
-	"gpu.interval":                         "1s",
-	"gpu.devices":                          []string{},
-	"gpu.sim_gpus":                         2,
-	"servers":                              []map[string]any{},
-	"discovery.enabled":                    true,
-	"discovery.ports":                      []int{8000, 30000, 3000, 8080, 8002, 23333},
-	"sink.influx.url":                      "",
-	"sink.influx.org":                      "",
-	"sink.influx.bucket":                   "tpsmon",
-	"sink.influx.token_file":               "",
-	"sink.influx.timeout":                  "10s",
-	"sink.influx.gzip":                     true,
-	"sink.influx.tls.ca_file":              "",
-	"sink.influx.tls.insecure_skip_verify": false,
-	"sink.file.path":                       "-",
-	"sink.spool.dir":                       "/var/lib/tpsmon/spool",
-	"sink.spool.max_bytes":                 "1GiB",
-	"sink.spool.quarantine_max_bytes":      "64MiB",
-	"http.listen":                          "127.0.0.1:9464",
-	"http.pprof":                           false,
-	"http.max_connections":                 64,
-	"log.level":                            "info",
-	"thresholds.kv_bound":                  analysis.DefaultThresholds.KVBound,
-	"thresholds.queue_util":                analysis.DefaultThresholds.QueueUtil,
-	"thresholds.under_util":                analysis.DefaultThresholds.UnderUtil,
-	"thresholds.saturated_util":            analysis.DefaultThresholds.SaturatedUtil,
-	"thresholds.waiting":                   analysis.DefaultThresholds.Waiting,
-	"slo.ttft":                             "0s",
-	"slo.tpot":                             "0s",
-	"slo.e2e":                              "0s",
-	"slo.floor":                            0.0,
+// Default is the configuration before any file, variable or flag: every
+// key's default, in the one place they are written. Load hands each of
+// its values to viper under the key the mapstructure tags spell (keys), so
+// that TPSMON_* environment variables reach every key.
+func Default() Config {
+	return Config{
+		Window: 10 * time.Second,
+		Grace:  5 * time.Second,
+		GPU:    GPUConfig{Backend: "nvml", Interval: time.Second, Devices: []string{}, SimGPUs: 2},
+		// A list, so that a file's servers replace it whole.
+		Servers:   []ServerConfig{},
+		Discovery: DiscoveryConfig{Enabled: true, Ports: []int{8000, 30000, 3000, 8080, 8002, 23333}},
+		Sink: SinkConfig{
+			Influx: sink.InfluxConfig{Bucket: "tpsmon", Timeout: 10 * time.Second, GZip: true},
+			File:   FileConfig{Path: "-"},
+			Spool:  SpoolConfig{Dir: defaultSpoolDir, MaxBytes: 1 << 30, QuarantineMaxBytes: 64 << 20},
+		},
+		HTTP:       HTTPConfig{Listen: "127.0.0.1:9464", MaxConnections: 64},
+		Log:        LogConfig{Level: "info"},
+		Thresholds: analysis.DefaultThresholds,
+	}
+}
+
+// keys lists every configuration key with its default: the leaves of
+// Default, named by the path of mapstructure tags down to them (a struct
+// is a level, anything else a key; a list is one key). Durations are given
+// as text, as a file writes them: a bare number is refused
+// (rejectBareDuration).
+func keys() map[string]any {
+	out := map[string]any{}
+	var walk func(v reflect.Value, prefix string)
+	walk = func(v reflect.Value, prefix string) {
+		for i := range v.NumField() {
+			f := v.Type().Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+			if !f.IsExported() || name == "-" {
+				continue
+			}
+			if opts == "squash" && f.Type.Kind() == reflect.Struct {
+				walk(v.Field(i), prefix) // an embedded struct's keys are its parent's
+				continue
+			}
+			if name == "" {
+				name = strings.ToLower(f.Name) // as mapstructure matches it; TestKeysHaveDefaults wants a tag
+			}
+			switch fv := v.Field(i); {
+			case f.Type.Kind() == reflect.Struct:
+				walk(fv, prefix+name+".")
+			case f.Type == durationType:
+				out[prefix+name] = fv.Interface().(time.Duration).String()
+			default:
+				out[prefix+name] = fv.Interface()
+			}
+		}
+	}
+	walk(reflect.ValueOf(Default()), "")
+	return out
 }
 
 // flagKeys maps command-line flags to configuration keys: a flag of these
@@ -211,23 +214,9 @@ var flagKeys = map[string]string{
 // explicit), then TPSMON_* environment variables, then the flags that were
 // set.
 func Load(path string, explicit bool, flags *pflag.FlagSet) (*Config, error) {
-	v := viper.NewWithOptions(
-		viper.EnvKeyReplacer(strings.NewReplacer(".", "_")),
-		viper.ExperimentalBindStruct(),
-	)
-	v.SetEnvPrefix("TPSMON")
-	v.AutomaticEnv()
-	for k, d := range defaults {
-		v.SetDefault(k, d)
-	}
-	if flags != nil {
-		for name, key := range flagKeys {
-			if f := flags.Lookup(name); f != nil {
-				if err := v.BindPFlag(key, f); err != nil {
-					return nil, err
-				}
-			}
-		}
+	v, err := newViper(flags)
+	if err != nil {
+		return nil, err
 	}
 	var file string
 	var fileKeys []string
@@ -256,7 +245,8 @@ func Load(path string, explicit bool, flags *pflag.FlagSet) (*Config, error) {
 	hook := viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
 		rejectBareDuration,
 		mapstructure.StringToTimeDurationHookFunc(),
-		mapstructure.StringToSliceHookFunc(","),
+		// Weak: a list of numbers from an environment variable is text too.
+		mapstructure.StringToWeakSliceHookFunc(","),
 		byteSizeHook,
 	))
 	if err := v.UnmarshalExact(&c, hook); err != nil {
@@ -266,6 +256,30 @@ func Load(path string, explicit bool, flags *pflag.FlagSet) (*Config, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	return &c, nil
+}
+
+// newViper is a viper with every key's default, reading TPSMON_*
+// variables and flags.
+func newViper(flags *pflag.FlagSet) (*viper.Viper, error) {
+	v := viper.NewWithOptions(
+		viper.EnvKeyReplacer(strings.NewReplacer(".", "_")),
+		viper.ExperimentalBindStruct(),
+	)
+	v.SetEnvPrefix("TPSMON")
+	v.AutomaticEnv()
+	for k, d := range keys() {
+		v.SetDefault(k, d)
+	}
+	if flags != nil {
+		for name, key := range flagKeys {
+			if f := flags.Lookup(name); f != nil {
+				if err := v.BindPFlag(key, f); err != nil {
+					return nil, fmt.Errorf("config: flag --%s: %w", name, err)
+				}
+			}
+		}
+	}
+	return v, nil
 }
 
 // oneLine folds mapstructure's multi-line error lists, and says "top
@@ -292,7 +306,7 @@ func noKeys(b []byte) bool {
 // (a typo would otherwise be ignored without a word).
 func UnknownEnv() []string {
 	known := map[string]bool{}
-	for k := range defaults {
+	for k := range keys() {
 		known["TPSMON_"+strings.ToUpper(strings.ReplaceAll(k, ".", "_"))] = true
 	}
 	var out []string
@@ -671,7 +685,6 @@ func (c *Config) InfluxClient(userAgent string) (*sink.Influx, error) {
 		return nil, err
 	}
 	ic := c.Sink.Influx
-	return sink.NewInflux(sink.InfluxConfig{URL: ic.URL, Org: ic.Org, Bucket: ic.Bucket, Token: token,
-		Timeout: ic.Timeout, GZip: ic.GZip, CAFile: ic.TLS.CAFile, InsecureSkipVerify: ic.TLS.InsecureSkipVerify,
-		UserAgent: userAgent})
+	ic.Token, ic.UserAgent = token, userAgent
+	return sink.NewInflux(ic)
 }

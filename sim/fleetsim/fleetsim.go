@@ -13,6 +13,7 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
+	"github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/schema"
 )
 
@@ -105,7 +106,7 @@ func (f Fleet) Raw(from, to time.Time, w time.Duration, emit func(*write.Point) 
 				fs[schema.FieldSLOAttainmentLo], fs[schema.FieldSLOAttainmentHi] = 0.95*att, att
 				fs[schema.FieldGoodputRPSLo] = 0.95 * att * m.running
 			}
-			if err := emit(write.NewPoint(schema.Server, map[string]string{schema.TagHost: host, schema.TagServer: "llm", schema.TagGPUs: f.gpus(h), schema.TagEngine: "vllm"}, fs, t)); err != nil {
+			if err := emit(write.NewPoint(schema.Server, map[string]string{schema.TagHost: host, schema.TagServer: "llm", schema.TagGPUs: f.gpus(h), schema.TagEngine: engine.VLLM}, fs, t)); err != nil {
 				return err
 			}
 			for g := 0; g < f.GPUs; g++ {
@@ -152,7 +153,7 @@ func (f Fleet) Rollups(from, to time.Time, every time.Duration, suffix string, e
 				power += m.powerPerGPU
 				states[m.state]++
 				mins++
-				if m.util < 5 {
+				if m.util < schema.IdleGPUUtil {
 					low++
 				}
 			}
@@ -163,12 +164,12 @@ func (f Fleet) Rollups(from, to time.Time, every time.Duration, suffix string, e
 				schema.FieldWindows:   int64(mins), schema.FieldSeconds: mins * 60, schema.FieldGPUSeconds: mins * 60 * n,
 			}
 			for st, c := range states {
-				fs[st+"_"+schema.FieldWindows] = int64(c)
-				fs[st+"_"+schema.FieldSeconds] = c * 60
-				fs[st+"_"+schema.FieldGPUSeconds] = c * 60 * n
+				fs[schema.RollupField(st, schema.FieldWindows)] = int64(c)
+				fs[schema.RollupField(st, schema.FieldSeconds)] = c * 60
+				fs[schema.RollupField(st, schema.FieldGPUSeconds)] = c * 60 * n
 			}
 			host := Host(h)
-			if err := emit(write.NewPoint(schema.Server+suffix, map[string]string{schema.TagHost: host, schema.TagServer: "llm", schema.TagGPUs: f.gpus(h), schema.TagEngine: "vllm"}, fs, p)); err != nil {
+			if err := emit(write.NewPoint(schema.Server+suffix, map[string]string{schema.TagHost: host, schema.TagServer: "llm", schema.TagGPUs: f.gpus(h), schema.TagEngine: engine.VLLM}, fs, p)); err != nil {
 				return err
 			}
 			for g := 0; g < f.GPUs; g++ {
@@ -183,8 +184,10 @@ func (f Fleet) Rollups(from, to time.Time, every time.Duration, suffix string, e
 					schema.FieldWindows: int64(mins), schema.FieldSeconds: mins * 60, schema.FieldGPUSeconds: mins * 60,
 				}
 				if idle > 0 {
-					const p = "idle_" // GPUs under 5 % utilization, as package rollup counts them
-					gf[p+schema.FieldWindows], gf[p+schema.FieldSeconds], gf[p+schema.FieldGPUSeconds] = int64(idle), idle*60, idle*60
+					// GPUs under 5 % utilization, as package rollup counts them.
+					gf[schema.RollupField(schema.IdleGPU, schema.FieldWindows)] = int64(idle)
+					gf[schema.RollupField(schema.IdleGPU, schema.FieldSeconds)] = idle * 60
+					gf[schema.RollupField(schema.IdleGPU, schema.FieldGPUSeconds)] = idle * 60
 				}
 				if err := emit(write.NewPoint(schema.GPU+suffix, map[string]string{schema.TagHost: host, schema.TagGPU: strconv.Itoa(g), schema.TagUUID: uuid(h, g), schema.TagName: f.Model, schema.TagServer: server}, gf, p)); err != nil {
 					return err

@@ -37,6 +37,7 @@ type Server struct {
 	bin string
 	dir string
 	env []string
+	hc  *http.Client // nil: http.DefaultClient
 	cmd *exec.Cmd
 	log *os.File
 }
@@ -44,6 +45,14 @@ type Server struct {
 // Start runs a new influxd on free loopback ports; it stops with the test.
 // env adds INFLUXDB_* settings.
 func Start(t testing.TB, env ...string) *Server {
+	t.Helper()
+	s := prepare(t, env...)
+	s.Resume()
+	return s
+}
+
+// prepare sets a server up on free loopback ports without starting it.
+func prepare(t testing.TB, env ...string) *Server {
 	t.Helper()
 	bin, err := findInfluxd()
 	if err != nil {
@@ -64,7 +73,6 @@ func Start(t testing.TB, env ...string) *Server {
 	)}
 	s.env = append(s.env, env...)
 	t.Cleanup(s.Stop)
-	s.Resume()
 	return s
 }
 
@@ -82,7 +90,7 @@ func (s *Server) Resume() {
 		s.t.Fatalf("start influxd: %v", err)
 	}
 	s.cmd, s.log = cmd, logf
-	if err := WaitReady(s.URL, 30*time.Second); err != nil {
+	if err := waitReady(s.hc, s.URL, 30*time.Second); err != nil {
 		b, _ := os.ReadFile(logf.Name())
 		s.t.Fatalf("%v\ninfluxd log:\n%s", err, b)
 	}
@@ -122,10 +130,15 @@ func findInfluxd() (string, error) {
 }
 
 // WaitReady polls /ping until the server answers or timeout passes.
-func WaitReady(base string, timeout time.Duration) error {
+func WaitReady(base string, timeout time.Duration) error { return waitReady(nil, base, timeout) }
+
+func waitReady(hc *http.Client, base string, timeout time.Duration) error {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		resp, err := http.Get(base + "/ping")
+		resp, err := hc.Get(base + "/ping")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusNoContent {
