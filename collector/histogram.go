@@ -2,7 +2,7 @@ package collector
 
 import (
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 
 	dto "github.com/prometheus/client_model/go"
@@ -101,13 +101,14 @@ func (d *Dialect) histogram(p Page, family string) (sample.Histogram, bool) {
 	if len(ss) == 0 {
 		return sample.Histogram{}, false
 	}
-	// Group by the labels but le, in page order.
+	// Group by the labels but le, in page order: a page prints a label
+	// set's buckets together, so the last set is asked first.
 	type set struct {
-		key     string
+		labels  map[string]string
 		buckets []sample.HistBucket
 	}
-	var sets []*set
-	byKey := map[string]*set{}
+	var sets []set
+	last := -1
 	for _, sr := range ss {
 		if rank, ok := sr.labels[d.SingleRank]; d.SingleRank != "" && ok && rank != "0" {
 			continue
@@ -116,18 +117,26 @@ func (d *Dialect) histogram(p Page, family string) (sample.Histogram, bool) {
 		if err != nil {
 			return sample.Histogram{}, false
 		}
-		k := labelKey(sr.labels, "le")
-		st := byKey[k]
-		if st == nil {
-			st = &set{key: k}
-			byKey[k] = st
-			sets = append(sets, st)
+		if last < 0 || !sameBut(sets[last].labels, sr.labels, "le") {
+			last = -1
+			for i := range sets {
+				if sameBut(sets[i].labels, sr.labels, "le") {
+					last = i
+					break
+				}
+			}
+			if last < 0 {
+				sets = append(sets, set{labels: sr.labels})
+				last = len(sets) - 1
+			}
 		}
-		st.buckets = append(st.buckets, sample.HistBucket{Le: le, Count: sr.value})
+		sets[last].buckets = append(sets[last].buckets, sample.HistBucket{Le: le, Count: sr.value})
 	}
 	var out sample.Histogram
 	for i, st := range sets {
-		sort.Slice(st.buckets, func(a, b int) bool { return st.buckets[a].Le < st.buckets[b].Le })
+		if !slices.IsSortedFunc(st.buckets, byLe) {
+			slices.SortFunc(st.buckets, byLe)
+		}
 		if i == 0 {
 			out.Buckets = st.buckets
 			continue
@@ -159,23 +168,38 @@ func (d *Dialect) histogram(p Page, family string) (sample.Histogram, bool) {
 	return out, true
 }
 
-// labelKey is a label set without the label skip, as one string.
-func labelKey(labels map[string]string, skip string) string {
-	keys := make([]string, 0, len(labels))
-	for k := range labels {
-		if k != skip {
-			keys = append(keys, k)
+// sameBut tells whether two label sets are equal but for label skip.
+func sameBut(a, b map[string]string, skip string) bool {
+	n := 0
+	for k, v := range a {
+		if k == skip {
+			continue
 		}
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+		n++
 	}
-	sort.Strings(keys)
-	b := make([]byte, 0, 64)
-	for _, k := range keys {
-		b = append(b, k...)
-		b = append(b, '=')
-		b = append(b, labels[k]...)
-		b = append(b, ',')
+	_, sa := a[skip]
+	_, sb := b[skip]
+	return len(b)-boolInt(sb) == n && len(a)-boolInt(sa) == n
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
 	}
-	return string(b)
+	return 0
+}
+
+func byLe(a, b sample.HistBucket) int {
+	switch {
+	case a.Le < b.Le:
+		return -1
+	case a.Le > b.Le:
+		return 1
+	}
+	return 0
 }
 
 // addBuckets adds a typed histogram's buckets to a page as the untyped

@@ -75,9 +75,11 @@ func (h *histTrack) add(t time.Time, cur sample.Histogram, w, maxGap time.Durati
 	if !had || (maxGap > 0 && t.Sub(prevT) > maxGap) {
 		return
 	}
-	d, err := growth(prev, cur)
+	err := growthErr(prev, cur)
+	sum := cur.Sum - prev.Sum
+	hasSum := sum >= 0 // NaN (no _sum) fails it
 	for s := Start(prevT, w); s.Before(t); s = s.Add(w) {
-		if s.Add(w).Before(open) || s.Add(w).Equal(open) {
+		if !s.Add(w).After(open) {
 			continue // closed already
 		}
 		_, f := overlap(prevT, t, s, s.Add(w))
@@ -100,45 +102,43 @@ func (h *histTrack) add(t time.Time, cur sample.Histogram, w, maxGap time.Durati
 			continue
 		}
 		if acc.Le == nil {
-			acc.Le = d.Le
-			acc.Count = make([]float64, len(d.Count))
-		} else if len(acc.Le) != len(d.Le) {
+			acc.Le = make([]float64, len(cur.Buckets))
+			acc.Count = make([]float64, len(cur.Buckets))
+			for i, b := range cur.Buckets {
+				acc.Le[i] = b.Le
+			}
+		} else if len(acc.Le) != len(cur.Buckets) {
 			*acc = HistWindow{Err: "histogram buckets changed"}
 			continue
 		}
-		for i, c := range d.Count {
-			acc.Count[i] += c * f
+		for i, b := range cur.Buckets {
+			acc.Count[i] += (b.Count - prev.Buckets[i].Count) * f
 		}
-		acc.Sum += d.Sum * f
-		acc.HasSum = acc.HasSum && d.HasSum
+		if hasSum {
+			acc.Sum += sum * f
+		}
+		acc.HasSum = acc.HasSum && hasSum
 	}
 }
 
-// growth is cur - prev by bucket, or why it is no growth.
-func growth(prev, cur sample.Histogram) (HistWindow, error) {
+// growthErr says why cur minus prev is no growth: a counter that fell,
+// buckets that changed, a count no counter has; nil when it is.
+func growthErr(prev, cur sample.Histogram) error {
 	if len(prev.Buckets) != len(cur.Buckets) {
-		return HistWindow{}, fmt.Errorf("histogram buckets changed: %d edges, then %d", len(prev.Buckets), len(cur.Buckets))
+		return fmt.Errorf("histogram buckets changed: %d edges, then %d", len(prev.Buckets), len(cur.Buckets))
 	}
-	out := HistWindow{Le: make([]float64, len(cur.Buckets)), Count: make([]float64, len(cur.Buckets))}
 	for i, b := range cur.Buckets {
 		p := prev.Buckets[i]
-		if b.Le != p.Le {
-			return HistWindow{}, fmt.Errorf("histogram buckets changed: le %g became %g", p.Le, b.Le)
+		switch {
+		case b.Le != p.Le:
+			return fmt.Errorf("histogram buckets changed: le %g became %g", p.Le, b.Le)
+		case math.IsNaN(b.Count) || math.IsInf(b.Count, 0):
+			return fmt.Errorf("histogram bucket le %g reads %g", b.Le, b.Count)
+		case b.Count < p.Count:
+			return fmt.Errorf("histogram counter reset: le %g fell from %g to %g", b.Le, p.Count, b.Count)
 		}
-		if math.IsNaN(b.Count) || math.IsInf(b.Count, 0) {
-			return HistWindow{}, fmt.Errorf("histogram bucket le %g reads %g", b.Le, b.Count)
-		}
-		if b.Count < p.Count {
-			return HistWindow{}, fmt.Errorf("histogram counter reset: le %g fell from %g to %g", b.Le, p.Count, b.Count)
-		}
-		out.Le[i], out.Count[i] = b.Le, b.Count-p.Count
 	}
-	out.Sum = cur.Sum - prev.Sum
-	out.HasSum = out.Sum >= 0 // NaN (no _sum) fails it
-	if !out.HasSum {
-		out.Sum = 0
-	}
-	return out, nil
+	return nil
 }
 
 // take removes and returns the window at s; absent (OK false, no Err)
