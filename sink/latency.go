@@ -18,8 +18,9 @@ func latencyFields(f fields, w analysis.ServerWindow) fields {
 		return f
 	}
 	start := len(f)
+	// Every latency value is 0 or more; negative is unknown.
 	num := func(k string, v float64) {
-		if !math.IsNaN(v) && !math.IsInf(v, 0) {
+		if v >= 0 && !math.IsInf(v, 0) {
 			f = append(f, typed{key: k, kind: 'f', f: v})
 		}
 	}

@@ -206,7 +206,7 @@ func FromHistograms(ms []Marginal, failed float64) Attainment {
 // Where names the phase of a request that took the most of its time over
 // a window: "queue" (waiting for the scheduler), "prefill" (its prompt,
 // up to its first token) or "decode" (its output). Means in seconds, NaN
-// when the engine does not say; "" when none is known.
+// or negative when the engine does not say; "" when none is known.
 //
 // MissPhase is the phase to blame for missed objectives: of the objective
 // most requests missed, its phase: time to first token is the queue and
@@ -240,7 +240,7 @@ func Where(queue, prefill, decode float64) string {
 		name string
 		v    float64
 	}{{"queue", queue}, {"prefill", prefill}, {"decode", decode}} {
-		if !math.IsNaN(p.v) && p.v > best {
+		if !math.IsNaN(p.v) && p.v >= 0 && p.v > best {
 			best, name = p.v, p.name
 		}
 	}

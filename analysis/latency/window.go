@@ -37,11 +37,10 @@ type Summary struct {
 	E2E, Queue [2]Quantile
 	PerUserTPS [2]Quantile // p10, p50 of output tokens after the first ÷ decode time
 	Attainment Attainment
-	// Goodput bounds, per second of the window's observed time; NaN where
+	// Goodput bounds, per second of the window's observed time; -1 where
 	// unknown (tokens from histograms).
 	GoodputRPSLo, GoodputRPSHi, GoodputTPSLo, GoodputTPSHi float64
-	// Queue, prefill and decode means in seconds (NaN: unknown), and the
-	// one that took most of the time (Where).
+	// Queue, prefill and decode means in seconds (-1: unknown).
 	MeanQueue, MeanPrefill, MeanDecode float64
 	// Reason says why histograms the engine has gave no number in the
 	// window (a counter reset, buckets that changed, counters in doubt).
@@ -57,10 +56,10 @@ func (s Summary) MissPhase() string {
 // counted, against objective o, over secs observed seconds. Per-request
 // lines win over histograms where a window has both.
 func Summarize(l window.Latency, o Objective, secs float64) Summary {
-	s := Summary{MeanQueue: math.NaN(), MeanPrefill: math.NaN(), MeanDecode: math.NaN()}
 	if len(l.Requests) == 0 && !anyHist(l) {
-		return s // nothing said: no work, no allocation
+		return Summary{} // nothing said: no work, no allocation
 	}
+	s := Summary{MeanQueue: math.NaN(), MeanPrefill: math.NaN(), MeanDecode: math.NaN()}
 	if len(l.Requests) > 0 {
 		s.fromRequests(l.Requests, o)
 	} else {
@@ -69,12 +68,19 @@ func Summarize(l window.Latency, o Objective, secs float64) Summary {
 	if s.Source == "" || !s.says() {
 		// A histogram with nothing in it to say (a page of only +Inf
 		// buckets): no latency_source without a latency.
-		return Summary{MeanQueue: math.NaN(), MeanPrefill: math.NaN(), MeanDecode: math.NaN()}
+		return Summary{}
 	}
 	if s.Attainment.OK {
 		s.GoodputRPSLo, s.GoodputRPSHi, s.GoodputTPSLo, s.GoodputTPSHi = s.Attainment.Goodput(secs)
 	} else {
-		s.GoodputRPSLo, s.GoodputRPSHi, s.GoodputTPSLo, s.GoodputTPSHi = math.NaN(), math.NaN(), math.NaN(), math.NaN()
+		s.GoodputRPSLo, s.GoodputRPSHi, s.GoodputTPSLo, s.GoodputTPSHi = -1, -1, -1, -1
+	}
+	// Unknown is -1 in a summary, never NaN: windows compare equal.
+	for _, v := range []*float64{&s.GoodputRPSLo, &s.GoodputRPSHi, &s.GoodputTPSLo, &s.GoodputTPSHi,
+		&s.MeanQueue, &s.MeanPrefill, &s.MeanDecode, &s.Attainment.GoodTokensLo, &s.Attainment.GoodTokensHi} {
+		if math.IsNaN(*v) {
+			*v = -1
+		}
 	}
 	return s
 }
