@@ -45,6 +45,18 @@ type ServerWindow struct {
 	// SLOMiss names where the time went (queue, prefill, decode) when the
 	// attainment is surely under the server's floor; empty otherwise.
 	SLOMiss string
+	// The prompt's tokens by where their KV came from and the prefix hit
+	// rate (prompt.go); absent where the engine does not split them.
+	PromptComputedTokens, PromptCachedTokens, PromptExternalTokens window.Opt[int64]
+	PrefixHitRate                                                  window.Opt[float64]
+	// Speculative decoding (spec.go): acceptance, tokens per verification
+	// step, and SpecFinding (spec_ineffective, or empty); absent without
+	// speculation.
+	SpecAcceptRate, TokensPerStep window.Opt[float64]
+	SpecFinding                   window.Opt[string]
+	// Suspect names the sanity rules that fired (sanity.go), comma-joined;
+	// absent when none did.
+	Suspect window.Opt[string]
 }
 
 // Facts is what the analysis knows besides the windows, passed in by its
@@ -121,6 +133,9 @@ func Append(dst []Closed, cs []window.Closed, f *Facts) []Closed {
 // analyzeServer derives what a server's window implies.
 func analyzeServer(w window.ServerWindow, th Thresholds, slo SLO) ServerWindow {
 	a := ServerWindow{ServerWindow: w, State: State(w, th)}
+	prompt(&a)
+	spec(&a, th)
+	sanity(&a, a.ceilingTPS())
 	a.Latency = latency.Summarize(w.Latency, slo.Objective, w.Coverage*w.Length.Seconds())
 	if at := a.Latency.Attainment; at.OK && slo.Floor > 0 && at.Hi < slo.Floor {
 		a.SLOMiss = a.Latency.MissPhase()
@@ -135,6 +150,11 @@ func (f *Facts) sloOf(server string) SLO {
 	}
 	return f.SLO
 }
+
+// ceilingTPS is the window's hardware ceiling in system tokens/s, for the
+// above_ceiling rule: none in this stage yet (the decode ceiling's
+// ceiling_tps, once the analysis derives it, is what it returns).
+func (a *ServerWindow) ceilingTPS() window.Opt[float64] { return window.Opt[float64]{} }
 
 // Count returns how many results cs hold.
 func Count(cs []Closed) int {

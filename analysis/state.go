@@ -19,10 +19,16 @@ type Thresholds struct {
 	// waiting; a single request caught in the queue by one scrape of a
 	// window should not flip the verdict.
 	Waiting float64 `mapstructure:"waiting"`
+	// SpecAccept is the speculative-decoding acceptance rate (0..1) under
+	// which a window's finding is spec_ineffective. Under 0.3 a draft of
+	// k tokens adds under 0.3·k accepted tokens per step (with k = 3 to 5,
+	// typical, about one), too few to pay for drafting and verifying them.
+	SpecAccept float64 `mapstructure:"spec_accept"`
 }
 
 // DefaultThresholds are the design's values.
-var DefaultThresholds = Thresholds{KVBound: 0.9, QueueUtil: 60, UnderUtil: 40, SaturatedUtil: 90, Waiting: 0.5}
+var DefaultThresholds = Thresholds{KVBound: 0.9, QueueUtil: 60, UnderUtil: 40, SaturatedUtil: 90, Waiting: 0.5,
+	SpecAccept: 0.3}
 
 // Validate says which threshold cannot be one, by its configuration key.
 func (th Thresholds) Validate() error {
@@ -38,6 +44,9 @@ func (th Thresholds) Validate() error {
 			return fmt.Errorf("%s: %v is not a percentage in [0, 100]", t.name, t.v)
 		}
 	}
+	if !(th.SpecAccept >= 0 && th.SpecAccept <= 1) {
+		return fmt.Errorf("spec_accept: %v is not a ratio in [0, 1]", th.SpecAccept)
+	}
 	if !(th.Waiting >= 0 && th.Waiting <= sample.MaxRequests) {
 		return fmt.Errorf("waiting: %v is not a queue length in [0, %g]", th.Waiting, sample.MaxRequests)
 	}
@@ -48,12 +57,28 @@ func (th Thresholds) Validate() error {
 // schema.States. The GPU's busyness it weighs is SM activity where it is
 // known (how much of the GPU works), else NVML utilization (that something
 // ran); without either it never says queue_bound, underutilized or
-// saturated.
+// saturated. Where the engine says why requests wait (vLLM
+// num_requests_waiting_by_reason), only those waiting for capacity (KV
+// cache memory) count as waiting: deferred ones wait for something else
+// (a KV transfer, a grammar, an adapter) and neither the memory nor the
+// scheduler holds them. An engine asleep most of the window (vLLM
+// engine_sleep_state awake under 0.5) is sleeping: it holds its GPUs'
+// memory with nothing running, which idle does not say.
 func State(w window.ServerWindow, th Thresholds) string {
 	in := verdictInput{down: w.Down, tokens: unknown(w.ExactTokens), running: unknown(w.Running),
 		waiting: unknown(w.Waiting), kv: unknown(w.KVCacheUsage), preempted: w.Preempted, util: unknown(w.GPUUtil)}
 	if w.SMActive.OK {
 		in.util = w.SMActive.V
+	}
+	capacity, deferred := w.Gauges[sample.WaitingCapacity], w.Gauges[sample.WaitingDeferred]
+	switch {
+	case capacity.OK:
+		in.waiting = capacity.V
+	case deferred.OK && in.waiting >= 0:
+		in.waiting = max(in.waiting-deferred.V, 0)
+	}
+	if a := w.Gauges[sample.Awake]; a.OK && a.V < 0.5 {
+		in.sleeping = true
 	}
 	return verdict(in, th)
 }
@@ -69,6 +94,7 @@ func unknown(v window.Opt[float64]) float64 {
 // verdictInput holds a window's measurements; negative means unknown.
 type verdictInput struct {
 	down      bool
+	sleeping  bool
 	tokens    float64
 	running   float64
 	waiting   float64
@@ -81,6 +107,9 @@ type verdictInput struct {
 func verdict(in verdictInput, th Thresholds) string {
 	if in.down {
 		return schema.StateDown
+	}
+	if in.sleeping {
+		return schema.StateSleeping
 	}
 	waits := in.waiting >= th.Waiting
 	switch {

@@ -122,11 +122,23 @@ var VLLM = Dialect{
 		sample.ITLCount:         refs("vllm:inter_token_latency_seconds_count", "vllm:time_per_output_token_seconds_count"),
 		sample.FinishedRequests: refs("vllm:request_success_total"),
 		sample.AbortedRequests:  refs(`vllm:request_success_total{finished_reason="abort"}`),
+		// V1: prompt_tokens_total counts all three sources.
+		sample.PromptComputed:  refs(`vllm:prompt_tokens_by_source_total{source="local_compute"}`),
+		sample.PromptCached:    refs(`vllm:prompt_tokens_by_source_total{source="local_cache_hit"}`),
+		sample.PromptExternal:  refs(`vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}`),
+		sample.PrefixQueries:   refs("vllm:prefix_cache_queries_total"),
+		sample.PrefixHits:      refs("vllm:prefix_cache_hits_total"),
+		sample.SpecDrafts:      refs("vllm:spec_decode_num_drafts_total"),
+		sample.SpecDraftTokens: refs("vllm:spec_decode_num_draft_tokens_total"),
+		sample.SpecAccepted:    refs("vllm:spec_decode_num_accepted_tokens_total"),
 	},
 	Gauges: [sample.NumGauges][]Ref{
-		sample.Running: refs("vllm:num_requests_running"),
-		sample.Waiting: refs("vllm:num_requests_waiting"),
-		sample.KVUsage: refs("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+		sample.Running:         refs("vllm:num_requests_running"),
+		sample.Waiting:         refs("vllm:num_requests_waiting"),
+		sample.KVUsage:         refs("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+		sample.WaitingCapacity: refs(`vllm:num_requests_waiting_by_reason{reason="capacity"}`),
+		sample.WaitingDeferred: refs(`vllm:num_requests_waiting_by_reason{reason="deferred"}`),
+		sample.Awake:           refs(`vllm:engine_sleep_state{sleep_state="awake"}`),
 	},
 	ModelLabels: []string{"model_name"},
 }
@@ -166,12 +178,18 @@ var SGLang = Dialect{
 		sample.CompletionTokens:   refs("sglang:generation_tokens_total"),
 		sample.CompletionSeconds:  refs("sglang:e2e_request_latency_seconds_sum"),
 		sample.CompletionRequests: refs("sglang:e2e_request_latency_seconds_count"),
+		// The real-time split (newest); prompt_tokens_total counts at
+		// completion, so the split is all prompt tokens on its own.
+		sample.PromptComputed: refs(`sglang:realtime_tokens_total{mode="prefill_compute"}`),
+		sample.PromptCached:   refs(`sglang:realtime_tokens_total{mode="prefill_cache"}`),
 	},
 	Gauges: [sample.NumGauges][]Ref{
-		sample.Running: refs("sglang:num_running_reqs"),
-		sample.Waiting: refs("sglang:num_queue_reqs"),
-		sample.KVUsage: refs("sglang:token_usage"),
-		sample.GenRate: refs("sglang:gen_throughput"),
+		sample.Running:          refs("sglang:num_running_reqs"),
+		sample.Waiting:          refs("sglang:num_queue_reqs"),
+		sample.KVUsage:          refs("sglang:token_usage"),
+		sample.GenRate:          refs("sglang:gen_throughput"),
+		sample.SpecAcceptRate:   refs("sglang:spec_accept_rate"),
+		sample.SpecAcceptLength: refs("sglang:spec_accept_length"),
 	},
 	ModelLabels: []string{"model_name", "name"},
 	SingleRank:  "tp_rank",
@@ -215,6 +233,13 @@ var LlamaCPP = Dialect{
 		sample.CompletionTokens:  refs("llamacpp:tokens_predicted_total"),
 		sample.CompletionSeconds: refs("llamacpp:tokens_predicted_seconds_total"),
 		sample.Decodes:           refs("llamacpp:n_decode_total"),
+		// prompt_tokens_total excludes cached tokens (its help says so):
+		// it is the computed count, and cached ones are apart.
+		sample.PromptComputed:  refs("llamacpp:prompt_tokens_total"),
+		sample.PromptCached:    refs("llamacpp:prompt_tokens_cached_total"),
+		sample.SpecDrafts:      refs("llamacpp:spec_decode_num_drafts_total"),
+		sample.SpecDraftTokens: refs("llamacpp:spec_decode_num_draft_tokens_total"),
+		sample.SpecAccepted:    refs("llamacpp:spec_decode_num_accepted_tokens_total"),
 	},
 	Gauges: [sample.NumGauges][]Ref{
 		sample.Running:        refs("llamacpp:requests_processing"),
@@ -638,7 +663,7 @@ func (d *Dialect) Read(p Page) (sample.Server, error) {
 		}
 	}
 	for g := range sample.NumGauges {
-		if v, model, ok := d.pick(p, d.Gauges[g], g == sample.KVUsage); ok {
+		if v, model, ok := d.pick(p, d.Gauges[g], g.Averaged()); ok {
 			s.SetGauge(g, v)
 			s.Model = cmp(s.Model, model)
 			found = true
@@ -878,6 +903,7 @@ func (d *Deriver) reconcile(s *sample.Server, prev sample.Server, live float64) 
 		d.tokens += max(0, live)
 	}
 	s.SetCounter(sample.GenerationTokens, d.tokens)
+	s.Derived[sample.GenerationTokens] = true
 }
 
 // spreadCompletions spreads the tokens of the requests completed since

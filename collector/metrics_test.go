@@ -61,10 +61,10 @@ func TestDialectsOnFixtures(t *testing.T) {
 		{"metrics_v0.4.4_engine_type_label.prom", want{"sglang", "/shared/public/models/Meta-Llama-3-8B-Instruct",
 			nil, map[sample.Gauge]float64{sample.Running: 0, sample.KVUsage: 0, sample.GenRate: 0}}},
 		{"metrics_2025_06_no_kv.prom", want{"llamacpp", "",
-			map[sample.Counter]float64{sample.PromptTokens: 143, sample.CompletionTokens: 673, sample.CompletionSeconds: 29.567, sample.ITLSum: 29.567, sample.ITLCount: 673},
+			map[sample.Counter]float64{sample.PromptTokens: 143, sample.PromptComputed: 143, sample.CompletionTokens: 673, sample.CompletionSeconds: 29.567, sample.ITLSum: 29.567, sample.ITLCount: 673},
 			nil}},
 		{"metrics_ik_llama_fork.prom", want{"llamacpp", "",
-			map[sample.Counter]float64{sample.PromptTokens: 6886, sample.CompletionTokens: 3469, sample.CompletionSeconds: 3544.27, sample.ITLSum: 3544.27, sample.ITLCount: 3469},
+			map[sample.Counter]float64{sample.PromptTokens: 6886, sample.PromptComputed: 6886, sample.CompletionTokens: 3469, sample.CompletionSeconds: 3544.27, sample.ITLSum: 3544.27, sample.ITLCount: 3469},
 			nil}},
 		{"nv_trt_llm_metrics_readme.prom", want{"triton", "tensorrt_llm",
 			map[sample.Counter]float64{sample.Iterations: 0},
@@ -82,7 +82,7 @@ func TestDialectsOnFixtures(t *testing.T) {
 			map[sample.Gauge]float64{sample.Running: 3, sample.Waiting: 0, sample.KVUsage: 0.5}}},
 		{"sglang_tp_ranks_written.prom", want{"sglang", "qwen",
 			// tp_rank 1 sees the same batch and is never added; dp ranks are.
-			map[sample.Counter]float64{sample.GenerationTokens: 300},
+			map[sample.Counter]float64{sample.GenerationTokens: 300, sample.PromptComputed: 999},
 			map[sample.Gauge]float64{sample.Running: 10, sample.GenRate: 700}}},
 	}
 	for _, tt := range tests {

@@ -13,6 +13,7 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/table"
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 	"github.com/grafana/grafana-foundation-sdk/go/units"
+	"github.com/grafana/grafana-foundation-sdk/go/xychart"
 	"github.com/tpsmon/tpsmon/schema"
 )
 
@@ -190,14 +191,16 @@ func Dashboard() ([]byte, error) {
 			Interval("1h").DrawStyle(common.GraphDrawStyleBars).FillOpacity(80).Stacking(common.NewStackingConfigBuilder().Mode(common.StackingModeNormal))).
 		WithPanel(sortedTable("Worst servers: tokens per GPU-hour, lowest first ($level rollups)", "Per server over the range, from the rollups.", unitTokGPU, gridPos(0, 99, 12, 8), colTokensPerGPUHour, false, roll("A", Ranking, "table"))).
 		WithPanel(sortedTable("Worst GPUs: idle windows, most first ($level rollups)", "Windows under 5 % utilization per GPU over the range, from the rollups.", units.Short, gridPos(12, 99, 12, 8), colIdleWindows, true, roll("A", GPUIdle, "table"))).
+		WithRow(dashboard.NewRowBuilder("Operating curve (raw windows)")).
+		WithPanel(curvePanel(raw(CurveWindows, "table"))).
 		WithRow(dashboard.NewRowBuilder("What one user feels (raw windows; servers whose engine gives latencies)")).
-		WithPanel(series("Time to first token, p50 / p90 / p99", "Per server, the worst window of the interval. From histograms a quantile is interpolated in its bucket (ttft_p90_lo_s / _hi_s are the bucket's edges); from request lines (llama.cpp, TGI, Ollama) exact, and the server's own time.", units.Seconds, "seconds", gridPos(0, 108, 12, 8), ts(LatencySeries)...).
+		WithPanel(series("Time to first token, p50 / p90 / p99", "Per server, the worst window of the interval. From histograms a quantile is interpolated in its bucket (ttft_p90_lo_s / _hi_s are the bucket's edges); from request lines (llama.cpp, TGI, Ollama) exact, and the server's own time.", units.Seconds, "seconds", gridPos(0, 119, 12, 8), ts(LatencySeries)...).
 			WithTransformation(only("(time|.*ttft_p.*)"))).
-		WithPanel(series("Inter-token latency, p50 / p90 / p99", "Per server, the worst window of the interval: per token gap from histograms, each request's mean gap from request lines.", units.Seconds, "seconds", gridPos(12, 108, 12, 8), ts(LatencySeries)...).
+		WithPanel(series("Inter-token latency, p50 / p90 / p99", "Per server, the worst window of the interval: per token gap from histograms, each request's mean gap from request lines.", units.Seconds, "seconds", gridPos(12, 119, 12, 8), ts(LatencySeries)...).
 			WithTransformation(only("(time|.*itl_p.*)"))).
-		WithPanel(series("SLO attainment", "Share of the window's requests that met every objective (slo: in the configuration); from histograms only its bounds are known (lo and hi), the lowest window of the interval.", units.PercentUnit, "share of requests", gridPos(0, 116, 12, 8), ts(LatencySeries)...).
+		WithPanel(series("SLO attainment", "Share of the window's requests that met every objective (slo: in the configuration); from histograms only its bounds are known (lo and hi), the lowest window of the interval.", units.PercentUnit, "share of requests", gridPos(0, 127, 12, 8), ts(LatencySeries)...).
 			Min(0).Max(1).WithTransformation(only("(time|.*slo_attainment.*)"))).
-		WithPanel(series("Goodput", "Requests per second that met the objectives (lower bound), mean over the interval.", unitReqS, "requests/s", gridPos(12, 116, 12, 8), ts(LatencySeries)...).
+		WithPanel(series("Goodput", "Requests per second that met the objectives (lower bound), mean over the interval.", unitReqS, "requests/s", gridPos(12, 127, 12, 8), ts(LatencySeries)...).
 			WithTransformation(only("(time|.*goodput_rps.*)")))
 	d, err := b.Build()
 	if err != nil {
@@ -222,6 +225,7 @@ func Dashboard() ([]byte, error) {
 		{"type": "panel", "id": "timeseries", "name": "Time series", "version": ""},
 		{"type": "panel", "id": "state-timeline", "name": "State timeline", "version": ""},
 		{"type": "panel", "id": "table", "name": "Table", "version": ""},
+		{"type": "panel", "id": "xychart", "name": "XY Chart", "version": ""},
 	}
 	return json.MarshalIndent(m, "", "  ")
 }
@@ -233,4 +237,22 @@ var onHost = fmt.Sprintf(` WHERE %q =~ /^$host$/`, schema.TagHost)
 // measurement m, then where.
 func tagValues(m, key, where string) string {
 	return fmt.Sprintf(`SHOW TAG VALUES FROM %q WITH KEY = %q`, m, key) + where
+}
+
+// curvePanel is the operating curve as Grafana draws it: a point per raw
+// window, per-user TPS across, system TPS up, coloured by running
+// requests (the report bins and judges them; Grafana shows the cloud).
+func curvePanel(t cog.Builder[variants.Dataquery]) *xychart.PanelBuilder {
+	field := func(name string) *xychart.MatcherConfigBuilder {
+		return xychart.NewMatcherConfigBuilder().Id("byName").Options(name)
+	}
+	return xychart.NewPanelBuilder().Title("Operating curve: system against per-user tokens per second").
+		Description("One point per window: per-user tokens/s across, the server's system tokens/s up, coloured by mean running requests. Up and to the right is better; more concurrency moves a server up and left until per-user speed falls under its objective (tpsmon report draws the floor and the operating point).").
+		Datasource(ds).Unit(unitTokS).GridPos(gridPos(0, 108, 24, 10)).Targets([]cog.Builder[variants.Dataquery]{t}).
+		Show(xychart.XYShowModePoints).Mapping(xychart.SeriesMappingManual).AxisLabel("tokens/s").
+		ColorScheme(dashboard.NewFieldColorBuilder().Mode(dashboard.FieldColorModeIdContinuousBlues)).
+		Series([]cog.Builder[xychart.XYSeriesConfig]{xychart.NewXYSeriesConfigBuilder().
+			X(xychart.NewXychartXYSeriesConfigXBuilder().Matcher(field(schema.FieldPerUserTPS))).
+			Y(xychart.NewXychartXYSeriesConfigYBuilder().Matcher(field(schema.FieldSystemTPS))).
+			Color(xychart.NewXychartXYSeriesConfigColorBuilder().Matcher(field(schema.FieldRunning)))})
 }

@@ -15,7 +15,7 @@ import (
 // stateColor gives each state one colour across the report.
 var stateColor = map[string]string{
 	schema.StateDown: "#6b7280", schema.StateIdle: "#f2b134", schema.StateKVBound: "#d6452f", schema.StateQueueBound: "#e07b39",
-	schema.StateUnderutilized: "#8fb3de", schema.StateSaturated: "#7a4fd6", schema.StateOK: "#2f9d6a", Unused: "#c4c4c4",
+	schema.StateUnderutilized: "#8fb3de", schema.StateSaturated: "#7a4fd6", schema.StateOK: "#2f9d6a", schema.StateSleeping: "#9ca3af", Unused: "#c4c4c4",
 }
 
 // Shown at most: the rest is in --format json.
@@ -171,13 +171,13 @@ func serverChartsOf(s ServerReport, g timeGrid) serverCharts {
 	}
 	return serverCharts{
 		Title: fmt.Sprintf("%s on %s (GPUs %s)", s.Server, s.Host, s.GPUs),
-		Charts: []template.HTML{
+		Charts: append([]template.HTML{
 			g.chart("System tokens/s (all requests)", "tokens/s", line{"system", "#2f6fd6", cols["sys"]}).svg(),
 			g.chart("Per-user tokens/s (one stream)", "tokens/s", line{"per user", "#d6762f", cols["user"]}).svg(),
 			g.chart("Running requests (concurrency)", "requests", line{"running", "#2f9d6a", cols["run"]}).svg(),
 			g.chart("GPU utilization", "%", line{"util", "#b03a48", cols["util"]}).svg(),
 			scatter(s.Series),
-		},
+		}, curveCharts(s)...),
 	}
 }
 

@@ -202,8 +202,13 @@ var LatencySeries = Query{Name: "latency_series",
 
 // Queries lists every query the dashboard and the report share.
 var Queries = []Query{ServerSeries, TokensPerJoule, Ranking, StateTimeline, StateTime, StateTrend, GPUTime, GPUIdle, UnusedGPUs,
-	UnusedTrend, FleetTokens, FleetGPU, GPUSeries, GPUThrottle, FleetTPS, FleetEfficiency, StateHoursTrend, UnusedHours,
+	UnusedTrend, FleetTokens, FleetGPU, GPUSeries, GPUThrottle, FleetTPS, FleetEfficiency, StateHoursTrend, UnusedHours, CurveWindows,
 	LatencySeries}
+
+// SuspectWindows reads the raw windows a sanity rule doubted (their
+// suspect field), for the report alone: rollups do not carry the field.
+var SuspectWindows = Query{Name: "suspect_windows",
+	Text: `SELECT "` + schema.FieldSuspect + `" FROM ` + rawServer + ` ` + serverWhere + ` AND "` + schema.FieldSuspect + `" =~ /./ GROUP BY "host", "server"`}
 
 // States are the verdicts of design §5.
 var States = schema.States

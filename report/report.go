@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis/curve"
 	"github.com/tpsmon/tpsmon/internal/influxql"
 	"github.com/tpsmon/tpsmon/schema"
 )
@@ -41,6 +42,9 @@ type Report struct {
 	GPUs                []GPUReport    `json:"gpus"`
 	// Unpriced lists GPU models without a price, when prices were given.
 	Unpriced []string `json:"unpriced,omitempty"`
+	// CurveSkipped counts the windows the operating curve left out, by
+	// reason (NaN, negative or absurd values).
+	CurveSkipped map[string]int `json:"operating_curve_skipped,omitempty"`
 }
 
 // StateHours is the GPU time spent in one state, and who spent it.
@@ -81,6 +85,11 @@ type ServerReport struct {
 	GPUHours         float64            `json:"gpu_hours"`
 	StateShare       map[string]float64 `json:"state_share"`
 	Series           []Point            `json:"series"`
+	// Suspect counts the windows each sanity rule doubted (raw level only).
+	Suspect map[string]int `json:"suspect,omitempty"`
+	// OperatingCurve is the server's curves: one per model, engine, GPU
+	// set and kind of window (analysis/curve).
+	OperatingCurve []curve.Curve `json:"operating_curve,omitempty"`
 }
 
 // Point is one interval of a server's series; negative is absent.
@@ -116,6 +125,9 @@ type Options struct {
 	// Prices is the price of a GPU-hour per GPU model (the gpu points'
 	// name tag); "*" prices any other model.
 	Prices map[string]float64
+	// PerUserFloor is the per-user TPS objective of the operating point;
+	// 0: DefaultPerUserFloor, negative: no operating point.
+	PerUserFloor float64
 }
 
 // builder holds one Build's state.
@@ -221,7 +233,7 @@ func (b *builder) build(o Options) error {
 		}
 	}
 	b.waste()
-	for _, step := range []func() error{b.efficiency, b.serverSeries, b.fleet} {
+	for _, step := range []func() error{b.efficiency, b.serverSeries, b.fleet, b.suspects, func() error { return b.operatingCurve(o.floor()) }} {
 		if err := step(); err != nil {
 			return err
 		}
@@ -339,6 +351,28 @@ func (b *builder) gpuIdle() error {
 		n, _ := influxql.Num(row[colIdleWindows])
 		if g.Windows > 0 {
 			g.IdleShare = n / float64(g.Windows)
+		}
+		return nil
+	})
+}
+
+// suspects counts each server's suspect windows by rule; rollups do not
+// carry the field, so only raw ranges have them.
+func (b *builder) suspects() error {
+	if b.f.Level != "" && b.f.Level != Raw {
+		return nil
+	}
+	return b.rows(SuspectWindows, "", func(tags map[string]string, row map[string]any) error {
+		v, _ := row[schema.FieldSuspect].(string)
+		if v == "" {
+			return nil
+		}
+		s := b.server(tags)
+		if s.Suspect == nil {
+			s.Suspect = map[string]int{}
+		}
+		for _, rule := range strings.Split(v, ",") {
+			s.Suspect[rule]++
 		}
 		return nil
 	})
@@ -605,6 +639,7 @@ func (b *builder) price(prices map[string]float64) {
 
 var stateWhy = map[string]string{
 	schema.StateDown:          "it could not be read",
+	schema.StateSleeping:      "the engine slept, holding its GPUs with nothing running",
 	schema.StateIdle:          "no tokens and nothing running",
 	schema.StateKVBound:       "requests waited or were preempted with the KV cache full",
 	schema.StateQueueBound:    "requests waited while the GPU was mostly idle: the scheduler, CPU or a batch limit held it back",
@@ -667,6 +702,7 @@ func findings(r *Report) []string {
 		}
 		out = append(out, fmt.Sprintf("server %s on %s was %s %d%% of the time: %s", w.s.Server, w.s.Host, w.state, pct(w.share), stateWhy[w.state]))
 	}
+	out = append(out, suspectFindings(r)...)
 	var ranked []ServerReport
 	for _, s := range r.Servers {
 		if s.TokensPerGPUHour != nil {
@@ -681,6 +717,29 @@ func findings(r *Report) []string {
 	}
 	if len(out) == 0 {
 		out = append(out, "no waste found in this range")
+	}
+	return out
+}
+
+// suspectFindings says, per server whose windows a sanity rule doubted,
+// how many and by which rules.
+func suspectFindings(r *Report) []string {
+	var out []string
+	for _, s := range r.Servers {
+		if len(s.Suspect) == 0 {
+			continue
+		}
+		rules := make([]string, 0, len(s.Suspect))
+		for rule := range s.Suspect {
+			rules = append(rules, rule)
+		}
+		sort.Strings(rules)
+		parts := make([]string, len(rules))
+		for i, rule := range rules {
+			parts[i] = fmt.Sprintf("%s %d", rule, s.Suspect[rule])
+		}
+		out = append(out, fmt.Sprintf("server %s on %s had windows a sanity rule doubts (%s): a sensor or counter behind them may lie; their values are as read",
+			s.Server, s.Host, strings.Join(parts, ", ")))
 	}
 	return out
 }

@@ -207,6 +207,11 @@ func (j *Job) rollRange(ctx context.Context, l Level, a, b time.Time) (int, erro
 			}
 		}
 	}
+	buf, nc, err := j.rollCurve(ctx, l, a, b, enc, buf)
+	if err != nil {
+		return 0, err
+	}
+	n += nc
 	if len(buf) == 0 {
 		return 0, nil
 	}

@@ -38,12 +38,30 @@ const (
 	// their reason; AbortedRequests those of them it aborted.
 	FinishedRequests
 	AbortedRequests
+	// The prompt's tokens by where their KV came from, where the engine
+	// splits them: computed by prefill, hit in the local prefix cache,
+	// transferred from another instance (disaggregated serving). Whether
+	// PromptTokens counts all three or only the computed ones is the
+	// engine's: the analysis knows which (see analysis/prompt.go).
+	PromptComputed
+	PromptCached
+	PromptExternal
+	// Prefix-cache lookups, in tokens queried and tokens hit (vLLM V1).
+	PrefixQueries
+	PrefixHits
+	// Speculative decoding: verification steps, tokens drafted, drafted
+	// tokens the target model accepted.
+	SpecDrafts
+	SpecDraftTokens
+	SpecAccepted
 	NumCounters
 )
 
 var counterNames = [NumCounters]string{"generation_tokens", "prompt_tokens", "preemptions", "itl_sum", "itl_count",
 	"completion_tokens", "completion_seconds", "completion_requests", "iterations", "decodes",
-	"finished_requests", "aborted_requests"}
+	"finished_requests", "aborted_requests",
+	"prompt_computed", "prompt_cached", "prompt_external", "prefix_queries", "prefix_hits",
+	"spec_drafts", "spec_draft_tokens", "spec_accepted"}
 
 func (c Counter) String() string { return counterNames[c] }
 
@@ -64,12 +82,36 @@ const (
 	// SlotsPerDecode is the mean number of busy slots per decode call
 	// since the server started (llama.cpp).
 	SlotsPerDecode
+	// WaitingCapacity and WaitingDeferred split Waiting by why the
+	// requests wait (vLLM): for KV cache memory, or for anything else
+	// (a KV transfer, a grammar, a LoRA adapter).
+	WaitingCapacity
+	WaitingDeferred
+	// Awake is 1 while the engine is awake, 0 while it sleeps holding its
+	// GPUs (vLLM sleep mode); averaged over data-parallel engines.
+	Awake
+	// SpecAcceptRate (0..1) and SpecAcceptLength (tokens per verification
+	// step) are an engine's own speculative-decoding gauges (SGLang),
+	// averaged over its recent steps.
+	SpecAcceptRate
+	SpecAcceptLength
 	NumGauges
 )
 
-var gaugeNames = [NumGauges]string{"running", "waiting", "kv_cache_usage", "gen_rate", "gen_requests", "slots_per_decode"}
+var gaugeNames = [NumGauges]string{"running", "waiting", "kv_cache_usage", "gen_rate", "gen_requests", "slots_per_decode",
+	"waiting_capacity", "waiting_deferred", "awake", "spec_accept_rate", "spec_accept_length"}
 
 func (g Gauge) String() string { return gaugeNames[g] }
+
+// Averaged says whether the gauge is a ratio or a per-engine state, which
+// data-parallel engines' series average rather than sum.
+func (g Gauge) Averaged() bool {
+	switch g {
+	case KVUsage, Awake, SpecAcceptRate, SpecAcceptLength:
+		return true
+	}
+	return false
+}
 
 // Server is what one scrape of one server read.
 type Server struct {
@@ -78,8 +120,11 @@ type Server struct {
 	Model      string
 	Counter    [NumCounters]float64
 	HasCounter [NumCounters]bool
-	Gauge      [NumGauges]float64
-	HasGauge   [NumGauges]bool
+	// Derived marks counters tpsmon built from other signals (collector's
+	// Deriver) rather than read: they start when tpsmon started watching.
+	Derived  [NumCounters]bool
+	Gauge    [NumGauges]float64
+	HasGauge [NumGauges]bool
 	// Intervals carries tokens that belong to a stretch of time rather
 	// than to the moment of the scrape (completion-time counters spread
 	// back, engine rate gauges).

@@ -71,6 +71,7 @@ func keys(p Point) (tags, fields []string) {
 func TestPointsCarrySchema(t *testing.T) {
 	var sw analysis.ServerWindow
 	present(&sw.ServerWindow)
+	present(&sw) // the analysis's own fields
 	sw.Latency, sw.SLOMiss = fullLatency(), "queue"
 	var gw analysis.GPUWindow
 	present(&gw.GPUWindow)

@@ -101,6 +101,10 @@ type serverState struct {
 	// engineNamed says the engine tag was detected, not configured.
 	engineNamed bool
 	hists       [sample.NumHists]histTrack
+	// derived marks the counters the collector built, doubted the samples
+	// whose counters the Guard refused as no one process's.
+	derived [sample.NumCounters]bool
+	doubted timeline
 }
 
 type gpuState struct {
@@ -256,7 +260,11 @@ func (j *Joiner) AddServer(name string, s sample.Server) bool {
 	for c := range sample.NumCounters {
 		if s.HasCounter[c] {
 			st.counters[c].add(s.Time, s.Counter[c])
+			st.derived[c] = s.Derived[c]
 		}
+	}
+	if s.Suspect {
+		st.doubted.add(s.Time)
 	}
 	for g := range sample.NumGauges {
 		if s.HasGauge[g] {
@@ -713,7 +721,7 @@ func (g *gpuState) prune(e time.Time) {
 func (j *Joiner) serverWindow(st *serverState, s, e time.Time, sums map[string]*gpuSummary) ServerWindow {
 	m := j.measure(st, s, e)
 	w := ServerWindow{Start: s, Length: j.cfg.Window, Host: j.cfg.Host, Server: st.Name, Engine: st.Engine,
-		Model: st.Model, Source: m.source, Down: m.down, Preempted: m.preempted}
+		Model: st.Model, Source: m.source, Down: m.down, Preempted: m.preempted, Counts: m.counts, Gauges: m.gauges, CountersDoubted: m.doubted}
 	if m.hasTokens {
 		w.Tokens, w.ExactTokens = Some(m.tokensInt), Some(m.tokens)
 		if m.tokenSecs > 0 {
@@ -853,6 +861,9 @@ type measured struct {
 	finished, aborted       float64
 	hasFinished, hasAborted bool
 	latency                 Latency
+	counts                  [sample.NumCounters]Count
+	doubted                 bool
+	gauges                  [sample.NumGauges]Opt[float64]
 }
 
 // closedCounters is what each counter of a server says of one window.
@@ -906,9 +917,11 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 	for g := range sample.NumGauges {
 		st.gauges[g].prune(e)
 	}
+	m.doubted = st.doubted.count(s, e) > 0
 	st.seen.prune(e)
 	st.watched.prune(e)
 	m.latency = j.latency(st, acc, &m, s)
+	st.doubted.prune(e)
 	st.spare = append(st.spare[:min(len(st.spare), maxSpareAcc-1)], acc)
 	return m
 }
@@ -997,6 +1010,20 @@ func (j *Joiner) fromMetrics(m *measured, st *serverState, cc *closedCounters, i
 		return -1
 	}
 	m.running, m.waiting, m.kv = gauge(sample.Running), gauge(sample.Waiting), gauge(sample.KVUsage)
+	for c := range sample.NumCounters {
+		if cc.have[c] {
+			sp := cc.spans[c]
+			m.counts[c] = Count{Delta: j.bound(sp.delta()), Total: sp.end, OK: true, Derived: st.derived[c]}
+			if secs := cc.obsSpan[c].Seconds(); secs > 0 {
+				m.counts[c].Rate, m.counts[c].RateOK = j.bound(cc.obs[c])/secs, true
+			}
+		}
+	}
+	for g := range sample.NumGauges {
+		if v := gauge(g); v >= 0 {
+			m.gauges[g] = Some(v)
+		}
+	}
 	if !st.latency && m.running > 0 && m.tokenSecs > 0 && m.rateTokens > 0 {
 		// Only the system rate (SGLang's gen_throughput on a page without
 		// its latency histograms): each running stream got its share.

@@ -1,6 +1,11 @@
 package window
 
-import "time"
+import (
+	"math"
+	"time"
+
+	"github.com/tpsmon/tpsmon/sample"
+)
 
 // Opt is a value a window may lack: a number that could not be measured
 // stays missing (OK false), it never reads as 0.
@@ -84,4 +89,37 @@ type ServerWindow struct {
 	Preempted   bool
 	// Latency is what the sources said of the requests' latencies.
 	Latency Latency
+	// Counts holds what each counter said of a scraped window, Gauges each
+	// gauge's mean over it: the analysis derives from those a window has
+	// no field for (the prompt's split, speculation, why requests wait).
+	// A window the log spoke for has none.
+	Counts [sample.NumCounters]Count
+	Gauges [sample.NumGauges]Opt[float64]
+	// CountersDoubted says the collector's Guard refused the server's
+	// counters in the window as no one process's (they fell and rose
+	// again, or stepped): a rate typed as a counter, or two processes
+	// behind one address.
+	CountersDoubted bool
 }
+
+// Count is what one counter said of one window.
+type Count struct {
+	// Delta is its increase over the window (between the readings
+	// bracketing its edges).
+	Delta float64
+	// Rate is the increase per second over the stretches the counter was
+	// observed (RateOK false when none was).
+	Rate   float64
+	RateOK bool
+	// Total is its reading at the window's end, cumulative since the
+	// server started.
+	Total float64
+	OK    bool
+	// Derived says tpsmon built the counter (it counts from when tpsmon
+	// started watching, not from the server's start).
+	Derived bool
+}
+
+// Int is the integer increase: the difference of the rounded readings,
+// so that consecutive windows add up.
+func (c Count) Int() int64 { return int64(math.Round(c.Total)) - int64(math.Round(c.Total-c.Delta)) }

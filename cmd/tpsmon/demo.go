@@ -13,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/daemon/agent"
 	"github.com/tpsmon/tpsmon/daemon/api"
@@ -124,7 +123,6 @@ func runDemo(ctx context.Context, cfg *config.Config, out agent.WindowWriter, o 
 		Version: version,
 		OpenGPU: func() (agent.GPUSampler, error) { return gpusim.New(gpus, load), nil },
 		Outputs: []agent.WindowWriter{out},
-		Client:  collector.NewClient(2 * time.Second),
 		Listening: func(addr net.Addr) {
 			fmt.Fprintf(o.note, "tpsmon demo: serving http://%s%s; watch it with: tpsmon top --addr %s\n", addr, api.WindowsPath, addr)
 		},

@@ -23,6 +23,8 @@ func newReportCmd() *cobra.Command {
 		output, format string
 		level          string
 		prices         map[string]string
+		fromS, toS     string
+		floor          float64
 	)
 	cmd := &cobra.Command{
 		Use:   "report",
@@ -44,6 +46,13 @@ The InfluxDB settings come from the configuration; the flags override them.`,
 			if since <= 0 {
 				return fmt.Errorf("--since %v must be positive", since)
 			}
+			from, to, err := reportRange(cmd, fromS, toS, since, time.Now().UTC())
+			if err != nil {
+				return err
+			}
+			if !(floor > 0) || math.IsInf(floor, 0) {
+				return fmt.Errorf("--per-user-floor %v: want a positive number of tokens/s", floor)
+			}
 			if format != "html" && format != "json" {
 				return fmt.Errorf("--format %q: want html or json", format)
 			}
@@ -58,8 +67,8 @@ The InfluxDB settings come from the configuration; the flags override them.`,
 			if err != nil {
 				return err
 			}
-			to := time.Now().UTC()
-			f := report.Filter{From: to.Add(-since), To: to, Host: host, Server: server, Level: level}
+			opts.PerUserFloor = floor
+			f := report.Filter{From: from, To: to, Host: host, Server: server, Level: level}
 			c, err := queryClient(cfg.Sink.Influx, token)
 			if err != nil {
 				return err
@@ -75,7 +84,10 @@ The InfluxDB settings come from the configuration; the flags override them.`,
 		},
 	}
 	f := cmd.Flags()
-	f.DurationVar(&since, "since", 24*time.Hour, "how far back")
+	f.DurationVar(&since, "since", 24*time.Hour, "how far back (from --to, or now)")
+	f.StringVar(&fromS, "from", "", "start of the range (RFC3339); with --to, or --since after it")
+	f.StringVar(&toS, "to", "", "end of the range (RFC3339; default now)")
+	f.Float64Var(&floor, "per-user-floor", report.DefaultPerUserFloor, "per-user tokens/s objective of the operating curve's operating point")
 	f.StringVar(&host, "host", "", "only this host")
 	f.StringVar(&server, "server", "", "only this server")
 	f.StringVar(&output, "output", "tpsmon-report.html", "file to write")
@@ -125,4 +137,39 @@ func parsePrices(in map[string]string) (report.Options, error) {
 		o.Prices[model] = p
 	}
 	return o, nil
+}
+
+// reportRange is the report's [from, to): --to (or now) back --since, or
+// --from to --to (or --from plus --since when only --since was given).
+func reportRange(cmd *cobra.Command, fromS, toS string, since time.Duration, now time.Time) (time.Time, time.Time, error) {
+	parse := func(name, v string) (time.Time, error) {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return t, fmt.Errorf("--%s %q: want RFC3339 (2006-01-02T15:04:05Z): %w", name, v, err)
+		}
+		return t.UTC(), nil
+	}
+	to := now
+	if toS != "" {
+		t, err := parse("to", toS)
+		if err != nil {
+			return to, to, err
+		}
+		to = t
+	}
+	from := to.Add(-since)
+	if fromS != "" {
+		t, err := parse("from", fromS)
+		if err != nil {
+			return from, to, err
+		}
+		from = t
+		if toS == "" && cmd.Flags().Changed("since") {
+			to = from.Add(since)
+		}
+	}
+	if !from.Before(to) {
+		return from, to, fmt.Errorf("report: --from %s is not before --to %s", from.Format(time.RFC3339), to.Format(time.RFC3339))
+	}
+	return from, to, nil
 }

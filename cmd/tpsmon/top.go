@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"strconv"
@@ -20,13 +22,15 @@ func newTopCmd() *cobra.Command {
 		every time.Duration
 		width int
 		asc   bool
+		floor float64
 	)
 	cmd := &cobra.Command{
 		Use:   "top",
 		Short: "Watch the node live: servers and GPUs, window by window",
 		Long: `top shows what the daemon sees, live: one row per server (state, tokens
 per second, per user, queue, KV cache, tokens per joule, a sparkline of its
-tokens per second) and one per GPU (utilization, SM activity, memory,
+tokens per second; under them, where they fit, each server's headroom
+under --per-user-floor over the windows top holds) and one per GPU (utilization, SM activity, memory,
 power, temperature, throttle reasons, the server using it). It reads the
 daemon's ` + "`/api/v1/windows`" + ` on its http.listen address.
 Keys: q quits, s changes the order, f shows only what needs a look.
@@ -38,7 +42,10 @@ exits (scripts, tickets).`,
 			if err != nil {
 				return err
 			}
-			cfg := top.Config{Client: c, Every: every, ASCII: asc || os.Getenv("TERM") == "dumb"}
+			if !(floor > 0) || math.IsInf(floor, 0) {
+				return fmt.Errorf("--per-user-floor %v: want a positive number of tokens/s", floor)
+			}
+			cfg := top.Config{Client: c, Every: every, ASCII: asc || os.Getenv("TERM") == "dumb", Floor: floor}
 			// Not a terminal (a pipe, a file): one snapshot, as --once.
 			if !once && !term.IsTerminal(os.Stdout.Fd()) {
 				once = true
@@ -58,6 +65,7 @@ exits (scripts, tickets).`,
 	f.DurationVar(&every, "interval", time.Second, "how often to ask the daemon")
 	f.IntVar(&width, "width", 0, "--once: columns (default: the terminal's, or $COLUMNS, or 120)")
 	f.BoolVar(&asc, "ascii", false, "draw sparklines in ASCII (default on TERM=dumb)")
+	f.Float64Var(&floor, "per-user-floor", 20, "per-user tokens/s objective of each server's operating point line (headroom), over the windows top holds")
 	return cmd
 }
 

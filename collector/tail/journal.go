@@ -30,6 +30,9 @@ import (
 type Journal struct {
 	Unit      string
 	StateFile string
+	// Resume, when set, is where reading starts instead of StateFile's
+	// cursor (Tailer.Resume).
+	Resume *Position
 	// Command is journalctl's path; "journalctl" when empty.
 	Command string
 	// Poll is the time between reads; 1s when zero.
@@ -83,7 +86,9 @@ func (j *Journal) Run(ctx context.Context, emit func(Line)) error {
 		poll = time.Second
 	}
 	cursor := ""
-	if j.StateFile != "" {
+	if j.Resume != nil {
+		cursor = j.Resume.Cursor
+	} else if j.StateFile != "" {
 		if p, ok, err := LoadPosition(j.StateFile); err == nil && ok {
 			cursor = p.Cursor
 		}

@@ -71,6 +71,10 @@ type Tailer struct {
 	Path string
 	// StateFile holds the saved position ("" = start fresh each time).
 	StateFile string
+	// Resume, when set, is where reading starts instead of StateFile's
+	// position: what the consumer took from the Tailer this one follows
+	// (a reload restarts the sources), newer than the file's.
+	Resume *Position
 	// Poll is how often the file is read besides when it changes (file
 	// systems without notification), and how often Alive is told.
 	Poll time.Duration
@@ -201,7 +205,9 @@ func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
 	}()
 	var saved Position
 	var have bool
-	if t.StateFile != "" {
+	if t.Resume != nil {
+		saved, have = *t.Resume, true
+	} else if t.StateFile != "" {
 		var err error
 		if saved, have, err = LoadPosition(t.StateFile); err != nil {
 			t.Log.Warn("tail: ignoring unreadable position", "err", err)

@@ -58,69 +58,114 @@ func OpenBackend(cfg *config.Config, load func(time.Time) float64) func() (GPUSa
 }
 
 // Options are the agent's optional parts; the zero value runs what the
-// configuration says.
+// configuration says. They are what the commands need (run, run --once,
+// demo); the knobs only tests turn are hooks.
 type Options struct {
 	// Log receives the daemon's log; nil discards it.
 	Log *slog.Logger
 	// Version names this build in the log and to InfluxDB.
 	Version string
-	// OpenGPU replaces the configured GPU backend (demo, tests).
-	OpenGPU func() (GPUSampler, error)
-	// Outputs replace the file sink: closed windows go there (and to
-	// InfluxDB when one is configured).
-	Outputs []WindowWriter
 	// Reload delivers SIGHUP; Load re-reads the configuration then, and
 	// SetLevel applies its log level.
 	Reload   <-chan os.Signal
 	Load     func() (*config.Config, error)
 	SetLevel func(level string)
+	// OpenGPU replaces the configured GPU backend (the demo's simulated
+	// GPUs) until a reload names another backend.
+	OpenGPU func() (GPUSampler, error)
+	// Outputs replace the file sink: closed windows go there (and to
+	// InfluxDB when one is configured).
+	Outputs []WindowWriter
 	// Listening is told where the HTTP endpoint listens.
 	Listening func(addr net.Addr)
-	// Client reads the servers' metrics; nil: one with a 5 s timeout.
-	Client *http.Client
-	// LogPoll is how often log files are read; 0: the tailer's default.
-	LogPoll time.Duration
-	// AttribEvery is how often servers with gpus: auto are placed on
-	// their GPUs; 0: attribEvery.
-	AttribEvery time.Duration
-	// GPURetry is how long a GPU backend that failed to open waits before
-	// the next try; 0: defaultGPURetry.
-	GPURetry time.Duration
-	// LogGrace replaces the grace of log sources (defaultLogGrace).
-	LogGrace time.Duration
-	// PositionDir keeps the log positions the joiner took; empty: beside
-	// the spool when InfluxDB is used, else a log is read from its end at
-	// each start.
-	PositionDir string
-	// Notify tells the service manager the daemon's state (sd_notify
-	// messages); nil: systemd's NOTIFY_SOCKET, nothing outside systemd.
-	// The watchdog's timeout is read from WATCHDOG_USEC either way.
-	Notify func(state string) error
-	// StopSources is how long shutdown waits for the sources to end;
-	// 0: defaultStopSources.
-	StopSources time.Duration
-	// StallAfter is how long the main loop or the GPU sampler may make no
-	// progress before the watchdog is starved; 0: three ticks of the
-	// loop or the sampler, and at least defaultStall.
-	StallAfter time.Duration
 }
 
-// Agent is one daemon.
+// hooks are the knobs only tests turn; their zero values are the
+// daemon's. newAgent resolves them once, with Options' defaults: nothing
+// after it checks for a zero.
+type hooks struct {
+	// client reads the servers' metrics; nil: one with a 5 s timeout.
+	client *http.Client
+	// logPoll is how often log files are read; 0: the tailer's default.
+	logPoll time.Duration
+	// logGrace replaces the grace of log sources (defaultLogGrace).
+	logGrace time.Duration
+	// attribEvery is how often servers with gpus: auto are placed on
+	// their GPUs (defaultAttribEvery).
+	attribEvery time.Duration
+	// gpuRetry is how long a GPU backend that failed to open waits before
+	// the next try (defaultGPURetry).
+	gpuRetry time.Duration
+	// stopSources is how long shutdown waits for the sources to end
+	// (defaultStopSources).
+	stopSources time.Duration
+	// stallAfter is how long the main loop or the GPU sampler may make no
+	// progress before the watchdog is starved; 0: three ticks of the
+	// loop or the sampler, and at least defaultStall.
+	stallAfter time.Duration
+	// positionDir keeps the log positions the joiner took; empty: beside
+	// the spool when InfluxDB is used, else a log is read from its end at
+	// each start.
+	positionDir string
+	// notify tells the service manager the daemon's state (sd_notify
+	// messages); nil: systemd's NOTIFY_SOCKET, nothing outside systemd.
+	// The watchdog's timeout is read from WATCHDOG_USEC either way.
+	notify func(state string) error
+}
+
+// Agent is one daemon. New fills every field; Run only reads them, apart
+// from the outputs assemble gives the pipeline.
 type Agent struct {
-	cfg     *config.Config
-	o       Options
-	metrics *metrics
+	cfg *config.Config
+	o   Options
+	// openGPU opens the GPU backend Run starts with: Options.OpenGPU or
+	// the configured backend's; nil for none.
+	openGPU func() (GPUSampler, error)
+	notify  func(state string) error
+	// stale is how long the main loop or the sampler may make no progress.
+	stale time.Duration
 	// http bounds the HTTP endpoint; its MaxConns comes from
 	// http.max_connections at Run. Tests shorten the timeouts.
-	http httpserve.Limits
+	http    httpserve.Limits
+	metrics *metrics
+	health  *health
+	p       *pipeline
 }
 
 // New returns the daemon of cfg; nothing starts before Run.
-func New(cfg *config.Config, o Options) *Agent {
+func New(cfg *config.Config, o Options) *Agent { return newAgent(cfg, o, hooks{}) }
+
+// newAgent is New with the tests' hooks: the one place where a default
+// is put for a value not given.
+func newAgent(cfg *config.Config, o Options, h hooks) *Agent {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Agent{cfg: cfg, o: o, metrics: newMetrics(), http: httpserve.Defaults()}
+	a := &Agent{cfg: cfg, o: o, openGPU: o.OpenGPU, notify: h.notify, stale: h.stallAfter, http: httpserve.Defaults(),
+		metrics: newMetrics(), health: &health{}}
+	if a.openGPU == nil {
+		a.openGPU = OpenBackend(cfg, nil)
+	}
+	if a.notify == nil {
+		a.notify = sdNotify
+	}
+	if a.stale <= 0 {
+		a.stale = max(defaultStall, 3*min(cfg.Window/10, time.Second), 3*cfg.GPU.Interval)
+	}
+	or := func(d, def time.Duration) time.Duration {
+		if d <= 0 {
+			return def
+		}
+		return d
+	}
+	a.p = &pipeline{log: o.Log, now: time.Now, client: h.client, posDir: h.positionDir, metrics: a.metrics, health: a.health,
+		reconf: make(chan reconfig), applied: make(chan struct{}),
+		tune: tuning{logPoll: h.logPoll, logGrace: or(h.logGrace, defaultLogGrace), gpuRetry: or(h.gpuRetry, defaultGPURetry),
+			attribEvery: or(h.attribEvery, defaultAttribEvery), stopSources: or(h.stopSources, defaultStopSources)}}
+	if a.p.client == nil {
+		a.p.client = collector.NewClient(5 * time.Second)
+	}
+	return a
 }
 
 // defaultStall is the shortest time without progress that starves the
@@ -128,30 +173,10 @@ func New(cfg *config.Config, o Options) *Agent {
 const defaultStall = 3 * time.Second
 
 // Run runs the daemon until ctx ends, then closes the open windows as
-// partial and delivers what it can within stopTimeout.
+// partial and delivers what it can within stopTimeout. An Agent runs once.
 func (a *Agent) Run(ctx context.Context) error {
-	cfg, log, o := a.cfg, a.o.Log, a.o
-	openGPU := o.OpenGPU
-	if openGPU == nil {
-		openGPU = OpenBackend(cfg, nil)
-	}
-	p := &pipeline{cfg: cfg, log: log, openGPU: openGPU, reconf: make(chan reconfig), applied: make(chan struct{}),
-		logPoll: o.LogPoll, logGrace: o.LogGrace, metrics: a.metrics, client: o.Client, attribEvery: o.AttribEvery}
-	if p.attribEvery <= 0 {
-		p.attribEvery = attribEvery
-	}
-	p.gpuRetry = o.GPURetry
-	if p.stopSources = o.StopSources; p.stopSources <= 0 {
-		p.stopSources = defaultStopSources
-	}
-	if p.client == nil {
-		p.client = collector.NewClient(5 * time.Second)
-	}
-	stale := o.StallAfter
-	if stale <= 0 {
-		stale = max(defaultStall, 3*min(cfg.Window/10, time.Second), 3*cfg.GPU.Interval)
-	}
-	tel := &telemetry{p: p, stale: stale, pprof: cfg.HTTP.Pprof}
+	cfg, log, o, p := a.cfg, a.o.Log, a.o, a.p
+	tel := &telemetry{health: a.health, metrics: a.metrics, stale: a.stale, pprof: cfg.HTTP.Pprof}
 	influx, closeAll, err := a.assemble(p, tel)
 	defer closeAll()
 	if err != nil {
@@ -166,11 +191,11 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	ready := make(chan struct{})
 	p.ready = func() { close(ready) }
-	p.stopping = func() { a.notify(daemon.SdNotifyStopping) }
+	p.stopping = func() { a.tell(daemon.SdNotifyStopping) }
 	loopCtx, stopLoop := context.WithCancel(ctx)
 	defer stopLoop()
 	done := make(chan error, 1)
-	go func() { done <- p.run(loopCtx) }()
+	go func() { done <- p.run(loopCtx, cfg, a.openGPU) }()
 	select {
 	case <-ready:
 	case err := <-done:
@@ -178,7 +203,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	log.Info("tpsmon running", "version", o.Version, "host", cfg.Host, "window", cfg.Window,
 		"servers", len(cfg.Servers), "gpu_backend", cfg.GPU.Backend, "influx", redact.URL(cfg.Sink.Influx.URL))
-	return a.supervise(p, tel, influx, done)
+	return a.supervise(tel, influx, done)
 }
 
 // assemble gives the pipeline its outputs (InfluxDB through the spool,
@@ -217,10 +242,9 @@ func (a *Agent) assemble(p *pipeline, tel *telemetry) (influx *sink.SpoolWriter,
 			return nil, closeAll, fmt.Errorf("log positions: %w", err)
 		}
 		movePositions(filepath.Join(filepath.Dir(cfg.Sink.Spool.Dir), "positions"), pos, log)
-		p.posDir = pos
-	}
-	if o.PositionDir != "" {
-		p.posDir = o.PositionDir
+		if p.posDir == "" { // hooks.positionDir first
+			p.posDir = pos
+		}
 	}
 	switch {
 	case o.Outputs != nil:
@@ -256,10 +280,13 @@ func (a *Agent) assemble(p *pipeline, tel *telemetry) (influx *sink.SpoolWriter,
 // supervise tells systemd the daemon's status, applies reloads and feeds
 // the watchdog (at half its timeout, and only while the main loop and the
 // sampler make progress) until the main loop ends.
-func (a *Agent) supervise(p *pipeline, tel *telemetry, influx *sink.SpoolWriter, done <-chan error) error {
-	log := a.o.Log
-	status := statusLine(p, tel)
-	a.notify(daemon.SdNotifyReady + "\nSTATUS=" + status)
+func (a *Agent) supervise(tel *telemetry, influx *sink.SpoolWriter, done <-chan error) error {
+	log, h := a.o.Log, a.health
+	// running is the configuration the loop was last handed: the reloader
+	// compares the file with it, never with the loop's own.
+	running := a.cfg
+	status := statusLine(tel)
+	a.tell(daemon.SdNotifyReady + "\nSTATUS=" + status)
 	wd, _ := daemon.SdWatchdogEnabled(false)
 	beat := 5 * time.Second // status changes are not urgent; wakeups cost
 	if wd > 0 {
@@ -274,44 +301,46 @@ func (a *Agent) supervise(p *pipeline, tel *telemetry, influx *sink.SpoolWriter,
 		case err := <-done:
 			return err
 		case <-a.o.Reload:
-			err := a.reload(p, influx)
+			nc, err := a.reload(running, influx)
 			if err != nil {
 				log.Error("reload rejected; the running configuration stays", "err", err)
 				a.metrics.reloadFailures.Inc()
+			} else {
+				running = nc
 			}
-			p.reloadFailed(err)
+			h.reloadFailed(err)
 			// What the beat compares with: the GPU backend reopens after
 			// this, and the status must follow it.
-			status = statusLine(p, tel)
-			a.notify(daemon.SdNotifyReady + "\nSTATUS=" + status)
+			status = statusLine(tel)
+			a.tell(daemon.SdNotifyReady + "\nSTATUS=" + status)
 		case now := <-ticker.C:
 			ticker.Next()
-			if s := statusLine(p, tel); s != status {
+			if s := statusLine(tel); s != status {
 				status = s
-				a.notify("STATUS=" + s)
+				a.tell("STATUS=" + s)
 			}
 			if wd == 0 || now.Sub(lastPing) < wd/2-beat/2 {
 				continue
 			}
-			if p.healthy(now, stale) {
-				a.notify(daemon.SdNotifyWatchdog)
+			if h.healthy(now, stale) {
+				a.tell(daemon.SdNotifyWatchdog)
 				lastPing, stuck = now, false
 			} else if !stuck {
 				// What is stuck, and where our goroutines stand: the short
 				// trace a watchdog restart leaves (the unit stops with
 				// SIGTERM, not SIGABRT's full dump of every goroutine).
 				log.Error("main loop or GPU sampler stuck; withholding the watchdog keep-alive", "stale_after", stale,
-					"loop_age", now.Sub(time.Unix(0, p.loopAt.Load())).Round(time.Second),
-					"gpu_age", now.Sub(time.Unix(0, p.gpuAt.Load())).Round(time.Second), "stacks", ourStacks())
+					"loop_age", now.Sub(time.Unix(0, h.loopAt.Load())).Round(time.Second),
+					"gpu_age", now.Sub(time.Unix(0, h.gpuAt.Load())).Round(time.Second), "stacks", ourStacks())
 				stuck = true
 			}
 		}
 	}
 }
 
-// statusLine adds the delivery state to the pipeline's status.
-func statusLine(p *pipeline, tel *telemetry) string {
-	s := p.status()
+// statusLine adds the delivery state to the daemon's status.
+func statusLine(tel *telemetry) string {
+	s := tel.health.status()
 	if tel.sender == nil {
 		return s
 	}
@@ -330,20 +359,21 @@ func statusLine(p *pipeline, tel *telemetry) string {
 // the stored series or what the process holds open (window, grace, host,
 // spool, http.listen, whether InfluxDB is used at all) need a restart.
 // All or nothing: a file that does not load, or that drops keys the
-// running file sets (config.CheckReload), changes nothing.
-func (a *Agent) reload(p *pipeline, influx *sink.SpoolWriter) error {
-	log, o := a.o.Log, a.o
-	a.notify(daemon.SdNotifyReloading + "\n" + daemon.SdNotifyMonotonicUsec())
+// running file sets (config.CheckReload), changes nothing. old is the
+// configuration in force; the one returned is in force once reload
+// returns, handed to the main loop with the GPU opener it is to use.
+func (a *Agent) reload(old *config.Config, influx *sink.SpoolWriter) (*config.Config, error) {
+	log, o, p := a.o.Log, a.o, a.p
+	a.tell(daemon.SdNotifyReloading + "\n" + daemon.SdNotifyMonotonicUsec())
 	if o.Load == nil {
-		return errors.New("no configuration to reload")
+		return nil, errors.New("no configuration to reload")
 	}
 	nc, err := o.Load()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	old := p.cfg
 	if err := config.CheckReload(old, nc); err != nil {
-		return err
+		return nil, err
 	}
 	var kept []string
 	keep := func(name string, differs bool) {
@@ -369,7 +399,7 @@ func (a *Agent) reload(p *pipeline, influx *sink.SpoolWriter) error {
 	if influx != nil && nc.Sink.Influx != old.Sink.Influx {
 		in, err := nc.InfluxClient(userAgent(o.Version))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		influx.Sender.SetWriter(in)
 	}
@@ -389,17 +419,13 @@ func (a *Agent) reload(p *pipeline, influx *sink.SpoolWriter) error {
 	p.reconf <- rc
 	<-p.applied
 	log.Info("configuration reloaded", "servers", len(nc.Servers))
-	return nil
+	return nc, nil
 }
 
-// notify tells systemd (or Options.Notify) about the daemon's state;
-// outside systemd (no NOTIFY_SOCKET) it does nothing.
-func (a *Agent) notify(state string) {
-	send := a.o.Notify
-	if send == nil {
-		send = sdNotify
-	}
-	if err := send(state); err != nil {
+// tell tells systemd (or hooks.notify) about the daemon's state; outside
+// systemd (no NOTIFY_SOCKET) it does nothing.
+func (a *Agent) tell(state string) {
+	if err := a.notify(state); err != nil {
 		a.o.Log.Warn("systemd notification failed", "err", err)
 	}
 }

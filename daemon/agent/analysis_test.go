@@ -29,8 +29,8 @@ func TestEmitAnalysesWithConfiguredThresholds(t *testing.T) {
 			cfg.Thresholds.UnderUtil = tc.underUtil
 		}
 		out := &recorder{}
-		p := &pipeline{cfg: cfg, log: slog.New(slog.DiscardHandler), outputs: []WindowWriter{out}}
-		p.emit([]window.Closed{{Start: time.Unix(1000, 0), Servers: []window.ServerWindow{w}}})
+		l := testLoop(&pipeline{log: slog.New(slog.DiscardHandler), outputs: []WindowWriter{out}}, cfg, nil)
+		l.emit([]window.Closed{{Start: time.Unix(1000, 0), Servers: []window.ServerWindow{w}}})
 		if len(out.cs) != 1 || len(out.cs[0].Servers) != 1 || out.cs[0].Servers[0].State != tc.want ||
 			out.cs[0].Servers[0].Tokens != w.Tokens {
 			t.Errorf("%s: outputs got %+v, want one window of state %s", tc.name, out.cs, tc.want)

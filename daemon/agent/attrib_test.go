@@ -135,13 +135,12 @@ func runDaemonRole() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	go func() { io.Copy(io.Discard, os.Stdin); cancel() }()
-	a := New(cfg, Options{
-		Log:         slog.New(slog.NewJSONHandler(os.Stderr, nil)),
-		OpenGPU:     func() (GPUSampler, error) { return nvml.Open(lib, nil) },
-		Outputs:     []WindowWriter{},
-		AttribEvery: 200 * time.Millisecond,
-		Listening:   func(addr net.Addr) { fmt.Printf("listening %s\n", addr) },
-	})
+	a := newAgent(cfg, Options{
+		Log:       slog.New(slog.NewJSONHandler(os.Stderr, nil)),
+		OpenGPU:   func() (GPUSampler, error) { return nvml.Open(lib, nil) },
+		Outputs:   []WindowWriter{},
+		Listening: func(addr net.Addr) { fmt.Printf("listening %s\n", addr) },
+	}, hooks{attribEvery: 200 * time.Millisecond})
 	return a.Run(ctx)
 }
 

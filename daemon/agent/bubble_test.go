@@ -91,7 +91,7 @@ func runOneServer(t *testing.T, name string, h http.Handler, d time.Duration) (*
 	cfg.Window, cfg.Grace = 500*time.Millisecond, 100*time.Millisecond
 	cfg.Servers = []config.ServerConfig{{Name: name, Engine: "vllm", MetricsURL: "http://" + name + "/metrics", GPUs: []string{"auto"}, ScrapeInterval: 50 * time.Millisecond}}
 	var out bytes.Buffer
-	a := New(cfg, Options{Outputs: []WindowWriter{sink.NewLPWriter(&out)}, Client: client})
+	a := newAgent(cfg, Options{Outputs: []WindowWriter{sink.NewLPWriter(&out)}}, hooks{client: client})
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	if err := a.Run(ctx); err != nil {

@@ -23,14 +23,14 @@ func TestImpossibleGPUReadingsAreCounted(t *testing.T) {
 	m := newMetrics()
 	reg := prometheus.NewRegistry()
 	m.register(reg)
-	p := &pipeline{log: slog.New(slog.NewTextHandler(io.Discard, nil)), now: time.Now, gpuErr: map[string]bool{}, metrics: m}
 	at := time.Date(2026, 5, 19, 10, 0, 1, 0, time.UTC)
 	j := window.New(window.Config{Window: 10 * time.Second, MaxGap: 3 * time.Second, Host: "h", Start: at}, nil)
+	l := testLoop(&pipeline{log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: m}, nil, j)
 	sample := func(index int, instance string, util, power float64) sample.GPU {
 		return sample.GPU{Time: at, Index: index, Instance: instance, UUID: "GPU-" + instance + string(rune('0'+index)),
 			UtilPct: util, PowerW: power, Has: sample.FieldUtil | sample.FieldPower}
 	}
-	gpuMsg{sample(0, "", 50, math.Inf(1)), sample(1, "gi1", 900, 300), sample(2, "", 40, 250)}.apply(p, j, nil)
+	gpuMsg{sample(0, "", 50, math.Inf(1)), sample(1, "gi1", 900, 300), sample(2, "", 40, 250)}.apply(l)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -105,7 +105,7 @@ func (f *failingOutput) WriteWindows([]analysis.Closed) error {
 func TestOutputErrorsLoggedOncePerEpisode(t *testing.T) {
 	var logs bytes.Buffer
 	out := &failingOutput{failing: true}
-	p := &pipeline{cfg: configtest.Private(t), log: slog.New(slog.NewTextHandler(&logs, nil)), outputs: []WindowWriter{out}}
+	p := testLoop(&pipeline{log: slog.New(slog.NewTextHandler(&logs, nil)), outputs: []WindowWriter{out}}, configtest.Private(t), nil)
 	pt := []window.Closed{{Start: time.Unix(1000, 0), Servers: []window.ServerWindow{{Server: "m"}}}}
 	for range 33 {
 		p.emit(pt)
@@ -123,17 +123,17 @@ func TestOutputErrorsLoggedOncePerEpisode(t *testing.T) {
 // TestLivenessSaysStuck: /healthz answers 503 only when the main loop has
 // made no progress for the stall time.
 func TestLivenessSaysStuck(t *testing.T) {
-	p := &pipeline{}
-	tel := &telemetry{p: p, stale: 3 * time.Second}
+	h := &health{}
+	tel := &telemetry{health: h, stale: 3 * time.Second}
 	now := time.Now()
 	if r, code := tel.live(now); code != 200 || r.Status != "starting" {
 		t.Errorf("before the loop: %d %+v", code, r)
 	}
-	p.loopAt.Store(now.Add(-time.Second).UnixNano())
+	h.loopAt.Store(now.Add(-time.Second).UnixNano())
 	if r, code := tel.live(now); code != 200 || r.Status != "alive" {
 		t.Errorf("loop a second ago: %d %+v", code, r)
 	}
-	p.loopAt.Store(now.Add(-10 * time.Second).UnixNano())
+	h.loopAt.Store(now.Add(-10 * time.Second).UnixNano())
 	if r, code := tel.live(now); code != 503 || r.Status != "stuck" || r.LoopAgeSeconds < 9 {
 		t.Errorf("loop 10 s ago: %d %+v", code, r)
 	}

@@ -85,8 +85,8 @@ func runLogPath(b *testing.B, logs map[string]string) time.Duration {
 		}
 		sizes[engine] = fi.Size()
 	}
-	a := New(cfg, Options{Outputs: []WindowWriter{sink.NewLPWriter(discard{})}, PositionDir: state,
-		LogGrace: 1500 * time.Millisecond})
+	a := newAgent(cfg, Options{Outputs: []WindowWriter{sink.NewLPWriter(discard{})}},
+		hooks{positionDir: state, logGrace: 1500 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()

@@ -9,7 +9,6 @@ import (
 	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/sample"
-	"github.com/tpsmon/tpsmon/window"
 )
 
 // logMsg is what a server's log said: the intervals of one read's
@@ -44,28 +43,28 @@ var logBatches = sync.Pool{New: func() any {
 	return &b
 }}
 
-func (l *logMsg) apply(p *pipeline, j *window.Joiner, _ map[string]bool) {
+func (m *logMsg) apply(l *loop) {
 	switch {
-	case l.ivs != nil:
+	case m.ivs != nil:
 		engine := ""
-		for i := range *l.ivs {
-			li := &(*l.ivs)[i]
+		for i := range *m.ivs {
+			li := &(*m.ivs)[i]
 			if li.engine != engine && li.engine != "" {
-				j.NameEngine(l.server, li.engine)
+				l.j.NameEngine(m.server, li.engine)
 				engine = li.engine
 			}
-			j.AddLog(l.server, li.iv)
+			l.j.AddLog(m.server, li.iv)
 		}
-		*l.ivs = (*l.ivs)[:0]
-		logBatches.Put(l.ivs)
-	case l.engine != "" || l.model != "":
-		j.NameEngine(l.server, l.engine)
-		j.NameModel(l.server, l.model)
-	case !l.watch.IsZero():
-		j.Watch(l.server, l.watch)
+		*m.ivs = (*m.ivs)[:0]
+		logBatches.Put(m.ivs)
+	case m.engine != "" || m.model != "":
+		l.j.NameEngine(m.server, m.engine)
+		l.j.NameModel(m.server, m.model)
+	case !m.watch.IsZero():
+		l.j.Watch(m.server, m.watch)
 	}
-	if l.pos != (tail.Position{}) {
-		p.logPos[l.server], p.logDirty[l.server] = l.pos, true
+	if m.pos != (tail.Position{}) {
+		l.logPos[m.server], l.logDirty[m.server] = m.pos, true
 	}
 }
 

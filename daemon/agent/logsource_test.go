@@ -40,8 +40,8 @@ func runOnLog(t *testing.T, logPath, state string, d time.Duration) (tokens int6
 	cfg.GPU.Backend = "none"
 	cfg.Servers = []config.ServerConfig{{Name: "sgl", Engine: "sglang", Log: config.LogSourceConfig{File: logPath}, GPUs: []string{"auto"}}}
 	var out bytes.Buffer
-	a := New(cfg, Options{Outputs: []WindowWriter{sink.NewLPWriter(&out)}, PositionDir: state,
-		LogGrace: 1500 * time.Millisecond, LogPoll: 250 * time.Millisecond})
+	a := newAgent(cfg, Options{Outputs: []WindowWriter{sink.NewLPWriter(&out)}},
+		hooks{positionDir: state, logGrace: 1500 * time.Millisecond, logPoll: 250 * time.Millisecond})
 	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,8 @@ type metrics struct {
 	// (configured servers, a fixed list of reasons).
 	logSkipped            *prometheus.CounterVec
 	discards, gpuDiscards collector.DiscardCounts
+	// suspects counts and logs the sanity rules' findings.
+	suspects *suspects
 	// The joiner counts late samples and tokens itself; these are what
 	// the counters have taken of them so far.
 	lateSeen, lateTokensSeen uint64
@@ -38,6 +40,7 @@ func newMetrics() *metrics {
 			"their tokens are missing from servers read from their log alone."),
 		lateTokens: c("tpsmon_late_tokens_total",
 			"Output tokens that fell in windows already closed (requests reported at their end)."),
+		suspects: newSuspects(),
 		reloadFailures: c("tpsmon_reload_failures_total",
 			"Reloads (SIGHUP) rejected: the file did not load, or dropped keys the running file sets; the running configuration stayed."),
 	}
@@ -45,7 +48,7 @@ func newMetrics() *metrics {
 
 func (m *metrics) register(reg *prometheus.Registry) {
 	reg.MustRegister(m.late, m.malformed, m.failed, m.logSkipped, m.logUnseen, m.lateTokens, m.reloadFailures, discardCollector{&m.discards, discardDesc},
-		discardCollector{&m.gpuDiscards, gpuDiscardDesc})
+		discardCollector{&m.gpuDiscards, gpuDiscardDesc}, m.suspects.windows)
 }
 
 // joined takes what the joiner counted since the last call.

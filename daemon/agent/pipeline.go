@@ -11,11 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tpsmon/tpsmon/analysis"
@@ -42,22 +40,30 @@ type WindowWriter interface {
 	WriteWindows(cs []analysis.Closed) error
 }
 
-// pipeline wires sources, the joiner and the outputs: the daemon's main
-// loop, shared by run and demo. Only the main loop touches the joiner.
+// pipeline is the daemon's main loop and its sources (shared by run and
+// demo). Its fields are set by New and assemble and only read once Run
+// starts the loop: every goroutine may read them. What changes has one
+// owner each: the main loop's state is a loop, which only the loop's
+// goroutine sees; what the goroutines report about the daemon is health,
+// safe for concurrent use; a reload reaches the loop as a reconfig.
 type pipeline struct {
-	cfg *config.Config
-	log *slog.Logger
-	// openGPU opens the GPU backend; nil for backend none. It is retried
-	// while it fails, so a node whose driver comes up late is picked up.
-	// The main loop owns it: a reload hands it a new one (reconfig), and
-	// each sampler is given the opener it retries.
-	openGPU func() (GPUSampler, error)
+	log     *slog.Logger
+	now     func() time.Time
+	client  *http.Client
+	tune    tuning
 	outputs []WindowWriter
 	// live sees every scrape and GPU reading, for the API's open window;
 	// nil: no API.
-	live   liveFeed
-	now    func() time.Time
-	client *http.Client
+	live liveFeed
+	// stateDir keeps the end of the last closed window, so that a restart
+	// can say which windows no process observed; empty: not kept.
+	stateDir string
+	// posDir keeps the log positions the joiner has accepted; empty: a
+	// log is read from its end at each start.
+	posDir string
+	// metrics are the counters of /metrics, updated where things happen.
+	metrics *metrics
+	health  *health
 	// ready and stopping are told when the sources have started and when
 	// shutdown begins (systemd notification).
 	ready, stopping func()
@@ -65,123 +71,53 @@ type pipeline struct {
 	// tells the reloader it is in force.
 	reconf  chan reconfig
 	applied chan struct{}
-
-	// logPoll is how often log files are read; 0 is the tailer's default.
-	logPoll time.Duration
-	// stopSources is how long shutdown waits for the sources to end.
-	stopSources time.Duration
-	// attribEvery is how often servers with gpus: auto are placed.
-	attribEvery time.Duration
-	// gpuRetry is how long a failed GPU backend waits before the next
-	// try; 0: defaultGPURetry.
-	gpuRetry time.Duration
-	// logGrace replaces the configured grace when it is shorter and a
-	// server is read from its log; 0 means defaultLogGrace.
-	logGrace time.Duration
-	// stateDir keeps the end of the last closed window, so that a restart
-	// can say which windows no process observed; empty: not kept.
-	stateDir     string
-	markerFailed bool  // the last marker write failed (said once)
-	outFails     []int // per output: failed writes in the current episode
-	// posDir keeps the log positions the joiner has accepted; empty: a
-	// log is read from its end at each start.
-	posDir   string
-	logPos   map[string]tail.Position
-	logDirty map[string]bool
-	gpuErr   map[string]bool     // GPUs whose last reading failed, logged once
-	suspect  map[string]bool     // servers whose counters are untrusted now, logged once an episode
-	placed   map[string][]string // GPU UUIDs found for servers with gpus: auto
-
-	// metrics are the counters of /metrics, updated where things happen.
-	metrics *metrics
-
-	// Liveness for the watchdog: when the main loop last ran, when the
-	// last GPU reading arrived, and whether a GPU backend is open.
-	loopAt, gpuAt atomic.Int64
-	gpuOpen       atomic.Bool
-	gpuBackend    atomic.Bool // a GPU backend is configured (not none)
-	gpus          atomic.Int64
-	unreadable    atomic.Int64
-	servers       atomic.Int64
-
-	// srcErr holds why a server's log cannot be read (journalctl's or the
-	// file's own error), for the status line and /readyz; unplaced why a
-	// server with gpus: auto has no GPUs (gpumap guesses nothing), for
-	// /readyz. Both are written on the main loop, read by the endpoint.
-	srcErrMu sync.Mutex
-	srcErr   map[string]string
-	unplaced map[string]string
-	// reloadErr is why the last reload was rejected; "" when it was
-	// applied (or none came). Written by the reloader, read by the
-	// endpoint and the status line, under srcErrMu.
-	reloadErr string
 }
 
-// reconfig is a reload for the main loop: the configuration, and the GPU
-// opener its sampler starts with when newGPU.
+// tuning are the pipeline's intervals, resolved once in New.
+type tuning struct {
+	// logPoll is how often log files are read; 0 is the tailer's default.
+	logPoll time.Duration
+	// logGrace replaces the configured grace when it is shorter and a
+	// server is read from its log.
+	logGrace time.Duration
+	// gpuRetry is how long a failed GPU backend waits before the next try.
+	gpuRetry time.Duration
+	// attribEvery is how often servers with gpus: auto are placed.
+	attribEvery time.Duration
+	// stopSources is how long shutdown waits for the sources to end.
+	stopSources time.Duration
+}
+
+// loop is the main loop's own state: only run's goroutine reads or writes
+// it, the messages of the sources included (message.apply).
+type loop struct {
+	*pipeline
+	// cfg is the configuration in force; a reconfig replaces it.
+	cfg *config.Config
+	// openGPU opens the GPU backend; nil for backend none. It is retried
+	// while it fails, so a node whose driver comes up late is picked up.
+	// A reconfig replaces it while no sampler runs: each sampler is given
+	// the opener it retries.
+	openGPU func() (GPUSampler, error)
+	j       *window.Joiner
+	// down are the servers whose last scrape failed.
+	down         map[string]bool
+	markerFailed bool  // the last marker write failed (said once)
+	outFails     []int // per output: failed writes in the current episode
+	logPos       map[string]tail.Position
+	logDirty     map[string]bool
+	gpuErr       map[string]bool     // GPUs whose last reading failed, logged once
+	suspect      map[string]bool     // servers whose counters are untrusted now, logged once an episode
+	placed       map[string][]string // GPU UUIDs found for servers with gpus: auto
+}
+
+// reconfig is a reload for the main loop: the configuration (servers,
+// GPU settings, thresholds), and the GPU opener its sampler starts with
+// when newGPU. The reloader does not touch cfg once it is sent.
 type reconfig struct {
 	cfg     *config.Config
 	openGPU func() (GPUSampler, error)
 	newGPU  bool
-}
-
-// reloadFailed records why the last reload was rejected (err != nil), or
-// that it was applied.
-func (p *pipeline) reloadFailed(err error) {
-	p.srcErrMu.Lock()
-	defer p.srcErrMu.Unlock()
-	p.reloadErr = ""
-	if err != nil {
-		p.reloadErr = err.Error()
-	}
-}
-
-// lastReloadError is why the last reload was rejected; "" if it was not.
-func (p *pipeline) lastReloadError() string {
-	p.srcErrMu.Lock()
-	defer p.srcErrMu.Unlock()
-	return p.reloadErr
-}
-
-// sourceFailed records (err != nil) or clears why a server's log source
-// cannot be read.
-func (p *pipeline) sourceFailed(server string, err error) {
-	p.srcErrMu.Lock()
-	defer p.srcErrMu.Unlock()
-	if err == nil {
-		delete(p.srcErr, server)
-		return
-	}
-	if p.srcErr == nil {
-		p.srcErr = make(map[string]string)
-	}
-	p.srcErr[server] = err.Error()
-}
-
-// sourceErrors lists "server: reason" for every log source that cannot
-// be read, sorted.
-func (p *pipeline) sourceErrors() []string {
-	p.srcErrMu.Lock()
-	defer p.srcErrMu.Unlock()
-	return reasons(p.srcErr)
-}
-
-// unattributed lists "server: reason" for every server with gpus: auto
-// whose GPUs could not be told, sorted.
-func (p *pipeline) unattributed() []string {
-	p.srcErrMu.Lock()
-	defer p.srcErrMu.Unlock()
-	return reasons(p.unplaced)
-}
-
-// reasons lists "server: reason" for each entry of m, sorted.
-func reasons(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for s, why := range m {
-		out = append(out, s+": "+why)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // liveFeed shows the window still open.
@@ -191,9 +127,9 @@ type liveFeed interface {
 }
 
 // message is what a source hands the main loop; each kind applies itself
-// to the joiner, on the loop's goroutine.
+// to the loop's state, on the loop's goroutine.
 type message interface {
-	apply(p *pipeline, j *window.Joiner, down map[string]bool)
+	apply(l *loop)
 }
 
 // scrapeMsg is one scrape of a server's metrics.
@@ -211,9 +147,9 @@ type processLister interface {
 	Processes() map[string][]int
 }
 
-// attribEvery is how often servers are mapped to GPUs again: processes
-// come and go slowly, and NVML's process query is expensive.
-const attribEvery = 30 * time.Second
+// defaultAttribEvery is how often servers are mapped to GPUs again:
+// processes come and go slowly, and NVML's process query is expensive.
+const defaultAttribEvery = 30 * time.Second
 
 // defaultGPURetry is how long a failed GPU backend waits before the next
 // try.
@@ -258,9 +194,14 @@ type sources struct {
 	wg     sync.WaitGroup
 }
 
-// startSources starts a scraper per server and the GPU sampler of cfg.
-// opened is closed once the GPU backend was tried (or there is none).
-func (p *pipeline) startSources(ctx context.Context, cfg *config.Config, msgs chan<- message) (src *sources, opened chan struct{}, err error) {
+// startSources starts a scraper per server of cfg, a follower per log
+// (from resume's position for its server, when it has one: what the joiner
+// took from the sources this generation follows) and a GPU sampler that
+// opens the backend with open (nil: none). opened is closed once the GPU
+// backend was tried (or there is none). The sources see only the
+// pipeline's fixed parts and health, and what they are given here.
+func (p *pipeline) startSources(ctx context.Context, cfg *config.Config, open func() (GPUSampler, error),
+	resume map[string]tail.Position, msgs chan<- message) (src *sources, opened chan struct{}, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	src = &sources{cancel: cancel}
 	opened = make(chan struct{})
@@ -294,13 +235,17 @@ func (p *pipeline) startSources(ctx context.Context, cfg *config.Config, msgs ch
 		if s.Log.File == "" && s.Log.JournalUnit == "" {
 			continue
 		}
-		if err := p.startLog(ctx, src, s, send); err != nil {
+		var from *tail.Position
+		if pos, ok := resume[s.Name]; ok {
+			from = &pos
+		}
+		if err := p.startLog(ctx, src, s, from, send); err != nil {
 			src.stop()
 			return nil, nil, err
 		}
 	}
-	p.gpuBackend.Store(p.openGPU != nil)
-	if open := p.openGPU; open != nil {
+	p.health.gpuBackend.Store(open != nil)
+	if open != nil {
 		interval := cfg.GPU.Interval
 		auto := AutoServers(cfg.Servers)
 		src.wg.Go(func() { p.sampleGPUs(ctx, open, interval, auto, send, opened) })
@@ -339,34 +284,33 @@ func (s *sources) stopWithin(d time.Duration) bool {
 }
 
 // run drives everything until ctx ends, then closes the open windows as
-// partial and hands them to the outputs.
-func (p *pipeline) run(ctx context.Context) error {
-	if p.now == nil {
-		p.now = time.Now
-	}
-	cfg := p.cfg
-	p.reportGap()
+// partial and hands them to the outputs. cfg and openGPU are the loop's
+// from here: a reconfig replaces them.
+func (p *pipeline) run(ctx context.Context, cfg *config.Config, openGPU func() (GPUSampler, error)) error {
+	l := &loop{pipeline: p, cfg: cfg, openGPU: openGPU, down: map[string]bool{},
+		logPos: map[string]tail.Position{}, logDirty: map[string]bool{}, gpuErr: map[string]bool{},
+		suspect: map[string]bool{}, placed: map[string][]string{}}
+	l.reportGap()
 	start := p.now()
-	p.logPos, p.logDirty = map[string]tail.Position{}, map[string]bool{}
-	p.gpuErr = map[string]bool{}
-	p.suspect = map[string]bool{}
-	p.placed = map[string][]string{}
-	j := window.New(window.Config{
-		Window: cfg.Window, Grace: p.grace(cfg), MaxGap: maxGapOfConfig(cfg), Host: cfg.Host, Start: start,
+	grace, raised := graceFor(cfg, p.tune.logGrace)
+	if raised {
+		p.log.Info("grace raised for log sources", "grace", grace)
+	}
+	l.j = window.New(window.Config{
+		Window: cfg.Window, Grace: grace, MaxGap: maxGapOfConfig(cfg), Host: cfg.Host, Start: start,
 	}, serversOf(cfg))
 	p.log.Info("first window", "start", window.Start(start, cfg.Window).Format(time.RFC3339Nano))
 
 	msgs := make(chan message, 64)
-	p.servers.Store(int64(len(cfg.Servers)))
-	src, opened, err := p.startSources(ctx, cfg, msgs)
+	p.health.servers.Store(int64(len(cfg.Servers)))
+	src, opened, err := p.startSources(ctx, cfg, l.openGPU, nil, msgs)
 	if err != nil {
 		return err
 	}
-	down := make(map[string]bool)
 	tickEvery := min(cfg.Window/10, time.Second)
 	tick := wake.NewTicker(tickEvery)
 	defer tick.Stop()
-	p.loopAt.Store(p.now().UnixNano())
+	p.health.loopAt.Store(p.now().UnixNano())
 	for {
 		select {
 		case <-opened:
@@ -377,19 +321,18 @@ func (p *pipeline) run(ctx context.Context) error {
 			}
 			opened = nil
 		case m := <-msgs:
-			m.apply(p, j, down)
+			m.apply(l)
 		case <-tick.C:
 			tick.Next()
-			p.flush(j)
+			l.flush()
 		case rc := <-p.reconf:
 			src.stop()
-			p.drain(msgs, j, down)
-			p.reconfigure(rc.cfg, j)
-			if rc.newGPU {
-				p.openGPU = rc.openGPU // no sampler runs now
-			}
-			clear(down)
-			if src, _, err = p.startSources(ctx, rc.cfg, msgs); err != nil {
+			l.drain(msgs)
+			l.reconfigure(rc)
+			// The logs are read on from where the joiner stands: their
+			// saved positions are older, and without a state directory a
+			// log would be read from its end, losing what came meanwhile.
+			if src, _, err = p.startSources(ctx, l.cfg, l.openGPU, l.logPos, msgs); err != nil {
 				return err
 			}
 			p.applied <- struct{}{}
@@ -397,45 +340,41 @@ func (p *pipeline) run(ctx context.Context) error {
 			if p.stopping != nil {
 				p.stopping()
 			}
-			if !src.stopWithin(p.stopSources) {
-				p.log.Error("sources still running at shutdown; closing the windows without them", "waited", p.stopSources,
+			if !src.stopWithin(p.tune.stopSources) {
+				p.log.Error("sources still running at shutdown; closing the windows without them", "waited", p.tune.stopSources,
 					"stacks", ourStacks())
 			}
-			p.drain(msgs, j, down)
-			p.emit(j.Close(p.now()))
-			p.savePositions()
-			p.metrics.joined(j)
-			p.log.Info("sources stopped", "late_samples", j.Late(), "scrapes_malformed", counted(p.metrics.malformed),
+			l.drain(msgs)
+			l.emit(l.j.Close(p.now()))
+			l.savePositions()
+			p.metrics.joined(l.j)
+			p.log.Info("sources stopped", "late_samples", l.j.Late(), "scrapes_malformed", counted(p.metrics.malformed),
 				"scrapes_failed", counted(p.metrics.failed))
 			return nil
 		}
 	}
 }
 
-// grace is how long windows wait for late data: the configured grace, or
-// the log grace where a server is read from its log.
-func (p *pipeline) grace(cfg *config.Config) time.Duration {
-	grace := cfg.Grace
-	if p.logGrace == 0 {
-		p.logGrace = defaultLogGrace
-	}
+// graceFor is how long windows wait for late data: the configured grace,
+// or logGrace where a server is read from its log (raised).
+func graceFor(cfg *config.Config, logGrace time.Duration) (grace time.Duration, raised bool) {
+	grace = cfg.Grace
 	for _, s := range cfg.Servers {
-		if (s.Log.File != "" || s.Log.JournalUnit != "") && grace < p.logGrace {
+		if (s.Log.File != "" || s.Log.JournalUnit != "") && grace < logGrace {
 			// A stat line reports the interval before it: windows wait for
 			// the line that covers their end.
-			grace = p.logGrace
-			p.log.Info("grace raised for log sources", "grace", grace)
+			grace, raised = logGrace, true
 		}
 	}
-	return grace
+	return grace, raised
 }
 
 // drain takes what stopped sources had already handed over.
-func (p *pipeline) drain(msgs <-chan message, j *window.Joiner, down map[string]bool) {
+func (l *loop) drain(msgs <-chan message) {
 	for {
 		select {
 		case m := <-msgs:
-			m.apply(p, j, down)
+			m.apply(l)
 		default:
 			return
 		}
@@ -443,83 +382,84 @@ func (p *pipeline) drain(msgs <-chan message, j *window.Joiner, down map[string]
 }
 
 // flush writes the windows that closed by now.
-func (p *pipeline) flush(j *window.Joiner) {
-	pts := j.Flush(p.now())
-	p.emit(pts)
-	p.metrics.joined(j)
+func (l *loop) flush() {
+	pts := l.j.Flush(l.now())
+	l.emit(pts)
+	l.metrics.joined(l.j)
 	if len(pts) > 0 {
 		// Positions move when windows are written, not every
 		// second: lines after them belong to the open window,
 		// which a crash loses anyway, so reading them again after
 		// one counts them once.
-		p.savePositions()
+		l.savePositions()
 	}
-	p.loopAt.Store(p.now().UnixNano())
+	l.health.loopAt.Store(l.now().UnixNano())
 }
 
-// reconfigure moves the stopped pipeline to nc: renamed servers keep their
-// open windows and log positions, and what the sources said is forgotten.
-func (p *pipeline) reconfigure(nc *config.Config, j *window.Joiner) {
-	for from, to := range renamed(p.cfg, nc) {
-		p.rename(j, from, to)
+// reconfigure moves the stopped loop to rc: renamed servers keep their
+// open windows and log positions, what the sources said is forgotten,
+// and the next sampler gets rc's opener when it brings one.
+func (l *loop) reconfigure(rc reconfig) {
+	nc := rc.cfg
+	for from, to := range renamed(l.cfg, nc) {
+		l.rename(from, to)
 	}
-	p.srcErrMu.Lock()
-	clear(p.srcErr) // the sources start again and say anew
-	clear(p.unplaced)
-	p.srcErrMu.Unlock()
-	p.cfg = nc
-	p.servers.Store(int64(len(nc.Servers)))
-	j.SetServers(serversOf(nc), maxGapOfConfig(nc))
-	clear(p.placed)
-	p.unreadable.Store(0)
+	l.cfg = nc
+	if rc.newGPU {
+		l.openGPU = rc.openGPU // no sampler runs now
+	}
+	clear(l.down)
+	clear(l.placed)
+	l.j.SetServers(serversOf(nc), maxGapOfConfig(nc))
+	l.health.restarted(len(nc.Servers))
 }
 
 // rename carries a server's open window and log position to its new name:
 // the same source under a new name.
-func (p *pipeline) rename(j *window.Joiner, from, to string) {
-	j.Rename(from, to)
-	if pos, ok := p.logPos[from]; ok {
-		p.logPos[to], p.logDirty[to] = pos, p.logDirty[from]
-		delete(p.logPos, from)
-		delete(p.logDirty, from)
+func (l *loop) rename(from, to string) {
+	l.j.Rename(from, to)
+	if pos, ok := l.logPos[from]; ok {
+		l.logPos[to], l.logDirty[to] = pos, l.logDirty[from]
+		delete(l.logPos, from)
+		delete(l.logDirty, from)
 	}
-	if f, g := p.positionFile(from), p.positionFile(to); f != "" && g != "" {
+	if f, g := l.positionFile(from), l.positionFile(to); f != "" && g != "" {
 		if err := os.Rename(f, g); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			p.log.Warn("log position not carried to the new name; its log is read from its end", "server", to, "err", err)
+			l.log.Warn("log position not carried to the new name; its log is read from its end", "server", to, "err", err)
 		}
 	}
-	p.log.Info("server renamed; its open window goes on under the new name", "from", from, "to", to)
+	l.log.Info("server renamed; its open window goes on under the new name", "from", from, "to", to)
 }
 
-func (m placedMsg) apply(p *pipeline, j *window.Joiner, _ map[string]bool) {
-	p.applyPlacement(j, gpumap.Result(m))
+func (m placedMsg) apply(l *loop) {
+	l.applyPlacement(gpumap.Result(m))
 }
 
-func (m gpuMsg) apply(p *pipeline, j *window.Joiner, _ map[string]bool) {
+func (m gpuMsg) apply(l *loop) {
 	healthy := false
 	for i := range m {
 		s := &m[i]
 		// Readings no GPU gives are dropped here, before the joiner and
 		// the live view see them.
 		for _, d := range s.Check() {
-			p.metrics.gpuDiscards.Add(gpuLabel(s), d)
+			l.metrics.gpuDiscards.Add(gpuLabel(s), d)
 		}
-		j.AddGPU(*s)
+		l.j.AddGPU(*s)
 		if s.Err == nil {
 			healthy = true
-		} else if !p.gpuErr[s.UUID] {
-			p.log.Error("GPU unreadable", "gpu", s.Index, "uuid", s.UUID, "err", s.Err)
+		} else if !l.gpuErr[s.UUID] {
+			l.log.Error("GPU unreadable", "gpu", s.Index, "uuid", s.UUID, "err", s.Err)
 		}
-		p.gpuErr[s.UUID] = s.Err != nil
+		l.gpuErr[s.UUID] = s.Err != nil
 	}
 	// Progress for the watchdog only while some GPU answers: with all
 	// of them stuck, a restart is the remedy.
 	if healthy {
-		p.gpuAt.Store(p.now().UnixNano())
+		l.health.gpuAt.Store(l.now().UnixNano())
 	}
-	p.gpus.Store(int64(len(m)))
-	if p.live != nil {
-		p.live.GPUs(m)
+	l.health.gpus.Store(int64(len(m)))
+	if l.live != nil {
+		l.live.GPUs(m)
 	}
 }
 
@@ -531,39 +471,39 @@ func gpuLabel(s *sample.GPU) string {
 	return strconv.Itoa(s.Index)
 }
 
-func (r scrapeMsg) apply(p *pipeline, j *window.Joiner, down map[string]bool) {
+func (r scrapeMsg) apply(l *loop) {
 	if r.Err != nil {
 		if errors.Is(r.Err, collector.ErrMalformed) {
-			p.metrics.malformed.Inc()
+			l.metrics.malformed.Inc()
 		} else {
-			p.metrics.failed.Inc()
+			l.metrics.failed.Inc()
 		}
-		if !down[r.Server] {
-			p.log.Warn("server unreadable", "server", r.Server, "err", r.Err)
-			down[r.Server] = true
-			p.unreadable.Add(1)
+		if !l.down[r.Server] {
+			l.log.Warn("server unreadable", "server", r.Server, "err", r.Err)
+			l.down[r.Server] = true
+			l.health.unreadable.Add(1)
 		}
 		return
 	}
-	if down[r.Server] {
-		p.log.Info("server readable again", "server", r.Server)
-		down[r.Server] = false
-		p.unreadable.Add(-1)
+	if l.down[r.Server] {
+		l.log.Info("server readable again", "server", r.Server)
+		l.down[r.Server] = false
+		l.health.unreadable.Add(-1)
 	}
 	for _, d := range r.Sample.Discards {
-		p.metrics.discards.Add(r.Server, d)
+		l.metrics.discards.Add(r.Server, d)
 	}
-	p.noteSuspect(r)
-	j.AddServer(r.Server, r.Sample)
-	if p.live != nil {
-		p.live.Server(r.Server, r.Sample)
+	l.noteSuspect(r)
+	l.j.AddServer(r.Server, r.Sample)
+	if l.live != nil {
+		l.live.Server(r.Server, r.Sample)
 	}
 }
 
 // noteSuspect logs once per episode that a server's counters cannot be
 // one process's, and when they are followed again.
-func (p *pipeline) noteSuspect(r scrapeMsg) {
-	switch was := p.suspect[r.Server]; {
+func (l *loop) noteSuspect(r scrapeMsg) {
+	switch was := l.suspect[r.Server]; {
 	case r.Sample.Suspect && !was:
 		series := ""
 		for _, d := range r.Sample.Discards {
@@ -572,51 +512,54 @@ func (p *pipeline) noteSuspect(r scrapeMsg) {
 				break
 			}
 		}
-		p.log.Warn("counters go up and down as no single server's do; several replicas behind one URL? "+
+		l.log.Warn("counters go up and down as no single server's do; several replicas behind one URL? "+
 			"list each replica as its own server. Their tokens are not counted until they read as one again",
 			"server", r.Server, "series", series, "since", r.Sample.Rewind.Format(time.RFC3339Nano))
 	case !r.Sample.Suspect && was:
-		p.log.Info("counters read as one server's again; counted from here", "server", r.Server)
+		l.log.Info("counters read as one server's again; counted from here", "server", r.Server)
 	}
 	if r.Sample.Suspect {
-		if p.suspect == nil {
-			p.suspect = map[string]bool{}
+		if l.suspect == nil {
+			l.suspect = map[string]bool{}
 		}
-		p.suspect[r.Server] = true
+		l.suspect[r.Server] = true
 	} else {
-		delete(p.suspect, r.Server)
+		delete(l.suspect, r.Server)
 	}
 }
 
 // emit analyses closed windows, with the facts of the configuration in
 // force, and hands them to the outputs.
-func (p *pipeline) emit(closed []window.Closed) {
+func (l *loop) emit(closed []window.Closed) {
 	if len(closed) == 0 {
 		return
 	}
-	slo, servers := p.cfg.SLOs()
-	cs := analysis.Analyze(closed, &analysis.Facts{Thresholds: p.cfg.Thresholds, SLO: slo, Servers: servers})
-	if len(p.outFails) != len(p.outputs) {
-		p.outFails = make([]int, len(p.outputs))
+	slo, servers := l.cfg.SLOs()
+	cs := analysis.Analyze(closed, &analysis.Facts{Thresholds: l.cfg.Thresholds, SLO: slo, Servers: servers})
+	if l.metrics != nil {
+		l.metrics.suspects.note(cs, l.log)
 	}
-	for i, o := range p.outputs {
+	if len(l.outFails) != len(l.outputs) {
+		l.outFails = make([]int, len(l.outputs))
+	}
+	for i, o := range l.outputs {
 		// A failing output is logged once per episode, and its end with
 		// how many writes failed meanwhile.
 		err := o.WriteWindows(cs)
 		switch {
-		case err != nil && p.outFails[i] == 0:
-			p.log.Error("output failed; said once until it works again", "err", err)
-		case err == nil && p.outFails[i] > 0:
-			p.log.Info("output works again", "failed_writes", p.outFails[i])
+		case err != nil && l.outFails[i] == 0:
+			l.log.Error("output failed; said once until it works again", "err", err)
+		case err == nil && l.outFails[i] > 0:
+			l.log.Info("output works again", "failed_writes", l.outFails[i])
 		}
 		if err != nil {
-			p.outFails[i]++
+			l.outFails[i]++
 		} else {
-			p.outFails[i] = 0
+			l.outFails[i] = 0
 		}
 	}
 	// Only after the points are spooled: the marker never claims more.
-	p.markClosed(cs[len(cs)-1].Start.Add(p.cfg.Window))
+	l.markClosed(cs[len(cs)-1].Start.Add(l.cfg.Window))
 }
 
 // sampleGPUs opens the GPU backend with open, retrying while it fails,
@@ -627,18 +570,15 @@ func (p *pipeline) sampleGPUs(ctx context.Context, open func() (GPUSampler, erro
 	send func(message), tried chan struct{}) {
 	var g GPUSampler
 	lastErr := ""
-	retry := p.gpuRetry
-	if retry <= 0 {
-		retry = defaultGPURetry
-	}
+	retry := p.tune.gpuRetry
 	for g == nil {
 		var err error
 		g, err = open()
 		if err == nil {
-			p.gpuOpen.Store(true)
-			p.gpuAt.Store(p.now().UnixNano())
+			p.health.gpuOpen.Store(true)
+			p.health.gpuAt.Store(p.now().UnixNano())
 			if s := g.Sample(p.now()); len(s) > 0 {
-				p.gpus.Store(int64(len(s)))
+				p.health.gpus.Store(int64(len(s)))
 				send(gpuMsg(s))
 			}
 		}
@@ -660,7 +600,7 @@ func (p *pipeline) sampleGPUs(ctx context.Context, open func() (GPUSampler, erro
 		}
 	}
 	defer func() {
-		p.gpuOpen.Store(false)
+		p.health.gpuOpen.Store(false)
 		g.Close()
 	}()
 	t := wake.NewTicker(interval)
@@ -677,7 +617,7 @@ func (p *pipeline) sampleGPUs(ctx context.Context, open func() (GPUSampler, erro
 		now := p.now()
 		smp := g.Sample(now)
 		send(gpuMsg(smp))
-		if canPlace && len(auto) > 0 && now.Sub(placedAt) >= p.attribEvery {
+		if canPlace && len(auto) > 0 && now.Sub(placedAt) >= p.tune.attribEvery {
 			placedAt = now
 			if res, ok := p.place(lister, smp, auto); ok {
 				send(placedMsg(res))
@@ -727,70 +667,33 @@ func AutoServers(servers []config.ServerConfig) []gpumap.Server {
 	return out
 }
 
-// healthy reports whether the main loop and the GPU sampler made progress
-// recently; the watchdog is fed only then, so a stuck joiner or a hung
-// driver call ends in a restart by systemd.
-func (p *pipeline) healthy(now time.Time, stale time.Duration) bool {
-	if now.Sub(time.Unix(0, p.loopAt.Load())) > stale {
-		return false
-	}
-	if p.gpuOpen.Load() && now.Sub(time.Unix(0, p.gpuAt.Load())) > stale {
-		return false
-	}
-	return true
-}
-
-// status is the one-line state systemd shows.
-func (p *pipeline) status() string {
-	s := fmt.Sprintf("monitoring %d servers", p.servers.Load())
-	logErrs := p.sourceErrors()
-	if n := p.unreadable.Load() + int64(len(logErrs)); n > 0 {
-		s += fmt.Sprintf(" (%d unreadable)", n)
-	}
-	switch {
-	case !p.gpuBackend.Load():
-		s += ", GPUs not sampled"
-	case p.gpuOpen.Load():
-		s += fmt.Sprintf(", %d GPUs", p.gpus.Load())
-	default:
-		s += ", GPU sampling unavailable"
-	}
-	if len(logErrs) > 0 {
-		s += "; " + logErrs[0]
-	}
-	if p.lastReloadError() != "" {
-		s += "; reload rejected, the running configuration stays (see the log)"
-	}
-	return s
-}
-
 const markerName = "last-window"
 
 // markClosed records the end of the newest closed window. Without an
 // fsync: the marker only dates the gap a restart reports, and after a
 // power loss it may be older or empty (docs/design.md §2).
-func (p *pipeline) markClosed(end time.Time) {
-	if p.stateDir == "" {
+func (l *loop) markClosed(end time.Time) {
+	if l.stateDir == "" {
 		return
 	}
-	path, err := statefile.Join(p.stateDir, markerName)
+	path, err := statefile.Join(l.stateDir, markerName)
 	if err == nil {
 		err = statefile.WriteAtomicNoSync(path, []byte(strconv.FormatInt(end.UnixMilli(), 10)+"\n"))
 	}
-	if err != nil && !p.markerFailed {
-		p.log.Warn("window marker not saved", "err", err)
+	if err != nil && !l.markerFailed {
+		l.log.Warn("window marker not saved", "err", err)
 	}
-	p.markerFailed = err != nil
+	l.markerFailed = err != nil
 }
 
 // reportGap says which windows went unobserved between the last window
 // the previous process closed and the window this one starts in: the one
 // open at a crash, or the time the daemon was down.
-func (p *pipeline) reportGap() {
-	if p.stateDir == "" {
+func (l *loop) reportGap() {
+	if l.stateDir == "" {
 		return
 	}
-	b, err := statefile.Read(filepath.Join(p.stateDir, markerName))
+	b, err := statefile.Read(filepath.Join(l.stateDir, markerName))
 	if err != nil {
 		return
 	}
@@ -799,9 +702,9 @@ func (p *pipeline) reportGap() {
 		return
 	}
 	last := time.UnixMilli(ms)
-	start := window.Start(p.now(), p.cfg.Window)
-	if n := int(start.Sub(last) / p.cfg.Window); n > 0 {
-		p.log.Warn("windows not observed: tpsmon was not running", "from", last.UTC().Format(time.RFC3339),
+	start := window.Start(l.now(), l.cfg.Window)
+	if n := int(start.Sub(last) / l.cfg.Window); n > 0 {
+		l.log.Warn("windows not observed: tpsmon was not running", "from", last.UTC().Format(time.RFC3339),
 			"to", start.UTC().Format(time.RFC3339), "windows", n)
 	}
 }
@@ -810,9 +713,11 @@ func (p *pipeline) reportGap() {
 // log: vLLM and LMDeploy print a line every 10 s about the 10 s before it.
 const defaultLogGrace = 11 * time.Second
 
-// startLog follows a server's log file or journal unit. Its lines are
-// parsed here, in the source's goroutine; the main loop gets intervals.
-func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerConfig, send func(message)) error {
+// startLog follows a server's log file or journal unit, from resume when
+// set. Its lines are parsed here, in the source's goroutine; the main loop
+// gets intervals.
+func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerConfig, resume *tail.Position,
+	send func(message)) error {
 	r, err := p.newLogReader(s, send)
 	if err != nil {
 		return err
@@ -820,24 +725,24 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerCo
 	name := s.Name
 	state := p.positionFile(name)
 	if s.Log.File != "" {
-		t := &tail.Tailer{Path: s.Log.File, StateFile: state, Log: p.log.With("server", name), Alive: r.alive, Now: p.now, Poll: p.logPoll,
+		t := &tail.Tailer{Path: s.Log.File, StateFile: state, Resume: resume, Log: p.log.With("server", name), Alive: r.alive, Now: p.now, Poll: p.tune.logPoll,
 			Peek: r.peek, Flush: r.flush, Failed: func(err error) {
 				if err != nil {
 					err = fmt.Errorf("log %s: %w", s.Log.File, err) // the status line names the file
 				}
-				p.sourceFailed(name, err)
+				p.health.sourceFailed(name, err)
 			}}
 		src.wg.Go(func() {
 			if err := t.Run(ctx, r.line); err != nil {
 				err = fmt.Errorf("log %s: %w", s.Log.File, err)
 				p.log.Error("log unreadable; the server reads as down", "server", name, "err", err)
-				p.sourceFailed(name, err)
+				p.health.sourceFailed(name, err)
 			}
 		})
 		return nil
 	}
-	jn := &tail.Journal{Unit: s.Log.JournalUnit, StateFile: state, Log: p.log.With("server", name), Alive: r.alive, Flush: r.flush,
-		Failed: func(err error) { p.sourceFailed(name, err) }}
+	jn := &tail.Journal{Unit: s.Log.JournalUnit, StateFile: state, Resume: resume, Log: p.log.With("server", name), Alive: r.alive, Flush: r.flush,
+		Failed: func(err error) { p.health.sourceFailed(name, err) }}
 	src.wg.Go(func() { jn.Run(ctx, r.line) })
 	return nil
 }
@@ -859,14 +764,14 @@ func (p *pipeline) positionFile(server string) string {
 }
 
 // savePositions writes the positions of the log lines the joiner took.
-func (p *pipeline) savePositions() {
-	for name := range p.logDirty {
-		if f := p.positionFile(name); f != "" {
-			if err := tail.SavePosition(f, p.logPos[name]); err != nil {
-				p.log.Warn("log position not saved", "server", name, "err", err)
+func (l *loop) savePositions() {
+	for name := range l.logDirty {
+		if f := l.positionFile(name); f != "" {
+			if err := tail.SavePosition(f, l.logPos[name]); err != nil {
+				l.log.Warn("log position not saved", "server", name, "err", err)
 			}
 		}
-		delete(p.logDirty, name)
+		delete(l.logDirty, name)
 	}
 }
 
@@ -901,39 +806,33 @@ func renamed(old, new *config.Config) map[string]string {
 // applyPlacement gives servers with gpus: auto the GPUs found for them;
 // a server not found keeps what it had. Why a server could not be placed
 // is logged when it changes and shown on /readyz until it is placed.
-func (p *pipeline) applyPlacement(j *window.Joiner, res gpumap.Result) {
-	servers := serversOf(p.cfg)
+func (l *loop) applyPlacement(res gpumap.Result) {
+	servers := serversOf(l.cfg)
 	changed := false
-	p.srcErrMu.Lock()
-	defer p.srcErrMu.Unlock()
 	for i := range servers {
 		name := servers[i].Name
-		if why, ok := res.Unplaced[name]; ok && p.unplaced[name] != why {
-			p.log.Warn("GPUs of a server not attributed; its GPUs carry no server until they are (list them in gpus: to fix)",
+		if why, ok := res.Unplaced[name]; ok && l.health.unplacedFor(name, why) {
+			l.log.Warn("GPUs of a server not attributed; its GPUs carry no server until they are (list them in gpus: to fix)",
 				"server", name, "why", why)
-			if p.unplaced == nil {
-				p.unplaced = map[string]string{}
-			}
-			p.unplaced[name] = why
 		}
 		pl, ok := res.Placed[name]
 		if ok {
-			delete(p.unplaced, name)
+			l.health.placedNow(name)
 		}
 		if !ok || len(pl.GPUs) == 0 {
-			if prev, had := p.placed[name]; had {
+			if prev, had := l.placed[name]; had {
 				servers[i].GPUs = prev
 			}
 			continue
 		}
-		if strings.Join(pl.GPUs, ",") != strings.Join(p.placed[name], ",") {
-			p.log.Info("server placed on GPUs", "server", name, "gpus", strings.Join(pl.GPUs, ","), "pid", pl.PID, "by", pl.By)
+		if strings.Join(pl.GPUs, ",") != strings.Join(l.placed[name], ",") {
+			l.log.Info("server placed on GPUs", "server", name, "gpus", strings.Join(pl.GPUs, ","), "pid", pl.PID, "by", pl.By)
 			changed = true
 		}
-		p.placed[name] = pl.GPUs
+		l.placed[name] = pl.GPUs
 		servers[i].GPUs = pl.GPUs
 	}
 	if changed {
-		j.SetServers(servers, maxGapOfConfig(p.cfg))
+		l.j.SetServers(servers, maxGapOfConfig(l.cfg))
 	}
 }

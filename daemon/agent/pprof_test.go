@@ -13,7 +13,7 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 		pprof bool
 		code  int
 	}{{false, http.StatusNotFound}, {true, http.StatusOK}} {
-		h := (&telemetry{p: &pipeline{metrics: newMetrics()}, pprof: tc.pprof}).handler()
+		h := (&telemetry{health: &health{}, metrics: newMetrics(), pprof: tc.pprof}).handler()
 		for _, path := range []string{"/debug/pprof/", "/debug/pprof/allocs?debug=1"} {
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))

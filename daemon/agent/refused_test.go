@@ -57,7 +57,7 @@ func TestRefusedPointsMakeNotReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	tel := &telemetry{p: &pipeline{metrics: newMetrics()}, spool: out.Spool, sender: out.Sender}
+	tel := &telemetry{health: &health{}, metrics: newMetrics(), spool: out.Spool, sender: out.Sender}
 
 	start := time.Unix(1_700_000_000, 0)
 	// Types are per shard: the poison lands in the one tpsmon writes to.
@@ -70,7 +70,7 @@ func TestRefusedPointsMakeNotReady(t *testing.T) {
 	if q := out.Spool.Stats().Quarantined; q != refused {
 		t.Fatalf("%d points quarantined, want %d", q, refused)
 	}
-	rep, code := tel.health()
+	rep, code := tel.readiness()
 	issues := strings.Join(rep.Issues, "\n")
 	t.Logf("/readyz %d: %s", code, issues)
 	if code != http.StatusServiceUnavailable {
@@ -101,7 +101,7 @@ func TestRefusedPointsMakeNotReady(t *testing.T) {
 	sent := out.Sender.Health().Sent
 	out.WriteWindows(serverWindows(start.Add(time.Hour), 1))
 	waitFor(t, "the point after the conflict was not sent", func() bool { return out.Sender.Health().Sent > sent })
-	if rep, code := tel.health(); code != http.StatusOK {
+	if rep, code := tel.readiness(); code != http.StatusOK {
 		t.Errorf("/readyz %d after InfluxDB took points again: %v", code, rep.Issues)
 	}
 	if !strings.Contains(logs.String(), "refused_points=9") {

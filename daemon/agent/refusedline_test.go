@@ -32,12 +32,11 @@ func TestRefusedLogLineIsAHole(t *testing.T) {
 	cfg := configtest.Private(t)
 	cfg.Window = 10 * time.Second
 	cfg.Servers = []config.ServerConfig{{Name: "v", Engine: "vllm", Log: config.LogSourceConfig{File: "x.log"}}}
-	p := &pipeline{cfg: cfg, log: slog.New(slog.DiscardHandler), metrics: newMetrics(),
-		logPos: map[string]tail.Position{}, logDirty: map[string]bool{}}
 	j := window.New(window.Config{Window: cfg.Window, Grace: 11 * time.Second, MaxGap: 2500 * time.Millisecond, Start: t0},
 		serversOf(cfg))
+	l := testLoop(&pipeline{log: slog.New(slog.DiscardHandler)}, cfg, j)
 	var msgs []message
-	r, err := p.newLogReader(cfg.Servers[0], func(m message) { msgs = append(msgs, m) })
+	r, err := l.newLogReader(cfg.Servers[0], func(m message) { msgs = append(msgs, m) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +52,7 @@ func TestRefusedLogLineIsAHole(t *testing.T) {
 		r.alive(now)
 	}
 	for _, m := range msgs {
-		m.apply(p, j, nil)
+		m.apply(l)
 	}
 	got := map[time.Time]analysis.ServerWindow{}
 	for _, c := range analysis.Analyze(j.Close(t0.Add(40*time.Second)), &analysis.Facts{}) {

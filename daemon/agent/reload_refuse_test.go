@@ -70,9 +70,9 @@ func TestReloadIsAllOrNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- New(cfg, Options{Log: log, Outputs: []WindowWriter{out}, Reload: reload, Client: client, Notify: sd.send,
+		done <- newAgent(cfg, Options{Log: log, Outputs: []WindowWriter{out}, Reload: reload,
 			Load:      func() (*config.Config, error) { return config.Load(cfgPath, true, nil) },
-			Listening: func(a net.Addr) { addrc <- a }}).Run(ctx)
+			Listening: func(a net.Addr) { addrc <- a }}, hooks{client: client, notify: sd.send}).Run(ctx)
 	}()
 	defer func() {
 		cancel()
@@ -234,8 +234,8 @@ func reloadSwitchesBackend(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- New(cfg, Options{OpenGPU: drv.open, GPURetry: 10 * time.Millisecond, Outputs: []WindowWriter{out}, Notify: sd.send,
-			Reload: reload, Load: func() (*config.Config, error) { c := next; return &c, nil }}).Run(ctx)
+		done <- newAgent(cfg, Options{OpenGPU: drv.open, Outputs: []WindowWriter{out},
+			Reload: reload, Load: func() (*config.Config, error) { c := next; return &c, nil }}, hooks{gpuRetry: 10 * time.Millisecond, notify: sd.send}).Run(ctx)
 	}()
 	time.Sleep(105 * time.Millisecond) // ten retries of the failing backend
 	from := sd.len()

@@ -67,8 +67,8 @@ func reloadRename(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- New(cfg, Options{Outputs: []WindowWriter{out}, Reload: reload, Client: client,
-			Load: func() (*config.Config, error) { c := renamed; return &c, nil }}).Run(ctx)
+		done <- newAgent(cfg, Options{Outputs: []WindowWriter{out}, Reload: reload,
+			Load: func() (*config.Config, error) { c := renamed; return &c, nil }}, hooks{client: client}).Run(ctx)
 	}()
 	// Reload in the middle of the second whole window.
 	at := time.Now().Truncate(time.Second).Add(2500 * time.Millisecond)

@@ -84,8 +84,8 @@ func runHostile(t *testing.T, h http.Handler, d time.Duration) ([]hostileWindowO
 		GPUs: []string{"auto"}, ScrapeInterval: 250 * time.Millisecond}}
 	var out bytes.Buffer
 	var logs syncBuffer
-	a := New(cfg, Options{Outputs: []WindowWriter{sink.NewLPWriter(&out)}, Client: client,
-		Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	a := newAgent(cfg, Options{Outputs: []WindowWriter{sink.NewLPWriter(&out)},
+		Log: slog.New(slog.NewTextHandler(&logs, nil))}, hooks{client: client})
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	if err := a.Run(ctx); err != nil {

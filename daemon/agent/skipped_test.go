@@ -27,8 +27,7 @@ func TestSkippedLinesToldAndCounted(t *testing.T) {
 	var logged bytes.Buffer
 	cfg := configtest.Private(t)
 	cfg.Servers = []config.ServerConfig{{Name: "s", Engine: "auto", Log: config.LogSourceConfig{File: "x.log"}}}
-	p := &pipeline{cfg: cfg, log: slog.New(slog.NewTextHandler(&logged, nil)), metrics: newMetrics(),
-		logPos: map[string]tail.Position{}, logDirty: map[string]bool{}}
+	p := &pipeline{log: slog.New(slog.NewTextHandler(&logged, nil)), metrics: newMetrics()}
 	r, err := p.newLogReader(cfg.Servers[0], func(message) {})
 	if err != nil {
 		t.Fatal(err)

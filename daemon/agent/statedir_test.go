@@ -29,8 +29,7 @@ func TestPositionFilesStayInStateDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	p := &pipeline{posDir: posDir, log: slog.New(slog.NewTextHandler(&logs, nil)),
-		logPos: map[string]tail.Position{}, logDirty: map[string]bool{}}
+	p := testLoop(&pipeline{posDir: posDir, log: slog.New(slog.NewTextHandler(&logs, nil))}, nil, nil)
 	for i, n := range names {
 		p.logPos[n], p.logDirty[n] = tail.Position{Path: "/var/log/" + fmt.Sprint(i), Offset: int64(100 + i)}, true
 	}

@@ -71,8 +71,8 @@ func TestStatusFollowsGPUBackend(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- New(cfg, Options{OpenGPU: drv.open, GPURetry: 200 * time.Millisecond, Outputs: []WindowWriter{},
-			Reload: reload, Load: func() (*config.Config, error) { c := *cfg; return &c, nil }}).Run(ctx)
+		done <- newAgent(cfg, Options{OpenGPU: drv.open, Outputs: []WindowWriter{},
+			Reload: reload, Load: func() (*config.Config, error) { c := *cfg; return &c, nil }}, hooks{gpuRetry: 200 * time.Millisecond}).Run(ctx)
 	}()
 	ready := sock.WaitFor(t, 0, "READY=1")
 	if s := lastStatus(sock); !strings.Contains(s, "GPU sampling unavailable") {

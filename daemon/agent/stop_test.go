@@ -78,9 +78,8 @@ func TestStopWhateverSourcesDo(t *testing.T) {
 	}
 	var logs syncBuffer
 	const budget = time.Second
-	a := New(cfg, Options{Log: slog.New(slog.NewTextHandler(&logs, nil)), PositionDir: positions,
-		OpenGPU: func() (GPUSampler, error) { return gpus, nil }, LogGrace: 200 * time.Millisecond,
-		LogPoll: 100 * time.Millisecond, StopSources: budget})
+	a := newAgent(cfg, Options{Log: slog.New(slog.NewTextHandler(&logs, nil)), OpenGPU: func() (GPUSampler, error) { return gpus, nil }},
+		hooks{positionDir: positions, logGrace: 200 * time.Millisecond, logPoll: 100 * time.Millisecond, stopSources: budget})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)

@@ -30,10 +30,11 @@ import (
 // readiness: InfluxDB takes the points, the spool keeps them, the servers
 // are readable; an InfluxDB outage shows there and in no liveness probe.
 type telemetry struct {
-	p      *pipeline
-	stale  time.Duration // no progress for this long is stuck
-	spool  *spool.Spool  // nil without InfluxDB
-	sender *sink.Sender
+	health  *health
+	metrics *metrics
+	stale   time.Duration // no progress for this long is stuck
+	spool   *spool.Spool  // nil without InfluxDB
+	sender  *sink.Sender
 	// windows serves the recent windows (api.WindowsPath); nil: not served.
 	windows http.Handler
 	pprof   bool // serve /debug/pprof/ (http.pprof)
@@ -50,7 +51,7 @@ func (t *telemetry) registry() *prometheus.Registry {
 	gauge := func(name, help string, f func() float64) {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
 	}
-	t.p.metrics.register(reg)
+	t.metrics.register(reg)
 	shed := func(f func(*httpserve.Shed) *atomic.Uint64) func() float64 {
 		return func() float64 {
 			if sh := t.shed.Load(); sh != nil {
@@ -139,23 +140,23 @@ type liveReport struct {
 
 func (t *telemetry) live(now time.Time) (liveReport, int) {
 	r := liveReport{Status: "alive", StaleAfter: t.stale.Seconds()}
-	at := t.p.loopAt.Load()
+	at := t.health.loopAt.Load()
 	if at == 0 {
 		r.Status = "starting"
 		return r, http.StatusOK
 	}
 	r.LoopAgeSeconds = now.Sub(time.Unix(0, at)).Seconds()
-	if !t.p.healthy(now, t.stale) {
+	if !t.health.healthy(now, t.stale) {
 		r.Status = "stuck"
 		return r, http.StatusServiceUnavailable
 	}
 	return r, http.StatusOK
 }
 
-// health is /readyz: what keeps tpsmon from delivering now.
-func (t *telemetry) health() (healthReport, int) {
-	r := healthReport{Status: "ok", LateSamples: counted(t.p.metrics.late)}
-	r.Scrape.Malformed, r.Scrape.Failed = counted(t.p.metrics.malformed), counted(t.p.metrics.failed)
+// readiness is /readyz: what keeps tpsmon from delivering now.
+func (t *telemetry) readiness() (healthReport, int) {
+	r := healthReport{Status: "ok", LateSamples: counted(t.metrics.late)}
+	r.Scrape.Malformed, r.Scrape.Failed = counted(t.metrics.malformed), counted(t.metrics.failed)
 	if t.spool != nil {
 		h := t.sender.Health()
 		st := t.spool.Stats()
@@ -179,17 +180,17 @@ func (t *telemetry) health() (healthReport, int) {
 			r.Issues = append(r.Issues, fmt.Sprintf("the spool is dropping points now (full or unwritable; %d dropped so far)", st.Dropped))
 		}
 	}
-	if n := t.p.unreadable.Load(); n > 0 {
-		r.Issues = append(r.Issues, fmt.Sprintf("%d of %d servers unreadable now", n, t.p.servers.Load()))
+	if n := t.health.unreadable.Load(); n > 0 {
+		r.Issues = append(r.Issues, fmt.Sprintf("%d of %d servers unreadable now", n, t.health.servers.Load()))
 	}
-	for _, e := range t.p.sourceErrors() {
+	for _, e := range t.health.sourceErrors() {
 		r.Issues = append(r.Issues, "log unreadable, server reads as down: "+e)
 	}
-	for _, e := range t.p.unattributed() {
+	for _, e := range t.health.unattributed() {
 		r.Issues = append(r.Issues, "GPUs not attributed (gpus: auto): "+e)
 	}
 	// The file on disk is not what runs until a reload is applied.
-	if e := t.p.lastReloadError(); e != "" {
+	if e := t.health.lastReloadError(); e != "" {
 		r.Issues = append(r.Issues, "reload rejected, the running configuration stays: "+redact.Text(e))
 	}
 	if len(r.Issues) > 0 {
@@ -233,7 +234,7 @@ func (t *telemetry) handler() http.Handler {
 		reply(w, rep, code)
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		rep, code := t.health()
+		rep, code := t.readiness()
 		reply(w, rep, code)
 	})
 	return mux

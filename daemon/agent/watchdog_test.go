@@ -44,8 +44,8 @@ func TestWatchdogStopsWhenSamplerStalls(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			done <- New(cfg, Options{OpenGPU: func() (GPUSampler, error) { return g, nil }, StallAfter: time.Second,
-				Notify: sd.send}).Run(ctx)
+			done <- newAgent(cfg, Options{OpenGPU: func() (GPUSampler, error) { return g, nil }},
+				hooks{stallAfter: time.Second, notify: sd.send}).Run(ctx)
 		}()
 		// The sampler stalls after 1.5 s; within the stall limit (1 s) the
 		// pings stop, and none come for the following 2 s.

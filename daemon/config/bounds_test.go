@@ -22,6 +22,7 @@ func TestConfigBounds(t *testing.T) {
 		{"NaN threshold", "thresholds: {kv_bound: .nan}\n", []string{"thresholds.kv_bound", "(0, 1]"}},
 		{"infinite threshold", "thresholds: {saturated_util: .inf}\n", []string{"thresholds.saturated_util", "[0, 100]"}},
 		{"infinite waiting", "thresholds: {waiting: .inf}\n", []string{"thresholds.waiting"}},
+		{"acceptance over 1", "thresholds: {spec_accept: 1.5}\n", []string{"thresholds.spec_accept", "[0, 1]"}},
 		{"port 99999999", "discovery: {ports: [99999999]}\n", []string{"discovery.ports[0]", "1-65535"}},
 		{"port -1", "discovery: {ports: [-1]}\n", []string{"discovery.ports[0]", "1-65535"}},
 		{"listen port", "http: {listen: \"127.0.0.1:99999\"}\n", []string{"http.listen", "0-65535"}},

@@ -8,11 +8,13 @@
 package top
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis/curve"
 	"github.com/tpsmon/tpsmon/daemon/api"
 	"github.com/tpsmon/tpsmon/schema"
 )
@@ -24,10 +26,12 @@ var unknown = math.NaN()
 // from the open window the tokens per second so far.
 type serverRow struct {
 	name, state, engine, model, gpus string
+	suspect                          string // the sanity rules that doubt its last window, comma-joined
 	tps, user, prompt, tpj           float64
 	running, waiting, kv             float64
 	now                              float64
-	history                          []float64 // system tok/s per closed window, oldest first
+	history                          []float64      // system tok/s per closed window, oldest first
+	windows                          []curve.Window // the closed windows, for the operating curve
 	// What one user felt: TTFT and ITL p90 (seconds; a histogram's lower
 	// edge when the p90 is above its last one) and the attainment's bounds.
 	ttft90, ttft90Lo, itl90, itl90Lo float64
@@ -101,7 +105,7 @@ func build(w api.Windows) frame {
 		switch p.Measurement {
 		case schema.Server:
 			r := server(p.Tags[schema.TagServer])
-			r.state = p.String(schema.FieldState)
+			r.state, r.suspect = p.String(schema.FieldState), p.String(schema.FieldSuspect)
 			r.engine, r.model, r.gpus = p.Tags[schema.TagEngine], p.Tags[schema.TagModel], p.Tags[schema.TagGPUs]
 			r.tps, r.user, r.prompt, r.tpj = num(p, schema.FieldSystemTPS), num(p, schema.FieldPerUserTPS), num(p, schema.FieldPromptTPS), num(p, schema.FieldTokensPerJoule)
 			r.running, r.waiting, r.kv = num(p, schema.FieldRunning), num(p, schema.FieldWaiting), num(p, schema.FieldKVCacheUsage)
@@ -109,6 +113,7 @@ func build(w api.Windows) frame {
 			r.ttft90, r.ttft90Lo = num(p, schema.FieldTTFTP90), num(p, schema.LoField(schema.FieldTTFTP90))
 			r.itl90, r.itl90Lo = num(p, schema.FieldITLP90), num(p, schema.LoField(schema.FieldITLP90))
 			r.sloLo, r.sloHi = num(p, schema.FieldSLOAttainmentLo), num(p, schema.FieldSLOAttainmentHi)
+			r.windows = append(r.windows, curveWindow(p))
 		case schema.GPU:
 			r := gpuOf(p)
 			r.name, r.server, r.err, r.closed = p.Tags[schema.TagName], p.Tags[schema.TagServer], p.String(schema.FieldError), true
@@ -170,7 +175,7 @@ func (k SortKey) String() string { return [...]string{"name", "tok/s", "state"}[
 
 // stateRank puts the states that need a look first.
 var stateRank = map[string]int{schema.StateDown: 0, schema.StateKVBound: 1, schema.StateQueueBound: 2,
-	schema.StateSaturated: 3, schema.StateUnderutilized: 4, schema.StateOK: 5, schema.StateIdle: 6}
+	schema.StateSaturated: 3, schema.StateUnderutilized: 4, schema.StateOK: 5, schema.StateIdle: 6, schema.StateSleeping: 6}
 
 func rank(state string) int {
 	if r, ok := stateRank[state]; ok {
@@ -206,7 +211,7 @@ func sortServers(rows []serverRow, k SortKey) {
 // needsLook says whether a row stays under the filter: a server not ok
 // or idle, a GPU no server uses, throttled for more than idleness, or
 // unreadable.
-func (r serverRow) needsLook() bool { return rank(r.state) < 5 || r.state == "-" }
+func (r serverRow) needsLook() bool { return rank(r.state) < 5 || r.state == "-" || r.suspect != "" }
 
 func (r gpuRow) needsLook() bool {
 	return (r.closed && r.server == "") || r.err != "" || (r.throttle > 0 && r.throttle&^idleBits != 0)
@@ -253,4 +258,36 @@ func merge(old, newer api.Windows) api.Windows {
 	}
 	newer.Closed = out
 	return newer
+}
+
+// curveWindow is a closed server point as the operating curve reads it.
+func curveWindow(p api.Point) curve.Window {
+	opt := func(k string) curve.Opt {
+		v, ok := p.Float(k)
+		return curve.Opt{V: v, OK: ok}
+	}
+	secs, _ := p.Float(schema.FieldWindowS)
+	return curve.Window{Key: curve.KeyOf(p.Tags), Seconds: secs, GPUs: curve.GPUCount(p.Tags[schema.TagGPUs]),
+		Running: opt(schema.FieldRunning), SystemTPS: opt(schema.FieldSystemTPS), PerUserTPS: opt(schema.FieldPerUserTPS),
+		Tokens: opt(schema.FieldTokens), PromptTokens: opt(schema.FieldPromptTokens)}
+}
+
+// curveLine is the server's operating point over the windows top holds:
+// that of its curve with the most windows.
+func (r serverRow) curveLine(floor float64) string {
+	b := curve.NewBuilder()
+	for _, w := range r.windows {
+		b.Add(w)
+	}
+	var best *curve.Curve
+	cs := b.Curves(curve.Options{Floor: floor})
+	for i := range cs {
+		if best == nil || cs[i].Windows > best.Windows {
+			best = &cs[i]
+		}
+	}
+	if best == nil {
+		return fmt.Sprintf("no operating curve: nothing ran in the last %d windows", len(r.windows))
+	}
+	return fmt.Sprintf("%s (last %d windows)", curve.ShortLine(best.Operating), len(r.windows))
 }

@@ -68,7 +68,7 @@ func (s Styles) state(state string) lipgloss.Style {
 	switch state {
 	case schema.StateOK:
 		return s.good
-	case schema.StateIdle, "-":
+	case schema.StateIdle, schema.StateSleeping, "-":
 		return s.dim
 	case schema.StateDown:
 		return s.bad
@@ -87,6 +87,9 @@ type Options struct {
 	Loc    *time.Location
 	// Status is shown under the title: the connection's trouble.
 	Status string
+	// Floor is the per-user tokens/s objective of each server's operating
+	// point line, shown under the servers where the lines fit (0: 20).
+	Floor  float64
 	Styles Styles
 }
 
@@ -296,6 +299,13 @@ func render(f frame, o Options) string {
 		nameW = max(nameW, min(20, ansi.StringWidth(r.name)))
 	}
 	serverLines := table(serverColumns(nameW, width, o, hasLatency(servers)), servers, st)
+	// A suspect window's values are shown as written; the rules that doubt
+	// them follow the table.
+	for _, r := range servers {
+		if r.suspect != "" {
+			serverLines = append(serverLines, st.warn.Render(ansi.Truncate("suspect "+r.name+": "+r.suspect, width, "…")))
+		}
+	}
 	gpuLines := table(fit(gpuColumns(nameW, st), width), gpus, st)
 
 	switch {
@@ -309,6 +319,16 @@ func render(f frame, o Options) string {
 		gpuLines = append(gpuLines, st.dim.Render("(no GPU sampled)"))
 	case len(gpus) == 0:
 		gpuLines = append(gpuLines, st.dim.Render(fmt.Sprintf("(none of %d GPUs needs a look: f shows all)", len(f.gpus))))
+	}
+	// The operating point per server, where every line still fits.
+	if len(servers) > 0 && (o.Height <= 0 || len(lines)+2+len(serverLines)+len(servers)+len(gpuLines) <= o.Height) {
+		floor := o.Floor
+		if floor <= 0 {
+			floor = 20
+		}
+		for _, r := range servers {
+			serverLines = append(serverLines, st.dim.Render(ansi.Truncate("  "+r.name+": "+r.curveLine(floor), width, "…")))
+		}
 	}
 	if o.Height > 0 {
 		// Rows that do not fit are counted, GPUs first, then servers.

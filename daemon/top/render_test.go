@@ -95,3 +95,25 @@ func TestFilterWithNothingToShow(t *testing.T) {
 		}
 	}
 }
+
+// TestSuspectAndSleeping: a suspect server needs a look and its rules
+// follow the table; a sleeping one is as quiet as an idle one.
+func TestSuspectAndSleeping(t *testing.T) {
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	w := api.Windows{Host: "n", Now: at.Add(12 * time.Second), WindowSeconds: 10, Closed: []api.Point{
+		{Measurement: schema.Server, Time: at, Tags: map[string]string{schema.TagServer: "a"},
+			Fields: map[string]any{schema.FieldState: schema.StateOK, schema.FieldSystemTPS: 10.0, schema.FieldSuspect: "gpu_idle"}},
+		{Measurement: schema.Server, Time: at, Tags: map[string]string{schema.TagServer: "b"},
+			Fields: map[string]any{schema.FieldState: schema.StateSleeping}},
+	}}
+	got := Render(w, Options{Width: 100, Filter: true, Styles: plainStyles()})
+	if !strings.Contains(got, "suspect a: gpu_idle") {
+		t.Errorf("lacks the suspect line:\n%s", got)
+	}
+	if strings.Contains(got, " b ") || strings.Contains(got, schema.StateSleeping) {
+		t.Errorf("the sleeping server shows among those that need a look:\n%s", got)
+	}
+	if all := Render(w, Options{Width: 100, Styles: plainStyles()}); !strings.Contains(all, schema.StateSleeping) {
+		t.Errorf("sleeping not shown in the full table:\n%s", all)
+	}
+}

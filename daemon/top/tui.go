@@ -20,6 +20,9 @@ type Config struct {
 	Every time.Duration
 	// ASCII draws sparklines without block characters.
 	ASCII bool
+	// Floor is the per-user tokens/s objective of the operating point
+	// lines (0: 20).
+	Floor float64
 }
 
 // fetched is the answer to one fetch.
@@ -127,7 +130,7 @@ func (m Model) View() string {
 		w.Now = w.Now.Add(m.lastAt.Sub(m.okAt))
 	}
 	return Render(w, Options{Width: m.width, Height: m.height, Sort: m.sortKey, Filter: m.filter,
-		ASCII: m.cfg.ASCII, Status: status, Styles: m.styles, Keys: true})
+		ASCII: m.cfg.ASCII, Status: status, Styles: m.styles, Keys: true, Floor: m.cfg.Floor})
 }
 
 // Run shows the live view on the terminal of in and out until q or ctx
@@ -152,7 +155,7 @@ func Once(ctx context.Context, cfg Config, out io.Writer, width int) error {
 		return err
 	}
 	plain := lipgloss.NewRenderer(io.Discard)
-	_, err = fmt.Fprintln(out, Render(w, Options{Width: width, ASCII: cfg.ASCII, Styles: NewStyles(plain)}))
+	_, err = fmt.Fprintln(out, Render(w, Options{Width: width, ASCII: cfg.ASCII, Styles: NewStyles(plain), Floor: cfg.Floor}))
 	return err
 }
 

@@ -1,7 +1,8 @@
 // Package fleetsim simulates a fleet's tpsmon points, for the report's
 // screenshots and the scale benchmark: raw windows as the daemon writes
 // them, and hourly or daily rollups as `tpsmon rollup` writes them,
-// computed from the same per-minute model so both agree.
+// computed from the same per-minute model so both agree (the curve
+// rollup too: its histograms of the minutes).
 package fleetsim
 
 import (
@@ -13,6 +14,7 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
+	"github.com/tpsmon/tpsmon/analysis/curve"
 	"github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/schema"
 )
@@ -137,8 +139,10 @@ func (f Fleet) Raw(from, to time.Time, w time.Duration, emit func(*write.Point) 
 // one-minute windows of the same model.
 func (f Fleet) Rollups(from, to time.Time, every time.Duration, suffix string, emit func(*write.Point) error) error {
 	for p := from; p.Before(to); p = p.Add(every) {
+		cells := curve.NewCells(every)
 		for h := 0; h < f.Hosts; h++ {
 			n := float64(f.used(h))
+			tags := map[string]string{schema.TagHost: Host(h), schema.TagServer: "llm", schema.TagGPUs: f.gpus(h), schema.TagEngine: engine.VLLM}
 			var tokens, energy, tps, util, running, waiting, power float64
 			states := map[string]float64{}
 			mins, low := 0.0, 0.0
@@ -156,6 +160,12 @@ func (f Fleet) Rollups(from, to time.Time, every time.Duration, suffix string, e
 				if m.util < schema.IdleGPUUtil {
 					low++
 				}
+				w := curve.Window{Key: curve.KeyOf(tags), Seconds: 60, GPUs: int(n), Running: curve.Some(m.running),
+					SystemTPS: curve.Some(m.tps), Tokens: curve.Some(float64(int64(m.tps * 60)))}
+				if m.running > 0 {
+					w.PerUserTPS = curve.Some(m.tps / m.running)
+				}
+				cells.Add(tags, t, w)
 			}
 			fs := map[string]any{
 				schema.FieldTokens: tokens, schema.FieldEnergyJ: energy, schema.FieldSystemTPS: tps / mins, schema.FieldGPUUtil: util / mins,
@@ -193,6 +203,13 @@ func (f Fleet) Rollups(from, to time.Time, every time.Duration, suffix string, e
 					return err
 				}
 			}
+		}
+		// The curve rollup: the minutes' histogram per concurrency bin.
+		err := cells.Each(func(tags map[string]string, period time.Time, fields map[string]any) error {
+			return emit(write.NewPoint(schema.Curve+suffix, tags, fields, period))
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil

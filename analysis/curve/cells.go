@@ -1,0 +1,293 @@
+package curve
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tpsmon/tpsmon/schema"
+)
+
+// Cell is one bin of one curve as read back from rollups over a range:
+// its windows, GPU-seconds and running sum, and each rate's quantiles,
+// the windows-weighted means over the periods of each period's own
+// (exact within one period).
+type Cell struct {
+	Key        Key
+	Kind       Kind
+	Bin        string // a BinLabels label
+	Windows    float64
+	GPUSeconds float64
+	RunningSum float64
+	Sys, User  *Stat // P10, P50, P90 (Mean absent); nil: no window had the rate
+	// Best is the window of the highest system TPS, with its per-user TPS
+	// (absent: none had both).
+	Best *Pair
+}
+
+// cellSum is one bin over one period or summed over several: counts and
+// each quantile times the windows it is over.
+type cellSum struct {
+	w, g, r           float64
+	sn, s10, s50, s90 float64
+	un, u10, u50, u90 float64
+	best              *Pair
+	sys, user         dist // values while one period is gathered
+}
+
+func (c *cellSum) add(w Window) {
+	c.w++
+	c.g += w.Seconds * float64(w.GPUs)
+	c.r += w.Running.V
+	if w.SystemTPS.OK {
+		c.sys = append(c.sys, wv{w.SystemTPS.V, 1})
+	}
+	if w.PerUserTPS.OK {
+		c.user = append(c.user, wv{w.PerUserTPS.V, 1})
+	}
+	if w.SystemTPS.OK && w.PerUserTPS.OK && (c.best == nil || w.SystemTPS.V > c.best.SystemTPS) {
+		c.best = &Pair{PerUserTPS: w.PerUserTPS.V, SystemTPS: w.SystemTPS.V, Running: w.Running.V}
+	}
+}
+
+// close turns the period's values into its quantile sums.
+func (c *cellSum) close() {
+	if n := c.sys.count(); n > 0 {
+		c.sn, c.s10, c.s50, c.s90 = n, n*c.sys.quantile(0.1), n*c.sys.quantile(0.5), n*c.sys.quantile(0.9)
+	}
+	if n := c.user.count(); n > 0 {
+		c.un, c.u10, c.u50, c.u90 = n, n*c.user.quantile(0.1), n*c.user.quantile(0.5), n*c.user.quantile(0.9)
+	}
+	c.sys, c.user = nil, nil
+}
+
+func (c *cellSum) merge(o *cellSum) {
+	c.w, c.g, c.r = c.w+o.w, c.g+o.g, c.r+o.r
+	c.sn, c.s10, c.s50, c.s90 = c.sn+o.sn, c.s10+o.s10, c.s50+o.s50, c.s90+o.s90
+	c.un, c.u10, c.u50, c.u90 = c.un+o.un, c.u10+o.u10, c.u50+o.u50, c.u90+o.u90
+	if o.best != nil && (c.best == nil || o.best.SystemTPS > c.best.SystemTPS) {
+		b := *o.best
+		c.best = &b
+	}
+}
+
+// record is a cell in the cells field: kind,bin and 14 numbers (an empty
+// one absent), records joined by ";".
+func (c *cellSum) record(kind Kind, bin string) string {
+	// Seven significant digits (a relative 5e-8): half the bytes of
+	// exact ones, and the report reads 30 days of them for a fleet.
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', 7, 64) }
+	parts := []string{string(kind), bin, f(c.w), f(c.g), f(c.r), f(c.sn), f(c.s10), f(c.s50), f(c.s90), f(c.un), f(c.u10), f(c.u50), f(c.u90), "", "", ""}
+	if c.best != nil {
+		parts[13], parts[14], parts[15] = f(c.best.SystemTPS), f(c.best.PerUserTPS), f(c.best.Running)
+	}
+	return strings.Join(parts, ",")
+}
+
+// parseRecord reads one record back; an error names what is wrong.
+func parseRecord(s string) (Kind, string, *cellSum, error) {
+	p := strings.Split(s, ",")
+	if len(p) != 16 {
+		return "", "", nil, fmt.Errorf("curve cell %q: %d parts, want 16", s, len(p))
+	}
+	kind, bin := Kind(p[0]), p[1]
+	if (kind != Decode && kind != Prompt && kind != Unclassified) || binIndex(bin) < 0 {
+		return "", "", nil, fmt.Errorf("curve cell %q: kind %q or bin %q unknown", s, kind, bin)
+	}
+	var v [14]float64
+	for i := 2; i < 16; i++ {
+		if p[i] == "" && i >= 13 {
+			continue
+		}
+		x, err := strconv.ParseFloat(p[i], 64)
+		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
+			return "", "", nil, fmt.Errorf("curve cell %q: part %d %q is not a number >= 0", s, i+1, p[i])
+		}
+		v[i-2] = x
+	}
+	c := &cellSum{w: v[0], g: v[1], r: v[2], sn: v[3], s10: v[4], s50: v[5], s90: v[6], un: v[7], u10: v[8], u50: v[9], u90: v[10]}
+	if p[13] != "" && p[14] != "" {
+		c.best = &Pair{SystemTPS: v[11], PerUserTPS: v[12], Running: v[13]}
+	}
+	return kind, bin, c, nil
+}
+
+// cell turns summed records into a Cell.
+func (c *cellSum) cell(k Key, kind Kind, bin string) Cell {
+	x := Cell{Key: k, Kind: kind, Bin: bin, Windows: c.w, GPUSeconds: c.g, RunningSum: c.r, Best: c.best}
+	if c.sn > 0 {
+		x.Sys = &Stat{P10: c.s10 / c.sn, P50: c.s50 / c.sn, P90: c.s90 / c.sn}
+	}
+	if c.un > 0 {
+		x.User = &Stat{P10: c.u10 / c.un, P50: c.u50 / c.un, P90: c.u90 / c.un}
+	}
+	return x
+}
+
+// Cells gathers windows into rollup points: per series (its tags) and
+// period, a cells field with a record per kind and bin.
+type Cells struct {
+	m     map[string]*seriesAt
+	Every time.Duration
+	// Skipped counts windows left out, by reason; Idle those under 0.5
+	// running (no cell).
+	Skipped map[string]int
+	Idle    int
+}
+
+type seriesAt struct {
+	tags   map[string]string
+	period time.Time
+	cells  map[string]*cellSum // kind NUL bin index
+}
+
+// NewCells gathers cells of periods every long.
+func NewCells(every time.Duration) *Cells {
+	return &Cells{m: map[string]*seriesAt{}, Every: every, Skipped: map[string]int{}}
+}
+
+func seriesID(tags map[string]string) string {
+	keys := make([]string, 0, len(tags))
+	for k := range tags {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var id strings.Builder
+	for _, k := range keys {
+		id.WriteString(k + "=" + tags[k] + "\x00")
+	}
+	return id.String()
+}
+
+// Add counts window w, of the series tags at time t, into its cell.
+func (cs *Cells) Add(tags map[string]string, t time.Time, w Window) {
+	if why := w.check(); why != "" {
+		cs.Skipped[why]++
+		return
+	}
+	i := BinOf(w.Running.V)
+	if i < 0 {
+		cs.Idle++
+		return
+	}
+	p := t.UTC().Truncate(cs.Every)
+	id := fmt.Sprintf("%d\x00%s", p.Unix(), seriesID(tags))
+	s, ok := cs.m[id]
+	if !ok {
+		s = &seriesAt{tags: tags, period: p, cells: map[string]*cellSum{}}
+		cs.m[id] = s
+	}
+	ck := fmt.Sprintf("%s\x00%03d", KindOf(w.Tokens, w.PromptTokens), i)
+	c, ok := s.cells[ck]
+	if !ok {
+		c = &cellSum{}
+		s.cells[ck] = c
+	}
+	c.add(w)
+}
+
+// Each hands every series' period, in a stable order, with its tags,
+// period start and fields (windows and cells), to f.
+func (cs *Cells) Each(f func(tags map[string]string, period time.Time, fields map[string]any) error) error {
+	ids := make([]string, 0, len(cs.m))
+	for id := range cs.m {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		s := cs.m[id]
+		cks := make([]string, 0, len(s.cells))
+		for ck := range s.cells {
+			cks = append(cks, ck)
+		}
+		sort.Strings(cks)
+		var recs []string
+		var windows float64
+		for _, ck := range cks {
+			c := s.cells[ck]
+			c.close()
+			kind, idx, _ := strings.Cut(ck, "\x00")
+			i, _ := strconv.Atoi(idx)
+			recs = append(recs, c.record(Kind(kind), bins[i].label()))
+			windows += c.w
+		}
+		fields := map[string]any{schema.FieldWindows: int64(windows), schema.FieldCells: strings.Join(recs, ";")}
+		if err := f(s.tags, s.period, fields); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Len is how many points Each hands out.
+func (cs *Cells) Len() int { return len(cs.m) }
+
+// Ranged sums rollup points read back over a range, per curve key, kind
+// and bin.
+type Ranged struct {
+	m map[string]*rangedCell
+	// Bad counts cells fields that could not be read.
+	Bad int
+}
+
+type rangedCell struct {
+	key  Key
+	kind Kind
+	bin  string
+	sum  cellSum
+}
+
+// NewRanged is an empty Ranged.
+func NewRanged() *Ranged { return &Ranged{m: map[string]*rangedCell{}} }
+
+// Add reads one point's cells field, of the series tags; a field that
+// cannot be read is counted in Bad and returns its error.
+func (r *Ranged) Add(tags map[string]string, cells string) error {
+	if cells == "" {
+		return nil
+	}
+	k := KeyOf(tags)
+	type parsed struct {
+		kind Kind
+		bin  string
+		c    *cellSum
+	}
+	var ps []parsed
+	for _, rec := range strings.Split(cells, ";") {
+		kind, bin, c, err := parseRecord(rec)
+		if err != nil {
+			r.Bad++
+			return err
+		}
+		ps = append(ps, parsed{kind, bin, c})
+	}
+	for _, p := range ps {
+		id := strings.Join([]string{k.Host, k.Server, k.Engine, k.Version, k.Model, k.GPUs, string(p.kind), p.bin}, "\x00")
+		rc, ok := r.m[id]
+		if !ok {
+			rc = &rangedCell{key: k, kind: p.kind, bin: p.bin}
+			r.m[id] = rc
+		}
+		rc.sum.merge(p.c)
+	}
+	return nil
+}
+
+// Into puts the summed cells on b's curves.
+func (r *Ranged) Into(b *Builder) {
+	ids := make([]string, 0, len(r.m))
+	for id := range r.m {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		rc := r.m[id]
+		b.AddCell(rc.sum.cell(rc.key, rc.kind, rc.bin))
+	}
+	if r.Bad > 0 {
+		b.Skipped[SkipBadCell] += r.Bad
+	}
+}

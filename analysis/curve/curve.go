@@ -1,0 +1,256 @@
+package curve
+
+import (
+	"math"
+	"sort"
+	"strings"
+)
+
+// Opt is a value a window may lack; a missing value is never 0.
+type Opt struct {
+	V  float64
+	OK bool
+}
+
+// Some is a present value.
+func Some(v float64) Opt { return Opt{V: v, OK: true} }
+
+// Key is what makes windows one curve: the server, and the model, engine
+// and GPU set it ran with. Version is the engine's version where the
+// windows carry one (none do today: it stays empty).
+type Key struct {
+	Host    string `json:"host"`
+	Server  string `json:"server"`
+	Engine  string `json:"engine,omitempty"`
+	Version string `json:"engine_version,omitempty"`
+	Model   string `json:"model,omitempty"`
+	GPUs    string `json:"gpus,omitempty"`
+}
+
+// Window is one server window, as written (tpsmon_server).
+type Window struct {
+	Key Key
+	// Seconds is the window's length (window_s); GPUs how many GPUs serve
+	// it. Together they are its GPU-hours.
+	Seconds               float64
+	GPUs                  int
+	Running               Opt
+	SystemTPS, PerUserTPS Opt
+	// Tokens and PromptTokens tell prompt-heavy windows from decode-heavy.
+	Tokens, PromptTokens Opt
+}
+
+// Bounds on believable inputs: rates above this are refused as the
+// joiner refuses them, running requests above maxRunning too.
+const (
+	maxRate    = 1e7
+	maxRunning = 1e6
+	maxSeconds = 86400 * 366
+)
+
+// Skip reasons, counted by Builder.
+const (
+	SkipNoRunning  = "no_running"
+	SkipBadRunning = "bad_running"
+	SkipBadRate    = "bad_rate"
+	SkipBadSeconds = "bad_seconds"
+	SkipBadCell    = "bad_cell"
+)
+
+func bad(v Opt, hi float64) bool {
+	return v.OK && (math.IsNaN(v.V) || v.V < 0 || v.V > hi)
+}
+
+// check says why a window cannot be on the curve, or "".
+func (w Window) check() string {
+	switch {
+	case !w.Running.OK:
+		return SkipNoRunning
+	case bad(w.Running, maxRunning):
+		return SkipBadRunning
+	case bad(w.SystemTPS, maxRate) || bad(w.PerUserTPS, maxRate):
+		return SkipBadRate
+	case math.IsNaN(w.Seconds) || w.Seconds < 0 || w.Seconds > maxSeconds || w.GPUs < 0:
+		return SkipBadSeconds
+	case bad(w.Tokens, math.MaxInt64) || bad(w.PromptTokens, math.MaxInt64):
+		return SkipBadRate
+	}
+	return ""
+}
+
+// wv is a value and how many windows it stands for.
+type wv struct{ v, w float64 }
+
+// dist is a bag of values, exact (one per window) or bucketed.
+type dist []wv
+
+// quantile is the q-quantile of the windows' values, by linear
+// interpolation between closest ranks (numpy's default) over the windows,
+// a value standing for w windows counting w times.
+func (d dist) quantile(q float64) float64 {
+	s := append(dist{}, d...)
+	sort.Slice(s, func(i, j int) bool { return s[i].v < s[j].v })
+	var n float64
+	for _, x := range s {
+		n += x.w
+	}
+	r := q * (n - 1)
+	at := func(rank float64) float64 { // value of the window of 0-based rank
+		var c float64
+		for _, x := range s {
+			c += x.w
+			if rank < c {
+				return x.v
+			}
+		}
+		return s[len(s)-1].v
+	}
+	lo := math.Floor(r)
+	a, b := at(lo), at(lo+1)
+	return a + (r-lo)*(b-a)
+}
+
+func (d dist) count() float64 {
+	var n float64
+	for _, x := range d {
+		n += x.w
+	}
+	return n
+}
+
+// acc gathers one bin of one curve.
+type acc struct {
+	windows    float64
+	gpuSecs    float64
+	runningSum float64
+	sys, user  dist
+	sysSum     float64
+	userSum    float64
+	// bucketed: from rollup cells, whose quantiles are cellSys and cellUser.
+	bucketed          bool
+	cellSys, cellUser *Stat
+}
+
+// Pair is one observed (per-user, system) point: a window, or for rollups
+// the best window of a bin in an hour.
+type Pair struct {
+	PerUserTPS float64 `json:"per_user_tps"`
+	SystemTPS  float64 `json:"system_tps"`
+	Running    float64 `json:"running"`
+}
+
+type curveAcc struct {
+	key   Key
+	kind  Kind
+	bins  []acc
+	pairs []Pair
+}
+
+// Builder gathers windows (or rollup cells) into curves. The zero value
+// is not ready: use NewBuilder.
+type Builder struct {
+	curves map[string]*curveAcc
+	// Skipped counts the windows left out, by reason (Skip*).
+	Skipped map[string]int
+	// Idle counts the windows under 0.5 running (all curves).
+	Idle int
+}
+
+// NewBuilder is an empty Builder.
+func NewBuilder() *Builder {
+	return &Builder{curves: map[string]*curveAcc{}, Skipped: map[string]int{}}
+}
+
+func (b *Builder) curve(k Key, kind Kind) *curveAcc {
+	id := strings.Join([]string{k.Host, k.Server, k.Engine, k.Version, k.Model, k.GPUs, string(kind)}, "\x00")
+	c, ok := b.curves[id]
+	if !ok {
+		c = &curveAcc{key: k, kind: kind, bins: make([]acc, len(bins))}
+		b.curves[id] = c
+	}
+	return c
+}
+
+// Add puts one window on its curve, or counts why not. It returns the
+// skip reason, "" when taken (idle windows are taken, and counted).
+func (b *Builder) Add(w Window) string {
+	if why := w.check(); why != "" {
+		b.Skipped[why]++
+		return why
+	}
+	i := BinOf(w.Running.V)
+	if i < 0 {
+		b.Idle++
+		return ""
+	}
+	c := b.curve(w.Key, KindOf(w.Tokens, w.PromptTokens))
+	a := &c.bins[i]
+	a.windows++
+	a.gpuSecs += w.Seconds * float64(w.GPUs)
+	a.runningSum += w.Running.V
+	if w.SystemTPS.OK {
+		a.sys = append(a.sys, wv{w.SystemTPS.V, 1})
+		a.sysSum += w.SystemTPS.V
+	}
+	if w.PerUserTPS.OK {
+		a.user = append(a.user, wv{w.PerUserTPS.V, 1})
+		a.userSum += w.PerUserTPS.V
+	}
+	if w.SystemTPS.OK && w.PerUserTPS.OK {
+		c.pairs = append(c.pairs, Pair{w.PerUserTPS.V, w.SystemTPS.V, w.Running.V})
+	}
+	return ""
+}
+
+// AddCell puts a rollup cell (as read back over a range) on its curve,
+// or counts why not. A bin's quantiles are the cell's; a second cell of
+// the same bin (not written by tpsmon rollup, which keys cells by bin)
+// is averaged in by windows.
+func (b *Builder) AddCell(x Cell) string {
+	i := binIndex(x.Bin)
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 && v <= maxRate }
+	ok := i >= 0 && finite(x.Windows) && x.GPUSeconds >= 0 && x.RunningSum >= 0 &&
+		(x.Kind == Decode || x.Kind == Prompt || x.Kind == Unclassified)
+	for _, st := range []*Stat{x.Sys, x.User} {
+		if st != nil && (!finite(st.P10) || !finite(st.P50) || !finite(st.P90)) {
+			ok = false
+		}
+	}
+	if !ok {
+		b.Skipped[SkipBadCell]++
+		return SkipBadCell
+	}
+	if x.Windows == 0 {
+		return ""
+	}
+	c := b.curve(x.Key, x.Kind)
+	a := &c.bins[i]
+	a.bucketed = true
+	merge := func(have **Stat, n float64, add *Stat) {
+		if add == nil {
+			return
+		}
+		if *have == nil {
+			s := *add
+			*have = &s
+			return
+		}
+		h := *have
+		wa, wb := n/(n+x.Windows), x.Windows/(n+x.Windows)
+		h.P10, h.P50, h.P90 = wa*h.P10+wb*add.P10, wa*h.P50+wb*add.P50, wa*h.P90+wb*add.P90
+	}
+	merge(&a.cellSys, a.windows, x.Sys)
+	merge(&a.cellUser, a.windows, x.User)
+	a.windows += x.Windows
+	a.gpuSecs += x.GPUSeconds
+	a.runningSum += x.RunningSum
+	// The range's median system TPS reads the bin as a fifth of its
+	// windows at p10 and at p90 and the rest at the median.
+	if x.Sys != nil {
+		a.sys = append(a.sys, wv{x.Sys.P10, 0.2 * x.Windows}, wv{x.Sys.P50, 0.6 * x.Windows}, wv{x.Sys.P90, 0.2 * x.Windows})
+	}
+	if x.Best != nil {
+		c.pairs = append(c.pairs, *x.Best)
+	}
+	return ""
+}

@@ -1,0 +1,316 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tpsmon/tpsmon/collector/tail"
+	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/sample"
+	"github.com/tpsmon/tpsmon/sim/gpusim"
+	"github.com/tpsmon/tpsmon/sim/vllmsim"
+)
+
+// status is the newest STATUS= in what the daemon told systemd.
+func (n *notes) status() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i := len(n.msgs) - 1; i >= 0; i-- {
+		for _, l := range strings.Split(n.msgs[i], "\n") {
+			if s, ok := strings.CutPrefix(l, "STATUS="); ok {
+				return s
+			}
+		}
+	}
+	return ""
+}
+
+// waitFor waits up to d for the first message after the first from that
+// starts with prefix, and returns its index.
+func (n *notes) waitFor(t *testing.T, from int, prefix string, d time.Duration) int {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		n.mu.Lock()
+		for i := from; i < len(n.msgs); i++ {
+			if strings.HasPrefix(n.msgs[i], prefix) {
+				n.mu.Unlock()
+				return i
+			}
+		}
+		n.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q told to systemd within %v (status %q)", prefix, d, n.status())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A reload that changes the GPU backend while the old one fails and is
+// retried: the sampler retrying it keeps its own opener, the one started
+// after the reload gets the new backend's, and the old one is tried no
+// more. The test never synchronises with the retries before the reload,
+// so an opener shared between the reloader and the sampler (as before
+// the reconfig message carried it) is a data race -race reports.
+func TestReloadGPUBackendWhileRetrying(t *testing.T) {
+	t.Setenv("WATCHDOG_USEC", "200000") // a status beat every 100 ms
+	cfg := bubbleConfig(t)
+	cfg.Window, cfg.Grace, cfg.GPU.Interval = time.Second, 100*time.Millisecond, 50*time.Millisecond
+	cfg.GPU.Backend = "nvml"
+	next := *cfg
+	next.GPU.Backend, next.GPU.SimGPUs = "sim", 2
+	var tries atomic.Int64
+	broken := func() (GPUSampler, error) {
+		tries.Add(1)
+		return nil, errors.New("NVML: driver not loaded")
+	}
+	sd := &notes{}
+	reload := make(chan os.Signal, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- newAgent(cfg, Options{OpenGPU: broken, Outputs: []WindowWriter{}, Reload: reload,
+			Load: func() (*config.Config, error) { c := next; return &c, nil }},
+			hooks{gpuRetry: time.Millisecond, notify: sd.send}).Run(ctx)
+	}()
+	ready := sd.waitFor(t, 0, "READY=1", 10*time.Second)
+	time.Sleep(50 * time.Millisecond) // dozens of tries, unobserved
+	sent := time.Now()
+	reload <- syscall.SIGHUP
+	sd.waitFor(t, ready+1, "READY=1", 10*time.Second)
+	applied := time.Since(sent)
+	before := tries.Load()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(sd.status(), ", 2 GPUs") {
+		if time.Now().After(deadline) {
+			t.Fatalf("status %q 10 s after the reload to the sim backend", sd.status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // twenty more retries, were it still tried
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d tries of the broken backend; reload applied in %v", before, applied)
+	if before < 3 {
+		t.Errorf("%d tries of the broken backend before the reload: it was not being retried", before)
+	}
+	if n := tries.Load(); n != before {
+		t.Errorf("the broken backend tried %d times after the reload was applied", n-before)
+	}
+}
+
+// gate holds every source of a daemon mid-work on demand: scrapes inside
+// the server's handler, the GPU sampler inside Sample.
+type gate struct {
+	hold     atomic.Bool
+	release  chan struct{}
+	scraping atomic.Int64 // scrapes held now
+	sampling atomic.Int64 // Sample calls held now
+	samples  atomic.Int64 // Sample calls returned
+}
+
+// scrapes serves h, holding each request while the gate is held until
+// the scrape is cancelled (the daemon stops its sources).
+func (g *gate) scrapes(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if g.hold.Load() {
+			g.scraping.Add(1)
+			<-r.Context().Done()
+			g.scraping.Add(-1)
+			http.Error(w, "cancelled", http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// busyGPUs is a GPU backend whose Sample is held while the gate is: a
+// driver call that takes its time and cannot be cancelled.
+type busyGPUs struct {
+	g *gate
+	GPUSampler
+}
+
+func (b busyGPUs) Sample(now time.Time) []sample.GPU {
+	if b.g.hold.Load() {
+		b.g.sampling.Add(1)
+		<-b.g.release
+		b.g.sampling.Add(-1)
+	}
+	defer b.g.samples.Add(1)
+	return b.GPUSampler.Sample(now)
+}
+
+// evalLine is a llama-server timing line: 96 tokens in 20 ms.
+func evalLine(task int) string {
+	return fmt.Sprintf("slot print_timing: id  0 | task %d |        eval time =      20.00 ms /    96 tokens (    0.21 ms per token,  4800.00 tokens per second)\n", task)
+}
+
+// A reload while every source is busy: both scrapers inside a request,
+// the log tailer reading a log written every 2 ms, the GPU sampler inside
+// a driver call. It is applied within a bound (the held driver call, then
+// milliseconds), every log line is counted exactly once across it (the
+// new tailer resumes where the joiner stood), the scraped servers'
+// windows keep their tokens, and the GPUs are sampled again after it.
+func TestReloadWhileEverySourceIsBusy(t *testing.T) {
+	const rate = 400.0 // tokens/s of each scraped server
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "llama.log")
+	if err := os.WriteFile(logPath, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Read from the start, whenever the tailer opens it.
+	positions := filepath.Join(dir, "positions")
+	os.MkdirAll(positions, 0o700)
+	fi, _ := os.Stat(logPath)
+	st := fi.Sys().(*syscall.Stat_t)
+	if err := tail.SavePosition(filepath.Join(positions, "llama.json"), tail.Position{Path: logPath,
+		Dev: uint64(st.Dev), Ino: st.Ino}); err != nil {
+		t.Fatal(err)
+	}
+
+	g := &gate{release: make(chan struct{})}
+	sim := &vllmsim.Driven{Rate: rate, Start: time.Now().Add(-time.Hour), ResetAt: time.Now().Add(time.Hour)}
+	cfg := bubbleConfig(t)
+	cfg.Window, cfg.Grace = 250*time.Millisecond, 50*time.Millisecond
+	cfg.GPU.Interval = 20 * time.Millisecond
+	scraped := func(name string) config.ServerConfig {
+		return config.ServerConfig{Name: name, Engine: "vllm", MetricsURL: "http://" + name + "/metrics",
+			ScrapeInterval: 20 * time.Millisecond, GPUs: []string{"0"}}
+	}
+	cfg.Servers = []config.ServerConfig{scraped("a"), scraped("b"),
+		{Name: "llama", Engine: "llamacpp", Log: config.LogSourceConfig{File: logPath}, GPUs: []string{"1"}}}
+	next := *cfg // the same sources; the reload itself is the test
+	out := &recorder{}
+	sd := &notes{}
+	reload := make(chan os.Signal, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	a := newAgent(cfg, Options{Outputs: []WindowWriter{out}, Reload: reload,
+		OpenGPU: func() (GPUSampler, error) {
+			return busyGPUs{g, gpusim.New(2, func(time.Time) float64 { return 0.5 })}, nil
+		},
+		Load: func() (*config.Config, error) { c := next; return &c, nil }},
+		hooks{client: handlerClient(g.scrapes(sim)), notify: sd.send, positionDir: positions,
+			logGrace: 150 * time.Millisecond, logPoll: 50 * time.Millisecond})
+	go func() { done <- a.Run(ctx) }()
+	ready := sd.waitFor(t, 0, "READY=1", 10*time.Second)
+
+	// The log, written every 2 ms until stopped.
+	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var lines int
+	stopWriting := make(chan struct{})
+	var wrote sync.WaitGroup
+	wrote.Go(func() {
+		tk := time.NewTicker(2 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-stopWriting:
+				return
+			case <-tk.C:
+				if _, err := f.WriteString(evalLine(lines)); err != nil {
+					t.Error(err)
+					return
+				}
+				lines++
+			}
+		}
+	})
+
+	// Early in a window, hold every source, then reload.
+	time.Sleep(time.Until(time.Now().Truncate(cfg.Window).Add(2*cfg.Window + cfg.Window/4)))
+	g.hold.Store(true)
+	deadline := time.Now().Add(5 * time.Second)
+	for g.scraping.Load() < 2 || g.sampling.Load() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("sources not held: %d scrapes, %d samples", g.scraping.Load(), g.sampling.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	sent := time.Now()
+	reload <- syscall.SIGHUP
+	const driverCall = 50 * time.Millisecond
+	time.Sleep(driverCall) // the held driver call ends, the scrapes are cancelled
+	g.hold.Store(false)
+	close(g.release)
+	sd.waitFor(t, ready+1, "READY=1", 10*time.Second)
+	applied := time.Since(sent)
+	samples := g.samples.Load()
+
+	// Two more windows, then the writer stops and the tailer catches up.
+	time.Sleep(2 * cfg.Window)
+	close(stopWriting)
+	wrote.Wait()
+	time.Sleep(cfg.Window)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	t.Logf("reload applied %v after SIGHUP (%v of it the held driver call); %d log lines", applied, driverCall, lines)
+	if bound := driverCall + 500*time.Millisecond; applied > bound {
+		t.Errorf("reload applied %v after SIGHUP, want within %v", applied, bound)
+	}
+	var logTokens int64
+	windows := 0
+	for _, n := range out.tokensMs("llama") {
+		logTokens += n
+		windows++
+	}
+	if want := int64(96 * lines); logTokens < want-int64(windows) || logTokens > want+int64(windows) {
+		t.Errorf("the log's windows hold %d tokens, want %d (%d lines): %d lines lost or counted twice",
+			logTokens, want, lines, (want-logTokens)/96)
+	}
+	if late := counted(a.metrics.lateTokens); late > 0 {
+		t.Errorf("%d tokens late", late)
+	}
+	// The scraped servers' windows around the reload hold what the
+	// servers made in them. The held scrapes leave a gap longer than
+	// MaxGap, whose tokens go to the window of the scrape after it: the
+	// sum is what is kept, not each window's share.
+	at, step := sent.Truncate(cfg.Window).UnixMilli(), cfg.Window.Milliseconds()
+	want := 3 * rate * cfg.Window.Seconds()
+	for _, s := range []string{"a", "b"} {
+		toks := out.tokensMs(s)
+		if n := toks[at-step] + toks[at] + toks[at+step]; float64(n) < want*0.9 || float64(n) > want*1.1 {
+			t.Errorf("server %s: %d tokens in the three windows around the reload, want about %.0f (all: %v)", s, n, want, toks)
+		}
+	}
+	if n := g.samples.Load() - samples; n < 10 {
+		t.Errorf("%d GPU readings in the %v after the reload", n, 3*cfg.Window)
+	}
+}
+
+// tokensMs returns the tokens of server's windows by start (Unix ms).
+func (r *recorder) tokensMs(server string) map[int64]int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[int64]int64{}
+	for _, c := range r.cs {
+		for _, w := range c.Servers {
+			if w.Server == server && w.Tokens.OK {
+				out[w.Start.UnixMilli()] = w.Tokens.V
+			}
+		}
+	}
+	return out
+}
