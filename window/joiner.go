@@ -740,6 +740,9 @@ func (j *Joiner) serverWindow(st *serverState, s, e time.Time, sums map[string]*
 	if m.hasPreempt {
 		w.Preemptions = Some(m.preempt)
 	}
+	if m.stepSecs > 0 {
+		w.DecodeStepsPerS = Some(m.steps / m.stepSecs)
+	}
 	known := func(v float64) Opt[float64] { return Opt[float64]{V: v, OK: v >= 0} }
 	w.Running, w.Waiting, w.KVCacheUsage = known(m.running), known(m.waiting), known(m.kv)
 	j.addGPUs(&w, j.gpusOf(st), sums)
@@ -854,8 +857,10 @@ type measured struct {
 	// The rates' numerators and time base: what was observed over the
 	// covered stretches, which differ from tokens and covered when an
 	// increase landed after a gap or a window closed ahead of its edge.
-	rateTokens, ratePrompt  float64
-	tokenSecs, promptSecs   float64
+	rateTokens, ratePrompt float64
+	tokenSecs, promptSecs  float64
+	// steps over stepSecs is the engine's decode step rate.
+	steps, stepSecs         float64
 	down                    bool
 	source                  string
 	finished, aborted       float64
@@ -1002,6 +1007,12 @@ func (j *Joiner) fromMetrics(m *measured, st *serverState, cc *closedCounters, i
 	if cc.have[sample.Preemptions] {
 		m.preempt, m.hasPreempt = cc.spans[sample.Preemptions].count(), true
 		m.preempted = cc.spans[sample.Preemptions].delta() > 0
+	}
+	for _, c := range []sample.Counter{sample.Decodes, sample.Iterations} {
+		if cc.have[c] && cc.obsSpan[c] > 0 {
+			m.steps, m.stepSecs = j.bound(cc.obs[c]), cc.obsSpan[c].Seconds()
+			break
+		}
 	}
 	gauge := func(g sample.Gauge) float64 {
 		if sts := st.gauges[g].stats(s, e); sts.n > 0 {

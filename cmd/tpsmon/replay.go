@@ -7,6 +7,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tpsmon/tpsmon/analysis"
+	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/daemon/modelfacts"
 	"github.com/tpsmon/tpsmon/daemon/replay"
 )
 
@@ -24,6 +26,8 @@ type replayOpts struct {
 	host       string
 	tz         string
 	slo        analysis.SLO
+	modelFile  string
+	roofline   config.RooflineConfig
 }
 
 func newReplayCmd() *cobra.Command {
@@ -36,7 +40,9 @@ func newReplayCmd() *cobra.Command {
   --metrics-dir DIR  one scrape per file, named <unix-milliseconds>.prom
   --gpu-csv FILE     the CSV of nvidia-smi --query-gpu=timestamp,index,uuid,name,
                      utilization.gpu,utilization.memory,memory.used,memory.total,
-                     power.draw --format=csv -l 1`,
+                     power.draw --format=csv -l 1
+With --model-file and --gpu (or --peak-bw-gbps) the windows carry the decode
+ceiling: mbu and ceiling_tps (see tpsmon roofline).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.slo.Validate(); err != nil {
@@ -46,7 +52,19 @@ func newReplayCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return replay.Run(cmd.Context(), o.options(), out, cmd.ErrOrStderr())
+			opts := o.options()
+			if o.modelFile != "" {
+				r := o.roofline
+				if err := r.Validate("replay"); err != nil {
+					return err
+				}
+				srv, err := modelfacts.Server(config.ServerConfig{ModelFile: o.modelFile, Roofline: r})
+				if err != nil {
+					return fmt.Errorf("--model-file: %w", err)
+				}
+				opts.Facts.Servers = map[string]analysis.ServerFacts{o.server: {Roofline: srv}}
+			}
+			return replay.Run(cmd.Context(), opts, out, cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
@@ -74,6 +92,14 @@ func newReplayCmd() *cobra.Command {
 	f.DurationVar(&o.slo.TPOT, "slo-tpot", 0, "objective: time per output token")
 	f.DurationVar(&o.slo.E2E, "slo-e2e", 0, "objective: end-to-end latency")
 	f.Float64Var(&o.slo.Floor, "slo-floor", 0, "share of requests that must meet the objectives (0..1): under it, slo_miss_phase")
+	f.StringVar(&o.modelFile, "model-file", "", "the server's model (GGUF, safetensors, config.json, directory): adds mbu and ceiling_tps")
+	f.StringVar(&o.roofline.GPU, "gpu", "", "the server's GPU in the built-in table (with --model-file)")
+	f.Float64Var(&o.roofline.PeakBWGBps, "peak-bw-gbps", 0, "peak memory bandwidth per GPU, GB/s (with --model-file)")
+	f.Float64Var(&o.roofline.PeakTFLOPS, "peak-tflops", 0, "dense peak TFLOPS per GPU (with --model-file)")
+	f.IntVar(&o.roofline.TP, "tp", 0, "tensor-parallel GPUs (default: the server's GPUs, else 1)")
+	f.Float64Var(&o.roofline.KVTokens, "kv-tokens", 0, "KV cache capacity in tokens (0: the KV is not counted)")
+	f.Float64Var(&o.roofline.KVBytes, "kv-bytes", 0, "bytes per KV element (default 2)")
+	f.Float64Var(&o.roofline.Speculative, "speculative", 0, "mean tokens per decode step (default 1)")
 	return cmd
 }
 

@@ -29,6 +29,7 @@ type serverRow struct {
 	suspect                          string // the sanity rules that doubt its last window, comma-joined
 	tps, user, prompt, tpj           float64
 	running, waiting, kv             float64
+	mbu                              float64 // the decode ceiling's model bandwidth utilization
 	now                              float64
 	history                          []float64      // system tok/s per closed window, oldest first
 	windows                          []curve.Window // the closed windows, for the operating curve
@@ -78,7 +79,7 @@ func build(w api.Windows) frame {
 		r := srv[name]
 		if r == nil {
 			r = &serverRow{name: name, state: "-", tps: unknown, user: unknown, prompt: unknown, tpj: unknown,
-				running: unknown, waiting: unknown, kv: unknown, now: unknown, ttft90: unknown, ttft90Lo: unknown,
+				running: unknown, waiting: unknown, kv: unknown, mbu: unknown, now: unknown, ttft90: unknown, ttft90Lo: unknown,
 				itl90: unknown, itl90Lo: unknown, sloLo: unknown, sloHi: unknown}
 			srv[name] = r
 			order = append(order, name)
@@ -109,6 +110,7 @@ func build(w api.Windows) frame {
 			r.engine, r.model, r.gpus = p.Tags[schema.TagEngine], p.Tags[schema.TagModel], p.Tags[schema.TagGPUs]
 			r.tps, r.user, r.prompt, r.tpj = num(p, schema.FieldSystemTPS), num(p, schema.FieldPerUserTPS), num(p, schema.FieldPromptTPS), num(p, schema.FieldTokensPerJoule)
 			r.running, r.waiting, r.kv = num(p, schema.FieldRunning), num(p, schema.FieldWaiting), num(p, schema.FieldKVCacheUsage)
+			r.mbu = num(p, schema.FieldMBU)
 			r.history = append(r.history, r.tps)
 			r.ttft90, r.ttft90Lo = num(p, schema.FieldTTFTP90), num(p, schema.LoField(schema.FieldTTFTP90))
 			r.itl90, r.itl90Lo = num(p, schema.FieldITLP90), num(p, schema.LoField(schema.FieldITLP90))
