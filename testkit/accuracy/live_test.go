@@ -345,7 +345,10 @@ func TestLiveAgainstRealLlamaServer(t *testing.T) {
 	const oneStream, fourStreams = 4 * window, 5 * window
 	// The server decodes on one thread (-t 1): the peak its ceiling is
 	// held to is what one thread streams from memory (membw's probe).
-	peak := membw.Probe(1, 3)
+	peak, err := membw.ProbeProcess(1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("memory bandwidth probe, one thread: %.2f GB/s", peak)
 	telemetry, stop := startTpsmon(t, fmt.Sprintf(`host: it
 window: %v

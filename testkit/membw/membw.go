@@ -12,6 +12,10 @@
 package membw
 
 import (
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -78,4 +82,20 @@ func sum(b []uint64) uint64 {
 		s7 += b[i+7]
 	}
 	return s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7
+}
+
+// ProbeProcess runs the probe in a process of its own built without the
+// race detector (`go run` of command membw), so that a -race test gets
+// the machine's figure, not the instrumented one.
+func ProbeProcess(threads, rounds int) (float64, error) {
+	out, err := exec.Command("go", "run", "github.com/tpsmon/tpsmon/testkit/membw/membw",
+		"-threads", strconv.Itoa(threads), "-rounds", strconv.Itoa(rounds)).Output()
+	if err != nil {
+		return 0, fmt.Errorf("membw probe: %w", err)
+	}
+	bw, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+	if err != nil || !(bw > 0) {
+		return 0, fmt.Errorf("membw probe printed %q", out)
+	}
+	return bw, nil
 }
