@@ -258,7 +258,9 @@ func (a *Agent) assemble(p *pipeline, tel *telemetry) (influx *sink.SpoolWriter,
 			return nil, closeAll, err
 		}
 		closers = append(closers, func() { f.Close() })
-		p.outputs = append(p.outputs, sink.NewLPWriter(f))
+		lw := sink.NewLPWriter(f)
+		lw.SetProfile(sink.Profile(cfg.Sink.Influx.Profile))
+		p.outputs = append(p.outputs, lw)
 	}
 	if cfg.HTTP.Listen != "" {
 		view := live.New(cfg.Host, cfg.Window, nil)
@@ -486,7 +488,9 @@ func startInflux(cfg *config.Config, log *slog.Logger, version string) (out *sin
 		sp.Close()
 		in.Close()
 	}
-	return sink.NewSpoolWriter(sp, sender), stop, nil
+	sw := sink.NewSpoolWriter(sp, sender)
+	sw.SetProfile(sink.Profile(cfg.Sink.Influx.Profile))
+	return sw, stop, nil
 }
 
 // userAgent names this tpsmon to InfluxDB.
