@@ -116,3 +116,17 @@ func numeric(dst, src fields) (fields, error) {
 	slices.SortFunc(dst, func(a, b typed) int { return cmp.Compare(a.key, b.key) })
 	return dst, nil
 }
+
+// NumericServerFields returns the fields of a server's window in the
+// numeric profile, sorted by key.
+func NumericServerFields(w analysis.ServerWindow) ([]Field, error) {
+	f, err := numeric(nil, serverFields(nil, w))
+	return f.boxed(), err
+}
+
+// NumericGPUFields returns the fields of a GPU's window in the numeric
+// profile, sorted by key.
+func NumericGPUFields(w analysis.GPUWindow) ([]Field, error) {
+	f, err := numeric(nil, gpuFields(nil, w))
+	return f.boxed(), err
+}

@@ -266,6 +266,10 @@ func (a *Agent) assemble(p *pipeline, tel *telemetry) (influx *sink.SpoolWriter,
 		view := live.New(cfg.Host, cfg.Window, nil)
 		p.live, tel.windows = view, view
 		p.outputs = append(p.outputs, view)
+		if cfg.HTTP.WindowMetrics {
+			tel.windowMetrics = newWindowMetrics()
+			p.outputs = append(p.outputs, tel.windowMetrics)
+		}
 		addr, stopHTTP, err := tel.serve(cfg.HTTP.Listen, a.httpLimits(), log)
 		if err != nil {
 			return nil, closeAll, err
