@@ -40,7 +40,7 @@ type telemetry struct {
 	// windowMetrics serves the last closed windows on /metrics
 	// (http.window_metrics); nil: not served.
 	windowMetrics *windowMetrics
-	pprof   bool // serve /debug/pprof/ (http.pprof)
+	pprof         bool // serve /debug/pprof/ (http.pprof)
 	// shed is what the endpoint turned away, once it serves (serve).
 	shed atomic.Pointer[httpserve.Shed]
 }
