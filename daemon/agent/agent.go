@@ -395,6 +395,10 @@ func (a *Agent) reload(old *config.Config, influx *sink.SpoolWriter) (*config.Co
 	keep("http.max_connections", nc.HTTP.MaxConnections != old.HTTP.MaxConnections)
 	keep("sink.influx.url (on/off)", (nc.Sink.Influx.URL == "") != (old.Sink.Influx.URL == ""))
 	keep("sink.file", nc.Sink.File != old.Sink.File)
+	keep("http.window_metrics", nc.HTTP.WindowMetrics != old.HTTP.WindowMetrics)
+	// The encoders are made with their profile at start.
+	keep("sink.influx.profile", nc.Sink.Influx.Profile != old.Sink.Influx.Profile)
+	nc.Sink.Influx.Profile = old.Sink.Influx.Profile
 	nc.Window, nc.Grace, nc.Host, nc.Sink.Spool, nc.HTTP, nc.Sink.File = old.Window, old.Grace, old.Host, old.Sink.Spool, old.HTTP, old.Sink.File
 	if (nc.Sink.Influx.URL == "") != (old.Sink.Influx.URL == "") {
 		nc.Sink.Influx = old.Sink.Influx
