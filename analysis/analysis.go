@@ -14,6 +14,7 @@ package analysis
 import (
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis/roofline"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -49,6 +50,15 @@ type ServerWindow struct {
 	// Suspect names the sanity rules that fired (sanity.go), comma-joined;
 	// absent when none did.
 	Suspect window.Opt[string]
+	// MBU and CeilingTPS are the window's model bandwidth utilization
+	// and the system tokens/s its GPUs could give at its running requests
+	// and KV occupancy (Ceiling; exact to the model's facts and the
+	// datasheet peaks; without the KV occupancy CeilingTPS is an upper
+	// bound and MBU a lower one). Absent without the facts.
+	MBU, CeilingTPS window.Opt[float64]
+	// Finding is what the MBU says of the window (Finding): near the
+	// ceiling, demand-bound or host-bound; absent without an MBU.
+	Finding window.Opt[string]
 }
 
 // Facts is what the analysis knows besides the windows, passed in by its
@@ -60,12 +70,19 @@ type Facts struct {
 	// Servers holds what is known of each server, by name. A server
 	// without an entry is analysed with what its windows say alone.
 	Servers map[string]ServerFacts
+	// GPUs are the node's GPUs' peaks by label (the gpu tag), from
+	// NVML's names and memory clocks and the built-in table.
+	GPUs map[string]roofline.Spec
 }
 
 // ServerFacts is what is known of one server beyond its windows: its
 // engine's and model's facts, its GPUs' specifications, its objectives.
-// Empty until the values that need them are derived.
-type ServerFacts struct{}
+type ServerFacts struct {
+	// Roofline is what the decode ceiling needs (nil: not known). Its
+	// GPU, when zero, is the window's GPUs' (Facts.GPUs) and its TP, when
+	// 0, their number.
+	Roofline *roofline.Server
+}
 
 // Analyze returns the analysis of cs.
 func Analyze(cs []window.Closed, f *Facts) []Closed { return Append(nil, cs, f) }
@@ -88,7 +105,7 @@ func Append(dst []Closed, cs []window.Closed, f *Facts) []Closed {
 			a.GPUs = append(a.GPUs, GPUWindow{GPUWindow: g})
 		}
 		for _, s := range c.Servers {
-			a.Servers = append(a.Servers, analyzeServer(s, th))
+			a.Servers = append(a.Servers, analyzeServer(s, th, f))
 		}
 		dst = append(dst, a)
 	}
@@ -96,18 +113,26 @@ func Append(dst []Closed, cs []window.Closed, f *Facts) []Closed {
 }
 
 // analyzeServer derives what a server's window implies.
-func analyzeServer(w window.ServerWindow, th Thresholds) ServerWindow {
+func analyzeServer(w window.ServerWindow, th Thresholds, f *Facts) ServerWindow {
 	a := ServerWindow{ServerWindow: w, State: State(w, th)}
 	prompt(&a)
 	spec(&a, th)
+	if sf, ok := f.Servers[w.Server]; ok && sf.Roofline != nil {
+		r := *sf.Roofline
+		if a.TokensPerStep.OK && a.TokensPerStep.V >= 1 {
+			r.TokensPerStep = a.TokensPerStep.V // the window's own speculation over the configured
+		}
+		a.MBU, a.CeilingTPS = Ceiling(w, r, f.GPUs)
+		a.Finding = Finding(w, a.MBU, th)
+	}
 	sanity(&a, a.ceilingTPS())
 	return a
 }
 
 // ceilingTPS is the window's hardware ceiling in system tokens/s, for the
-// above_ceiling rule: none in this stage yet (the decode ceiling's
-// ceiling_tps, once the analysis derives it, is what it returns).
-func (a *ServerWindow) ceilingTPS() window.Opt[float64] { return window.Opt[float64]{} }
+// above_ceiling rule: the decode ceiling's ceiling_tps, where the facts
+// give one.
+func (a *ServerWindow) ceilingTPS() window.Opt[float64] { return a.CeilingTPS }
 
 // Count returns how many results cs hold.
 func Count(cs []Closed) int {

@@ -19,6 +19,13 @@ type Thresholds struct {
 	// waiting; a single request caught in the queue by one scrape of a
 	// window should not flip the verdict.
 	Waiting float64 `mapstructure:"waiting"`
+	// The decode ceiling's findings (Finding): an MBU from NearMBU is
+	// near the ceiling; under LowMBU with more than FewRunning requests
+	// running the host or scheduler holds the GPU back; with at most
+	// FewRunning running and none waiting, demand does.
+	NearMBU    float64 `mapstructure:"ceiling_near_mbu"`
+	LowMBU     float64 `mapstructure:"ceiling_low_mbu"`
+	FewRunning float64 `mapstructure:"ceiling_few_running"`
 	// SpecAccept is the speculative-decoding acceptance rate (0..1) under
 	// which a window's finding is spec_ineffective. Under 0.3 a draft of
 	// k tokens adds under 0.3·k accepted tokens per step (with k = 3 to 5,
@@ -28,7 +35,7 @@ type Thresholds struct {
 
 // DefaultThresholds are the design's values.
 var DefaultThresholds = Thresholds{KVBound: 0.9, QueueUtil: 60, UnderUtil: 40, SaturatedUtil: 90, Waiting: 0.5,
-	SpecAccept: 0.3}
+	NearMBU: 0.7, LowMBU: 0.3, FewRunning: 2, SpecAccept: 0.3}
 
 // Validate says which threshold cannot be one, by its configuration key.
 func (th Thresholds) Validate() error {
@@ -43,6 +50,20 @@ func (th Thresholds) Validate() error {
 		if !(t.v >= 0 && t.v <= 100) {
 			return fmt.Errorf("%s: %v is not a percentage in [0, 100]", t.name, t.v)
 		}
+	}
+	for _, t := range []struct {
+		name string
+		v    float64
+	}{{"ceiling_near_mbu", th.NearMBU}, {"ceiling_low_mbu", th.LowMBU}} {
+		if !(t.v > 0 && t.v <= 1) {
+			return fmt.Errorf("%s: %v is not a ratio in (0, 1]", t.name, t.v)
+		}
+	}
+	if !(th.LowMBU < th.NearMBU) {
+		return fmt.Errorf("ceiling_low_mbu: %v is not below ceiling_near_mbu %v", th.LowMBU, th.NearMBU)
+	}
+	if !(th.FewRunning >= 0 && th.FewRunning <= sample.MaxRequests) {
+		return fmt.Errorf("ceiling_few_running: %v is not a request count in [0, %g]", th.FewRunning, sample.MaxRequests)
 	}
 	if !(th.SpecAccept >= 0 && th.SpecAccept <= 1) {
 		return fmt.Errorf("spec_accept: %v is not a ratio in [0, 1]", th.SpecAccept)

@@ -181,6 +181,29 @@ func migDevices(h gonvml.Device) []*migDevice {
 	return out
 }
 
+// memoryFacts reads a device's memory bus width and top memory clock.
+func memoryFacts(h gonvml.Device) (bits int, mhz float64) {
+	if w, ret := h.GetMemoryBusWidth(); ret == gonvml.SUCCESS {
+		bits = int(w)
+	}
+	if c, ret := h.GetMaxClockInfo(gonvml.CLOCK_MEM); ret == gonvml.SUCCESS {
+		mhz = float64(c)
+	}
+	return bits, mhz
+}
+
+// Facts returns what each open GPU says of itself: its name and the
+// memory facts its peak bandwidth comes from. Asked when called (once at
+// start by its user), not at Open: sampling needs none of it.
+func (s *Sampler) Facts() []sample.Device {
+	out := make([]sample.Device, len(s.devs))
+	for i, d := range s.devs {
+		bits, mhz := memoryFacts(d.h)
+		out[i] = sample.Device{Index: d.index, UUID: d.uuid, Name: d.name, MemBusWidthBits: bits, MaxMemClockMHz: mhz}
+	}
+	return out
+}
+
 // Devices returns the number of GPUs sampled.
 func (s *Sampler) Devices() int { return len(s.devs) }
 

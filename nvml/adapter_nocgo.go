@@ -23,6 +23,9 @@ func (*Sampler) Devices() int { return 0 }
 // Sample returns nothing.
 func (*Sampler) Sample(time.Time) []sample.GPU { return nil }
 
+// Facts returns nothing.
+func (*Sampler) Facts() []sample.Device { return nil }
+
 // Close does nothing.
 func (*Sampler) Close() error { return nil }
 

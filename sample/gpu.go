@@ -60,3 +60,27 @@ type GPU struct {
 
 // Have reports whether the sample carries field f.
 func (s *GPU) Have(f Field) bool { return s.Has&f != 0 }
+
+// Device is what a GPU says of itself once: its memory bus width and
+// top memory clock, from which its peak memory bandwidth. Zero is unknown.
+type Device struct {
+	Index int
+	UUID  string
+	Name  string
+	// MemBusWidthBits and MaxMemClockMHz are NVML's
+	// nvmlDeviceGetMemoryBusWidth and the CLOCK_MEM maximum.
+	MemBusWidthBits int
+	MaxMemClockMHz  float64
+}
+
+// PeakBandwidthGBps is bus width × top memory clock × 2 transfers a
+// clock, in 10^9 bytes/s: NVML reports HBM's and GDDR6/6X/7's memory
+// clock both at half the data rate (H100 SXM: 5120 bits × 2619 MHz →
+// 3352 GB/s; RTX 4090: 384 bits × 10501 MHz → 1008 GB/s). 0 when either
+// is unknown.
+func (d Device) PeakBandwidthGBps() float64 {
+	if d.MemBusWidthBits <= 0 || d.MaxMemClockMHz <= 0 {
+		return 0
+	}
+	return float64(d.MemBusWidthBits) / 8 * d.MaxMemClockMHz * 2 / 1000
+}

@@ -43,6 +43,17 @@ const (
 	FieldTPSPerGPU      = "tps_per_gpu"
 	FieldState          = "state"  // string, one of States
 	FieldSource         = "source" // string: SourceMetrics or SourceLog
+	// The decode ceiling (analysis/roofline): the engine's own decode
+	// steps per second, the model bandwidth utilization (bytes the steps
+	// read over the GPUs' peak; may exceed 1 when a fact is wrong) and the
+	// system tokens/s the hardware could give at the window's running
+	// requests and KV occupancy. Absent when a fact is missing.
+	FieldDecodeStepsPerS = "decode_steps_per_s"
+	FieldMBU             = "mbu"
+	FieldCeilingTPS      = "ceiling_tps"
+	// FieldCeilingFinding is what the MBU says (string): near_ceiling,
+	// demand_bound or host_bound (analysis.Finding).
+	FieldCeilingFinding = "ceiling_finding"
 	// The prompt's split by where its KV came from (ints): computed by
 	// prefill, hit in the local prefix cache, transferred from another
 	// instance; they add up to all the window's prompt tokens. prefix_hit_rate
@@ -148,7 +159,8 @@ var (
 		FieldSMActive, FieldMemUsedBytes, FieldMemTotalBytes, FieldPowerW, FieldEnergyJ, FieldTokensPerJoule,
 		FieldTPSPerGPU, FieldState, FieldCoverage, FieldWindowS, FieldSource,
 		FieldPromptComputedTokens, FieldPromptCachedTokens, FieldPromptExternalTokens, FieldPrefixHitRate,
-		FieldSpecAcceptRate, FieldTokensPerStep, FieldSpecFinding, FieldSuspect}
+		FieldSpecAcceptRate, FieldTokensPerStep, FieldSpecFinding, FieldSuspect,
+		FieldDecodeStepsPerS, FieldMBU, FieldCeilingTPS, FieldCeilingFinding}
 	GPUTags   = []string{TagHost, TagGPU, TagUUID, TagName, TagServer}
 	GPUFields = []string{FieldUtil, FieldUtilMax, FieldMemUtil, FieldMemUsedBytes, FieldMemTotalBytes, FieldPowerW,
 		FieldEnergyJ, FieldEnergySource, FieldTempC, FieldSMClockMHz, FieldThrottle, FieldSMActive, FieldSMOccupancy,

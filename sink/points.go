@@ -119,11 +119,15 @@ func serverTags(dst []Tag, w analysis.ServerWindow) []Tag {
 // are added in the order of their keys (TestPointsCarrySchema checks), so
 // no point sorts them.
 func serverFields(f fields, w analysis.ServerWindow) fields {
+	f.str(schema.FieldCeilingFinding, w.Finding)
+	f.float(schema.FieldCeilingTPS, w.CeilingTPS)
 	f.float(schema.FieldCoverage, window.Some(w.Coverage))
+	f.float(schema.FieldDecodeStepsPerS, w.DecodeStepsPerS)
 	f.float(schema.FieldEnergyJ, w.EnergyJ)
 	f.float(schema.FieldGPUUtil, w.GPUUtil)
 	f.float(schema.FieldGPUUtilMax, w.GPUUtilMax)
 	f.float(schema.FieldKVCacheUsage, w.KVCacheUsage)
+	f.float(schema.FieldMBU, w.MBU)
 	f.int(schema.FieldMemTotalBytes, w.MemTotalBytes)
 	f.int(schema.FieldMemUsedBytes, w.MemUsedBytes)
 	f.float(schema.FieldPerUserTPS, w.PerUserTPS)

@@ -735,6 +735,9 @@ func (j *Joiner) serverWindow(st *serverState, s, e time.Time, sums map[string]*
 	if m.hasPreempt {
 		w.Preemptions = Some(m.preempt)
 	}
+	if m.stepSecs > 0 {
+		w.DecodeStepsPerS = Some(m.steps / m.stepSecs)
+	}
 	known := func(v float64) Opt[float64] { return Opt[float64]{V: v, OK: v >= 0} }
 	w.Running, w.Waiting, w.KVCacheUsage = known(m.running), known(m.waiting), known(m.kv)
 	j.addGPUs(&w, j.gpusOf(st), sums)
@@ -850,11 +853,13 @@ type measured struct {
 	// increase landed after a gap or a window closed ahead of its edge.
 	rateTokens, ratePrompt float64
 	tokenSecs, promptSecs  float64
-	down                   bool
-	source                 string
-	counts                 [sample.NumCounters]Count
-	doubted                bool
-	gauges                 [sample.NumGauges]Opt[float64]
+	// steps over stepSecs is the engine's decode step rate.
+	steps, stepSecs float64
+	down            bool
+	source          string
+	counts          [sample.NumCounters]Count
+	doubted         bool
+	gauges          [sample.NumGauges]Opt[float64]
 }
 
 // closedCounters is what each counter of a server says of one window.
@@ -986,6 +991,12 @@ func (j *Joiner) fromMetrics(m *measured, st *serverState, cc *closedCounters, i
 	if cc.have[sample.Preemptions] {
 		m.preempt, m.hasPreempt = cc.spans[sample.Preemptions].count(), true
 		m.preempted = cc.spans[sample.Preemptions].delta() > 0
+	}
+	for _, c := range []sample.Counter{sample.Decodes, sample.Iterations} {
+		if cc.have[c] && cc.obsSpan[c] > 0 {
+			m.steps, m.stepSecs = j.bound(cc.obs[c]), cc.obsSpan[c].Seconds()
+			break
+		}
 	}
 	gauge := func(g sample.Gauge) float64 {
 		if sts := st.gauges[g].stats(s, e); sts.n > 0 {

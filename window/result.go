@@ -73,8 +73,13 @@ type ServerWindow struct {
 	MemUsedBytes, MemTotalBytes    Opt[int64]
 	PowerW, EnergyJ                Opt[float64]
 	TokensPerJoule, TPSPerGPU      Opt[float64]
-	Coverage                       float64
-	Source                         string // schema.SourceMetrics or schema.SourceLog
+	// DecodeStepsPerS is the engine's own step counter's rate (llama.cpp
+	// n_decode_total, TensorRT-LLM iterations, TGI decode batches), over
+	// the part of the window it was observed; absent where the engine
+	// counts no steps. llama.cpp's also counts prompt batches.
+	DecodeStepsPerS Opt[float64]
+	Coverage        float64
+	Source          string // schema.SourceMetrics or schema.SourceLog
 
 	// What the window's sources said beyond its fields, for the analysis
 	// stage (package analysis); not written as such.

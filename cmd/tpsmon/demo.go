@@ -107,7 +107,13 @@ func runDemo(ctx context.Context, cfg *config.Config, out agent.WindowWriter, o 
 	cfg.GPU.Backend = "sim"
 	cfg.Discovery.Enabled = false
 	cfg.Servers = []config.ServerConfig{{Name: "demo-vllm", Engine: engine.VLLM, MetricsURL: "http://" + ln.Addr().String() + "/metrics",
-		GPUs: []string{"auto"}, ScrapeInterval: 500 * time.Millisecond}}
+		GPUs: []string{"auto"}, ScrapeInterval: 500 * time.Millisecond,
+		// The simulated server's model, as a Llama 3.1 70B in 4-bit AWQ
+		// (0.53 bytes a weight with its scales) with an FP8 KV cache of
+		// 400k tokens on H100 SXMs: its windows carry the decode ceiling
+		// (mbu, ceiling_tps, ceiling_finding).
+		Roofline: config.RooflineConfig{ParamsB: 70.55, BytesPerWeight: 0.53, EmbedParamsB: 1.05, Layers: 80, KVHeads: 8,
+			HeadDim: 128, KVBytes: 1, KVTokens: 400000, GPU: "H100 SXM"}}}
 	// The demo serves HTTP only when asked, and keeps no state.
 	cfg.HTTP.Listen = o.listen
 	if cfg.Sink.Influx.URL != "" {

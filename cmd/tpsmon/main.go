@@ -54,7 +54,7 @@ func newRoot() *cobra.Command {
 		Version:       version,
 	}
 	root.SetVersionTemplate(versionLine())
-	root.AddCommand(newRunCmd(), newDemoCmd(), newReplayCmd(), newCheckCmd(), newReportCmd(), newRollupCmd(), newTopCmd(), &cobra.Command{
+	root.AddCommand(newRunCmd(), newDemoCmd(), newReplayCmd(), newCheckCmd(), newReportCmd(), newRollupCmd(), newTopCmd(), newRooflineCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,

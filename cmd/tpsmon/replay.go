@@ -6,6 +6,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tpsmon/tpsmon/analysis"
+	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/daemon/modelfacts"
 	"github.com/tpsmon/tpsmon/daemon/replay"
 )
 
@@ -22,6 +25,8 @@ type replayOpts struct {
 	gpus       []string
 	host       string
 	tz         string
+	modelFile  string
+	roofline   config.RooflineConfig
 }
 
 func newReplayCmd() *cobra.Command {
@@ -34,14 +39,28 @@ func newReplayCmd() *cobra.Command {
   --metrics-dir DIR  one scrape per file, named <unix-milliseconds>.prom
   --gpu-csv FILE     the CSV of nvidia-smi --query-gpu=timestamp,index,uuid,name,
                      utilization.gpu,utilization.memory,memory.used,memory.total,
-                     power.draw --format=csv -l 1`,
+                     power.draw --format=csv -l 1
+With --model-file and --gpu (or --peak-bw-gbps) the windows carry the decode
+ceiling: mbu and ceiling_tps (see tpsmon roofline).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out, err := newOutput(o.format, cmd.OutOrStdout())
 			if err != nil {
 				return err
 			}
-			return replay.Run(cmd.Context(), o.options(), out, cmd.ErrOrStderr())
+			opts := o.options()
+			if o.modelFile != "" {
+				r := o.roofline
+				if err := r.Validate("replay"); err != nil {
+					return err
+				}
+				srv, err := modelfacts.Server(config.ServerConfig{ModelFile: o.modelFile, Roofline: r})
+				if err != nil {
+					return fmt.Errorf("--model-file: %w", err)
+				}
+				opts.Facts.Servers = map[string]analysis.ServerFacts{o.server: {Roofline: srv}}
+			}
+			return replay.Run(cmd.Context(), opts, out, cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
@@ -65,6 +84,14 @@ func newReplayCmd() *cobra.Command {
 	f.StringSliceVar(&o.gpus, "gpus", nil, "GPU indexes or UUIDs serving the server (default: all in the CSV)")
 	f.StringVar(&o.host, "host", "replay", "host tag")
 	f.StringVar(&o.tz, "tz", "UTC", "time zone of the CSV timestamps")
+	f.StringVar(&o.modelFile, "model-file", "", "the server's model (GGUF, safetensors, config.json, directory): adds mbu and ceiling_tps")
+	f.StringVar(&o.roofline.GPU, "gpu", "", "the server's GPU in the built-in table (with --model-file)")
+	f.Float64Var(&o.roofline.PeakBWGBps, "peak-bw-gbps", 0, "peak memory bandwidth per GPU, GB/s (with --model-file)")
+	f.Float64Var(&o.roofline.PeakTFLOPS, "peak-tflops", 0, "dense peak TFLOPS per GPU (with --model-file)")
+	f.IntVar(&o.roofline.TP, "tp", 0, "tensor-parallel GPUs (default: the server's GPUs, else 1)")
+	f.Float64Var(&o.roofline.KVTokens, "kv-tokens", 0, "KV cache capacity in tokens (0: the KV is not counted)")
+	f.Float64Var(&o.roofline.KVBytes, "kv-bytes", 0, "bytes per KV element (default 2)")
+	f.Float64Var(&o.roofline.Speculative, "speculative", 0, "mean tokens per decode step (default 1)")
 	return cmd
 }
 

@@ -125,6 +125,9 @@ func runDaemonRole() error {
 		dev.GetTotalEnergyConsumptionFunc = func() (uint64, gonvml.Return) { return 0, gonvml.ERROR_NOT_SUPPORTED }
 		dev.GetTemperatureFunc = func(gonvml.TemperatureSensors) (uint32, gonvml.Return) { return 40, gonvml.SUCCESS }
 		dev.GetClockInfoFunc = func(gonvml.ClockType) (uint32, gonvml.Return) { return 1980, gonvml.SUCCESS }
+		// An H100 SXM's memory, for the decode ceiling's peak.
+		dev.GetMemoryBusWidthFunc = func() (uint32, gonvml.Return) { return 5120, gonvml.SUCCESS }
+		dev.GetMaxClockInfoFunc = func(gonvml.ClockType) (uint32, gonvml.Return) { return 2619, gonvml.SUCCESS }
 		dev.GetCurrentClocksEventReasonsFunc = func() (uint64, gonvml.Return) { return 0, gonvml.SUCCESS }
 		dev.GetSamplesFunc = func(gonvml.SamplingType, uint64) (gonvml.ValueType, []gonvml.Sample, gonvml.Return) {
 			return 0, nil, gonvml.ERROR_NOT_SUPPORTED

@@ -17,11 +17,13 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/analysis"
+	"github.com/tpsmon/tpsmon/analysis/roofline"
 	"github.com/tpsmon/tpsmon/collector"
 	enginereg "github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/collector/gpumap"
 	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/daemon/modelfacts"
 	"github.com/tpsmon/tpsmon/internal/statefile"
 	"github.com/tpsmon/tpsmon/internal/wake"
 	"github.com/tpsmon/tpsmon/sample"
@@ -109,6 +111,11 @@ type loop struct {
 	gpuErr       map[string]bool     // GPUs whose last reading failed, logged once
 	suspect      map[string]bool     // servers whose counters are untrusted now, logged once an episode
 	placed       map[string][]string // GPU UUIDs found for servers with gpus: auto
+	// serverFacts and gpuSpecs are the decode ceiling's facts: each
+	// server's model (from the configuration, read at start and reload)
+	// and each GPU's peaks (from the backend, when it opens).
+	serverFacts map[string]analysis.ServerFacts
+	gpuSpecs    map[string]roofline.Spec
 }
 
 // reconfig is a reload for the main loop: the configuration (servers,
@@ -141,6 +148,35 @@ type gpuMsg []sample.GPU
 // placedMsg says where servers with gpus: auto were found, and why
 // others were not.
 type placedMsg gpumap.Result
+
+// devicesMsg is what the GPUs said of themselves when opened: their
+// peaks, for the decode ceiling.
+type devicesMsg []sample.Device
+
+// deviceFacter is a GPU backend that tells each GPU's memory facts.
+type deviceFacter interface {
+	Facts() []sample.Device
+}
+
+func (m devicesMsg) apply(l *loop) {
+	var notes []string
+	l.gpuSpecs, notes = modelfacts.GPUs(m)
+	for _, n := range notes {
+		l.log.Info("GPU peak", "note", n)
+	}
+}
+
+// setServerFacts reads the model facts of cfg's servers, saying once for
+// each server without them why it has no ceiling.
+func (l *loop) setServerFacts(cfg *config.Config) {
+	var missing map[string]error
+	l.serverFacts, missing = modelfacts.Servers(cfg)
+	for _, s := range cfg.Servers {
+		if err := missing[s.Name]; err != nil {
+			l.log.Info("no decode ceiling (mbu, ceiling_tps)", "server", s.Name, "missing", err)
+		}
+	}
+}
 
 // processLister is a GPU backend that knows the processes on each GPU.
 type processLister interface {
@@ -291,6 +327,7 @@ func (p *pipeline) run(ctx context.Context, cfg *config.Config, openGPU func() (
 		logPos: map[string]tail.Position{}, logDirty: map[string]bool{}, gpuErr: map[string]bool{},
 		suspect: map[string]bool{}, placed: map[string][]string{}}
 	l.reportGap()
+	l.setServerFacts(cfg)
 	start := p.now()
 	grace, raised := graceFor(cfg, p.tune.logGrace)
 	if raised {
@@ -405,6 +442,7 @@ func (l *loop) reconfigure(rc reconfig) {
 		l.rename(from, to)
 	}
 	l.cfg = nc
+	l.setServerFacts(nc)
 	if rc.newGPU {
 		l.openGPU = rc.openGPU // no sampler runs now
 	}
@@ -534,7 +572,7 @@ func (l *loop) emit(closed []window.Closed) {
 	if len(closed) == 0 {
 		return
 	}
-	cs := analysis.Analyze(closed, &analysis.Facts{Thresholds: l.cfg.Thresholds})
+	cs := analysis.Analyze(closed, &analysis.Facts{Thresholds: l.cfg.Thresholds, Servers: l.serverFacts, GPUs: l.gpuSpecs})
 	if l.metrics != nil {
 		l.metrics.suspects.note(cs, l.log)
 	}
@@ -576,6 +614,9 @@ func (p *pipeline) sampleGPUs(ctx context.Context, open func() (GPUSampler, erro
 		if err == nil {
 			p.health.gpuOpen.Store(true)
 			p.health.gpuAt.Store(p.now().UnixNano())
+			if df, ok := g.(deviceFacter); ok {
+				send(devicesMsg(df.Facts()))
+			}
 			if s := g.Sample(p.now()); len(s) > 0 {
 				p.health.gpus.Store(int64(len(s)))
 				send(gpuMsg(s))

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -25,6 +26,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/tpsmon/tpsmon/analysis"
+	"github.com/tpsmon/tpsmon/analysis/roofline"
 	"github.com/tpsmon/tpsmon/collector/engine"
 	"github.com/tpsmon/tpsmon/internal/redact"
 	"github.com/tpsmon/tpsmon/internal/statefile"
@@ -78,6 +80,45 @@ type ServerConfig struct {
 	Log            LogSourceConfig `mapstructure:"log"`
 	GPUs           []string        `mapstructure:"gpus"`
 	ScrapeInterval time.Duration   `mapstructure:"scrape_interval"`
+	// ModelFile is the model the server serves (GGUF, safetensors, a
+	// safetensors index, config.json or a model directory): its headers
+	// give the decode ceiling's bytes and architecture.
+	ModelFile string         `mapstructure:"model_file"`
+	Roofline  RooflineConfig `mapstructure:"roofline"`
+}
+
+// RooflineConfig is what a server's decode ceiling needs beyond its model
+// file; each is optional (0: from the model file, NVML and the table).
+// The model's own facts, where no file is at hand (a remote server), are
+// given as `tpsmon roofline` takes them, over the file's.
+type RooflineConfig struct {
+	ParamsB        float64 `mapstructure:"params_b"`
+	BytesPerWeight float64 `mapstructure:"bytes_per_weight"`
+	ActiveParamsB  float64 `mapstructure:"active_params_b"`
+	EmbedParamsB   float64 `mapstructure:"embed_params_b"`
+	Experts        int     `mapstructure:"experts"`
+	ExpertsUsed    int     `mapstructure:"experts_used"`
+	Layers         int     `mapstructure:"layers"`
+	KVHeads        int     `mapstructure:"kv_heads"`
+	HeadDim        int     `mapstructure:"head_dim"`
+
+	// GPU names the GPU in the built-in table, for a server whose GPUs
+	// NVML does not show (a container, another node).
+	GPU string `mapstructure:"gpu"`
+	// PeakBWGBps and PeakTFLOPS are the peaks of one GPU (or, for a CPU
+	// server, of the machine's memory) over the table's.
+	PeakBWGBps float64 `mapstructure:"peak_bw_gbps"`
+	PeakTFLOPS float64 `mapstructure:"peak_tflops"`
+	// TP is the tensor-parallel degree (0: the server's GPUs).
+	TP int `mapstructure:"tp"`
+	// KVBytes is the KV cache's element size (0: 2, BF16/FP16).
+	KVBytes float64 `mapstructure:"kv_bytes"`
+	// KVTokens is the KV cache's capacity in tokens (llama.cpp's -c,
+	// vLLM's "GPU KV cache size"); 0: the KV is not counted.
+	KVTokens float64 `mapstructure:"kv_tokens"`
+	// Speculative is the mean tokens a sequence gains per decode step
+	// (0: 1, no speculative decoding).
+	Speculative float64 `mapstructure:"speculative"`
 }
 
 // LogSourceConfig names a server's log.
@@ -530,6 +571,32 @@ func (s *ServerConfig) validate(at string) error {
 	}
 	if len(s.GPUs) == 0 {
 		s.GPUs = []string{"auto"}
+	}
+	return s.Roofline.Validate(at + ".roofline")
+}
+
+// Validate refuses a number out of range or a GPU the table does not
+// know; at names the key in the message.
+func (r *RooflineConfig) Validate(at string) error {
+	for _, f := range []struct {
+		key   string
+		v, hi float64
+	}{{"peak_bw_gbps", r.PeakBWGBps, 1e6}, {"peak_tflops", r.PeakTFLOPS, 1e6}, {"kv_bytes", r.KVBytes, 8},
+		{"kv_tokens", r.KVTokens, 1e9}, {"speculative", r.Speculative, 64}, {"tp", float64(r.TP), 1024},
+		{"params_b", r.ParamsB, 1e5}, {"bytes_per_weight", r.BytesPerWeight, 8}, {"active_params_b", r.ActiveParamsB, 1e5},
+		{"embed_params_b", r.EmbedParamsB, 1e5}, {"experts", float64(r.Experts), 1e5}, {"experts_used", float64(r.ExpertsUsed), 1e5},
+		{"layers", float64(r.Layers), 1e4}, {"kv_heads", float64(r.KVHeads), 1e5}, {"head_dim", float64(r.HeadDim), 1e5}} {
+		if math.IsNaN(f.v) || f.v < 0 || f.v > f.hi {
+			return fmt.Errorf("%s.%s: %v is not in 0..%g", at, f.key, f.v, f.hi)
+		}
+	}
+	if r.GPU != "" {
+		if _, err := roofline.Lookup(r.GPU); err != nil {
+			return fmt.Errorf("%s.gpu: %w", at, err)
+		}
+	}
+	if r.Speculative != 0 && r.Speculative < 1 {
+		return fmt.Errorf("%s.speculative: %v tokens a step is less than 1", at, r.Speculative)
 	}
 	return nil
 }

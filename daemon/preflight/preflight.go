@@ -15,10 +15,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis/roofline"
 	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/gpumap"
 	"github.com/tpsmon/tpsmon/daemon/agent"
 	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/daemon/modelfacts"
 	"github.com/tpsmon/tpsmon/internal/logging"
 	"github.com/tpsmon/tpsmon/internal/redact"
 	"github.com/tpsmon/tpsmon/internal/statefile"
@@ -31,7 +33,7 @@ import (
 // InfluxDB.
 func Run(ctx context.Context, cfg *config.Config, version string, w io.Writer) int {
 	c := &checker{w: w, version: version}
-	gpus := c.gpuBackend(cfg)
+	gpus, specs := c.gpuBackend(cfg)
 	client := collector.NewClient(5 * time.Second) // follows no redirect, as the daemon
 	servers := cfg.Servers
 	if len(servers) == 0 && cfg.Discovery.Enabled {
@@ -43,6 +45,7 @@ func Run(ctx context.Context, cfg *config.Config, version string, w io.Writer) i
 	for _, s := range servers {
 		c.serverLog(s)
 		c.serverMetrics(ctx, client, s)
+		c.ceiling(s, specs)
 	}
 	c.problems += checkAttribution(w, servers, gpus)
 	if cfg.Sink.Influx.URL == "" {
@@ -71,24 +74,78 @@ func (c *checker) report(err error, okMsg string, args ...any) {
 }
 
 // gpuBackend opens the configured backend once and returns the GPUs it
-// samples with the processes on each, for attribution.
-func (c *checker) gpuBackend(cfg *config.Config) []gpumap.GPU {
+// samples with the processes on each, for attribution, and their peaks
+// (the decode ceiling's), noting what the table and NVML disagree on.
+func (c *checker) gpuBackend(cfg *config.Config) ([]gpumap.GPU, map[string]roofline.Spec) {
 	open := agent.OpenBackend(cfg, nil)
 	if open == nil {
 		c.report(nil, "gpu backend none: GPUs are not sampled")
-		return nil
+		return nil, nil
 	}
 	g, err := open()
 	if err != nil {
 		c.report(fmt.Errorf("gpu backend %s: %w", cfg.GPU.Backend, err), "")
-		return nil
+		return nil, nil
 	}
 	smp := g.Sample(time.Now())
 	n := len(smp)
 	gpus := gpusWithProcesses(g, smp)
+	var specs map[string]roofline.Spec
+	if df, ok := g.(interface{ Facts() []sample.Device }); ok {
+		var notes []string
+		specs, notes = modelfacts.GPUs(df.Facts())
+		for _, n := range notes {
+			fmt.Fprintf(c.w, "note  %s\n", n)
+		}
+	}
 	g.Close()
 	c.report(nil, "gpu backend %s: %d GPUs", cfg.GPU.Backend, n)
-	return gpus
+	return gpus, specs
+}
+
+// ceiling says whether the server's windows will carry the decode ceiling
+// (mbu, ceiling_tps), and which fact is missing where not. A model file
+// configured but unreadable fails; one not configured is a note.
+func (c *checker) ceiling(s config.ServerConfig, specs map[string]roofline.Spec) {
+	r, err := modelfacts.Server(s)
+	switch {
+	case errors.Is(err, modelfacts.ErrNoModel) && s.ModelFile == "":
+		fmt.Fprintf(c.w, "note  server %s: no decode ceiling (mbu, ceiling_tps): %v\n", s.Name, err)
+		return
+	case err != nil:
+		c.report(fmt.Errorf("server %s: model_file: %w", s.Name, err), "")
+		return
+	}
+	peak := fmt.Sprintf("peak %.0f GB/s (%s)", r.GPU.PeakBWGBps, r.GPU.Source)
+	if r.GPU.PeakBWGBps == 0 {
+		var names []string
+		for _, l := range s.GPUs {
+			if sp, ok := specs[l]; ok {
+				names = append(names, fmt.Sprintf("GPU %s %s %.0f GB/s", l, sp.Name, sp.BWGBps))
+			}
+		}
+		if len(specs) == 0 {
+			fmt.Fprintf(c.w, "note  server %s: no decode ceiling (mbu, ceiling_tps): no GPU peak (no GPU with a known peak; set servers[].roofline.gpu or peak_bw_gbps)\n", s.Name)
+			return
+		}
+		peak = "peaks of its GPUs"
+		if len(names) > 0 {
+			peak += ": " + strings.Join(names, ", ")
+		}
+	}
+	kv := "KV counted from its occupancy"
+	if r.KVTokens == 0 || !r.Model.HasKV() {
+		kv = "KV not counted (give servers[].roofline.kv_tokens): the ceiling is an upper bound"
+	}
+	c.report(nil, "server %s: decode ceiling from %s (%.3g parameters streamed, %.3g GB), %s; %s", s.Name, s.ModelFile,
+		r.Model.Params, modelBytes(r.Model)/1e9, peak, kv)
+}
+
+func modelBytes(m roofline.Model) float64 {
+	if m.WeightBytes > 0 {
+		return m.WeightBytes
+	}
+	return m.Params * m.BytesPerWeight
 }
 
 // serverLog checks that the server's log file or journal can be read.

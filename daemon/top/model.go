@@ -29,6 +29,7 @@ type serverRow struct {
 	suspect                          string // the sanity rules that doubt its last window, comma-joined
 	tps, user, prompt, tpj           float64
 	running, waiting, kv             float64
+	mbu                              float64 // the decode ceiling's model bandwidth utilization
 	now                              float64
 	history                          []float64      // system tok/s per closed window, oldest first
 	windows                          []curve.Window // the closed windows, for the operating curve
@@ -74,7 +75,7 @@ func build(w api.Windows) frame {
 		r := srv[name]
 		if r == nil {
 			r = &serverRow{name: name, state: "-", tps: unknown, user: unknown, prompt: unknown, tpj: unknown,
-				running: unknown, waiting: unknown, kv: unknown, now: unknown}
+				running: unknown, waiting: unknown, kv: unknown, mbu: unknown, now: unknown}
 			srv[name] = r
 			order = append(order, name)
 		}
@@ -104,6 +105,7 @@ func build(w api.Windows) frame {
 			r.engine, r.model, r.gpus = p.Tags[schema.TagEngine], p.Tags[schema.TagModel], p.Tags[schema.TagGPUs]
 			r.tps, r.user, r.prompt, r.tpj = num(p, schema.FieldSystemTPS), num(p, schema.FieldPerUserTPS), num(p, schema.FieldPromptTPS), num(p, schema.FieldTokensPerJoule)
 			r.running, r.waiting, r.kv = num(p, schema.FieldRunning), num(p, schema.FieldWaiting), num(p, schema.FieldKVCacheUsage)
+			r.mbu = num(p, schema.FieldMBU)
 			r.history = append(r.history, r.tps)
 			r.windows = append(r.windows, curveWindow(p))
 		case schema.GPU:

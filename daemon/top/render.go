@@ -3,6 +3,7 @@ package top
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -255,7 +256,7 @@ func render(f frame, o Options) string {
 	for _, r := range servers {
 		nameW = max(nameW, min(20, ansi.StringWidth(r.name)))
 	}
-	serverLines := table(serverColumns(nameW, width, o), servers, st)
+	serverLines := table(serverColumns(nameW, width, o, anyMBU(servers)), servers, st)
 	// A suspect window's values are shown as written; the rules that doubt
 	// them follow the table.
 	for _, r := range servers {
@@ -326,9 +327,19 @@ func titleLine(f frame, o Options, width int) string {
 	return title
 }
 
+// anyMBU says whether a server row has an MBU.
+func anyMBU(rows []serverRow) bool {
+	for _, r := range rows {
+		if !math.IsNaN(r.mbu) {
+			return true
+		}
+	}
+	return false
+}
+
 // serverColumns are the server table's columns that fit width, then a
 // history sparkline in what is left.
-func serverColumns(nameW, width int, o Options) []column[serverRow] {
+func serverColumns(nameW, width int, o Options, mbu bool) []column[serverRow] {
 	st := o.Styles
 	scols := []column[serverRow]{
 		{title: "SERVER", width: nameW, prio: 0, left: true, cell: func(r serverRow) string { return r.name }},
@@ -343,6 +354,12 @@ func serverColumns(nameW, width int, o Options) []column[serverRow] {
 		{title: "PROMPT/S", width: 8, prio: 4, cell: func(r serverRow) string { return f1(r.prompt, 0) }},
 		{title: "TOK/J", width: 6, prio: 3, cell: func(r serverRow) string { return f1(r.tpj, 2) }},
 		{title: "GPUS", width: 5, prio: 5, left: true, cell: func(r serverRow) string { return r.gpus }},
+	}
+	if mbu {
+		// MBU%: the share of the GPUs' peak bandwidth the decode steps
+		// read (servers with model facts; above 100 a fact is wrong).
+		// Shown only where a server has one.
+		scols = slices.Insert(scols, 8, column[serverRow]{title: "MBU%", width: 4, prio: 2, cell: func(r serverRow) string { return pct(r.mbu) }})
 	}
 	scols = fit(scols, width)
 	used := 0

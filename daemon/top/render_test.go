@@ -96,6 +96,22 @@ func TestFilterWithNothingToShow(t *testing.T) {
 	}
 }
 
+// MBU% is a column only when a server has an MBU, and shows it in percent.
+func TestMBUColumnOnlyWithAnMBU(t *testing.T) {
+	with := []serverRow{{name: "a", mbu: 0.634, tps: unknown, now: unknown, user: unknown, running: unknown, waiting: unknown,
+		kv: unknown, prompt: unknown, tpj: unknown}}
+	lines := table(serverColumns(4, 200, Options{}, anyMBU(with)), with, Styles{})
+	if !strings.Contains(lines[0], "MBU%") || !strings.Contains(lines[1], " 63 ") {
+		t.Errorf("with an MBU:\n%s", strings.Join(lines, "\n"))
+	}
+	without := []serverRow{with[0]}
+	without[0].mbu = unknown
+	lines = table(serverColumns(4, 200, Options{}, anyMBU(without)), without, Styles{})
+	if strings.Contains(lines[0], "MBU%") {
+		t.Errorf("without an MBU:\n%s", strings.Join(lines, "\n"))
+	}
+}
+
 // TestSuspectAndSleeping: a suspect server needs a look and its rules
 // follow the table; a sleeping one is as quiet as an idle one.
 func TestSuspectAndSleeping(t *testing.T) {

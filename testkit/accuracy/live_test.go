@@ -22,6 +22,7 @@ import (
 
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/testkit/loopback"
+	"github.com/tpsmon/tpsmon/testkit/membw"
 	"github.com/tpsmon/tpsmon/testkit/tokentruth"
 )
 
@@ -342,6 +343,10 @@ func TestLiveAgainstRealLlamaServer(t *testing.T) {
 	// phase may fall under a quarter of the busiest window.
 	const window, scrape = 2500 * time.Millisecond, 500 * time.Millisecond
 	const oneStream, fourStreams = 4 * window, 5 * window
+	// The server decodes on one thread (-t 1): the peak its ceiling is
+	// held to is what one thread streams from memory (membw's probe).
+	peak := membw.Probe(1, 3)
+	t.Logf("memory bandwidth probe, one thread: %.2f GB/s", peak)
 	telemetry, stop := startTpsmon(t, fmt.Sprintf(`host: it
 window: %v
 grace: 1s
@@ -355,12 +360,14 @@ servers:
     metrics_url: %s/metrics
     scrape_interval: %v
     log: {file: %s}
+    model_file: %s
+    roofline: {peak_bw_gbps: %g, kv_tokens: 4096}
   - name: llm-l
     engine: auto
     log: {file: %s}
 sink:
   file: {path: OUT}
-`, window, base, scrape, logFile, logFile))
+`, window, base, scrape, logFile, filepath.Join(dir, "tiny.gguf"), peak, logFile))
 
 	c := &client{base: base}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -388,6 +395,7 @@ sink:
 		}
 		tok, _ := p.num("tokens")
 		byServer[p.Tags["server"]] = append(byServer[p.Tags["server"]], tokentruth.Window{Start: p.Time, Tokens: tok})
+		checkCeiling(t, p)
 	}
 	if c.cancelled == 0 || unseen != float64(c.cancelled) {
 		t.Errorf("client hung up on %d requests; tpsmon_log_requests_unseen_total %v", c.cancelled, unseen)
@@ -413,6 +421,33 @@ sink:
 		if rep.TotalErr() > cs.maxTotal {
 			t.Errorf("%s: total %.0f against %.0f arrived (%.2f%%), want within %.1f%%", cs.server, rep.Tokens, rep.Truth,
 				100*rep.TotalErr(), 100*cs.maxTotal)
+		}
+	}
+}
+
+// checkCeiling holds a window to its decode ceiling: a server with a model
+// file (llm-m) has mbu and ceiling_tps wherever it decoded, its system
+// rate at or under the ceiling and its MBU in (0, 1]; one without
+// (llm-l) has neither.
+func checkCeiling(t *testing.T, p point) {
+	t.Helper()
+	mbu, hasMBU := p.num("mbu")
+	ceil, hasCeil := p.num("ceiling_tps")
+	tps, _ := p.num("system_tps")
+	running, _ := p.num("running")
+	steps, _ := p.num("decode_steps_per_s")
+	switch server := p.Tags["server"]; {
+	case server == "llm-l" && (hasMBU || hasCeil):
+		t.Errorf("llm-l window %v: mbu/ceiling without a model file", p.Time)
+	case server == "llm-m" && tps > 0 && running > 0:
+		if !hasMBU || !hasCeil {
+			t.Errorf("llm-m window %v: %v tokens/s, no mbu or ceiling", p.Time, tps)
+			return
+		}
+		t.Logf("llm-m window %v: running %.2f, %.1f tokens/s, %.1f steps/s, ceiling %.1f tokens/s, MBU %.3f",
+			p.Time.Format("15:04:05.0"), running, tps, steps, ceil, mbu)
+		if tps > ceil || !(mbu > 0 && mbu <= 1) {
+			t.Errorf("llm-m window %v: %.1f tokens/s against a ceiling of %.1f, MBU %.3f", p.Time, tps, ceil, mbu)
 		}
 	}
 }

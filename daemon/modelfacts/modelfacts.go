@@ -1,0 +1,156 @@
+// Package modelfacts gathers what the analysis stage's decode ceiling
+// needs to know of each server and GPU: the model files' headers and the
+// configuration for the servers, NVML's names and memory clocks against
+// the built-in table for the GPUs. It reads files; the analysis reads
+// nothing.
+package modelfacts
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/tpsmon/tpsmon/analysis"
+	"github.com/tpsmon/tpsmon/analysis/modelfile"
+	"github.com/tpsmon/tpsmon/analysis/roofline"
+	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/sample"
+)
+
+// ErrNoModel says a server has no model facts.
+var ErrNoModel = errors.New("no model facts")
+
+// Server returns the roofline facts of one configured server, or an error
+// naming the missing or unreadable fact.
+func Server(s config.ServerConfig) (*roofline.Server, error) {
+	r := s.Roofline
+	if s.ModelFile == "" && r.ParamsB == 0 {
+		return nil, fmt.Errorf("%w: set servers[].model_file (GGUF, safetensors, a model directory) or servers[].roofline.params_b", ErrNoModel)
+	}
+	var f modelfile.Facts
+	if s.ModelFile != "" {
+		var err error
+		if f, err = modelfile.Read(s.ModelFile); err != nil {
+			return nil, err
+		}
+	}
+	m := f.Model()
+	overlay(&m, f, r)
+	if m.Params == 0 {
+		return nil, fmt.Errorf("%w: %s gives no parameter count (a config.json alone does not: name the weights, or set servers[].roofline.params_b)", ErrNoModel, s.ModelFile)
+	}
+	if m.WeightBytes == 0 && m.BytesPerWeight == 0 {
+		m.BytesPerWeight = 2
+	}
+	if r.KVBytes > 0 {
+		m.KVBytes = r.KVBytes
+	}
+	if m.KVBytes == 0 {
+		m.KVBytes = 2
+	}
+	srv := &roofline.Server{Model: m, TP: r.TP, KVTokens: r.KVTokens, TokensPerStep: r.Speculative}
+	bpw := m.BytesPerWeight
+	if m.WeightBytes > 0 {
+		bpw = m.WeightBytes / m.Params
+	}
+	if r.GPU != "" {
+		spec, err := roofline.Lookup(r.GPU)
+		if err != nil {
+			return nil, fmt.Errorf("roofline.gpu: %w", err)
+		}
+		srv.GPU = spec.GPU(bpw)
+	}
+	if r.PeakBWGBps > 0 {
+		srv.GPU.PeakBWGBps, srv.GPU.Source = r.PeakBWGBps, "servers[].roofline.peak_bw_gbps"
+	}
+	if r.PeakTFLOPS > 0 {
+		srv.GPU.PeakTFLOPS = r.PeakTFLOPS
+	}
+	probe := *srv
+	if probe.GPU.PeakBWGBps == 0 {
+		probe.GPU.PeakBWGBps = 1 // the GPU comes later (NVML): check the model alone
+	}
+	if err := probe.Check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", s.ModelFile, err)
+	}
+	return srv, nil
+}
+
+// overlay puts the configured facts over the file's: named parameters
+// replace the file's totals (its bytes per parameter stay).
+func overlay(m *roofline.Model, f modelfile.Facts, r config.RooflineConfig) {
+	if r.ParamsB > 0 {
+		bpp := 0.0
+		if m.WeightBytes > 0 {
+			bpp = m.WeightBytes / m.Params
+		}
+		m.Params, m.WeightBytes, m.ActiveParams, m.EmbedParams = r.ParamsB*1e9, 0, 0, 0
+		if f.EmbedIncluded {
+			m.EmbedParams = f.EmbedParams
+		}
+		if m.BytesPerWeight == 0 {
+			m.BytesPerWeight = bpp
+		}
+	}
+	if r.BytesPerWeight > 0 {
+		m.BytesPerWeight, m.WeightBytes = r.BytesPerWeight, 0
+	}
+	if r.ActiveParamsB > 0 {
+		m.ActiveParams = r.ActiveParamsB * 1e9
+	}
+	if r.EmbedParamsB > 0 {
+		m.EmbedParams = r.EmbedParamsB * 1e9
+	}
+	if r.Experts > 0 || r.ExpertsUsed > 0 {
+		m.Experts, m.ExpertsUsed = r.Experts, r.ExpertsUsed
+	}
+	for _, v := range []struct {
+		dst *int
+		v   int
+	}{{&m.Layers, r.Layers}, {&m.KVHeads, r.KVHeads}, {&m.HeadDim, r.HeadDim}} {
+		if v.v > 0 {
+			*v.dst = v.v
+		}
+	}
+}
+
+// Servers returns the facts of every configured server that has them,
+// and why each of the others has none.
+func Servers(cfg *config.Config) (map[string]analysis.ServerFacts, map[string]error) {
+	facts, missing := map[string]analysis.ServerFacts{}, map[string]error{}
+	for _, s := range cfg.Servers {
+		r, err := Server(s)
+		if err != nil {
+			missing[s.Name] = err
+			continue
+		}
+		facts[s.Name] = analysis.ServerFacts{Roofline: r}
+	}
+	return facts, missing
+}
+
+// GPUs returns the peaks of whole GPUs by label (their index), from
+// their NVML names and memory clocks (roofline.Peak: the table wins), and
+// what to note: each disagreement, each GPU the table lacks, each that
+// has no peak at all.
+func GPUs(devs []sample.Device) (map[string]roofline.Spec, []string) {
+	out := map[string]roofline.Spec{}
+	var notes []string
+	for _, d := range devs {
+		nv := d.PeakBandwidthGBps()
+		g, note, err := roofline.Peak(d.Name, nv, 2)
+		if note != "" {
+			notes = append(notes, note)
+		}
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("GPU %d: %v: no ceiling for its servers", d.Index, err))
+			continue
+		}
+		spec, lerr := roofline.Lookup(d.Name)
+		if lerr != nil {
+			spec = roofline.Spec{Name: g.Name, BWGBps: g.PeakBWGBps, Source: g.Source}
+		}
+		out[strconv.Itoa(d.Index)] = spec
+	}
+	return out, notes
+}

@@ -1,0 +1,93 @@
+package modelfacts
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tpsmon/tpsmon/analysis/modelfile"
+	"github.com/tpsmon/tpsmon/daemon/config"
+	"github.com/tpsmon/tpsmon/sample"
+)
+
+var tinyGGUF = filepath.Join("..", "..", "analysis", "modelfile", "testdata", "tiny-q4.gguf")
+
+func TestServerFacts(t *testing.T) {
+	r, err := Server(config.ServerConfig{Name: "a", ModelFile: tinyGGUF,
+		Roofline: config.RooflineConfig{PeakBWGBps: 20, KVTokens: 4096, Speculative: 1.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.GPU.PeakBWGBps != 20 || r.KVTokens != 4096 || r.TokensPerStep != 1.5 || r.Model.Layers != 2 || r.Model.KVBytes != 2 || r.Model.WeightBytes == 0 {
+		t.Errorf("%+v", r)
+	}
+	r, err = Server(config.ServerConfig{ModelFile: tinyGGUF, Roofline: config.RooflineConfig{GPU: "L40S", KVBytes: 1}})
+	if err != nil || r.GPU.PeakBWGBps != 864 || r.Model.KVBytes != 1 {
+		t.Errorf("%+v %v", r, err)
+	}
+	for name, c := range map[string]struct {
+		s    config.ServerConfig
+		want string
+	}{
+		"no model file": {config.ServerConfig{}, "model_file"},
+		"missing file":  {config.ServerConfig{ModelFile: "nope.gguf"}, "nope.gguf"},
+		"config only":   {config.ServerConfig{ModelFile: filepath.Join("..", "..", "analysis", "modelfile", "testdata", "llama3-8b.config.json")}, "parameter count"},
+	} {
+		_, err := Server(c.s)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want it naming %q", name, err, c.want)
+		}
+	}
+	if _, err := Server(config.ServerConfig{ModelFile: "nope.gguf"}); !errors.Is(err, modelfile.ErrBadFile) {
+		t.Errorf("missing file: %v", err)
+	}
+	facts, missing := Servers(&config.Config{Servers: []config.ServerConfig{{Name: "a", ModelFile: tinyGGUF}, {Name: "b"}}})
+	if facts["a"].Roofline == nil || missing["b"] == nil || len(facts) != 1 {
+		t.Errorf("%v %v", facts, missing)
+	}
+}
+
+func TestGPUPeaks(t *testing.T) {
+	got, notes := GPUs([]sample.Device{
+		{Index: 0, Name: "NVIDIA H100 80GB HBM3", MemBusWidthBits: 5120, MaxMemClockMHz: 2619},
+		{Index: 1, Name: "NVIDIA A100-SXM4-80GB", MemBusWidthBits: 5120, MaxMemClockMHz: 1400}, // 1792: >5 % off
+		{Index: 2, Name: "NVIDIA RTX PRO 6000 Blackwell", MemBusWidthBits: 512, MaxMemClockMHz: 14001},
+		{Index: 3, Name: "Some GPU"},
+	})
+	if got["0"].BWGBps != 3350 || got["1"].BWGBps != 2039 || got["2"].BWGBps < 1792 || got["2"].BWGBps > 1793 {
+		t.Errorf("%+v", got)
+	}
+	if _, ok := got["3"]; ok {
+		t.Error("a GPU without a peak got one")
+	}
+	all := strings.Join(notes, "|")
+	for _, w := range []string{"using the table", "not in the table", "GPU 3"} {
+		if !strings.Contains(all, w) {
+			t.Errorf("notes %q lack %q", all, w)
+		}
+	}
+	if strings.Contains(all, "H100") {
+		t.Errorf("H100 within 5 %% noted: %s", all)
+	}
+}
+
+// The facts keys stand for a model file (a remote server's model).
+func TestServerFactsFromKeys(t *testing.T) {
+	r, err := Server(config.ServerConfig{Roofline: config.RooflineConfig{ParamsB: 70.55, BytesPerWeight: 0.53,
+		EmbedParamsB: 1.05, Layers: 80, KVHeads: 8, HeadDim: 128, KVBytes: 1, GPU: "H100 SXM"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Model.Params != 70.55e9 || r.Model.EmbedParams != 1.05e9 || r.Model.KVBytesPerToken() != 2*80*8*128 || r.GPU.PeakBWGBps != 3350 {
+		t.Errorf("%+v", r)
+	}
+	// Keys over a file: named parameters replace its count, keep its bytes per parameter.
+	r, err = Server(config.ServerConfig{ModelFile: tinyGGUF, Roofline: config.RooflineConfig{ParamsB: 1, Layers: 9}})
+	if err != nil || r.Model.Params != 1e9 || r.Model.WeightBytes != 0 || r.Model.BytesPerWeight <= 0 || r.Model.Layers != 9 {
+		t.Errorf("%+v %v", r, err)
+	}
+	if _, err := Server(config.ServerConfig{Roofline: config.RooflineConfig{ParamsB: 7, ActiveParamsB: 9}}); err == nil {
+		t.Error("active above total accepted")
+	}
+}
