@@ -185,17 +185,18 @@ const (
 // The numeric profile (sink.influx.profile: numeric) writes every string
 // field as numbers, for stores that turn strings into 0 or drop them
 // (VictoriaMetrics, Mimir): state as FieldStateCode and one 0/1 field per
-// state (NumericField(FieldState, s)), source, energy_source and
-// spec_finding as codes, error as FieldErrorCode 1, suspect as one 0/1
+// state (NumericField(FieldState, s)), source, energy_source,
+// spec_finding and ceiling_finding as codes, error as FieldErrorCode 1, suspect as one 0/1
 // field per sanity rule (NumericField(FieldSuspect, rule)). A field absent
 // in the default profile is absent here too. The codes start at 1 (a 0
 // is what a store makes of a string it cannot read) and are append-only:
 // a value keeps its code for good, a new value takes the next one.
 const (
-	FieldStateCode        = "state_code"
-	FieldSourceCode       = "source_code"
-	FieldEnergySourceCode = "energy_source_code"
-	FieldSpecFindingCode  = "spec_finding_code"
+	FieldStateCode          = "state_code"
+	FieldSourceCode         = "source_code"
+	FieldEnergySourceCode   = "energy_source_code"
+	FieldSpecFindingCode    = "spec_finding_code"
+	FieldCeilingFindingCode = "ceiling_finding_code"
 	// FieldErrorCode is 1 in a window in which the GPU could not be read;
 	// the error's text is only in the default profile (and the log).
 	FieldErrorCode = "error_code"
@@ -215,6 +216,9 @@ var (
 	SourceCodes       = map[string]int64{SourceMetrics: 1, SourceLog: 2}
 	EnergySourceCodes = map[string]int64{EnergyCounter: 1, EnergyPower: 2}
 	SpecFindingCodes  = map[string]int64{"": 0, "spec_ineffective": 1}
+	// CeilingFindingCodes are the values of ceiling_finding_code
+	// (analysis.Finding). Append-only.
+	CeilingFindingCodes = map[string]int64{"near_ceiling": 1, "demand_bound": 2, "host_bound": 3}
 )
 
 // NumericField names the 0/1 field of one value of a string field in the

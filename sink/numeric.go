@@ -54,9 +54,10 @@ var numericOf = map[string]func(f *fields, v string) error{
 		}
 		return nil
 	},
-	schema.FieldSource:       coded(schema.FieldSourceCode, schema.SourceCodes),
-	schema.FieldEnergySource: coded(schema.FieldEnergySourceCode, schema.EnergySourceCodes),
-	schema.FieldSpecFinding:  coded(schema.FieldSpecFindingCode, schema.SpecFindingCodes),
+	schema.FieldSource:         coded(schema.FieldSourceCode, schema.SourceCodes),
+	schema.FieldEnergySource:   coded(schema.FieldEnergySourceCode, schema.EnergySourceCodes),
+	schema.FieldSpecFinding:    coded(schema.FieldSpecFindingCode, schema.SpecFindingCodes),
+	schema.FieldCeilingFinding: coded(schema.FieldCeilingFindingCode, schema.CeilingFindingCodes),
 	schema.FieldError: func(f *fields, _ string) error {
 		f.code(schema.FieldErrorCode, 1)
 		return nil

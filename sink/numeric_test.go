@@ -31,6 +31,8 @@ func TestNumericCodesPinned(t *testing.T) {
 			[]string{schema.EnergyCounter, schema.EnergyPower}},
 		{"spec_finding_code", schema.SpecFindingCodes, map[string]int64{"": 0, "spec_ineffective": 1},
 			[]string{"", analysis.FindingSpecIneffective}},
+		{"ceiling_finding_code", schema.CeilingFindingCodes, map[string]int64{"near_ceiling": 1, "demand_bound": 2, "host_bound": 3},
+			[]string{analysis.FindingNearCeiling, analysis.FindingDemandBound, analysis.FindingHostBound}},
 	} {
 		if !maps.Equal(c.got, c.want) {
 			t.Errorf("%s: %v, pinned %v", c.name, c.got, c.want)
@@ -126,6 +128,7 @@ func TestNumericProfile(t *testing.T) {
 		Tokens: window.Some[int64](7), SystemTPS: window.Some(0.7), Coverage: 1, Source: schema.SourceLog}}
 	sw.SpecFinding = window.Some(analysis.FindingSpecIneffective)
 	sw.Suspect = window.Some(analysis.RuleGPUIdle + "," + analysis.RuleAboveCeiling)
+	sw.Finding = window.Some(analysis.FindingHostBound)
 	quiet := analysis.ServerWindow{State: schema.StateOK, ServerWindow: window.ServerWindow{
 		Start: start, Length: 10 * time.Second, Host: "h", Server: "t", Coverage: 1, Source: schema.SourceMetrics}}
 	quiet.SpecFinding = window.Some("")
@@ -158,7 +161,7 @@ func TestNumericProfile(t *testing.T) {
 	want := map[string]map[string]int64{
 		"tpsmon_gpu,gpu=0,host=h,uuid=GPU-x": {"energy_source_code": 2, "error_code": 1},
 		"tpsmon_server,engine=vllm,gpus=0,host=h,server=s": {"source_code": 2, "spec_finding_code": 1, "state_code": 8,
-			"state_sleeping": 1, "suspect_gpu_idle": 1, "suspect_above_ceiling": 1},
+			"state_sleeping": 1, "suspect_gpu_idle": 1, "suspect_above_ceiling": 1, "ceiling_finding_code": 3},
 		"tpsmon_server,host=h,server=t": {"source_code": 1, "spec_finding_code": 0, "state_code": 7, "state_ok": 1},
 	}
 	for _, k := range dk {

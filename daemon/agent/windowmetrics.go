@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -50,7 +52,11 @@ const (
 // carry that has no name here.
 var promNames = map[string]map[string]promMetric{
 	schema.Server: {
+		schema.FieldCeilingFindingCode:   {"ceiling_finding_code", "What the MBU says: 1 near_ceiling, 2 demand_bound, 3 host_bound.", 0, ""},
+		schema.FieldCeilingTPS:           {"ceiling_tokens_per_second", "System tokens per second the GPUs could give (decode ceiling).", 0, ""},
 		schema.FieldCoverage:             {"coverage_ratio", "Fraction of the window with data.", 0, ""},
+		schema.FieldDecodeStepsPerS:      {"decode_steps_per_second", "The engine's decode steps per second.", 0, ""},
+		schema.FieldMBU:                  {"memory_bandwidth_utilization_ratio", "Bytes the decode steps read over the GPUs' peak bandwidth.", 0, ""},
 		schema.FieldEnergyJ:              {"energy_joules", "Energy of the server's GPUs over the window.", 0, ""},
 		schema.FieldGPUUtil:              {"gpu_utilization_percent", "Mean NVML utilization of the server's GPUs.", 0, ""},
 		schema.FieldGPUUtilMax:           {"gpu_utilization_max_percent", "Highest NVML utilization of the server's GPUs.", 0, ""},
@@ -133,31 +139,39 @@ func (wm *windowMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// WriteWindows keeps the metrics of the last of cs.
+// WriteWindows keeps the metrics of the last of cs; a server or GPU whose
+// window has a string value without a code is left out and named in the
+// error.
 func (wm *windowMetrics) WriteWindows(cs []analysis.Closed) error {
 	if len(cs) == 0 {
 		return nil
 	}
 	c := &cs[len(cs)-1]
 	var ms []prometheus.Metric
+	var errs []error
 	for i := range c.GPUs {
 		g := &c.GPUs[i]
 		fs, err := sink.NumericGPUFields(*g)
-		if err == nil {
-			ms = wm.appendPoint(ms, sink.GPUPoint(*g), fs)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("window metrics of gpu %s: %w", g.Label, err))
+			continue
 		}
+		ms = wm.appendPoint(ms, sink.GPUPoint(*g), fs)
 	}
 	for i := range c.Servers {
 		s := &c.Servers[i]
 		fs, err := sink.NumericServerFields(*s)
-		if err == nil {
-			ms = wm.appendPoint(ms, sink.ServerPoint(*s), fs)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("window metrics of server %s: %w", s.Server, err))
+			continue
 		}
+		ms = wm.appendPoint(ms, sink.ServerPoint(*s), fs)
 	}
 	wm.mu.Lock()
 	wm.metrics = ms
 	wm.mu.Unlock()
-	return nil
+	// A window without a numeric form is left out, the others served.
+	return errors.Join(errs...)
 }
 
 // appendPoint appends the gauges of one window's point, fields fs.

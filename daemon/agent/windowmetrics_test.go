@@ -52,6 +52,7 @@ func fullWindows() analysis.Closed {
 	sw.GPUs = []string{"0"}
 	sw.State, sw.Source = schema.StateKVBound, schema.SourceMetrics
 	sw.SpecFinding, sw.Suspect = window.Some(""), window.Some(strings.Join(analysis.Rules, ","))
+	sw.Finding = window.Some(analysis.FindingNearCeiling)
 	var gw analysis.GPUWindow
 	allPresent(&gw.GPUWindow)
 	gw.Start, gw.Length, gw.Host, gw.Label, gw.UUID, gw.Name = wmStart, 10*time.Second, "h", "0", "GPU-x", "H100"
@@ -138,6 +139,20 @@ func TestWindowMetricsLint(t *testing.T) {
 		t.Errorf("state for servers %v", got)
 	}
 	c.Servers = c.Servers[:1]
+	if err := wm.WriteWindows([]analysis.Closed{c}); err != nil {
+		t.Fatal(err)
+	}
+	// A value without a code: named, and its window left out, never served
+	// as a wrong number.
+	bad := c
+	bad.Servers = []analysis.ServerWindow{c.Servers[0]}
+	bad.Servers[0].State = "napping"
+	if err := wm.WriteWindows([]analysis.Closed{bad}); err == nil || !strings.Contains(err.Error(), `"napping"`) {
+		t.Errorf("uncoded state: err %v", err)
+	}
+	if got := servers(gather(t, wm), "tpsmon_window_server_state"); len(got) != 0 {
+		t.Errorf("uncoded state served for %v", got)
+	}
 	if err := wm.WriteWindows([]analysis.Closed{c}); err != nil {
 		t.Fatal(err)
 	}
