@@ -131,3 +131,10 @@ func NumericGPUFields(w analysis.GPUWindow) ([]Field, error) {
 	f, err := numeric(nil, gpuFields(nil, w))
 	return f.boxed(), err
 }
+
+// ServerTags and GPUTags return the tags of a window's point, sorted by
+// key, as ServerPoint and GPUPoint carry them.
+func ServerTags(w analysis.ServerWindow) []Tag { return serverTags(nil, w) }
+
+// GPUTags: see ServerTags.
+func GPUTags(w analysis.GPUWindow) []Tag { return gpuTags(nil, w) }

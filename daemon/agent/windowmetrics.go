@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -22,15 +23,19 @@ import (
 // GPU that leaves the configuration, or is no longer discovered, has no
 // window and so no series. Cardinality is the servers' and GPUs' count
 // times their fields (about 40 a server with its states and rules, 20 a
-// GPU). It is an output of the pipeline: the metrics are built when a
-// window closes, and a scrape sends them as they are.
+// GPU). It is an output of the pipeline: it keeps the fields when a
+// window closes, and the first scrape after makes the gauges.
 type windowMetrics struct {
-	mu      sync.Mutex
+	descs map[string]map[string]gauge // by measurement and field; read only
+	mu    sync.Mutex
+	// points are the last closed window's, count their fields; metrics
+	// their gauges once a scrape made them, nil before.
+	points  []wmPoint
+	count   int
 	metrics []prometheus.Metric
-	descs   map[string]*prometheus.Desc
 }
 
-func newWindowMetrics() *windowMetrics { return &windowMetrics{descs: map[string]*prometheus.Desc{}} }
+func newWindowMetrics() *windowMetrics { return &windowMetrics{descs: newDescs()} }
 
 // promMetric is how a numeric field is served: its name after
 // tpsmon_window_<server|gpu>_, its help, a scale to the name's unit (0:
@@ -125,13 +130,31 @@ func promName(measurement string, m promMetric) string {
 	return "tpsmon_window_" + strings.TrimPrefix(measurement, "tpsmon_") + "_" + m.name
 }
 
+// wmPoint is one window's point as the gauges need it: its tag values in
+// the order of its measurement's label names, its start and its numeric
+// fields.
+type wmPoint struct {
+	measurement string
+	labels      []string
+	start       time.Time
+	fields      []sink.Field
+}
+
 // Describe sends nothing: the label sets follow the fields present, so
 // the collector is unchecked (the registry still checks what it gathers).
 func (wm *windowMetrics) Describe(chan<- *prometheus.Desc) {}
 
-// Collect sends the last closed window's metrics.
+// Collect sends the last closed window's gauges, made at the first scrape
+// after it closed: a daemon nobody scrapes pays only for keeping the
+// window's fields.
 func (wm *windowMetrics) Collect(ch chan<- prometheus.Metric) {
 	wm.mu.Lock()
+	if wm.metrics == nil {
+		wm.metrics = make([]prometheus.Metric, 0, wm.count)
+		for _, p := range wm.points {
+			wm.metrics = wm.appendPoint(wm.metrics, p)
+		}
+	}
 	ms := wm.metrics
 	wm.mu.Unlock()
 	for _, m := range ms {
@@ -139,7 +162,7 @@ func (wm *windowMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// WriteWindows keeps the metrics of the last of cs; a server or GPU whose
+// WriteWindows keeps the fields of the last of cs; a server or GPU whose
 // window has a string value without a code is left out and named in the
 // error.
 func (wm *windowMetrics) WriteWindows(cs []analysis.Closed) error {
@@ -147,8 +170,16 @@ func (wm *windowMetrics) WriteWindows(cs []analysis.Closed) error {
 		return nil
 	}
 	c := &cs[len(cs)-1]
-	var ms []prometheus.Metric
+	points := make([]wmPoint, 0, len(c.GPUs)+len(c.Servers))
+	count := 0
 	var errs []error
+	add := func(measurement string, tags []sink.Tag, start time.Time, fs []sink.Field) {
+		p := wmPoint{measurement: measurement, labels: make([]string, len(tags)), start: start, fields: fs}
+		for i, t := range tags {
+			p.labels[i] = sink.TagValue(t.Value)
+		}
+		points, count = append(points, p), count+len(fs)
+	}
 	for i := range c.GPUs {
 		g := &c.GPUs[i]
 		fs, err := sink.NumericGPUFields(*g)
@@ -156,7 +187,7 @@ func (wm *windowMetrics) WriteWindows(cs []analysis.Closed) error {
 			errs = append(errs, fmt.Errorf("window metrics of gpu %s: %w", g.Label, err))
 			continue
 		}
-		ms = wm.appendPoint(ms, sink.GPUPoint(*g), fs)
+		add(schema.GPU, sink.GPUTags(*g), g.Start, fs)
 	}
 	for i := range c.Servers {
 		s := &c.Servers[i]
@@ -165,26 +196,21 @@ func (wm *windowMetrics) WriteWindows(cs []analysis.Closed) error {
 			errs = append(errs, fmt.Errorf("window metrics of server %s: %w", s.Server, err))
 			continue
 		}
-		ms = wm.appendPoint(ms, sink.ServerPoint(*s), fs)
+		add(schema.Server, sink.ServerTags(*s), s.Start, fs)
 	}
 	wm.mu.Lock()
-	wm.metrics = ms
+	wm.points, wm.count, wm.metrics = points, count, nil
 	wm.mu.Unlock()
 	// A window without a numeric form is left out, the others served.
 	return errors.Join(errs...)
 }
 
-// appendPoint appends the gauges of one window's point, fields fs.
-func (wm *windowMetrics) appendPoint(ms []prometheus.Metric, p sink.Point, fs []sink.Field) []prometheus.Metric {
-	names := make([]string, len(p.Tags), len(p.Tags)+1)
-	values := make([]string, len(p.Tags), len(p.Tags)+1)
-	for i, t := range p.Tags {
-		names[i], values[i] = t.Key, sink.TagValue(t.Value)
-	}
-	for _, f := range fs {
-		m, ok := promNames[p.Measurement][f.Key]
+// appendPoint appends the gauges of one window's point.
+func (wm *windowMetrics) appendPoint(ms []prometheus.Metric, p wmPoint) []prometheus.Metric {
+	for _, f := range p.fields {
+		d, ok := wm.descs[p.measurement][f.Key]
 		if !ok {
-			continue // a field without a name yet: the test says so
+			continue // a field without a name yet: TestWindowMetricsNameEveryField says so
 		}
 		var v float64
 		switch x := f.Value.(type) {
@@ -195,33 +221,51 @@ func (wm *windowMetrics) appendPoint(ms []prometheus.Metric, p sink.Point, fs []
 		default:
 			continue
 		}
-		if m.scale != 0 {
-			v *= m.scale
+		if d.scale != 0 {
+			v *= d.scale
 		}
-		ln, lv := names, values
-		if m.label != "" {
-			key := labelState
-			if strings.HasPrefix(f.Key, schema.FieldSuspect+"_") {
-				key = labelRule
-			}
-			ln, lv = append(slices.Clip(names), key), append(slices.Clip(values), m.label)
+		lv := p.labels
+		if d.value != "" {
+			lv = append(slices.Clip(lv), d.value)
 		}
-		cm, err := prometheus.NewConstMetric(wm.desc(promName(p.Measurement, m), m.help, ln), prometheus.GaugeValue, v, lv...)
+		cm, err := prometheus.NewConstMetric(d.desc, prometheus.GaugeValue, v, lv...)
 		if err != nil {
-			continue // not a label set a name can carry: the registry would refuse the scrape
+			continue // not a label set the name carries: the registry would refuse the scrape
 		}
-		ms = append(ms, prometheus.NewMetricWithTimestamp(p.Time, cm))
+		ms = append(ms, prometheus.NewMetricWithTimestamp(p.start, cm))
 	}
 	return ms
 }
 
-// desc returns the Desc of a name and label set, made once.
-func (wm *windowMetrics) desc(name, help string, labels []string) *prometheus.Desc {
-	key := name + "\x00" + strings.Join(labels, ",")
-	if d, ok := wm.descs[key]; ok {
-		return d
+// gauge is a field's Desc, its scale and its one-hot label value.
+type gauge struct {
+	desc  *prometheus.Desc
+	scale float64
+	value string
+}
+
+// newDescs makes the Desc of every named field: labelled with its
+// measurement's tags in the points' order (sorted), and a one-hot field
+// with its label after them.
+func newDescs() map[string]map[string]gauge {
+	tags := map[string][]string{
+		schema.Server: slices.Sorted(slices.Values(schema.ServerTags)),
+		schema.GPU:    slices.Sorted(slices.Values(schema.GPUTags)),
 	}
-	d := prometheus.NewDesc(name, help, labels, nil)
-	wm.descs[key] = d
-	return d
+	out := map[string]map[string]gauge{}
+	for measurement, names := range promNames {
+		out[measurement] = map[string]gauge{}
+		for field, m := range names {
+			labels := tags[measurement]
+			if m.label != "" {
+				key := labelState
+				if strings.HasPrefix(field, schema.FieldSuspect+"_") {
+					key = labelRule
+				}
+				labels = append(slices.Clip(labels), key)
+			}
+			out[measurement][field] = gauge{prometheus.NewDesc(promName(measurement, m), m.help, labels, nil), m.scale, m.label}
+		}
+	}
+	return out
 }

@@ -367,3 +367,41 @@ func toFloat(v any) float64 {
 	}
 	return math.NaN()
 }
+
+// BenchmarkWindowMetrics is one window of S1's node (8 GPUs, 2 servers)
+// turned into gauges, and with scrape a gather of them.
+func BenchmarkWindowMetrics(b *testing.B) {
+	b.Run("write", func(b *testing.B) { benchWindowMetrics(b, false) })
+	b.Run("write+scrape", func(b *testing.B) { benchWindowMetrics(b, true) })
+}
+
+func benchWindowMetrics(b *testing.B, scrape bool) {
+	full := fullWindows()
+	c := analysis.Closed{Start: full.Start}
+	for i := range 8 {
+		g := full.GPUs[0]
+		g.Label, g.UUID = string(rune('0'+i)), "GPU-"+string(rune('0'+i))
+		c.GPUs = append(c.GPUs, g)
+	}
+	for _, name := range []string{"a", "b"} {
+		s := full.Servers[0]
+		s.Server = name
+		c.Servers = append(c.Servers, s)
+	}
+	wm := newWindowMetrics()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(wm)
+	cs := []analysis.Closed{c}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := wm.WriteWindows(cs); err != nil {
+			b.Fatal(err)
+		}
+		if !scrape {
+			continue
+		}
+		if _, err := reg.Gather(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
