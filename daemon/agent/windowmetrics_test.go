@@ -73,6 +73,7 @@ func TestWindowMetricsNameEveryField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("series per server %d, per GPU %d", len(sf), len(gf))
 	for m, fs := range map[string][]sink.Field{schema.Server: sf, schema.GPU: gf} {
 		for _, f := range fs {
 			if _, ok := promNames[m][f.Key]; !ok {
