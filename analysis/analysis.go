@@ -12,8 +12,10 @@
 package analysis
 
 import (
+	"fmt"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis/latency"
 	"github.com/tpsmon/tpsmon/analysis/roofline"
 	"github.com/tpsmon/tpsmon/window"
 )
@@ -38,6 +40,12 @@ type ServerWindow struct {
 	window.ServerWindow
 	// State is the verdict of design §5, one of schema.States (State).
 	State string
+	// Latency is what one user felt (latency.Summarize): quantiles,
+	// per-user speed, attainment of the server's objectives, goodput.
+	Latency latency.Summary
+	// SLOMiss names where the time went (queue, prefill, decode) when the
+	// attainment is surely under the server's floor; empty otherwise.
+	SLOMiss string
 	// The prompt's tokens by where their KV came from and the prefix hit
 	// rate (prompt.go); absent where the engine does not split them.
 	PromptComputedTokens, PromptCachedTokens, PromptExternalTokens window.Opt[int64]
@@ -73,11 +81,38 @@ type Facts struct {
 	// GPUs are the node's GPUs' peaks by label (the gpu tag), from
 	// NVML's names and memory clocks and the built-in table.
 	GPUs map[string]roofline.Spec
+	// SLO is the objective of servers without one of their own.
+	SLO SLO
+}
+
+// SLO is a server's latency objective and the attainment under which a
+// window is a finding.
+type SLO struct {
+	latency.Objective `mapstructure:",squash"`
+	// Floor is the share of requests (0..1) that must meet the objective;
+	// 0: no finding.
+	Floor float64 `mapstructure:"floor"`
+}
+
+// Validate says what is wrong with an objective, by its key.
+func (s SLO) Validate() error {
+	if err := s.Objective.Validate(); err != nil {
+		return err
+	}
+	if !(s.Floor >= 0 && s.Floor <= 1) {
+		return fmt.Errorf("floor: %v is not a share in [0, 1]", s.Floor)
+	}
+	if s.Floor > 0 && !s.Set() {
+		return fmt.Errorf("floor: %v without an objective (ttft, tpot or e2e)", s.Floor)
+	}
+	return nil
 }
 
 // ServerFacts is what is known of one server beyond its windows: its
 // engine's and model's facts, its GPUs' specifications, its objectives.
 type ServerFacts struct {
+	// SLO is the server's objective; unset, the default (Facts.SLO).
+	SLO *SLO
 	// Roofline is what the decode ceiling needs (nil: not known). Its
 	// GPU, when zero, is the window's GPUs' (Facts.GPUs) and its TP, when
 	// 0, their number.
@@ -126,7 +161,20 @@ func analyzeServer(w window.ServerWindow, th Thresholds, f *Facts) ServerWindow 
 		a.Finding = Finding(w, a.MBU, th)
 	}
 	sanity(&a, a.ceilingTPS())
+	slo := f.sloOf(w.Server)
+	a.Latency = latency.Summarize(w.Latency, slo.Objective, w.Coverage*w.Length.Seconds())
+	if at := a.Latency.Attainment; at.OK && slo.Floor > 0 && at.Hi < slo.Floor {
+		a.SLOMiss = a.Latency.MissPhase()
+	}
 	return a
+}
+
+// sloOf returns a server's objective.
+func (f *Facts) sloOf(server string) SLO {
+	if sf, ok := f.Servers[server]; ok && sf.SLO != nil {
+		return *sf.SLO
+	}
+	return f.SLO
 }
 
 // ceilingTPS is the window's hardware ceiling in system tokens/s, for the

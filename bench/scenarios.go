@@ -23,8 +23,15 @@ import (
 // them: per-request histograms with their buckets, Python's own series.
 func page(base http.Handler, prefix string, histograms int) http.Handler {
 	var extra strings.Builder
+	// The first are the latency histograms tpsmon reads (vLLM's names),
+	// the rest others it skips.
+	real := []string{"time_to_first_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds",
+		"request_time_per_output_token_seconds", "request_prefill_time_seconds", "request_decode_time_seconds"}
 	for i := range histograms {
 		name := fmt.Sprintf("%srequest_histogram_%d_seconds", prefix, i)
+		if i < len(real) && prefix == "vllm:" {
+			name = prefix + real[i]
+		}
 		fmt.Fprintf(&extra, "# HELP %s Histogram %d.\n# TYPE %s histogram\n", name, i, name)
 		for _, le := range []string{"0.001", "0.005", "0.01", "0.02", "0.04", "0.06", "0.08", "0.1", "0.25", "0.5", "0.75", "1.0", "2.5", "5.0", "7.5", "10.0", "20.0", "40.0", "80.0", "+Inf"} {
 			fmt.Fprintf(&extra, "%s_bucket{le=%q,model_name=\"m\"} %d\n", name, le, 100*i)

@@ -120,6 +120,8 @@ var VLLM = Dialect{
 		sample.Preemptions:      refs("vllm:num_preemptions_total"),
 		sample.ITLSum:           refs("vllm:inter_token_latency_seconds_sum", "vllm:time_per_output_token_seconds_sum"),
 		sample.ITLCount:         refs("vllm:inter_token_latency_seconds_count", "vllm:time_per_output_token_seconds_count"),
+		sample.FinishedRequests: refs("vllm:request_success_total"),
+		sample.AbortedRequests:  refs(`vllm:request_success_total{finished_reason="abort"}`),
 		// V1: prompt_tokens_total counts all three sources.
 		sample.PromptComputed:  refs(`vllm:prompt_tokens_by_source_total{source="local_compute"}`),
 		sample.PromptCached:    refs(`vllm:prompt_tokens_by_source_total{source="local_cache_hit"}`),
@@ -151,6 +153,8 @@ var NIM = Dialect{
 		sample.Preemptions:      prefixed("vllm:", "num_preemptions_total"),
 		sample.ITLSum:           prefixed("vllm:", "inter_token_latency_seconds_sum", "time_per_output_token_seconds_sum"),
 		sample.ITLCount:         prefixed("vllm:", "inter_token_latency_seconds_count", "time_per_output_token_seconds_count"),
+		sample.FinishedRequests: prefixed("vllm:", "request_success_total"),
+		sample.AbortedRequests:  refs(`vllm:request_success_total{finished_reason="abort"}`, `request_success_total{finished_reason="abort"}`),
 	},
 	Gauges: [sample.NumGauges][]Ref{
 		sample.Running: prefixed("vllm:", "num_requests_running"),
@@ -358,8 +362,10 @@ func ParsePage(r io.Reader) (Page, error) {
 			case dto.MetricType_GAUGE:
 				add(name, m.GetGauge().GetValue())
 			case dto.MetricType_HISTOGRAM:
-				add(name+"_sum", m.GetHistogram().GetSampleSum())
-				add(name+"_count", float64(m.GetHistogram().GetSampleCount()))
+				h := m.GetHistogram()
+				add(name+"_sum", h.GetSampleSum())
+				add(name+"_count", float64(h.GetSampleCount()))
+				addBuckets(out, name, labels, h)
 			case dto.MetricType_SUMMARY:
 				add(name+"_sum", m.GetSummary().GetSampleSum())
 				add(name+"_count", float64(m.GetSummary().GetSampleCount()))
@@ -422,6 +428,9 @@ func (d *Dialect) names() map[string]bool {
 			for _, r := range rs {
 				d.wanted[r.Name] = true
 			}
+		}
+		for _, n := range histNames(d.Engine) {
+			d.wanted[n] = true
 		}
 	})
 	return d.wanted
@@ -649,7 +658,8 @@ func (d *Dialect) Read(p Page) (sample.Server, error) {
 		if v, model, ok := d.pick(p, d.Counters[c], false); ok {
 			s.SetCounter(c, v)
 			s.Model = cmp(s.Model, model)
-			found = true
+			// Request counts alone carry no throughput.
+			found = found || c != sample.FinishedRequests && c != sample.AbortedRequests
 		}
 	}
 	for g := range sample.NumGauges {
@@ -662,6 +672,7 @@ func (d *Dialect) Read(p Page) (sample.Server, error) {
 	if !found {
 		return s, fmt.Errorf("%w for %s", ErrNoEngineMetrics, d.Engine)
 	}
+	d.readHists(p, &s)
 	return s, nil
 }
 

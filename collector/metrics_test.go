@@ -45,13 +45,13 @@ func TestDialectsOnFixtures(t *testing.T) {
 		want want
 	}{
 		{"v1_metrics_design_doc.prom", want{"vllm", "meta-llama/Llama-3.1-8B-Instruct",
-			map[sample.Counter]float64{sample.GenerationTokens: 27453}, map[sample.Gauge]float64{sample.Running: 8}}},
+			map[sample.Counter]float64{sample.GenerationTokens: 27453, sample.FinishedRequests: 132, sample.AbortedRequests: 0}, map[sample.Gauge]float64{sample.Running: 8}}},
 		{"v1_two_engines.prom", want{"vllm", "Qwen/Qwen3-8B",
 			// Engines are summed; the 0.11 ITL name wins over the old one.
 			map[sample.Counter]float64{sample.GenerationTokens: 1500, sample.PromptTokens: 6000, sample.Preemptions: 4, sample.ITLSum: 24.75 + 9.9, sample.ITLCount: 1485},
 			map[sample.Gauge]float64{sample.Running: 20, sample.Waiting: 2, sample.KVUsage: 0.7}}},
 		{"nim_llm_metrics_datadog_fixture.prom", want{"nim", "meta/llama-3.1-8b-instruct",
-			map[sample.Counter]float64{sample.GenerationTokens: 174, sample.PromptTokens: 109, sample.ITLSum: 1.856855869293213, sample.ITLCount: 169},
+			map[sample.Counter]float64{sample.GenerationTokens: 174, sample.PromptTokens: 109, sample.ITLSum: 1.856855869293213, sample.ITLCount: 169, sample.FinishedRequests: 5},
 			map[sample.Gauge]float64{sample.Running: 1, sample.Waiting: 0, sample.KVUsage: 0.0002848191398461977}}},
 		{"metrics_docs_v0.4_era.prom", want{"sglang", "meta-llama/Llama-3.1-8B-Instruct",
 			map[sample.Counter]float64{sample.PromptTokens: 8.128902e+06, sample.CompletionTokens: 7.557572e+06,

@@ -79,6 +79,7 @@ const (
 	unitTokGPU = "suffix: tok/GPU-h"
 	unitTokJ   = "suffix: tok/J"
 	unitReqs   = "suffix: req"
+	unitReqS   = "suffix: req/s"
 	unitMHz    = "suffix: MHz"
 )
 
@@ -191,7 +192,16 @@ func Dashboard() ([]byte, error) {
 		WithPanel(sortedTable("Worst servers: tokens per GPU-hour, lowest first ($level rollups)", "Per server over the range, from the rollups.", unitTokGPU, gridPos(0, 99, 12, 8), colTokensPerGPUHour, false, roll("A", Ranking, "table"))).
 		WithPanel(sortedTable("Worst GPUs: idle windows, most first ($level rollups)", "Windows under 5 % utilization per GPU over the range, from the rollups.", units.Short, gridPos(12, 99, 12, 8), colIdleWindows, true, roll("A", GPUIdle, "table"))).
 		WithRow(dashboard.NewRowBuilder("Operating curve (raw windows)")).
-		WithPanel(curvePanel(raw(CurveWindows, "table")))
+		WithPanel(curvePanel(raw(CurveWindows, "table"))).
+		WithRow(dashboard.NewRowBuilder("What one user feels (raw windows; servers whose engine gives latencies)")).
+		WithPanel(series("Time to first token, p50 / p90 / p99", "Per server, the worst window of the interval. From histograms a quantile is interpolated in its bucket (ttft_p90_lo_s / _hi_s are the bucket's edges); from request lines (llama.cpp, TGI, Ollama) exact, and the server's own time.", units.Seconds, "seconds", gridPos(0, 119, 12, 8), ts(LatencySeries)...).
+			WithTransformation(only("(time|.*ttft_p.*)"))).
+		WithPanel(series("Inter-token latency, p50 / p90 / p99", "Per server, the worst window of the interval: per token gap from histograms, each request's mean gap from request lines.", units.Seconds, "seconds", gridPos(12, 119, 12, 8), ts(LatencySeries)...).
+			WithTransformation(only("(time|.*itl_p.*)"))).
+		WithPanel(series("SLO attainment", "Share of the window's requests that met every objective (slo: in the configuration); from histograms only its bounds are known (lo and hi), the lowest window of the interval.", units.PercentUnit, "share of requests", gridPos(0, 127, 12, 8), ts(LatencySeries)...).
+			Min(0).Max(1).WithTransformation(only("(time|.*slo_attainment.*)"))).
+		WithPanel(series("Goodput", "Requests per second that met the objectives (lower bound), mean over the interval.", unitReqS, "requests/s", gridPos(12, 127, 12, 8), ts(LatencySeries)...).
+			WithTransformation(only("(time|.*goodput_rps.*)")))
 	d, err := b.Build()
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: %w", err)

@@ -193,9 +193,17 @@ func stateHoursText() string {
 	return "SELECT " + list(sel...) + " FROM " + rollupServer + " " + serverWhere + " GROUP BY time($__interval) fill(none)"
 }
 
+// What one user feels, per server over time (raw windows): the latency
+// quantiles (a mean of windows' quantiles is no quantile of the interval,
+// so the panels take the interval's worst window: max), and the
+// attainment's bounds.
+var LatencySeries = Query{Name: "latency_series",
+	Text: `SELECT max("ttft_p50_s") AS "ttft_p50_s", max("ttft_p90_s") AS "ttft_p90_s", max("ttft_p99_s") AS "ttft_p99_s", max("itl_p50_s") AS "itl_p50_s", max("itl_p90_s") AS "itl_p90_s", max("itl_p99_s") AS "itl_p99_s", min("slo_attainment_lo") AS "slo_attainment_lo", min("slo_attainment_hi") AS "slo_attainment_hi", mean("goodput_rps_lo") AS "goodput_rps_lo" FROM ` + rawServer + ` ` + serverWhere + ` GROUP BY time($__interval), "host", "server" fill(none)`}
+
 // Queries lists every query the dashboard and the report share.
 var Queries = []Query{ServerSeries, TokensPerJoule, Ranking, StateTimeline, StateTime, StateTrend, GPUTime, GPUIdle, UnusedGPUs,
-	UnusedTrend, FleetTokens, FleetGPU, GPUSeries, GPUThrottle, FleetTPS, FleetEfficiency, StateHoursTrend, UnusedHours, CurveWindows}
+	UnusedTrend, FleetTokens, FleetGPU, GPUSeries, GPUThrottle, FleetTPS, FleetEfficiency, StateHoursTrend, UnusedHours, CurveWindows,
+	LatencySeries}
 
 // SuspectWindows reads the raw windows a sanity rule doubted (their
 // suspect field), for the report alone: rollups do not carry the field.

@@ -52,6 +52,8 @@ func weekWindows(t time.Time) []srvWin {
 	return []srvWin{llama, {"node-b", "mistral", "0", schema.StateQueueBound, 100, 40, 4, 5}, qwen}
 }
 
+const latencySource = "histogram"
+
 func writeWeek(t *testing.T, base, db string) {
 	t.Helper()
 	in, err := sink.NewInflux(sink.InfluxConfig{URL: base, Bucket: db, Timeout: 30 * time.Second})
@@ -71,6 +73,16 @@ func writeWeek(t *testing.T, base, db string) {
 				schema.FieldTPSPerGPU: w.tps / ngpu}
 			if w.running > 0 {
 				f[schema.FieldPerUserTPS] = w.tps / w.running
+			}
+			if w.server == "qwen" {
+				// What its users felt: slower first tokens while saturated.
+				slow := map[bool]float64{true: 3, false: 1}[w.state == schema.StateSaturated]
+				for k, v := range map[string]float64{schema.FieldTTFTP50: 0.2 * slow, schema.FieldTTFTP90: 0.5 * slow, schema.FieldTTFTP99: 0.9 * slow,
+					schema.FieldITLP50: 0.02, schema.FieldITLP90: 0.03, schema.FieldITLP99: 0.05,
+					schema.FieldSLOAttainmentLo: 0.99 / slow, schema.FieldSLOAttainmentHi: 1 / slow, schema.FieldGoodputRPSLo: 5 / slow} {
+					f[k] = v
+				}
+				f[schema.FieldLatencySource] = latencySource
 			}
 			p := write.NewPoint(schema.Server, map[string]string{schema.TagHost: w.host, schema.TagServer: w.server, schema.TagEngine: "vllm", schema.TagGPUs: w.gpus}, f, ts)
 			if buf, err = enc.AppendWrite(buf, p); err != nil {

@@ -26,12 +26,19 @@ type Interval struct {
 	// impossible value): nothing is known of it, and it is not observed,
 	// however readable the log was meanwhile (Hole).
 	Hole bool
+	// A Request's own latencies, in seconds, as its line says them: time
+	// to first token, time per output token after the first, end to end,
+	// and queued before it ran. Negative: unknown.
+	TTFT, TPOT, E2E, Queue float64
+	// Output is a Request's whole output (Tokens is what no progress line
+	// counted before it); negative: unknown.
+	Output float64
 }
 
 // Unknown returns an interval over (start, end] with every value unknown.
 func Unknown(start, end time.Time) Interval {
 	return Interval{Start: start, End: end, Tokens: -1, PromptTokens: -1, UserTokens: -1, UserSeconds: -1,
-		Running: -1, Waiting: -1, KV: -1, Preemptions: -1}
+		Running: -1, Waiting: -1, KV: -1, Preemptions: -1, TTFT: -1, TPOT: -1, E2E: -1, Queue: -1, Output: -1}
 }
 
 // Hole returns the hole a refused line leaves over (start, end]: its

@@ -34,6 +34,10 @@ const (
 	// SlotsPerDecode gauge, a lifetime average, it is the live count of
 	// busy-slot decodes, one token each.
 	Decodes
+	// FinishedRequests counts the requests the engine finished, whatever
+	// their reason; AbortedRequests those of them it aborted.
+	FinishedRequests
+	AbortedRequests
 	// The prompt's tokens by where their KV came from, where the engine
 	// splits them: computed by prefill, hit in the local prefix cache,
 	// transferred from another instance (disaggregated serving). Whether
@@ -55,6 +59,7 @@ const (
 
 var counterNames = [NumCounters]string{"generation_tokens", "prompt_tokens", "preemptions", "itl_sum", "itl_count",
 	"completion_tokens", "completion_seconds", "completion_requests", "iterations", "decodes",
+	"finished_requests", "aborted_requests",
 	"prompt_computed", "prompt_cached", "prompt_external", "prefix_queries", "prefix_hits",
 	"spec_drafts", "spec_draft_tokens", "spec_accepted"}
 
@@ -138,6 +143,9 @@ type Server struct {
 	// dropped for that reason (Guard).
 	Rewind  time.Time
 	Suspect bool
+	// Hists are the latency histograms the page carried, cumulative.
+	Hists   [NumHists]Histogram
+	HasHist [NumHists]bool
 }
 
 // SetCounter records counter c.
@@ -145,3 +153,36 @@ func (s *Server) SetCounter(c Counter, v float64) { s.Counter[c], s.HasCounter[c
 
 // SetGauge records gauge g.
 func (s *Server) SetGauge(g Gauge, v float64) { s.Gauge[g], s.HasGauge[g] = v, true }
+
+// SetHist records histogram h.
+func (s *Server) SetHist(h Hist, v Histogram) { s.Hists[h], s.HasHist[h] = v, true }
+
+// Hist names a latency histogram of a server.
+type Hist int
+
+// The latency histograms tpsmon reads from an engine.
+const (
+	HistTTFT    Hist = iota // time to first token, one observation per request
+	HistITL                 // inter-token latency, one observation per token gap
+	HistTPOT                // time per output token, one observation per request
+	HistE2E                 // end-to-end request latency
+	HistQueue               // time a request waited before it was scheduled
+	HistPrefill             // a request's prefill time
+	HistDecode              // a request's decode time
+	NumHists
+)
+
+var histNames = [NumHists]string{"ttft", "itl", "tpot", "e2e", "queue", "prefill", "decode"}
+
+func (h Hist) String() string { return histNames[h] }
+
+// HistBucket is one cumulative bucket: Count observations at most Le.
+type HistBucket struct{ Le, Count float64 }
+
+// Histogram is one reading of a Prometheus histogram: its buckets,
+// cumulative and ascending to +Inf, and the sum of its observations (NaN
+// when the page has none).
+type Histogram struct {
+	Buckets []HistBucket
+	Sum     float64
+}

@@ -5,6 +5,8 @@
 // error.
 package schema
 
+import "strings"
+
 // Measurements.
 const (
 	// Server is one point per server per window: the joined series.
@@ -102,6 +104,76 @@ const (
 	FieldError        = "error"    // string, when the GPU could not be read
 )
 
+// What one user feels (package analysis/latency), on tpsmon_server points
+// where the engine gives it. Seconds, quantiles of the requests (or token
+// gaps) observed in the window. From histograms (latency_source
+// "histogram") a quantile is interpolated in its bucket and <name>_lo,
+// <name>_hi are the bucket's edges (equal when the quantile falls on an
+// edge: exact; _hi absent past the last finite edge, where the value is
+// absent too). From per-request lines ("requests") every value is exact.
+const (
+	FieldLatencySource = "latency_source" // string: "requests" or "histogram"
+	// FieldLatencyReason says why the engine's histograms gave no number
+	// (string: a counter reset, buckets that changed, counters in doubt).
+	FieldLatencyReason = "latency_reason"
+	FieldTTFTP50       = "ttft_p50_s"
+	FieldTTFTP90       = "ttft_p90_s"
+	FieldTTFTP99       = "ttft_p99_s"
+	FieldITLP50        = "itl_p50_s"
+	FieldITLP90        = "itl_p90_s"
+	FieldITLP99        = "itl_p99_s"
+	FieldE2EP50        = "e2e_p50_s"
+	FieldE2EP99        = "e2e_p99_s"
+	FieldQueueP50      = "queue_p50_s"
+	FieldQueueP99      = "queue_p99_s"
+	// Tokens per second of one request: output tokens after the first over
+	// its decode time (the slowest tenth and the median request).
+	FieldPerUserTPSP10 = "per_user_tps_p10"
+	FieldPerUserTPSP50 = "per_user_tps_p50"
+	// Share (0..1) of the window's requests that met every objective:
+	// slo_attainment when exact, its bounds always.
+	FieldSLOAttainment   = "slo_attainment"
+	FieldSLOAttainmentLo = "slo_attainment_lo"
+	FieldSLOAttainmentHi = "slo_attainment_hi"
+	FieldSLORequests     = "slo_requests"   // the requests it is over
+	FieldSLOMissPhase    = "slo_miss_phase" // string: queue, prefill or decode, under the floor
+	// Requests (and their output tokens) per second that met the objectives.
+	FieldGoodputRPS   = "goodput_rps"
+	FieldGoodputRPSLo = "goodput_rps_lo"
+	FieldGoodputRPSHi = "goodput_rps_hi"
+	FieldGoodputTPS   = "goodput_tps"
+)
+
+// Suffixes of a bounded latency field: <name>_lo, <name>_hi, the unit
+// kept last (ttft_p90_s: ttft_p90_lo_s).
+func LoField(name string) string { return boundField(name, "lo") }
+
+// HiField is LoField's upper bound.
+func HiField(name string) string { return boundField(name, "hi") }
+
+func boundField(name, b string) string {
+	if n, ok := strings.CutSuffix(name, "_s"); ok {
+		return n + "_" + b + "_s"
+	}
+	return name + "_" + b
+}
+
+// LatencyQuantileFields are the quantile fields, each with its bounds.
+var LatencyQuantileFields = []string{FieldTTFTP50, FieldTTFTP90, FieldTTFTP99, FieldITLP50, FieldITLP90, FieldITLP99,
+	FieldE2EP50, FieldE2EP99, FieldQueueP50, FieldQueueP99, FieldPerUserTPSP10, FieldPerUserTPSP50}
+
+// LatencyFields lists every latency field a server point may carry.
+var LatencyFields = latencyFields()
+
+func latencyFields() []string {
+	out := []string{FieldLatencySource, FieldLatencyReason, FieldSLOAttainment, FieldSLOAttainmentLo, FieldSLOAttainmentHi, FieldSLORequests,
+		FieldSLOMissPhase, FieldGoodputRPS, FieldGoodputRPSLo, FieldGoodputRPSHi, FieldGoodputTPS}
+	for _, q := range LatencyQuantileFields {
+		out = append(out, q, LoField(q), HiField(q))
+	}
+	return out
+}
+
 // Rollups (package rollup) write tpsmon_server_<level> and
 // tpsmon_gpu_<level>: the raw fields aggregated under their own names, and
 // these. The windows, seconds and GPU-seconds come also per state
@@ -154,13 +226,13 @@ var States = []string{StateDown, StateSleeping, StateIdle, StateKVBound, StateQu
 // measurement may carry; a field that could not be measured is absent.
 var (
 	ServerTags   = []string{TagHost, TagServer, TagEngine, TagModel, TagGPUs}
-	ServerFields = []string{FieldTokens, FieldSystemTPS, FieldPerUserTPS, FieldPromptTokens, FieldPromptTPS,
+	ServerFields = append([]string{FieldTokens, FieldSystemTPS, FieldPerUserTPS, FieldPromptTokens, FieldPromptTPS,
 		FieldRunning, FieldWaiting, FieldKVCacheUsage, FieldPreemptions, FieldGPUUtil, FieldGPUUtilMax,
 		FieldSMActive, FieldMemUsedBytes, FieldMemTotalBytes, FieldPowerW, FieldEnergyJ, FieldTokensPerJoule,
 		FieldTPSPerGPU, FieldState, FieldCoverage, FieldWindowS, FieldSource,
 		FieldPromptComputedTokens, FieldPromptCachedTokens, FieldPromptExternalTokens, FieldPrefixHitRate,
 		FieldSpecAcceptRate, FieldTokensPerStep, FieldSpecFinding, FieldSuspect,
-		FieldDecodeStepsPerS, FieldMBU, FieldCeilingTPS, FieldCeilingFinding}
+		FieldDecodeStepsPerS, FieldMBU, FieldCeilingTPS, FieldCeilingFinding}, LatencyFields...)
 	GPUTags   = []string{TagHost, TagGPU, TagUUID, TagName, TagServer}
 	GPUFields = []string{FieldUtil, FieldUtilMax, FieldMemUtil, FieldMemUsedBytes, FieldMemTotalBytes, FieldPowerW,
 		FieldEnergyJ, FieldEnergySource, FieldTempC, FieldSMClockMHz, FieldThrottle, FieldSMActive, FieldSMOccupancy,

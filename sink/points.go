@@ -155,6 +155,9 @@ func serverFields(f fields, w analysis.ServerWindow) fields {
 	// The window's length travels with it: readers turn windows into time
 	// from the data, not from their own configuration.
 	f.float(schema.FieldWindowS, window.Some(w.Length.Seconds()))
+	if w.Latency.Source != "" {
+		return mergeFields(f, latencyFields(nil, w))
+	}
 	return f
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/analysis"
+	"github.com/tpsmon/tpsmon/analysis/latency"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/window"
 )
@@ -71,6 +72,7 @@ func TestPointsCarrySchema(t *testing.T) {
 	var sw analysis.ServerWindow
 	present(&sw.ServerWindow)
 	present(&sw) // the analysis's own fields
+	sw.Latency, sw.SLOMiss = fullLatency(), "queue"
 	var gw analysis.GPUWindow
 	present(&gw.GPUWindow)
 	for _, c := range []struct {
@@ -92,4 +94,20 @@ func TestPointsCarrySchema(t *testing.T) {
 			t.Errorf("%s fields %v, schema says %v", c.measurement, fields, want)
 		}
 	}
+}
+
+// fullLatency is a latency summary with every value present: histogram
+// quantiles with their bounds, an exact attainment and goodput.
+func fullLatency() latency.Summary {
+	q := latency.Quantile{Value: 0.2, OK: true, Lo: 0.1, Hi: 0.25, Bounded: true, N: 100}
+	s := latency.Summary{Source: latency.SourceHistogram, Reason: "ttft: histogram counter reset",
+		Attainment:   latency.Attainment{Lo: 0.9, Hi: 0.9, Exact: true, OK: true, Requests: 100, MetLo: 90, MetHi: 90},
+		GoodputRPSLo: 9, GoodputRPSHi: 9, GoodputTPSLo: 900, GoodputTPSHi: 900}
+	for i := range s.TTFT {
+		s.TTFT[i], s.ITL[i] = q, q
+	}
+	for i := range s.E2E {
+		s.E2E[i], s.Queue[i], s.PerUserTPS[i] = q, q, q
+	}
+	return s
 }

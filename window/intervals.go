@@ -99,6 +99,8 @@ type windowAcc struct {
 	// holes are what refused lines spoke for, disjoint, in order: not
 	// observed, whatever else says so.
 	holes []seg
+	// reqs are the finished requests whose own lines ended in the window.
+	reqs []RequestTimes
 }
 
 // coverLess is how much of segs, disjoint and in order, lies outside the

@@ -100,6 +100,7 @@ type serverState struct {
 	ivCum   float64 // running total of interval tokens, for rounding
 	// engineNamed says the engine tag was detected, not configured.
 	engineNamed bool
+	hists       [sample.NumHists]histTrack
 	// derived marks the counters the collector built, doubted the samples
 	// whose counters the Guard refused as no one process's.
 	derived [sample.NumCounters]bool
@@ -276,6 +277,7 @@ func (j *Joiner) AddServer(name string, s sample.Server) bool {
 	if s.HasCounter[sample.ITLSum] {
 		st.latency = true
 	}
+	j.addLatencies(st, s)
 	for _, iv := range s.Intervals {
 		j.addInterval(st, iv)
 	}
@@ -421,6 +423,9 @@ func (j *Joiner) addInterval(st *serverState, iv sample.Interval) bool {
 			a.cover = addCover(a.cover, lo, hi)
 		}
 		a.sums[k].add(iv, w, e)
+		if iv.Request && (iv.End.Before(e) || iv.End.Equal(e) && iv.End.After(iv.Start)) {
+			a.addRequest(iv) // the window its line ended in
+		}
 	}
 	return true
 }
@@ -741,6 +746,7 @@ func (j *Joiner) serverWindow(st *serverState, s, e time.Time, sums map[string]*
 	known := func(v float64) Opt[float64] { return Opt[float64]{V: v, OK: v >= 0} }
 	w.Running, w.Waiting, w.KVCacheUsage = known(m.running), known(m.waiting), known(m.kv)
 	j.addGPUs(&w, j.gpusOf(st), sums)
+	w.Latency = m.latency
 	w.Coverage = ratio(m.covered, j.cfg.Window)
 	return w
 }
@@ -854,12 +860,15 @@ type measured struct {
 	rateTokens, ratePrompt float64
 	tokenSecs, promptSecs  float64
 	// steps over stepSecs is the engine's decode step rate.
-	steps, stepSecs float64
-	down            bool
-	source          string
-	counts          [sample.NumCounters]Count
-	doubted         bool
-	gauges          [sample.NumGauges]Opt[float64]
+	steps, stepSecs         float64
+	down                    bool
+	source                  string
+	finished, aborted       float64
+	hasFinished, hasAborted bool
+	latency                 Latency
+	counts                  [sample.NumCounters]Count
+	doubted                 bool
+	gauges                  [sample.NumGauges]Opt[float64]
 }
 
 // closedCounters is what each counter of a server says of one window.
@@ -916,6 +925,7 @@ func (j *Joiner) measure(st *serverState, s, e time.Time) measured {
 	m.doubted = st.doubted.count(s, e) > 0
 	st.seen.prune(e)
 	st.watched.prune(e)
+	m.latency = j.latency(st, acc, &m, s)
 	st.doubted.prune(e)
 	st.spare = append(st.spare[:min(len(st.spare), maxSpareAcc-1)], acc)
 	return m
@@ -987,6 +997,12 @@ func (j *Joiner) fromMetrics(m *measured, st *serverState, cc *closedCounters, i
 		p := cc.spans[sample.PromptTokens]
 		m.prompt, m.promptInt, m.hasPrompt = j.bound(p.delta()), int64(j.bound(float64(p.count()))), true
 		m.ratePrompt, m.promptSecs = j.bound(cc.obs[sample.PromptTokens]), cc.obsSpan[sample.PromptTokens].Seconds()
+	}
+	if cc.have[sample.FinishedRequests] {
+		m.finished, m.hasFinished = cc.spans[sample.FinishedRequests].delta(), true
+	}
+	if cc.have[sample.AbortedRequests] {
+		m.aborted, m.hasAborted = cc.spans[sample.AbortedRequests].delta(), true
 	}
 	if cc.have[sample.Preemptions] {
 		m.preempt, m.hasPreempt = cc.spans[sample.Preemptions].count(), true

@@ -92,6 +92,8 @@ type ServerWindow struct {
 	ExactTokens Opt[float64]
 	Down        bool
 	Preempted   bool
+	// Latency is what the sources said of the requests' latencies.
+	Latency Latency
 	// Counts holds what each counter said of a scraped window, Gauges each
 	// gauge's mean over it: the analysis derives from those a window has
 	// no field for (the prompt's split, speculation, why requests wait).

@@ -25,6 +25,7 @@ type replayOpts struct {
 	gpus       []string
 	host       string
 	tz         string
+	slo        analysis.SLO
 	modelFile  string
 	roofline   config.RooflineConfig
 }
@@ -44,6 +45,9 @@ With --model-file and --gpu (or --peak-bw-gbps) the windows carry the decode
 ceiling: mbu and ceiling_tps (see tpsmon roofline).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.slo.Validate(); err != nil {
+				return fmt.Errorf("--slo-%w", err)
+			}
 			out, err := newOutput(o.format, cmd.OutOrStdout())
 			if err != nil {
 				return err
@@ -84,6 +88,10 @@ ceiling: mbu and ceiling_tps (see tpsmon roofline).`,
 	f.StringSliceVar(&o.gpus, "gpus", nil, "GPU indexes or UUIDs serving the server (default: all in the CSV)")
 	f.StringVar(&o.host, "host", "replay", "host tag")
 	f.StringVar(&o.tz, "tz", "UTC", "time zone of the CSV timestamps")
+	f.DurationVar(&o.slo.TTFT, "slo-ttft", 0, "objective: time to first token (slo_attainment, goodput)")
+	f.DurationVar(&o.slo.TPOT, "slo-tpot", 0, "objective: time per output token")
+	f.DurationVar(&o.slo.E2E, "slo-e2e", 0, "objective: end-to-end latency")
+	f.Float64Var(&o.slo.Floor, "slo-floor", 0, "share of requests that must meet the objectives (0..1): under it, slo_miss_phase")
 	f.StringVar(&o.modelFile, "model-file", "", "the server's model (GGUF, safetensors, config.json, directory): adds mbu and ceiling_tps")
 	f.StringVar(&o.roofline.GPU, "gpu", "", "the server's GPU in the built-in table (with --model-file)")
 	f.Float64Var(&o.roofline.PeakBWGBps, "peak-bw-gbps", 0, "peak memory bandwidth per GPU, GB/s (with --model-file)")
@@ -98,5 +106,6 @@ ceiling: mbu and ceiling_tps (see tpsmon roofline).`,
 // options are the replay's settings from the flags.
 func (o replayOpts) options() replay.Options {
 	return replay.Options{LogFile: o.logFile, Year: o.year, StartedAt: o.startedAt, MetricsDir: o.metricsDir,
-		GPUCSV: o.gpuCSV, Window: o.window, Server: o.server, Engine: o.engine, GPUs: o.gpus, Host: o.host, TZ: o.tz}
+		GPUCSV: o.gpuCSV, Window: o.window, Server: o.server, Engine: o.engine, GPUs: o.gpus, Host: o.host, TZ: o.tz,
+		Facts: analysis.Facts{SLO: o.slo}}
 }

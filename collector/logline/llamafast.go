@@ -64,8 +64,18 @@ func llamaRequest(key string, prompt bool, ms, tokens, perSec float64) Record {
 		r.PromptTokens = tokens
 	} else {
 		r.Tokens, r.UserTPS = tokens, perSec
+		r.TPOT = decodeGap(r.Duration, tokens)
 	}
 	return r
+}
+
+// decodeGap is a request's time per output token: its eval time is from
+// its first token to its last, tokens-1 gaps (unknown below two tokens).
+func decodeGap(eval time.Duration, tokens float64) time.Duration {
+	if tokens < 2 || eval <= 0 {
+		return -1
+	}
+	return time.Duration(float64(eval) / (tokens - 1))
 }
 
 // llamaEvalFast reads "[prompt ]eval time = X ms / N tokens (Y ms per

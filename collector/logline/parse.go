@@ -743,6 +743,7 @@ func (p *Parser) llamaJSON(line []byte) (Record, bool) {
 		r.PromptTokens, r.Duration = *nPrompt, time.Duration(j.TPrompt*float64(time.Millisecond))
 	case strings.HasPrefix(strings.TrimSpace(j.Msg), "generation eval time"):
 		r.Tokens, r.UserTPS, r.Duration = j.NGen, j.PerSec, time.Duration(j.TGen*float64(time.Millisecond))
+		r.TPOT = decodeGap(r.Duration, r.Tokens)
 	default:
 		return Record{}, false
 	}
@@ -774,6 +775,14 @@ func (p *Parser) tgi(s string) (Record, bool) {
 	r.Tokens = float64(int64(float64(inf)/float64(tpt) + 0.5))
 	r.Duration, r.UserTPS = inf, float64(time.Second)/float64(tpt)
 	r.Key = m[1]
+	// TGI's time per token includes the prefill (inference over tokens).
+	r.TPOT = tpt
+	if total, err := time.ParseDuration(m[2]); err == nil && total >= 0 {
+		r.Total = total
+	}
+	if queue, err := time.ParseDuration(m[4]); err == nil && queue >= 0 {
+		r.Queue = queue
+	}
 	return r, true
 }
 

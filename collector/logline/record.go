@@ -72,11 +72,17 @@ type Record struct {
 	KV               float64 // 0..1
 	Preemptions      float64
 	Iterations       float64 // Iteration: the engine's step counter
+	// A Request's own latencies as its line says them (negative:
+	// unknown): time per output token after the first, end to end, and
+	// queued. llama.cpp's time to first token is its prompt line's
+	// Duration, joined by Key (Stream).
+	TPOT, Total, Queue time.Duration
 }
 
 func newRecord(k Kind, engine string) Record {
 	return Record{Kind: k, Engine: engine, GenTPS: -1, PromptTPS: -1, Tokens: -1, PromptTokens: -1,
-		UserTPS: -1, SinceStartTPS: -1, Running: -1, Waiting: -1, KV: -1, Preemptions: -1, Iterations: -1}
+		UserTPS: -1, SinceStartTPS: -1, Running: -1, Waiting: -1, KV: -1, Preemptions: -1, Iterations: -1,
+		TPOT: -1, Total: -1, Queue: -1}
 }
 
 // valid tells whether the figures a record's kind needs were read.

@@ -32,6 +32,9 @@ type Stream struct {
 	lastOf     *time.Time
 	aggregated bool
 	progress   map[string]progress
+	// prompts holds llama.cpp's prompt lines' times until their request's
+	// eval line, by key: the request's time to first token.
+	prompts map[string]time.Duration
 }
 
 type progress struct {
@@ -88,6 +91,9 @@ func (s *Stream) init() {
 	}
 	if s.progress == nil || len(s.progress) > maxTracked {
 		s.progress = map[string]progress{}
+	}
+	if s.prompts == nil || len(s.prompts) > maxTracked {
+		s.prompts = map[string]time.Duration{}
 	}
 	if s.MaxGap == 0 {
 		s.MaxGap = 5 * time.Minute
@@ -191,8 +197,12 @@ func (s *Stream) request(r *Record, t time.Time) sample.Interval {
 	iv := sample.Unknown(t.Add(-r.Duration), t)
 	if r.PromptTokens >= 0 {
 		iv.PromptTokens = r.PromptTokens
+		if r.Key != "" {
+			s.prompts[strings.Clone(r.Key)] = r.Duration
+		}
 		return iv
 	}
+	s.latencies(&iv, r)
 	iv.Tokens = r.Tokens
 	iv.Running = r.Running // an engine step's scheduled requests (TensorRT-LLM); -1 else
 	if r.UserTPS > 0 {
@@ -229,4 +239,29 @@ func (s *Stream) iteration(r *Record, t time.Time) (sample.Interval, bool) {
 		iv.UserTokens, iv.UserSeconds = iters, t.Sub(prev.t).Seconds()
 	}
 	return iv, true
+}
+
+// latencies gives a finished request's interval its own latencies: what
+// its line says, and for llama.cpp the time to first token of its prompt
+// line (the prefill, which ends with the first token), end to end the two
+// together.
+func (s *Stream) latencies(iv *sample.Interval, r *Record) {
+	secs := func(d time.Duration) float64 {
+		if d < 0 {
+			return -1
+		}
+		return d.Seconds()
+	}
+	iv.TPOT, iv.E2E, iv.Queue = secs(r.TPOT), secs(r.Total), secs(r.Queue)
+	iv.Output = r.Tokens
+	if r.Key == "" {
+		return
+	}
+	if p, ok := s.prompts[r.Key]; ok {
+		delete(s.prompts, r.Key)
+		iv.TTFT = p.Seconds()
+		if iv.E2E < 0 && r.Duration >= 0 {
+			iv.E2E = (p + r.Duration).Seconds()
+		}
+	}
 }

@@ -14,15 +14,21 @@ import (
 func TestJournalFollowsAndResumes(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "pos.json")
 	cmd, _ := filepath.Abs("testdata/fake-journalctl")
-	run := func() []Line {
+	// Run stops once n lines came, or at a deadline far past what a
+	// loaded machine takes (a fixed half second lost all three under -race).
+	run := func(n int) []Line {
 		var got []Line
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		j := &Journal{Unit: "vllm.service", StateFile: state, Command: cmd}
-		j.Run(ctx, func(l Line) { got = append(got, l) })
+		j.Run(ctx, func(l Line) {
+			if got = append(got, l); len(got) == n {
+				cancel()
+			}
+		})
 		return got
 	}
-	got := run()
+	got := run(3)
 	if len(got) != 3 {
 		t.Fatalf("got %d lines, want 3", len(got))
 	}
@@ -33,7 +39,7 @@ func TestJournalFollowsAndResumes(t *testing.T) {
 	if err := SavePosition(state, got[1].Pos); err != nil {
 		t.Fatal(err)
 	}
-	again := run()
+	again := run(1)
 	if len(again) == 0 || string(again[0].Text) != "plain line" {
 		t.Errorf("after resuming: %+v", again)
 	}

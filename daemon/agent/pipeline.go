@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -572,7 +573,20 @@ func (l *loop) emit(closed []window.Closed) {
 	if len(closed) == 0 {
 		return
 	}
-	cs := analysis.Analyze(closed, &analysis.Facts{Thresholds: l.cfg.Thresholds, Servers: l.serverFacts, GPUs: l.gpuSpecs})
+	slo, perSLO := l.cfg.SLOs()
+	servers := l.serverFacts
+	if len(perSLO) > 0 {
+		servers = maps.Clone(l.serverFacts)
+		if servers == nil {
+			servers = map[string]analysis.ServerFacts{}
+		}
+		for name, sf := range perSLO {
+			f := servers[name]
+			f.SLO = sf.SLO
+			servers[name] = f
+		}
+	}
+	cs := analysis.Analyze(closed, &analysis.Facts{Thresholds: l.cfg.Thresholds, Servers: servers, GPUs: l.gpuSpecs, SLO: slo})
 	if l.metrics != nil {
 		l.metrics.suspects.note(cs, l.log)
 	}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestConfigBounds: every out-of-range value the issue tried is refused,
@@ -35,6 +36,14 @@ func TestConfigBounds(t *testing.T) {
 		{"window 2562047h", "window: 2562047h\n", []string{"window", "at most 1h"}},
 		{"empty file", "# nothing here\n\n", []string{"empty"}},
 		{"unknown top-level key", "windw: 10s\n", []string{"unknown top-level key", "windw"}},
+		{"negative tpot", "slo: {tpot: -100ms}\n", []string{"slo.tpot", "negative"}},
+		{"a day's ttft", "slo: {ttft: 24h}\n", []string{"slo.ttft", "longer than 1h"}},
+		{"bare number ttft", "slo: {ttft: 2}\n", []string{"slo.ttft"}},
+		{"NaN floor", "slo: {ttft: 2s, floor: .nan}\n", []string{"slo.floor", "[0, 1]"}},
+		{"floor 95", "slo: {ttft: 2s, floor: 95}\n", []string{"slo.floor", "[0, 1]"}},
+		{"floor without objective", "slo: {floor: 0.9}\n", []string{"slo.floor", "without an objective"}},
+		{"server's negative e2e", "servers: [{name: s, metrics_url: \"http://127.0.0.1:8000/metrics\", slo: {e2e: -1s}}]\n", []string{"servers[0].slo.e2e", "negative"}},
+		{"server's unknown slo key", "servers: [{name: s, metrics_url: \"http://127.0.0.1:8000/metrics\", slo: {tfft: 1s}}]\n", []string{"tfft"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -70,5 +79,31 @@ func TestUnknownEnvNamed(t *testing.T) {
 	got := UnknownEnv()
 	if len(got) != 1 || got[0] != "TPSMON_WINDOWS" {
 		t.Errorf("unknown variables %v, want [TPSMON_WINDOWS]", got)
+	}
+}
+
+// TestSLOConfig: the default objective applies to servers without their
+// own, a server's own replaces it whole.
+func TestSLOConfig(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "tpsmon.yaml")
+	body := "slo: {ttft: 2s, tpot: 100ms, floor: 0.9}\nservers:\n" +
+		"  - {name: a, metrics_url: \"http://127.0.0.1:8000/metrics\"}\n" +
+		"  - {name: b, metrics_url: \"http://127.0.0.1:8001/metrics\", slo: {e2e: 30s}}\n"
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(p, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, per := c.SLOs()
+	if def.TTFT != 2*time.Second || def.TPOT != 100*time.Millisecond || def.E2E != 0 || def.Floor != 0.9 {
+		t.Errorf("default %+v", def)
+	}
+	if _, ok := per["a"]; ok {
+		t.Errorf("server a has its own objective: %+v", per["a"])
+	}
+	if b := per["b"].SLO; b == nil || b.E2E != 30*time.Second || b.TTFT != 0 || b.Floor != 0 {
+		t.Errorf("server b's objective: %+v", b)
 	}
 }

@@ -56,6 +56,8 @@ type Config struct {
 	Log       LogConfig       `mapstructure:"log"`
 	// Thresholds of the state verdict (design §5).
 	Thresholds analysis.Thresholds `mapstructure:"thresholds"`
+	// SLO is the latency objective of servers without their own.
+	SLO analysis.SLO `mapstructure:"slo"`
 
 	// What the file held (reload.go): its path, "" when no file was read,
 	// and the keys it set.
@@ -80,6 +82,8 @@ type ServerConfig struct {
 	Log            LogSourceConfig `mapstructure:"log"`
 	GPUs           []string        `mapstructure:"gpus"`
 	ScrapeInterval time.Duration   `mapstructure:"scrape_interval"`
+	// SLO is the server's latency objective; nil: the top-level slo.
+	SLO *analysis.SLO `mapstructure:"slo"`
 	// ModelFile is the model the server serves (GGUF, safetensors, a
 	// safetensors index, config.json or a model directory): its headers
 	// give the decode ceiling's bytes and architecture.
@@ -211,8 +215,12 @@ func keys() map[string]any {
 	walk = func(v reflect.Value, prefix string) {
 		for i := range v.NumField() {
 			f := v.Type().Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+			name, opts, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
 			if !f.IsExported() || name == "-" {
+				continue
+			}
+			if opts == "squash" && f.Type.Kind() == reflect.Struct {
+				walk(v.Field(i), prefix) // an embedded struct's keys are its parent's
 				continue
 			}
 			if name == "" {
@@ -450,7 +458,7 @@ func CheckWindow(w time.Duration) error {
 // validate checks every key and fills the defaults that depend on others.
 func (c *Config) validate() error {
 	for _, check := range []func() error{c.validateNode, c.validateGPU, c.validateServers, c.validateSink,
-		c.validateThresholds, c.validateLog} {
+		c.validateThresholds, c.validateSLO, c.validateLog} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -659,6 +667,34 @@ func (c *Config) validateThresholds() error {
 		return fmt.Errorf("thresholds.%w", err)
 	}
 	return nil
+}
+
+func (c *Config) validateSLO() error {
+	if err := c.SLO.Validate(); err != nil {
+		return fmt.Errorf("slo.%w", err)
+	}
+	for i, s := range c.Servers {
+		if s.SLO == nil {
+			continue
+		}
+		if err := s.SLO.Validate(); err != nil {
+			return fmt.Errorf("servers[%d].slo.%w", i, err)
+		}
+	}
+	return nil
+}
+
+// SLOs returns the analysis stage's objectives: the default and each
+// server's own.
+func (c *Config) SLOs() (analysis.SLO, map[string]analysis.ServerFacts) {
+	per := map[string]analysis.ServerFacts{}
+	for _, s := range c.Servers {
+		if s.SLO != nil {
+			slo := *s.SLO
+			per[s.Name] = analysis.ServerFacts{SLO: &slo}
+		}
+	}
+	return c.SLO, per
 }
 
 func (c *Config) validateLog() error {

@@ -28,6 +28,10 @@ func typeKeys(t *testing.T, typ reflect.Type, prefix string) []string {
 			t.Errorf("%s%s (%s.%s) has no mapstructure tag: give it its key", prefix, strings.ToLower(f.Name), typ.Name(), f.Name)
 			continue
 		}
+		if f.Type.Kind() == reflect.Struct && tag == ",squash" {
+			out = append(out, typeKeys(t, f.Type, prefix)...) // an embedded struct's keys are its parent's
+			continue
+		}
 		if f.Type.Kind() == reflect.Struct {
 			out = append(out, typeKeys(t, f.Type, prefix+tag+".")...)
 			continue

@@ -48,6 +48,7 @@ const (
 	pkObserved
 	pkInstant // start equals end, same zone
 	pkHole    // a refused line's stretch (sample.Hole)
+	pkLatency // a request's own latencies follow the values (latencies)
 )
 
 // Kinds of a value.
@@ -63,7 +64,7 @@ const (
 const (
 	pkChunk     = 64 << 10
 	heapChunks  = 256 << 10
-	pkMaxRecord = 1 + 2*binary.MaxVarintLen64 + 2*binary.MaxVarintLen64 + 2*binary.MaxVarintLen64 + 2 + 8*9
+	pkMaxRecord = 1 + 2*binary.MaxVarintLen64 + 2*binary.MaxVarintLen64 + 2*binary.MaxVarintLen64 + 2 + 8*9 + 2 + 8*5
 )
 
 func (p *packed) len() int { return p.n }
@@ -93,6 +94,14 @@ func (p *packed) add(iv sample.Interval) {
 	if instant {
 		flags |= pkInstant
 	}
+	lat := latencies(&iv)
+	hasLat := false
+	for _, v := range lat {
+		hasLat = hasLat || *v != -1
+	}
+	if hasLat {
+		flags |= pkLatency
+	}
 	b = append(b, flags)
 	es := iv.End.Unix()
 	b = p.appendStamp(b, es-p.last, iv.End)
@@ -101,21 +110,11 @@ func (p *packed) add(iv sample.Interval) {
 		// End - Start in seconds may not fit a Duration; seconds do.
 		b = p.appendStamp(b, es-iv.Start.Unix(), iv.Start)
 	}
-	// The kinds' two bytes come first, filled in once the values are.
-	b = append(b, 0, 0)
-	at := len(b) - 2
-	var kinds uint16
-	for i, v := range values(&iv) {
-		k := valueKind(*v)
-		kinds |= uint16(k) << (2 * i)
-		switch k {
-		case vkWhole:
-			b = binary.AppendUvarint(b, uint64(*v))
-		case vkRaw:
-			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(*v))
-		}
+	vs := values(&iv)
+	b = appendValues(b, vs[:])
+	if hasLat {
+		b = appendValues(b, lat[:])
 	}
-	binary.LittleEndian.PutUint16(b[at:], kinds)
 	p.chunks[len(p.chunks)-1] = b
 	p.n++
 }
@@ -166,6 +165,53 @@ func (p *packed) stamp(b []byte) (secs, ns int64, loc *time.Location, rest []byt
 	b = b[n:]
 	li, n := binary.Uvarint(b)
 	return secs, int64(u), p.locs[li], b[n:]
+}
+
+// appendValues appends two bytes of 2-bit kinds, then each known value
+// (at most 8).
+func appendValues(b []byte, vs []*float64) []byte {
+	// The kinds' two bytes come first, filled in once the values are.
+	b = append(b, 0, 0)
+	at := len(b) - 2
+	var kinds uint16
+	for i, v := range vs {
+		k := valueKind(*v)
+		kinds |= uint16(k) << (2 * i)
+		switch k {
+		case vkWhole:
+			b = binary.AppendUvarint(b, uint64(*v))
+		case vkRaw:
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(*v))
+		}
+	}
+	binary.LittleEndian.PutUint16(b[at:], kinds)
+	return b
+}
+
+// readValues reads what appendValues wrote into vs, and returns the rest.
+func readValues(b []byte, vs []*float64) []byte {
+	kinds := binary.LittleEndian.Uint16(b)
+	b = b[2:]
+	for i, v := range vs {
+		switch kinds >> (2 * i) & 3 {
+		case vkUnknown:
+			*v = -1
+		case vkWhole:
+			u, n := binary.Uvarint(b)
+			b = b[n:]
+			*v = float64(u)
+		case vkRaw:
+			*v = math.Float64frombits(binary.LittleEndian.Uint64(b))
+			b = b[8:]
+		}
+	}
+	return b
+}
+
+// latencies are a request's own latencies, which only request records
+// carry (pkLatency).
+func latencies(iv *sample.Interval) [5]*float64 {
+	return [5]*float64{&iv.TTFT, &iv.TPOT, &iv.E2E, &iv.Queue, &iv.Output}
 }
 
 // values are an interval's numbers, in the order a record holds them.
@@ -285,19 +331,14 @@ func (r *pkReader) peek() *sample.Interval {
 		iv.Start = time.Unix(last-back, sns).In(sloc)
 	}
 	iv.Request, iv.Observed, iv.Hole = flags&pkRequest != 0, flags&pkObserved != 0, flags&pkHole != 0
-	kinds := binary.LittleEndian.Uint16(b)
-	b = b[2:]
-	for i, v := range values(iv) {
-		switch kinds >> (2 * i) & 3 {
-		case vkUnknown:
+	vs := values(iv)
+	b = readValues(b, vs[:])
+	lat := latencies(iv)
+	if flags&pkLatency != 0 {
+		b = readValues(b, lat[:])
+	} else {
+		for _, v := range lat {
 			*v = -1
-		case vkWhole:
-			u, n := binary.Uvarint(b)
-			b = b[n:]
-			*v = float64(u)
-		case vkRaw:
-			*v = math.Float64frombits(binary.LittleEndian.Uint64(b))
-			b = b[8:]
 		}
 	}
 	r.to.chunk, r.to.off, r.to.last = chunk, off+size-len(b), last

@@ -33,6 +33,10 @@ type serverRow struct {
 	now                              float64
 	history                          []float64      // system tok/s per closed window, oldest first
 	windows                          []curve.Window // the closed windows, for the operating curve
+	// What one user felt: TTFT and ITL p90 (seconds; a histogram's lower
+	// edge when the p90 is above its last one) and the attainment's bounds.
+	ttft90, ttft90Lo, itl90, itl90Lo float64
+	sloLo, sloHi                     float64
 }
 
 // gpuRow is one GPU's last closed window, and its utilization now.
@@ -75,7 +79,8 @@ func build(w api.Windows) frame {
 		r := srv[name]
 		if r == nil {
 			r = &serverRow{name: name, state: "-", tps: unknown, user: unknown, prompt: unknown, tpj: unknown,
-				running: unknown, waiting: unknown, kv: unknown, mbu: unknown, now: unknown}
+				running: unknown, waiting: unknown, kv: unknown, mbu: unknown, now: unknown, ttft90: unknown, ttft90Lo: unknown,
+				itl90: unknown, itl90Lo: unknown, sloLo: unknown, sloHi: unknown}
 			srv[name] = r
 			order = append(order, name)
 		}
@@ -107,6 +112,9 @@ func build(w api.Windows) frame {
 			r.running, r.waiting, r.kv = num(p, schema.FieldRunning), num(p, schema.FieldWaiting), num(p, schema.FieldKVCacheUsage)
 			r.mbu = num(p, schema.FieldMBU)
 			r.history = append(r.history, r.tps)
+			r.ttft90, r.ttft90Lo = num(p, schema.FieldTTFTP90), num(p, schema.LoField(schema.FieldTTFTP90))
+			r.itl90, r.itl90Lo = num(p, schema.FieldITLP90), num(p, schema.LoField(schema.FieldITLP90))
+			r.sloLo, r.sloHi = num(p, schema.FieldSLOAttainmentLo), num(p, schema.FieldSLOAttainmentHi)
 			r.windows = append(r.windows, curveWindow(p))
 		case schema.GPU:
 			r := gpuOf(p)

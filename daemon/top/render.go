@@ -177,6 +177,49 @@ func pct(v float64) string {
 	return fmt.Sprintf("%.0f", v*100)
 }
 
+// hasLatency tells whether a server's window carries latency fields.
+func hasLatency(rows []serverRow) bool {
+	for _, r := range rows {
+		for _, v := range []float64{r.ttft90, r.ttft90Lo, r.itl90, r.itl90Lo, r.sloLo} {
+			if !math.IsNaN(v) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ms is a latency in milliseconds, or ">lo" when only its lower bound is
+// known (a p90 above a histogram's last edge).
+func ms(v, lo float64) string {
+	switch {
+	case !math.IsNaN(v):
+		return fmt.Sprintf("%.*f", msPrec(v), 1e3*v)
+	case !math.IsNaN(lo):
+		return fmt.Sprintf(">%.*f", msPrec(lo), 1e3*lo)
+	}
+	return "-"
+}
+
+func msPrec(v float64) int {
+	if v < 0.01 {
+		return 1
+	}
+	return 0
+}
+
+// share is an attainment in percent: one number when known exactly, its
+// bounds when only those are (histograms).
+func share(lo, hi float64) string {
+	switch {
+	case math.IsNaN(lo) || math.IsNaN(hi):
+		return "-"
+	case lo == hi:
+		return fmt.Sprintf("%.1f", 100*lo)
+	}
+	return fmt.Sprintf("%.0f-%.0f", 100*lo, 100*hi)
+}
+
 func unit(v float64, prec int, u string) string {
 	if math.IsNaN(v) {
 		return "-"
@@ -256,7 +299,7 @@ func render(f frame, o Options) string {
 	for _, r := range servers {
 		nameW = max(nameW, min(20, ansi.StringWidth(r.name)))
 	}
-	serverLines := table(serverColumns(nameW, width, o, anyMBU(servers)), servers, st)
+	serverLines := table(serverColumns(nameW, width, o, anyMBU(servers), hasLatency(servers)), servers, st)
 	// A suspect window's values are shown as written; the rules that doubt
 	// them follow the table.
 	for _, r := range servers {
@@ -339,7 +382,11 @@ func anyMBU(rows []serverRow) bool {
 
 // serverColumns are the server table's columns that fit width, then a
 // history sparkline in what is left.
-func serverColumns(nameW, width int, o Options, mbu bool) []column[serverRow] {
+//
+// The latency columns are there when a server has latency fields (an
+// engine with histograms, or request lines), with the sparkline's least
+// width kept for it.
+func serverColumns(nameW, width int, o Options, mbu, latency bool) []column[serverRow] {
 	st := o.Styles
 	scols := []column[serverRow]{
 		{title: "SERVER", width: nameW, prio: 0, left: true, cell: func(r serverRow) string { return r.name }},
@@ -361,7 +408,16 @@ func serverColumns(nameW, width int, o Options, mbu bool) []column[serverRow] {
 		// Shown only where a server has one.
 		scols = slices.Insert(scols, 8, column[serverRow]{title: "MBU%", width: 4, prio: 2, cell: func(r serverRow) string { return pct(r.mbu) }})
 	}
-	scols = fit(scols, width)
+	if latency {
+		scols = append(scols[:len(scols)-1:len(scols)-1],
+			column[serverRow]{title: "TTFT90ms", width: 8, prio: 3, cell: func(r serverRow) string { return ms(r.ttft90, r.ttft90Lo) }},
+			column[serverRow]{title: "ITL90ms", width: 7, prio: 3, cell: func(r serverRow) string { return ms(r.itl90, r.itl90Lo) }},
+			column[serverRow]{title: "SLO%", width: 7, prio: 2, cell: func(r serverRow) string { return share(r.sloLo, r.sloHi) }},
+			scols[len(scols)-1])
+		scols = fit(scols, width-9)
+	} else {
+		scols = fit(scols, width)
+	}
 	used := 0
 	for _, c := range scols {
 		used += c.width + 1

@@ -100,13 +100,13 @@ func TestFilterWithNothingToShow(t *testing.T) {
 func TestMBUColumnOnlyWithAnMBU(t *testing.T) {
 	with := []serverRow{{name: "a", mbu: 0.634, tps: unknown, now: unknown, user: unknown, running: unknown, waiting: unknown,
 		kv: unknown, prompt: unknown, tpj: unknown}}
-	lines := table(serverColumns(4, 200, Options{}, anyMBU(with)), with, Styles{})
+	lines := table(serverColumns(4, 200, Options{}, anyMBU(with), false), with, Styles{})
 	if !strings.Contains(lines[0], "MBU%") || !strings.Contains(lines[1], " 63 ") {
 		t.Errorf("with an MBU:\n%s", strings.Join(lines, "\n"))
 	}
 	without := []serverRow{with[0]}
 	without[0].mbu = unknown
-	lines = table(serverColumns(4, 200, Options{}, anyMBU(without)), without, Styles{})
+	lines = table(serverColumns(4, 200, Options{}, anyMBU(without), false), without, Styles{})
 	if strings.Contains(lines[0], "MBU%") {
 		t.Errorf("without an MBU:\n%s", strings.Join(lines, "\n"))
 	}

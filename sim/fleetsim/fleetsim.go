@@ -98,6 +98,15 @@ func (f Fleet) Raw(from, to time.Time, w time.Duration, emit func(*write.Point) 
 			}
 			if m.running > 0 {
 				fs[schema.FieldPerUserTPS] = m.tps / m.running
+				// What a user feels: first tokens wait behind the queue.
+				ttft := 0.1 * (1 + m.waiting)
+				fs[schema.FieldLatencySource] = "histogram"
+				fs[schema.FieldTTFTP50], fs[schema.FieldTTFTP90], fs[schema.FieldTTFTP99] = ttft, 2*ttft, 4*ttft
+				itl := m.running / m.tps
+				fs[schema.FieldITLP50], fs[schema.FieldITLP90], fs[schema.FieldITLP99] = itl, 1.3*itl, 2*itl
+				att := 1 / (1 + 0.1*m.waiting)
+				fs[schema.FieldSLOAttainmentLo], fs[schema.FieldSLOAttainmentHi] = 0.95*att, att
+				fs[schema.FieldGoodputRPSLo] = 0.95 * att * m.running
 			}
 			if err := emit(write.NewPoint(schema.Server, map[string]string{schema.TagHost: host, schema.TagServer: "llm", schema.TagGPUs: f.gpus(h), schema.TagEngine: engine.VLLM}, fs, t)); err != nil {
 				return err

@@ -1,0 +1,226 @@
+package collector
+
+import (
+	"math"
+	"slices"
+	"strconv"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/tpsmon/tpsmon/sample"
+)
+
+// histRefs names, per engine, the latency histograms tpsmon reads, each
+// as the family name of its _bucket, _sum and _count series, newest
+// first (the first present wins). Time per output token is kept apart
+// from inter-token latency: the first is one observation per request
+// (its decode time over its tokens), the second one per token gap.
+var histRefs = map[string][sample.NumHists][]string{
+	"vllm": {
+		sample.HistTTFT:    {"vllm:time_to_first_token_seconds"},
+		sample.HistITL:     {"vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"},
+		sample.HistTPOT:    {"vllm:request_time_per_output_token_seconds"},
+		sample.HistE2E:     {"vllm:e2e_request_latency_seconds"},
+		sample.HistQueue:   {"vllm:request_queue_time_seconds"},
+		sample.HistPrefill: {"vllm:request_prefill_time_seconds"},
+		sample.HistDecode:  {"vllm:request_decode_time_seconds"},
+	},
+	"nim": {
+		sample.HistTTFT:    {"vllm:time_to_first_token_seconds", "time_to_first_token_seconds"},
+		sample.HistITL:     {"vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds", "time_per_output_token_seconds"},
+		sample.HistTPOT:    {"vllm:request_time_per_output_token_seconds"},
+		sample.HistE2E:     {"vllm:e2e_request_latency_seconds", "e2e_request_latency_seconds"},
+		sample.HistQueue:   {"vllm:request_queue_time_seconds", "request_queue_time_seconds"},
+		sample.HistPrefill: {"vllm:request_prefill_time_seconds"},
+		sample.HistDecode:  {"vllm:request_decode_time_seconds"},
+	},
+	// SGLang's time_per_output_token_seconds (before ~0.4.5) was per token
+	// gap, as its successor inter_token_latency_seconds.
+	"sglang": {
+		sample.HistTTFT:  {"sglang:time_to_first_token_seconds"},
+		sample.HistITL:   {"sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"},
+		sample.HistE2E:   {"sglang:e2e_request_latency_seconds"},
+		sample.HistQueue: {"sglang:queue_time_seconds"},
+	},
+	"lmdeploy": {
+		sample.HistTTFT:    {"lmdeploy:time_to_first_token_seconds"},
+		sample.HistITL:     {"lmdeploy:iter_token_latency"},
+		sample.HistE2E:     {"lmdeploy:e2e_request_latency_seconds"},
+		sample.HistQueue:   {"lmdeploy:request_queue_time_seconds"},
+		sample.HistPrefill: {"lmdeploy:request_prefill_time_seconds"},
+		sample.HistDecode:  {"lmdeploy:request_decode_time_seconds"},
+	},
+	"trtllm": {
+		sample.HistTTFT:  {"trtllm_time_to_first_token_seconds", "trtllm:time_to_first_token_seconds"},
+		sample.HistE2E:   {"trtllm_e2e_request_latency_seconds", "trtllm:e2e_request_latency_seconds"},
+		sample.HistQueue: {"trtllm_request_queue_time_seconds", "trtllm:request_queue_time_seconds"},
+	},
+	// TGI's mean time per token is per request but includes prefill.
+	"tgi": {
+		sample.HistTPOT:  {"tgi_request_mean_time_per_token_duration"},
+		sample.HistE2E:   {"tgi_request_duration"},
+		sample.HistQueue: {"tgi_request_queue_duration"},
+	},
+}
+
+// histNames returns the exposed series the dialect's histograms are read
+// from.
+func histNames(engine string) []string {
+	var out []string
+	for _, fams := range histRefs[engine] {
+		for _, f := range fams {
+			out = append(out, f+"_bucket", f+"_sum", f+"_count")
+		}
+	}
+	return out
+}
+
+// readHists sets s's histograms from a parsed page: per family, the
+// buckets of every label set but le summed by edge (data-parallel ranks
+// are one server), tensor-parallel ranks other than 0 left out. A family
+// whose label sets disagree on their edges is left out: no sum of
+// different buckets is a histogram.
+func (d *Dialect) readHists(p Page, s *sample.Server) {
+	refs, ok := histRefs[d.Engine]
+	if !ok {
+		return
+	}
+	for h, fams := range refs {
+		for _, f := range fams {
+			if hist, ok := d.histogram(p, f); ok {
+				s.SetHist(sample.Hist(h), hist)
+				break
+			}
+		}
+	}
+}
+
+// histogram reads one family's buckets and sum from p.
+func (d *Dialect) histogram(p Page, family string) (sample.Histogram, bool) {
+	ss := p[family+"_bucket"]
+	if len(ss) == 0 {
+		return sample.Histogram{}, false
+	}
+	// Group by the labels but le, in page order: a page prints a label
+	// set's buckets together, so the last set is asked first.
+	type set struct {
+		labels  map[string]string
+		buckets []sample.HistBucket
+	}
+	var sets []set
+	last := -1
+	for _, sr := range ss {
+		if rank, ok := sr.labels[d.SingleRank]; d.SingleRank != "" && ok && rank != "0" {
+			continue
+		}
+		le, err := strconv.ParseFloat(sr.labels["le"], 64)
+		if err != nil {
+			return sample.Histogram{}, false
+		}
+		if last < 0 || !sameBut(sets[last].labels, sr.labels, "le") {
+			last = -1
+			for i := range sets {
+				if sameBut(sets[i].labels, sr.labels, "le") {
+					last = i
+					break
+				}
+			}
+			if last < 0 {
+				sets = append(sets, set{labels: sr.labels})
+				last = len(sets) - 1
+			}
+		}
+		sets[last].buckets = append(sets[last].buckets, sample.HistBucket{Le: le, Count: sr.value})
+	}
+	var out sample.Histogram
+	for i, st := range sets {
+		if !slices.IsSortedFunc(st.buckets, byLe) {
+			slices.SortFunc(st.buckets, byLe)
+		}
+		if i == 0 {
+			out.Buckets = st.buckets
+			continue
+		}
+		if len(st.buckets) != len(out.Buckets) {
+			return sample.Histogram{}, false
+		}
+		for j, b := range st.buckets {
+			if b.Le != out.Buckets[j].Le {
+				return sample.Histogram{}, false
+			}
+			out.Buckets[j].Count += b.Count
+		}
+	}
+	if n := len(out.Buckets); n > 0 && !math.IsInf(out.Buckets[n-1].Le, 1) {
+		// An excerpt without TYPE lines, or cut before its +Inf bucket:
+		// the count is every observation, as expfmt takes it.
+		if c, _, ok := d.pick(p, []Ref{{Name: family + "_count"}}, false); ok && c >= out.Buckets[n-1].Count {
+			out.Buckets = append(out.Buckets, sample.HistBucket{Le: math.Inf(1), Count: c})
+		}
+	}
+	if len(out.Buckets) == 0 || !math.IsInf(out.Buckets[len(out.Buckets)-1].Le, 1) {
+		return sample.Histogram{}, false
+	}
+	out.Sum = math.NaN()
+	if sum, _, ok := d.pick(p, []Ref{{Name: family + "_sum"}}, false); ok {
+		out.Sum = sum
+	}
+	return out, true
+}
+
+// sameBut tells whether two label sets are equal but for label skip.
+func sameBut(a, b map[string]string, skip string) bool {
+	n := 0
+	for k, v := range a {
+		if k == skip {
+			continue
+		}
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+		n++
+	}
+	_, sa := a[skip]
+	_, sb := b[skip]
+	return len(b)-boolInt(sb) == n && len(a)-boolInt(sa) == n
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func byLe(a, b sample.HistBucket) int {
+	switch {
+	case a.Le < b.Le:
+		return -1
+	case a.Le > b.Le:
+		return 1
+	}
+	return 0
+}
+
+// addBuckets adds a typed histogram's buckets to a page as the untyped
+// name_bucket series (le a label) that pages without TYPE lines give, and
+// its +Inf bucket, which expfmt keeps only as the count.
+func addBuckets(p Page, name string, labels map[string]string, h *dto.Histogram) {
+	with := func(le float64) map[string]string {
+		l := make(map[string]string, len(labels)+1)
+		for k, v := range labels {
+			l[k] = v
+		}
+		l["le"] = strconv.FormatFloat(le, 'g', -1, 64)
+		return l
+	}
+	inf := false
+	for _, b := range h.GetBucket() {
+		le := b.GetUpperBound()
+		inf = inf || math.IsInf(le, 1)
+		p[name+"_bucket"] = append(p[name+"_bucket"], series{with(le), float64(b.GetCumulativeCount())})
+	}
+	if !inf && len(h.GetBucket()) > 0 {
+		p[name+"_bucket"] = append(p[name+"_bucket"], series{with(math.Inf(1)), float64(h.GetSampleCount())})
+	}
+}
