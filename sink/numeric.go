@@ -58,10 +58,11 @@ var numericOf = map[string]func(f *fields, v string) error{
 	schema.FieldEnergySource:   coded(schema.FieldEnergySourceCode, schema.EnergySourceCodes),
 	schema.FieldSpecFinding:    coded(schema.FieldSpecFindingCode, schema.SpecFindingCodes),
 	schema.FieldCeilingFinding: coded(schema.FieldCeilingFindingCode, schema.CeilingFindingCodes),
-	schema.FieldError: func(f *fields, _ string) error {
-		f.code(schema.FieldErrorCode, 1)
-		return nil
-	},
+	schema.FieldLatencySource:  coded(schema.FieldLatencySourceCode, schema.LatencySourceCodes),
+	schema.FieldSLOMissPhase:   coded(schema.FieldSLOMissPhaseCode, schema.SLOMissPhaseCodes),
+	// Free text: that there is one is what a number can keep.
+	schema.FieldError:         flagged(schema.FieldErrorCode),
+	schema.FieldLatencyReason: flagged(schema.FieldLatencyReasonCode),
 	schema.FieldSuspect: func(f *fields, v string) error {
 		fired := strings.Split(v, ",")
 		for _, r := range fired {
@@ -74,6 +75,14 @@ var numericOf = map[string]func(f *fields, v string) error{
 		}
 		return nil
 	},
+}
+
+// flagged writes 1 under key for a free-text field.
+func flagged(key string) func(*fields, string) error {
+	return func(f *fields, _ string) error {
+		f.code(key, 1)
+		return nil
+	}
 }
 
 // coded maps a string field's values to one code field by table.

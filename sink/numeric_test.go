@@ -11,6 +11,7 @@ import (
 	"github.com/influxdata/line-protocol/v2/lineprotocol"
 
 	"github.com/tpsmon/tpsmon/analysis"
+	"github.com/tpsmon/tpsmon/analysis/latency"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/window"
 )
@@ -33,6 +34,10 @@ func TestNumericCodesPinned(t *testing.T) {
 			[]string{"", analysis.FindingSpecIneffective}},
 		{"ceiling_finding_code", schema.CeilingFindingCodes, map[string]int64{"near_ceiling": 1, "demand_bound": 2, "host_bound": 3},
 			[]string{analysis.FindingNearCeiling, analysis.FindingDemandBound, analysis.FindingHostBound}},
+		{"latency_source_code", schema.LatencySourceCodes, map[string]int64{"requests": 1, "histogram": 2},
+			[]string{latency.SourceRequests, latency.SourceHistogram}},
+		{"slo_miss_phase_code", schema.SLOMissPhaseCodes, map[string]int64{"queue": 1, "prefill": 2, "decode": 3},
+			[]string{"queue", "prefill", "decode"}},
 	} {
 		if !maps.Equal(c.got, c.want) {
 			t.Errorf("%s: %v, pinned %v", c.name, c.got, c.want)
@@ -57,6 +62,7 @@ func TestNumericCoversStrings(t *testing.T) {
 	var sw analysis.ServerWindow
 	present(&sw.ServerWindow)
 	present(&sw)
+	sw.Latency, sw.SLOMiss = fullLatency(), "queue"
 	var gw analysis.GPUWindow
 	present(&gw.GPUWindow)
 	for _, fs := range []fields{serverFields(nil, sw), gpuFields(nil, gw)} {
@@ -129,6 +135,7 @@ func TestNumericProfile(t *testing.T) {
 	sw.SpecFinding = window.Some(analysis.FindingSpecIneffective)
 	sw.Suspect = window.Some(analysis.RuleGPUIdle + "," + analysis.RuleAboveCeiling)
 	sw.Finding = window.Some(analysis.FindingHostBound)
+	sw.Latency, sw.SLOMiss = fullLatency(), "prefill"
 	quiet := analysis.ServerWindow{State: schema.StateOK, ServerWindow: window.ServerWindow{
 		Start: start, Length: 10 * time.Second, Host: "h", Server: "t", Coverage: 1, Source: schema.SourceMetrics}}
 	quiet.SpecFinding = window.Some("")
@@ -161,7 +168,8 @@ func TestNumericProfile(t *testing.T) {
 	want := map[string]map[string]int64{
 		"tpsmon_gpu,gpu=0,host=h,uuid=GPU-x": {"energy_source_code": 2, "error_code": 1},
 		"tpsmon_server,engine=vllm,gpus=0,host=h,server=s": {"source_code": 2, "spec_finding_code": 1, "state_code": 8,
-			"state_sleeping": 1, "suspect_gpu_idle": 1, "suspect_above_ceiling": 1, "ceiling_finding_code": 3},
+			"state_sleeping": 1, "suspect_gpu_idle": 1, "suspect_above_ceiling": 1, "ceiling_finding_code": 3,
+			"latency_source_code": 2, "latency_reason_code": 1, "slo_miss_phase_code": 2},
 		"tpsmon_server,host=h,server=t": {"source_code": 1, "spec_finding_code": 0, "state_code": 7, "state_ok": 1},
 	}
 	for _, k := range dk {

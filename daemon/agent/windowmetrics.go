@@ -22,7 +22,7 @@ import (
 // start. The series are those of the last closed window only: a server or
 // GPU that leaves the configuration, or is no longer discovered, has no
 // window and so no series. Cardinality is the servers' and GPUs' count
-// times their fields (47 a server with its states and rules, 19 a
+// times their fields (up to 94 a server with its states, rules and latency, 19 a
 // GPU). It is an output of the pipeline: it keeps the fields when a
 // window closes, and the first scrape after makes the gauges.
 type windowMetrics struct {
@@ -115,6 +115,31 @@ var promNames = map[string]map[string]promMetric{
 }
 
 func init() {
+	srv := promNames[schema.Server]
+	srv[schema.FieldLatencySourceCode] = promMetric{"latency_source_code", "Where the latency came from: 1 requests (exact), 2 histogram (interpolated).", 0, ""}
+	srv[schema.FieldLatencyReasonCode] = promMetric{"latency_reason_code", "1: the engine's histograms gave no latency (the reason is in the InfluxDB point).", 0, ""}
+	srv[schema.FieldSLOMissPhaseCode] = promMetric{"slo_miss_phase_code", "Where the time of requests under the floor went: 1 queue, 2 prefill, 3 decode.", 0, ""}
+	srv[schema.FieldSLORequests] = promMetric{"slo_requests", "Requests the SLO attainment is over.", 0, ""}
+	srv[schema.FieldGoodputTPS] = promMetric{"goodput_tokens_per_second", "Output tokens per second of requests that met the objectives.", 0, ""}
+	for _, f := range []string{schema.FieldSLOAttainment, schema.FieldSLOAttainmentLo, schema.FieldSLOAttainmentHi} {
+		srv[f] = promMetric{f + "_ratio", "Share of the window's requests that met every objective (_lo, _hi: its bounds).", 0, ""}
+	}
+	for _, f := range []string{schema.FieldGoodputRPS, schema.FieldGoodputRPSLo, schema.FieldGoodputRPSHi} {
+		srv[f] = promMetric{strings.Replace(f, "rps", "requests_per_second", 1), "Requests per second that met the objectives (_lo, _hi: its bounds).", 0, ""}
+	}
+	// Quantiles and their bucket bounds: seconds, or one request's tokens
+	// per second.
+	for _, q := range schema.LatencyQuantileFields {
+		for _, f := range []string{q, schema.LoField(q), schema.HiField(q)} {
+			name, ok := strings.CutSuffix(f, "_s")
+			if ok {
+				name += "_seconds"
+			} else {
+				name = strings.Replace(name, "per_user_tps", "per_user_tokens_per_second", 1)
+			}
+			srv[f] = promMetric{name, "Latency quantile of the window's requests (analysis/latency; _lo, _hi: its histogram bucket's bounds).", 0, ""}
+		}
+	}
 	for _, s := range schema.States {
 		promNames[schema.Server][schema.NumericField(schema.FieldState, s)] = promMetric{
 			"state", "1 for the window's state, 0 for the others.", 0, s}

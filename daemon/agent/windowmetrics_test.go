@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/tpsmon/tpsmon/analysis"
+	"github.com/tpsmon/tpsmon/analysis/latency"
 	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 	"github.com/tpsmon/tpsmon/schema"
@@ -53,6 +54,17 @@ func fullWindows() analysis.Closed {
 	sw.State, sw.Source = schema.StateKVBound, schema.SourceMetrics
 	sw.SpecFinding, sw.Suspect = window.Some(""), window.Some(strings.Join(analysis.Rules, ","))
 	sw.Finding = window.Some(analysis.FindingNearCeiling)
+	q := latency.Quantile{Value: 0.2, OK: true, Lo: 0.1, Hi: 0.25, Bounded: true, N: 100}
+	sw.Latency = latency.Summary{Source: latency.SourceHistogram, Reason: "ttft: histogram counter reset",
+		Attainment:   latency.Attainment{Lo: 0.9, Hi: 0.9, Exact: true, OK: true, Requests: 100, MetLo: 90, MetHi: 90},
+		GoodputRPSLo: 9, GoodputRPSHi: 9, GoodputTPSLo: 900, GoodputTPSHi: 900}
+	for i := range sw.Latency.TTFT {
+		sw.Latency.TTFT[i], sw.Latency.ITL[i] = q, q
+	}
+	for i := range sw.Latency.E2E {
+		sw.Latency.E2E[i], sw.Latency.Queue[i], sw.Latency.PerUserTPS[i] = q, q, q
+	}
+	sw.SLOMiss = "decode"
 	var gw analysis.GPUWindow
 	allPresent(&gw.GPUWindow)
 	gw.Start, gw.Length, gw.Host, gw.Label, gw.UUID, gw.Name = wmStart, 10*time.Second, "h", "0", "GPU-x", "H100"
