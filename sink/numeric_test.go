@@ -72,6 +72,22 @@ func TestNumericCoversStrings(t *testing.T) {
 			}
 		}
 	}
+	// With valid values, the numeric fields' keys are unique: none stands
+	// on another field's name.
+	sw.State, sw.Source, sw.SpecFinding, sw.Suspect = schema.StateOK, schema.SourceLog, window.Some(""), window.Some(analysis.RuleGPUIdle)
+	sw.Finding = window.Some(analysis.FindingNearCeiling)
+	gw.EnergySource = window.Some(schema.EnergyPower)
+	for _, src := range []fields{serverFields(nil, sw), gpuFields(nil, gw)} {
+		num, err := numeric(nil, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i < len(num); i++ {
+			if num[i].key == num[i-1].key {
+				t.Errorf("field %s twice in the numeric profile", num[i].key)
+			}
+		}
+	}
 }
 
 // decode reads line protocol into one map of fields per line, keyed by
