@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -31,7 +30,7 @@ type request struct {
 
 // sweepStream streams completions back to back until end, as one user.
 func sweepStream(ctx context.Context, base string, stream int, end time.Time) ([]request, error) {
-	sizes := []int{48, 64, 96, 128}
+	sizes := []int{64, 96, 128, 192}
 	var out []request
 	for i := 0; time.Now().Before(end); i++ {
 		body, _ := json.Marshal(map[string]any{"prompt": "Tell me a story about a monitor of tokens", "n_predict": sizes[(i+stream)%len(sizes)],
@@ -83,32 +82,49 @@ func overlap(a0, a1, b0, b1 time.Time) float64 {
 	return math.Max(0, hi.Sub(lo).Seconds())
 }
 
+// decoding is a request's decode: from its first token's arrival to its
+// last's, and the tokens after the first. Per-user TPS is a stream's decode
+// speed (docs/design.md), which the server's own counters (generation
+// seconds, the timing line's eval time) measure: the time to the first
+// token, queue and prompt, is not in it.
+func (r request) decoding(t0, t1 time.Time) (secs, tokens float64) {
+	if len(r.arrivals) < 2 {
+		return 0, 0
+	}
+	for _, a := range r.arrivals[1:] {
+		if !a.Before(t0) && a.Before(t1) {
+			tokens++
+		}
+	}
+	return overlap(r.arrivals[0], r.arrivals[len(r.arrivals)-1], t0, t1), tokens
+}
+
 // clientWindows are the client's own windows of length w from start to
 // end: tokens arrived / w, mean requests in flight, and per-user TPS as
-// the mean over streams in flight for a tenth of the window or more of
-// their arrivals over their time in flight (the sweep recording's rule).
+// the mean over streams decoding for a tenth of the window or more of
+// their decode tokens over their decode time.
 func clientWindows(reqs []request, start, end time.Time, w time.Duration) []curve.Window {
 	var out []curve.Window
 	for t := start; t.Before(end); t = t.Add(w) {
 		t1 := t.Add(w)
 		var tokens, busy float64
-		inflight, got := map[int]float64{}, map[int]float64{}
+		decoding, got := map[int]float64{}, map[int]float64{}
 		for _, r := range reqs {
-			o := overlap(r.start, r.end, t, t1)
-			busy += o
-			inflight[r.stream] += o
+			busy += overlap(r.start, r.end, t, t1)
 			for _, a := range r.arrivals {
 				if !a.Before(t) && a.Before(t1) {
 					tokens++
-					got[r.stream]++
 				}
 			}
+			secs, n := r.decoding(t, t1)
+			decoding[r.stream] += secs
+			got[r.stream] += n
 		}
 		cw := curve.Window{Key: curve.Key{Server: "client"}, Seconds: w.Seconds(), Running: curve.Some(busy / w.Seconds()),
 			SystemTPS: curve.Some(tokens / w.Seconds())}
 		var sum float64
 		n := 0
-		for s, sec := range inflight {
+		for s, sec := range decoding {
 			if sec >= w.Seconds()/10 {
 				sum += got[s] / sec
 				n++
@@ -126,24 +142,27 @@ func clientWindows(reqs []request, start, end time.Time, w time.Duration) []curv
 // 6 and 8 concurrent streams, tpsmon run writing its windows to a real
 // InfluxDB, and builds the report's operating curve from there: at every
 // level the bin's median system and per-user TPS within 7 % of the
-// client's own windows binned by the same rule, and the operating point
-// of the client's per-level table for floors between levels.
+// client's own windows (the same 5 s windows, binned by the same rule),
+// and for floors between levels the operating point of the client's
+// per-level table, its headroom within 7 % of the client's windows'.
 //
-// It takes five minutes and a quiet machine (a CPU llama-server's speed
-// is the machine's), so it runs when TPSMON_LIVE_SWEEP is set: on a
-// shared 2-core machine at load 14 the server's own rate swung 4-400
-// tokens/s within a level, and no curve holds there.
+// The sweep climbs: each level adds streams just before a window's edge
+// and none stops before the end, so no level change or drain puts a
+// window in another level's bin (the bins were 8-107 % off when each
+// level drained into an idle gap: fractional windows, binned apart by a
+// sampled gauge and by the client, in bins whose windows varied 10x).
+// The server runs one thread: with two on a shared 2-core machine its
+// rate swung 4-450 tokens/s within a level (a thread waiting at each
+// op's barrier for one descheduled), with one within about 2x at load
+// 9-12. About 3 minutes.
 func TestLiveSweepCurve(t *testing.T) {
-	if os.Getenv("TPSMON_LIVE_SWEEP") == "" {
-		t.Skip("a five-minute sweep of a real llama-server: set TPSMON_LIVE_SWEEP=1 on a quiet machine")
-	}
 	dir := llamaServerDir(t)
 	logFile := filepath.Join(t.TempDir(), "server.log")
-	llama := startLlamaServerSlots(t, dir, logFile, 8, 2)
+	llama := startLlamaServerSlots(t, dir, logFile, 8, 1)
 	influx := influxtest.URL(t)
 	db := influxtest.CreateDB(t, influx, "livesweep")
 	const window, scrape = 5 * time.Second, time.Second
-	const perLevel = 6 // windows of load per level; one idle window after each
+	const perLevel = 6 // windows per level
 	_, stop := startTpsmon(t, fmt.Sprintf(`host: it
 window: %v
 grace: 1s
@@ -172,17 +191,26 @@ sink:
 		start, end time.Time
 	}
 	var done []level
+	first := time.Now().Truncate(window).Add(window) // on a window's edge
+	for i, n := range levels {
+		start := first.Add(time.Duration(i*perLevel) * window)
+		done = append(done, level{n, start, start.Add(perLevel * window)})
+	}
+	last := done[len(done)-1].end
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var failed error
 	var reqs []request
-	for _, n := range levels {
-		start := time.Now().Truncate(window).Add(window) // on a window's edge
-		time.Sleep(time.Until(start))
-		end := start.Add(perLevel * window)
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		var failed error
-		for s := range n {
+	prev := 0
+	for _, l := range done {
+		// A level's new streams start half a scrape before its edge: in its
+		// first window every stream is in flight, and the window before sees
+		// them in at most one gauge sample (+0.4 running at most, not enough
+		// to move it a bin).
+		time.Sleep(time.Until(l.start.Add(-scrape / 2)))
+		for s := prev; s < l.streams; s++ {
 			wg.Go(func() {
-				got, err := sweepStream(ctx, llama, 100*n+s, end)
+				got, err := sweepStream(ctx, llama, s, last)
 				mu.Lock()
 				defer mu.Unlock()
 				reqs = append(reqs, got...)
@@ -191,46 +219,48 @@ sink:
 				}
 			})
 		}
-		wg.Wait()
-		if failed != nil {
-			t.Fatal(failed)
-		}
-		done = append(done, level{n, start, end})
-		time.Sleep(window) // idle: a window without load between levels
+		prev = l.streams
 	}
-	time.Sleep(4 * scrape)
+	wg.Wait()
+	if failed != nil {
+		t.Fatal(failed)
+	}
+	time.Sleep(window + 4*scrape) // the last window closed and written
 	stop()
-	from, to := done[0].start.Add(-window), done[len(done)-1].end.Add(2*window)
+	// The report's range is the sweep's: the streams' drain after the last
+	// level (fewer running, at the top level's rates) would otherwise be a
+	// window in a lower level's bin.
+	from, to := done[0].start, last
 
-	// The client's per-level table: each level's tokens over its time after
-	// the first window, per-user the mean over streams of their tokens over
-	// their time in flight.
+	// The client's per-level table: each level's tokens from its second
+	// window to the next level's streams starting, per-user the mean over
+	// its streams of their decode tokens over their decode time.
 	type row struct{ sys, user float64 }
 	table := map[int]row{}
 	for _, l := range done {
-		s0 := l.start.Add(window)
+		s0, s1 := l.start.Add(window), l.end.Add(-scrape/2)
 		var tokens float64
-		inflight, got := map[int]float64{}, map[int]float64{}
+		decoding, got := map[int]float64{}, map[int]float64{}
 		for _, r := range reqs {
-			if r.stream/100 != l.streams {
-				continue
-			}
-			inflight[r.stream] += overlap(r.start, r.end, s0, l.end)
 			for _, a := range r.arrivals {
-				if !a.Before(s0) && a.Before(l.end) {
+				if !a.Before(s0) && a.Before(s1) {
 					tokens++
-					got[r.stream]++
 				}
+			}
+			if r.stream < l.streams {
+				secs, n := r.decoding(s0, s1)
+				decoding[r.stream] += secs
+				got[r.stream] += n
 			}
 		}
 		var sum float64
-		for s, sec := range inflight {
+		for s, sec := range decoding {
 			sum += got[s] / sec
 		}
-		table[l.streams] = row{tokens / l.end.Sub(s0).Seconds(), sum / float64(len(inflight))}
+		table[l.streams] = row{tokens / s1.Sub(s0).Seconds(), sum / float64(len(decoding))}
 	}
 	cb := curve.NewBuilder()
-	for _, w := range clientWindows(reqs, from.Truncate(window), to, window) {
+	for _, w := range clientWindows(reqs, from, to, window) {
 		cb.Add(w)
 	}
 	clientCurve := func(floor float64) curve.Curve { return cb.Curves(curve.Options{Floor: floor})[0] }
@@ -265,14 +295,14 @@ sink:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cws := clientWindows(reqs, from.Truncate(window), to, window)
+	cws := clientWindows(reqs, from, to, window)
 	fmt.Fprintf(&tab, "| window | client running | sys | per-user |")
 	for _, s := range series {
 		fmt.Fprintf(&tab, " %s running | sys | per-user |", s.Tags["server"])
 	}
 	fmt.Fprintln(&tab)
 	for i, w := range cws {
-		ts := from.Truncate(window).Add(time.Duration(i) * window)
+		ts := from.Add(time.Duration(i) * window)
 		fmt.Fprintf(&tab, "| %s | %.2f | %.1f | %.1f |", ts.Format("15:04:05.0"), w.Running.V, w.SystemTPS.V, w.PerUserTPS.V)
 		for _, s := range series {
 			cell := " - | - | - |"
@@ -325,7 +355,20 @@ sink:
 			floors = append(floors, math.Sqrt(lo*hi))
 		}
 	}
-	fmt.Fprintf(&tab, "\n| floor | client table level | client windows bin | llm-m bin | llm-m headroom | llm-l bin | llm-l headroom |\n")
+	// The client's busy windows' median system TPS: the table's headroom
+	// denominator, as the curve's is its windows'.
+	var busy []float64
+	for _, w := range cws {
+		if w.Running.V >= 0.5 {
+			busy = append(busy, w.SystemTPS.V)
+		}
+	}
+	sort.Float64s(busy)
+	med := busy[len(busy)/2]
+	if len(busy)%2 == 0 {
+		med = (busy[len(busy)/2-1] + busy[len(busy)/2]) / 2
+	}
+	fmt.Fprintf(&tab, "\n| floor | client table: level | headroom | client windows: bin | headroom | llm-m bin | headroom | llm-l bin | headroom |\n")
 	for _, floor := range floors {
 		want := 0
 		for _, n := range levels {
@@ -334,7 +377,14 @@ sink:
 			}
 		}
 		cop := clientCurve(floor).Operating
-		line := fmt.Sprintf("| %.0f | %d | %s |", floor, want, cop.Running)
+		th, ch := math.NaN(), math.NaN()
+		if want > 0 {
+			th = table[want].sys / med
+		}
+		if cop.Headroom != nil {
+			ch = *cop.Headroom
+		}
+		line := fmt.Sprintf("| %.0f | %d | %.2f | %s | %.2f |", floor, want, th, cop.Running, ch)
 		for _, srv := range []string{"llm-m", "llm-l"} {
 			op := curves(floor)[srv].Operating
 			h := math.NaN()
@@ -342,8 +392,10 @@ sink:
 				h = *op.Headroom
 			}
 			line += fmt.Sprintf(" %s | %.2f |", op.Running, h)
-			if want > 0 && op.Running != fmt.Sprint(want) {
+			if want > 0 && (op.Running != fmt.Sprint(want) || cop.Running != fmt.Sprint(want)) {
 				t.Errorf("floor %.0f: %s's operating point %q, the client's table %d (its windows %q)", floor, srv, op.Running, want, cop.Running)
+			} else if want > 0 && !(math.Abs(off(h, ch)) <= 0.07) {
+				t.Errorf("floor %.0f: %s's headroom %.3f, the client's windows %.3f (its table %.3f)", floor, srv, h, ch, th)
 			}
 		}
 		fmt.Fprintln(&tab, line)
