@@ -253,3 +253,56 @@ const (
 	Curve      = "tpsmon_curve"
 	FieldCells = "cells"
 )
+
+// The numeric profile (sink.influx.profile: numeric) writes every string
+// field as numbers, for stores that turn strings into 0 or drop them
+// (VictoriaMetrics, Mimir): state as FieldStateCode and one 0/1 field per
+// state (NumericField(FieldState, s)), source, energy_source,
+// spec_finding, ceiling_finding, latency_source and slo_miss_phase as codes,
+// latency_reason as FieldLatencyReasonCode 1, error as FieldErrorCode 1, suspect as one 0/1
+// field per sanity rule (NumericField(FieldSuspect, rule)). A field absent
+// in the default profile is absent here too. The codes start at 1 (a 0
+// is what a store makes of a string it cannot read) and are append-only:
+// a value keeps its code for good, a new value takes the next one.
+const (
+	FieldStateCode          = "state_code"
+	FieldSourceCode         = "source_code"
+	FieldEnergySourceCode   = "energy_source_code"
+	FieldSpecFindingCode    = "spec_finding_code"
+	FieldCeilingFindingCode = "ceiling_finding_code"
+	FieldLatencySourceCode  = "latency_source_code"
+	FieldSLOMissPhaseCode   = "slo_miss_phase_code"
+	// FieldLatencyReasonCode is 1 where latency_reason says why the
+	// histograms gave no number; its text is only in the default profile.
+	FieldLatencyReasonCode = "latency_reason_code"
+	// FieldErrorCode is 1 in a window in which the GPU could not be read;
+	// the error's text is only in the default profile (and the log).
+	FieldErrorCode = "error_code"
+)
+
+// StateCodes are the values of state_code. Append-only.
+var StateCodes = map[string]int64{
+	StateDown: 1, StateIdle: 2, StateKVBound: 3, StateQueueBound: 4,
+	StateUnderutilized: 5, StateSaturated: 6, StateOK: 7, StateSleeping: 8,
+}
+
+// SourceCodes, EnergySourceCodes and SpecFindingCodes are the values of
+// source_code, energy_source_code and spec_finding_code. Append-only.
+// spec_finding's empty value (speculation on and effective) is 0: it is a
+// finding of none, not a missing one.
+var (
+	SourceCodes       = map[string]int64{SourceMetrics: 1, SourceLog: 2}
+	EnergySourceCodes = map[string]int64{EnergyCounter: 1, EnergyPower: 2}
+	SpecFindingCodes  = map[string]int64{"": 0, "spec_ineffective": 1}
+	// CeilingFindingCodes are the values of ceiling_finding_code
+	// (analysis.Finding). Append-only.
+	CeilingFindingCodes = map[string]int64{"near_ceiling": 1, "demand_bound": 2, "host_bound": 3}
+	// LatencySourceCodes and SLOMissPhaseCodes are the values of
+	// latency_source_code and slo_miss_phase_code. Append-only.
+	LatencySourceCodes = map[string]int64{"requests": 1, "histogram": 2}
+	SLOMissPhaseCodes  = map[string]int64{"queue": 1, "prefill": 2, "decode": 3}
+)
+
+// NumericField names the 0/1 field of one value of a string field in the
+// numeric profile: "state_idle", "suspect_gpu_idle".
+func NumericField(field, value string) string { return field + "_" + value }

@@ -22,6 +22,9 @@ type LPWriter struct {
 // NewLPWriter writes line protocol to w.
 func NewLPWriter(w io.Writer) *LPWriter { return &LPWriter{w: w, enc: NewEncoder()} }
 
+// SetProfile sets how the windows' fields are written.
+func (o *LPWriter) SetProfile(p Profile) { o.enc.SetProfile(p) }
+
 // lpChunk is how much line protocol LPWriter holds before it writes: a
 // replay's many windows go out in pieces rather than as one buffer grown
 // (and copied) to the size of the whole output.
@@ -133,6 +136,9 @@ type SpoolWriter struct {
 func NewSpoolWriter(sp *spool.Spool, s *Sender) *SpoolWriter {
 	return &SpoolWriter{Spool: sp, Sender: s, enc: NewEncoder()}
 }
+
+// SetProfile sets how the windows' fields are written.
+func (o *SpoolWriter) SetProfile(p Profile) { o.enc.SetProfile(p) }
 
 // WriteWindows spools the points of cs.
 func (o *SpoolWriter) WriteWindows(cs []analysis.Closed) error {

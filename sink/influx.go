@@ -33,6 +33,9 @@ type InfluxConfig struct {
 	// GZip compresses writes of GZipMin bytes or more.
 	GZip bool      `mapstructure:"gzip"`
 	TLS  TLSConfig `mapstructure:"tls"`
+	// Profile is how the window points' fields are written: "influx"
+	// (strings as strings) or "numeric" (ParseProfile).
+	Profile string `mapstructure:"profile"`
 
 	// Token and UserAgent are filled by the caller, never by a
 	// configuration file: the token read from TokenFile, and tpsmon's

@@ -32,7 +32,15 @@ type Encoder struct {
 	// A window's tags and fields, reused from point to point.
 	tags   []Tag
 	fields fields
+	// profile is how window fields are written; numeric holds a
+	// window's fields in ProfileNumeric.
+	profile Profile
+	numeric fields
 }
+
+// SetProfile sets how windows' fields are written (ProfileInflux unless
+// set). Points given to Append are written as they are.
+func (e *Encoder) SetProfile(p Profile) { e.profile = p }
 
 // NewEncoder returns an Encoder.
 func NewEncoder() *Encoder {
@@ -92,14 +100,27 @@ func (e *Encoder) appendWindow(dst []byte, c *analysis.Closed) ([]byte, error) {
 	for i := range c.GPUs {
 		g := &c.GPUs[i]
 		e.tags, e.fields = gpuTags(e.tags[:0], *g), gpuFields(e.fields[:0], *g)
-		keep(e.appendTyped(dst, schema.GPU, e.tags, e.fields, g.Start))
+		keep(e.appendProfile(dst, schema.GPU, g.Start))
 	}
 	for i := range c.Servers {
 		s := &c.Servers[i]
 		e.tags, e.fields = serverTags(e.tags[:0], *s), serverFields(e.fields[:0], *s)
-		keep(e.appendTyped(dst, schema.Server, e.tags, e.fields, s.Start))
+		keep(e.appendProfile(dst, schema.Server, s.Start))
 	}
 	return dst, first
+}
+
+// appendProfile encodes the window point in e.tags and e.fields in e's
+// profile.
+func (e *Encoder) appendProfile(dst []byte, measurement string, t time.Time) ([]byte, error) {
+	if e.profile != ProfileNumeric {
+		return e.appendTyped(dst, measurement, e.tags, e.fields, t)
+	}
+	var err error
+	if e.numeric, err = numeric(e.numeric[:0], e.fields); err != nil {
+		return dst, fmt.Errorf("encode %s point at %s: %w", measurement, t.UTC().Format(time.RFC3339), err)
+	}
+	return e.appendTyped(dst, measurement, e.tags, e.numeric, t)
 }
 
 // start begins a line in the scratch buffer with its measurement and tags.

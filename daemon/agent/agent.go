@@ -258,12 +258,18 @@ func (a *Agent) assemble(p *pipeline, tel *telemetry) (influx *sink.SpoolWriter,
 			return nil, closeAll, err
 		}
 		closers = append(closers, func() { f.Close() })
-		p.outputs = append(p.outputs, sink.NewLPWriter(f))
+		lw := sink.NewLPWriter(f)
+		lw.SetProfile(sink.Profile(cfg.Sink.Influx.Profile))
+		p.outputs = append(p.outputs, lw)
 	}
 	if cfg.HTTP.Listen != "" {
 		view := live.New(cfg.Host, cfg.Window, nil)
 		p.live, tel.windows = view, view
 		p.outputs = append(p.outputs, view)
+		if cfg.HTTP.WindowMetrics {
+			tel.windowMetrics = newWindowMetrics()
+			p.outputs = append(p.outputs, tel.windowMetrics)
+		}
 		addr, stopHTTP, err := tel.serve(cfg.HTTP.Listen, a.httpLimits(), log)
 		if err != nil {
 			return nil, closeAll, err
@@ -389,6 +395,10 @@ func (a *Agent) reload(old *config.Config, influx *sink.SpoolWriter) (*config.Co
 	keep("http.max_connections", nc.HTTP.MaxConnections != old.HTTP.MaxConnections)
 	keep("sink.influx.url (on/off)", (nc.Sink.Influx.URL == "") != (old.Sink.Influx.URL == ""))
 	keep("sink.file", nc.Sink.File != old.Sink.File)
+	keep("http.window_metrics", nc.HTTP.WindowMetrics != old.HTTP.WindowMetrics)
+	// The encoders are made with their profile at start.
+	keep("sink.influx.profile", nc.Sink.Influx.Profile != old.Sink.Influx.Profile)
+	nc.Sink.Influx.Profile = old.Sink.Influx.Profile
 	nc.Window, nc.Grace, nc.Host, nc.Sink.Spool, nc.HTTP, nc.Sink.File = old.Window, old.Grace, old.Host, old.Sink.Spool, old.HTTP, old.Sink.File
 	if (nc.Sink.Influx.URL == "") != (old.Sink.Influx.URL == "") {
 		nc.Sink.Influx = old.Sink.Influx
@@ -486,7 +496,9 @@ func startInflux(cfg *config.Config, log *slog.Logger, version string) (out *sin
 		sp.Close()
 		in.Close()
 	}
-	return sink.NewSpoolWriter(sp, sender), stop, nil
+	sw := sink.NewSpoolWriter(sp, sender)
+	sw.SetProfile(sink.Profile(cfg.Sink.Influx.Profile))
+	return sw, stop, nil
 }
 
 // userAgent names this tpsmon to InfluxDB.

@@ -37,7 +37,10 @@ type telemetry struct {
 	sender  *sink.Sender
 	// windows serves the recent windows (api.WindowsPath); nil: not served.
 	windows http.Handler
-	pprof   bool // serve /debug/pprof/ (http.pprof)
+	// windowMetrics serves the last closed windows on /metrics
+	// (http.window_metrics); nil: not served.
+	windowMetrics *windowMetrics
+	pprof         bool // serve /debug/pprof/ (http.pprof)
 	// shed is what the endpoint turned away, once it serves (serve).
 	shed atomic.Pointer[httpserve.Shed]
 }
@@ -52,6 +55,9 @@ func (t *telemetry) registry() *prometheus.Registry {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
 	}
 	t.metrics.register(reg)
+	if t.windowMetrics != nil {
+		reg.MustRegister(t.windowMetrics)
+	}
 	shed := func(f func(*httpserve.Shed) *atomic.Uint64) func() float64 {
 		return func() float64 {
 			if sh := t.shed.Load(); sh != nil {

@@ -28,6 +28,7 @@ func TestConfigBounds(t *testing.T) {
 		{"listen port", "http: {listen: \"127.0.0.1:99999\"}\n", []string{"http.listen", "0-65535"}},
 		{"max connections 0", "http: {max_connections: 0}\n", []string{"http.max_connections", "between 1 and 65536"}},
 		{"influx url port", "sink: {influx: {url: \"http://127.0.0.1:99999\"}}\n", []string{"sink.influx.url", "1-65535"}},
+		{"unknown sink profile", "sink: {influx: {profile: prometheus}}\n", []string{"sink.influx.profile", "prometheus", "influx, numeric"}},
 		{"host of 1 MB", "host: " + strings.Repeat("h", 1<<20) + "\n", []string{"host", "at most 253"}},
 		{"1h grace on a 1s window", "window: 1s\ngrace: 1h\n", []string{"grace", "10 windows or a minute"}},
 		{"max_bytes 1e30GiB", "sink: {spool: {max_bytes: 1e30GiB}}\n", []string{"max_bytes", "too large", "1PiB"}},

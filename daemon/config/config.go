@@ -168,6 +168,9 @@ type HTTPConfig struct {
 	// clients cannot take the file descriptors scrapes need; the daemon
 	// lowers it to a quarter of its open-file limit.
 	MaxConnections int `mapstructure:"max_connections"`
+	// WindowMetrics serves the last closed window of every server and GPU
+	// on /metrics as tpsmon_window_* gauges (daemon/agent/windowmetrics.go).
+	WindowMetrics bool `mapstructure:"window_metrics"`
 }
 
 // LogConfig sets tpsmon's own logging.
@@ -191,11 +194,11 @@ func Default() Config {
 		Servers:   []ServerConfig{},
 		Discovery: DiscoveryConfig{Enabled: true, Ports: []int{8000, 30000, 3000, 8080, 8002, 23333}},
 		Sink: SinkConfig{
-			Influx: sink.InfluxConfig{Bucket: "tpsmon", Timeout: 10 * time.Second, GZip: true},
+			Influx: sink.InfluxConfig{Bucket: "tpsmon", Timeout: 10 * time.Second, GZip: true, Profile: string(sink.ProfileInflux)},
 			File:   FileConfig{Path: "-"},
 			Spool:  SpoolConfig{Dir: defaultSpoolDir, MaxBytes: 1 << 30, QuarantineMaxBytes: 64 << 20},
 		},
-		HTTP:       HTTPConfig{Listen: "127.0.0.1:9464", MaxConnections: 64},
+		HTTP:       HTTPConfig{Listen: "127.0.0.1:9464", MaxConnections: 64, WindowMetrics: true},
 		Log:        LogConfig{Level: "info"},
 		Thresholds: analysis.DefaultThresholds,
 	}
@@ -637,6 +640,9 @@ func (c *Config) validateSink() error {
 		if c.Sink.Influx.Bucket == "" {
 			return errors.New("sink.influx.bucket: missing")
 		}
+	}
+	if _, err := sink.ParseProfile(c.Sink.Influx.Profile); err != nil {
+		return fmt.Errorf("sink.influx.profile: %w", err)
 	}
 	if c.Sink.Influx.Timeout <= 0 {
 		return fmt.Errorf("sink.influx.timeout: %v must be positive", c.Sink.Influx.Timeout)
