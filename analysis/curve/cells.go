@@ -56,10 +56,12 @@ func (c *cellSum) add(w Window) {
 // close turns the period's values into its quantile sums.
 func (c *cellSum) close() {
 	if n := c.sys.count(); n > 0 {
-		c.sn, c.s10, c.s50, c.s90 = n, n*c.sys.quantile(0.1), n*c.sys.quantile(0.5), n*c.sys.quantile(0.9)
+		p := c.sys.quantiles(0.1, 0.5, 0.9)
+		c.sn, c.s10, c.s50, c.s90 = n, n*p[0], n*p[1], n*p[2]
 	}
 	if n := c.user.count(); n > 0 {
-		c.un, c.u10, c.u50, c.u90 = n, n*c.user.quantile(0.1), n*c.user.quantile(0.5), n*c.user.quantile(0.9)
+		p := c.user.quantiles(0.1, 0.5, 0.9)
+		c.un, c.u10, c.u50, c.u90 = n, n*p[0], n*p[1], n*p[2]
 	}
 	c.sys, c.user = nil, nil
 }

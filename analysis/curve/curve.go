@@ -84,17 +84,17 @@ type wv struct{ v, w float64 }
 // dist is a bag of values, exact (one per window) or bucketed.
 type dist []wv
 
-// quantile is the q-quantile of the windows' values, by linear
+// quantiles returns the qs-quantiles of the windows' values, by linear
 // interpolation between closest ranks (numpy's default) over the windows,
-// a value standing for w windows counting w times.
-func (d dist) quantile(q float64) float64 {
+// a value standing for w windows counting w times. It sorts once for all
+// of them: a bin's p10, median and p90 come from one sort.
+func (d dist) quantiles(qs ...float64) []float64 {
 	s := append(dist{}, d...)
 	sort.Slice(s, func(i, j int) bool { return s[i].v < s[j].v })
 	var n float64
 	for _, x := range s {
 		n += x.w
 	}
-	r := q * (n - 1)
 	at := func(rank float64) float64 { // value of the window of 0-based rank
 		var c float64
 		for _, x := range s {
@@ -105,10 +105,18 @@ func (d dist) quantile(q float64) float64 {
 		}
 		return s[len(s)-1].v
 	}
-	lo := math.Floor(r)
-	a, b := at(lo), at(lo+1)
-	return a + (r-lo)*(b-a)
+	out := make([]float64, len(qs))
+	for i, q := range qs {
+		r := q * (n - 1)
+		lo := math.Floor(r)
+		a, b := at(lo), at(lo+1)
+		out[i] = a + (r-lo)*(b-a)
+	}
+	return out
 }
+
+// quantile is one of quantiles.
+func (d dist) quantile(q float64) float64 { return d.quantiles(q)[0] }
 
 func (d dist) count() float64 {
 	var n float64

@@ -114,7 +114,8 @@ func stat(d dist, sum float64) *Stat {
 		return nil
 	}
 	m := sum / n
-	return &Stat{P10: d.quantile(0.1), P50: d.quantile(0.5), P90: d.quantile(0.9), Mean: &m}
+	p := d.quantiles(0.1, 0.5, 0.9)
+	return &Stat{P10: p[0], P50: p[1], P90: p[2], Mean: &m}
 }
 
 func (c *curveAcc) result(o Options) Curve {
