@@ -1,7 +1,6 @@
 package report
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/tpsmon/tpsmon/testkit/syncbuf"
 )
 
 // The package's screenshots share one headless Chromium and its first tab:
@@ -21,7 +21,7 @@ var browser struct {
 	sync.Mutex
 	tab   context.Context // chromedp context of the started browser's tab; nil until the first screenshot
 	close func()          // stops the browser
-	out   lockedBuffer    // what Chromium printed, for failures
+	out   syncbuf.Buffer  // what Chromium printed, for failures
 }
 
 // chromiumBin finds Chromium on PATH.
@@ -131,24 +131,6 @@ func screenshot(t *testing.T, page, out string) {
 	if err := os.WriteFile(out, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// lockedBuffer collects Chromium's output, which a reader goroutine writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func TestMain(m *testing.M) {

@@ -14,6 +14,7 @@ import (
 	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/testkit/influxtest"
+	"github.com/tpsmon/tpsmon/testkit/syncbuf"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -51,7 +52,7 @@ func TestRefusedPointsMakeNotReady(t *testing.T) {
 	db := influxtest.CreateDB(t, base, "poison")
 	cfg := configtest.Private(t)
 	cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket = base, db
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	out, stop, err := startInflux(cfg, slog.New(slog.NewTextHandler(&logs, nil)), "test")
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/internal/logging"
 	"github.com/tpsmon/tpsmon/sim/vllmsim"
+	"github.com/tpsmon/tpsmon/testkit/syncbuf"
 )
 
 // gpuWindowsFrom counts the GPU windows starting at or after from that
@@ -61,7 +62,7 @@ func TestReloadIsAllOrNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logBuf syncBuffer
+	var logBuf syncbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{ReplaceAttr: logging.MaskAttr}))
 	out, sd := &recorder{}, &notes{}
 	reload := make(chan os.Signal, 1)

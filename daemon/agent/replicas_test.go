@@ -23,6 +23,7 @@ import (
 	"github.com/tpsmon/tpsmon/sim/gpusim"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/testkit/influxtest"
+	"github.com/tpsmon/tpsmon/testkit/syncbuf"
 )
 
 // The attacks of issue 28 on counters, as measured there: 2 s windows, a
@@ -83,7 +84,7 @@ func runHostile(t *testing.T, h http.Handler, d time.Duration) ([]hostileWindowO
 	cfg.Servers = []config.ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: "http://llm/metrics",
 		GPUs: []string{"auto"}, ScrapeInterval: 250 * time.Millisecond}}
 	var out bytes.Buffer
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	a := newAgent(cfg, Options{Outputs: []WindowWriter{sink.NewLPWriter(&out)},
 		Log: slog.New(slog.NewTextHandler(&logs, nil))}, hooks{client: client})
 	ctx, cancel := context.WithTimeout(context.Background(), d)

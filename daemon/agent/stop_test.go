@@ -19,6 +19,7 @@ import (
 	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 	"github.com/tpsmon/tpsmon/internal/cpuclock"
 	"github.com/tpsmon/tpsmon/testkit/influxtest"
+	"github.com/tpsmon/tpsmon/testkit/syncbuf"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -76,7 +77,7 @@ func TestStopWhateverSourcesDo(t *testing.T) {
 		{Name: "mute", Engine: "vllm", MetricsURL: "http://" + mute + "/metrics", ScrapeInterval: 100 * time.Millisecond,
 			GPUs: []string{"0"}},
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	const budget = time.Second
 	a := newAgent(cfg, Options{Log: slog.New(slog.NewTextHandler(&logs, nil)), OpenGPU: func() (GPUSampler, error) { return gpus, nil }},
 		hooks{positionDir: positions, logGrace: 200 * time.Millisecond, logPoll: 100 * time.Millisecond, stopSources: budget})

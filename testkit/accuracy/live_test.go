@@ -23,6 +23,7 @@ import (
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/testkit/loopback"
 	"github.com/tpsmon/tpsmon/testkit/membw"
+	"github.com/tpsmon/tpsmon/testkit/syncbuf"
 	"github.com/tpsmon/tpsmon/testkit/tokentruth"
 )
 
@@ -205,7 +206,7 @@ func startTpsmon(t *testing.T, config string) (string, func() []point) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(tpsmonBin(t), "run", "--config", cfgPath)
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -286,23 +287,6 @@ func readLP(t *testing.T, path string) []point {
 		pts = append(pts, p)
 	}
 	return pts
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // scrapeCounter reads one counter of tpsmon's own telemetry; -1 when it
