@@ -138,7 +138,9 @@ var VLLM = Dialect{
 		sample.KVUsage:         refs("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
 		sample.WaitingCapacity: refs(`vllm:num_requests_waiting_by_reason{reason="capacity"}`),
 		sample.WaitingDeferred: refs(`vllm:num_requests_waiting_by_reason{reason="deferred"}`),
-		sample.Awake:           refs(`vllm:engine_sleep_state{sleep_state="awake"}`),
+		// The legacy state gauge first; newer versions add engine_fully_awake
+		// (0 also while partly woken: weights back, KV cache not yet).
+		sample.Awake: refs(`vllm:engine_sleep_state{sleep_state="awake"}`, "vllm:engine_fully_awake"),
 	},
 	ModelLabels: []string{"model_name"},
 }
