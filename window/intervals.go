@@ -15,6 +15,8 @@ type ivSums struct {
 	userTok, userSec float64
 	preempt          float64
 	hasPreempt       bool
+	// Speculation tallies of log lines: tokens drafted and accepted.
+	specDrafted, specAccepted float64
 	// Overlap-weighted gauges: sum of value*seconds, and the seconds.
 	run, runW, wait, waitW, kv, kvW float64
 	// reqSec is the seconds of requests' own spans in the window: divided
@@ -51,6 +53,13 @@ func overlap(a, b, s, e time.Time) (float64, float64) {
 func (r *ivSums) add(iv sample.Interval, s, e time.Time) {
 	sec, f := overlap(iv.Start, iv.End, s, e)
 	if f == 0 {
+		return
+	}
+	if iv.SpecDrafted > 0 {
+		// A tally carries nothing else, and says nothing of what the log
+		// covered.
+		r.specDrafted += iv.SpecDrafted * f
+		r.specAccepted += max(iv.SpecAccepted, 0) * f
 		return
 	}
 	r.n++

@@ -1057,6 +1057,12 @@ func (j *Joiner) fromLog(m *measured, st *serverState, iv ivSums, logCover time.
 	if iv.hasPreempt {
 		m.preempt, m.hasPreempt, m.preempted = int64(math.Round(iv.preempt)), true, iv.preempt > 0
 	}
+	if iv.specDrafted > 0 {
+		// The log's speculation tallies stand for the engine's counters
+		// (built by tpsmon: no total since the server started).
+		m.counts[sample.SpecDraftTokens] = Count{Delta: j.bound(iv.specDrafted), OK: true, Derived: true}
+		m.counts[sample.SpecAccepted] = Count{Delta: j.bound(iv.specAccepted), OK: true, Derived: true}
+	}
 	switch {
 	case iv.runW > 0:
 		m.running = iv.run / iv.runW

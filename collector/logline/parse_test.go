@@ -41,12 +41,20 @@ var wantRecords = map[string][]string{
 	"llamacpp_print_timing_per_line_timestamps_spec.log": {
 		"request prompt_tokens=4 dur=252.01ms key=\"slot 0 task 160\"",
 		"request tokens=96 dur=5.7292s user=16.58 key=\"slot 0 task 160\"",
+		"spec drafted=119 accepted=55 key=\"slot 0 task 160\"",
 		"progress tokens=100 user=19.23 avg=19.04 key=\"slot 0 task 202\"",
 		"progress tokens=158 user=18.62 avg=18.88 key=\"slot 0 task 202\"",
 		"progress tokens=212 user=17.1 avg=18.39 key=\"slot 0 task 202\"",
 		"progress tokens=259 user=15.3 avg=17.74 key=\"slot 0 task 202\"",
 	},
 	"llamacpp_prompt_processing_progress.log": {},
+	// The newer acceptance line; the statistics line after it is no
+	// request's and is not read.
+	"llamacpp_print_timing_spec_mean_acceptance_pr24536.log": {
+		"request prompt_tokens=20 dur=300.11ms key=\"slot 1 task 0\"",
+		"request tokens=256 dur=2.29672s user=111.46 key=\"slot 1 task 0\"",
+		"spec drafted=259 accepted=167 key=\"slot 1 task 0\"",
+	},
 	"llamacpp_router_port_prefix_multiline.log": {
 		"progress tokens=172 user=12 key=\"slot 0 task 388\"",
 		"request prompt_tokens=27 dur=789.03ms key=\"slot 0 task 388\"",
@@ -194,8 +202,15 @@ var wantRecords = map[string][]string{
 		"stat gen=1.2 prompt=0 run=1 wait=0 kv=0 key=\"engine 000\" t=2026-07-29T07:18:56Z",
 		"stat gen=1.2 prompt=0 run=1 wait=0 kv=0 key=\"engine 000\" t=2026-07-29T07:19:06Z",
 	},
+	"vllm_v1_log_specdecode_interval_club3090_105.log": {
+		"stat gen=74.7 prompt=2.5 run=1 wait=0 kv=0.074 key=\"engine 000\" t=2026-05-08T16:25:09Z",
+		"spec drafted=1572 accepted=489 t=2026-05-08T16:25:09Z",
+		"stat gen=72 prompt=0 run=1 wait=0 kv=0.078 key=\"engine 000\" t=2026-05-08T16:25:19Z",
+		"spec drafted=1590 accepted=455 t=2026-05-08T16:25:19Z",
+	},
 	"vllm_v1_log_mm_cache_and_specdecode.log": {
 		"stat gen=28.4 prompt=0 run=0 wait=0 kv=0 key=\"engine 000\" t=2026-05-08T16:21:55Z",
+		"spec drafted=195 accepted=78 t=2026-05-08T16:21:55Z",
 		"stat gen=0 prompt=0 run=0 wait=0 kv=0 key=\"engine 000\" t=2026-05-08T16:22:00Z",
 	},
 }

@@ -31,6 +31,10 @@ const (
 	// Cancelled is a request the server cancelled (llama.cpp "srv stop:
 	// cancel task"): it made tokens that no timing line will report.
 	Cancelled
+	// Spec is a speculation tally, a point event: the tokens drafted and
+	// accepted by a finished llama.cpp request ("draft acceptance"), or
+	// by vLLM V1 over its logging interval ("SpecDecoding metrics").
+	Spec
 )
 
 // Record is what one throughput line says. Numbers a line does not carry
@@ -77,12 +81,14 @@ type Record struct {
 	// queued. llama.cpp's time to first token is its prompt line's
 	// Duration, joined by Key (Stream).
 	TPOT, Total, Queue time.Duration
+	// Spec: draft tokens proposed, and of them accepted.
+	Drafted, Accepted float64
 }
 
 func newRecord(k Kind, engine string) Record {
 	return Record{Kind: k, Engine: engine, GenTPS: -1, PromptTPS: -1, Tokens: -1, PromptTokens: -1,
 		UserTPS: -1, SinceStartTPS: -1, Running: -1, Waiting: -1, KV: -1, Preemptions: -1, Iterations: -1,
-		TPOT: -1, Total: -1, Queue: -1}
+		TPOT: -1, Total: -1, Queue: -1, Drafted: -1, Accepted: -1}
 }
 
 // valid tells whether the figures a record's kind needs were read.
@@ -98,6 +104,8 @@ func (r Record) valid() bool {
 		return r.Iterations >= 0
 	case Cancelled:
 		return true
+	case Spec:
+		return r.Drafted >= 0 && r.Accepted >= 0 && r.Accepted <= r.Drafted
 	}
 	return false
 }

@@ -115,6 +115,10 @@ func (s *Stream) interval(r *Record, t time.Time) (sample.Interval, bool) {
 		return s.request(r, t), true
 	case Iteration:
 		return s.iteration(r, t)
+	case Spec:
+		iv := sample.Unknown(t, t)
+		iv.SpecDrafted, iv.SpecAccepted = r.Drafted, r.Accepted
+		return iv, true
 	}
 	return sample.Interval{}, false
 }
