@@ -17,6 +17,10 @@ type ivSums struct {
 	hasPreempt       bool
 	// Speculation tallies of log lines: tokens drafted and accepted.
 	specDrafted, specAccepted float64
+	// Prompt tokens reused from the cache (llama.cpp log), and whether a
+	// line said so.
+	cached    float64
+	hasCached bool
 	// Overlap-weighted gauges: sum of value*seconds, and the seconds.
 	run, runW, wait, waitW, kv, kvW float64
 	// reqSec is the seconds of requests' own spans in the window: divided
@@ -53,6 +57,12 @@ func overlap(a, b, s, e time.Time) (float64, float64) {
 func (r *ivSums) add(iv sample.Interval, s, e time.Time) {
 	sec, f := overlap(iv.Start, iv.End, s, e)
 	if f == 0 {
+		return
+	}
+	if iv.PromptCached >= 0 && iv.Tokens < 0 && iv.PromptTokens < 0 {
+		// Like a tally, a cache reuse carries nothing else.
+		r.cached += iv.PromptCached * f
+		r.hasCached = true
 		return
 	}
 	if iv.SpecDrafted > 0 {

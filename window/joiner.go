@@ -1063,6 +1063,17 @@ func (j *Joiner) fromLog(m *measured, st *serverState, iv ivSums, logCover time.
 		m.counts[sample.SpecDraftTokens] = Count{Delta: j.bound(iv.specDrafted), OK: true, Derived: true}
 		m.counts[sample.SpecAccepted] = Count{Delta: j.bound(iv.specAccepted), OK: true, Derived: true}
 	}
+	if iv.hasCached {
+		// The log says how much of each prompt its slot's cache held: the
+		// prompt lines' tokens are the computed ones (llama.cpp counts
+		// prompt_n without cache_n), so prompt_tps stays their rate.
+		comp := Count{Delta: m.prompt, OK: true, Derived: true}
+		if m.hasPrompt && m.promptSecs > 0 {
+			comp.Rate, comp.RateOK = m.ratePrompt/m.promptSecs, true
+		}
+		m.counts[sample.PromptComputed] = comp
+		m.counts[sample.PromptCached] = Count{Delta: j.bound(iv.cached), OK: true, Derived: true}
+	}
 	switch {
 	case iv.runW > 0:
 		m.running = iv.run / iv.runW

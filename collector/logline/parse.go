@@ -106,7 +106,7 @@ var needles = map[string][]needle{
 	engine.VLLM:     {{"Avg generation throughput", 'A'}, {"SpecDecoding metrics: ", 'S'}},
 	engine.SGLang:   {{"Decode batch", 'D'}, {"Prefill batch", 'P'}},
 	engine.LlamaCpp: {{"eval time", 'v'}, {"slot print_timing: id", ':'}, {`"print_timings"`, '"'}, {"stop: cancel task, id_task = ", 'k'},
-		{"draft acceptance = ", 'f'}},
+		{"draft acceptance = ", 'f'}, {"memory_seq_rm [", '['}},
 	engine.TGI:    {{"time_per_token=", '='}},
 	engine.TRTLLM: {{`{"Active Request Count":`, 'A'}, {"iter = ", '='}},
 }
@@ -539,6 +539,8 @@ var (
 	// A finished request's speculation (server-context.cpp print_timings,
 	// when it drafted): "draft acceptance = 0.46218 (   55 accepted /   119
 	// generated)", then ", mean len = ..." or newer per-position figures.
+	// Any slot line's request: "slot   operator(): id  0 | task 7 | ...".
+	llamaSlotTask = lazy(`slot +\S+ id +(\d+) \| task (-?\d+) \|`)
 	llamaDraft    = lazy(`draft acceptance = +[0-9.]+ \( *(\d+) accepted / *(\d+) generated\)`)
 	llamaProgress = lazy(`n_(?:decoded|gen) = +(\d+), tg = +([0-9.]+) t/s(?:, tg_3s = +([0-9.]+) t/s)?`)
 )
@@ -581,6 +583,9 @@ func (p *Parser) llamacpp(line []byte) (Record, bool) {
 	}
 	if bytes.Contains(line, []byte("draft acceptance = ")) {
 		return p.llamaSpec(line)
+	}
+	if i := bytes.Index(line, []byte("memory_seq_rm [")); i >= 0 {
+		return p.llamaCached(line, i+len("memory_seq_rm ["))
 	}
 	key, i, ok := p.llamaLineKey(line)
 	if !ok {
@@ -626,6 +631,21 @@ func (p *Parser) llamaSpec(line []byte) (Record, bool) {
 		}
 	}
 	r.Accepted, r.Drafted = num(string(m[1])), num(string(m[2]))
+	return r, true
+}
+
+// llamaCached reads the start of a request's prompt processing: "[cached ]
+// n_tokens = N, memory_seq_rm [P, end)" (older: "n_past = N, ..."), at
+// INFO before 2026, at trace verbosity since; P, from j on, is where
+// processing resumes. Stream keeps only a task's first.
+func (p *Parser) llamaCached(line []byte, j int) (Record, bool) {
+	m := llamaSlotTask.FindSubmatch(line)
+	end := bytes.Index(line[j:], []byte(", end)"))
+	if m == nil || end < 0 {
+		return Record{}, false
+	}
+	r := newRecord(Cached, engine.LlamaCpp)
+	r.Key, r.Tokens = "slot "+string(m[1])+" task "+string(m[2]), num(string(line[j:j+end]))
 	return r, true
 }
 

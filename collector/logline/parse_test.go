@@ -78,7 +78,13 @@ var wantRecords = map[string][]string{
 	"ollama_gin_access_lines.log":               {},
 	"ollama_inference_compute_gpu.log":          {},
 	"ollama_journald_prefixed.log":              {},
-	"ollama_llama_server_passthrough_v0.30.log": {},
+	// One record per prompt batch; Stream keeps the task's first.
+	"ollama_llama_server_passthrough_v0.30.log": {
+		"cached tokens=0 key=\"slot 0 task 0\"",
+		"cached tokens=512 key=\"slot 0 task 0\"",
+		"cached tokens=1024 key=\"slot 0 task 0\"",
+		"cached tokens=1536 key=\"slot 0 task 0\"",
+	},
 	"ollama_json_print_timings_slot_id_2024.log": {
 		"request tokens=64 dur=31.807067s user=2.01213 key=\"slot 0 task 850\" t=2024-04-26T15:51:30Z",
 	},

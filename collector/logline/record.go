@@ -35,6 +35,11 @@ const (
 	// accepted by a finished llama.cpp request ("draft acceptance"), or
 	// by vLLM V1 over its logging interval ("SpecDecoding metrics").
 	Spec
+	// Cached is the prompt tokens a llama.cpp request found in its slot's
+	// cache: the position its prompt's processing starts from
+	// ("memory_seq_rm [N, end)"), on the first such line of its task
+	// (later ones, one per prompt batch, count its own progress).
+	Cached
 )
 
 // Record is what one throughput line says. Numbers a line does not carry
@@ -60,7 +65,7 @@ type Record struct {
 	GapIsExact bool
 
 	GenTPS, PromptTPS float64 // Stat: tokens/s over the interval
-	Tokens            float64 // Request: output tokens; Progress: decoded so far; Batch: new prompt tokens
+	Tokens            float64 // Request: output tokens; Progress: decoded so far; Batch: new prompt tokens; Cached: reused
 	PromptTokens      float64 // Request: prompt tokens (llama.cpp prompt eval)
 	// Duration is a Request's span; for a Stat line, the span its own
 	// numbers say it covers (SGLang: steps x running x accept len / gen
@@ -104,6 +109,8 @@ func (r Record) valid() bool {
 		return r.Iterations >= 0
 	case Cancelled:
 		return true
+	case Cached:
+		return r.Tokens >= 0
 	case Spec:
 		return r.Drafted >= 0 && r.Accepted >= 0 && r.Accepted <= r.Drafted
 	}
