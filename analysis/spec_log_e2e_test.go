@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +89,74 @@ func TestSpeculationFromLogs(t *testing.T) {
 				if findings[i] != tt.finding[i] {
 					t.Errorf("window %d: finding %q, want %q", i, findings[i], tt.finding[i])
 				}
+			}
+		})
+	}
+}
+
+// TestPromptSplitFromLogs: real SGLang logs' prefill batch lines, read,
+// joined and analysed: over the run, the windows' computed tokens are
+// the lines' #new-token, their cached ones the lines' #cached-token
+// (read here apart, by a pattern of the test's own), prompt_tokens the
+// computed ones, and prefix_hit_rate cached over both in each window.
+func TestPromptSplitFromLogs(t *testing.T) {
+	batch := regexp.MustCompile(`#new-token: (\d+), #cached-token: (\d+)`)
+	for _, file := range []string{"sglang_prefill_batch_period_v0.4.6.log", "sglang_decode_prefill_comma_no_tp.log"} {
+		t.Run(file, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("..", "collector", "logline", "testdata", file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := logline.NewParser("sglang")
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Year, p.Timestamps = 2026, true
+			var st logline.Stream
+			j := window.New(window.Config{Window: 10 * time.Second, MaxGap: 30 * time.Second, Start: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)},
+				[]window.Server{{Name: "s"}})
+			var wantNew, wantCached float64
+			var last time.Time
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(line, "# source:") {
+					continue
+				}
+				if m := batch.FindStringSubmatch(line); m != nil {
+					n, _ := strconv.ParseFloat(m[1], 64)
+					c, _ := strconv.ParseFloat(m[2], 64)
+					wantNew, wantCached = wantNew+n, wantCached+c
+				}
+				if r, ok := p.Parse([]byte(line)); ok {
+					if iv, ok := st.Interval(r, r.Time); ok {
+						j.AddLog("s", iv)
+						last = r.Time
+					}
+				}
+			}
+			if wantNew == 0 {
+				t.Fatal("no prefill batch line")
+			}
+			var comp, cached int64
+			for _, c := range Analyze(j.Flush(last.Add(time.Minute)), &Facts{}) {
+				a := c.Servers[0]
+				if a.PromptComputedTokens.OK != a.PromptCachedTokens.OK {
+					t.Fatalf("%v: half a split %v %v", c.Start, a.PromptComputedTokens, a.PromptCachedTokens)
+				}
+				if !a.PromptComputedTokens.OK {
+					continue
+				}
+				comp, cached = comp+a.PromptComputedTokens.V, cached+a.PromptCachedTokens.V
+				if a.PromptTokens.V != a.PromptComputedTokens.V {
+					t.Errorf("%v: prompt_tokens %v, want the computed %v", c.Start, a.PromptTokens.V, a.PromptComputedTokens.V)
+				}
+				if all := float64(a.PromptComputedTokens.V + a.PromptCachedTokens.V); all > 0 {
+					if want := float64(a.PromptCachedTokens.V) / all; !a.PrefixHitRate.OK || a.PrefixHitRate.V-want > 1e-3 || want-a.PrefixHitRate.V > 1e-3 {
+						t.Errorf("%v: prefix_hit_rate %v, want %v", c.Start, a.PrefixHitRate, want)
+					}
+				}
+			}
+			if float64(comp) != wantNew || float64(cached) != wantCached {
+				t.Errorf("computed %d, cached %d; the lines say %v new and %v cached", comp, cached, wantNew, wantCached)
 			}
 		})
 	}

@@ -38,9 +38,10 @@ type Interval struct {
 	// llama.cpp request's, or vLLM's over its logging interval. An
 	// interval that carries them carries nothing else. Negative: unknown.
 	SpecDrafted, SpecAccepted float64
-	// PromptCached is a llama.cpp request's prompt tokens reused from its
-	// slot's cache (its PromptTokens count only the computed ones). An
-	// interval that carries it carries nothing else. Negative: unknown.
+	// PromptCached is prompt tokens found in the prefix cache, beside the
+	// computed PromptTokens: an SGLang prefill batch's, or a llama.cpp
+	// request's (its own interval, which carries nothing else). Negative:
+	// unknown.
 	PromptCached float64
 }
 

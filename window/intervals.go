@@ -81,6 +81,10 @@ func (r *ivSums) add(iv sample.Interval, s, e time.Time) {
 		r.prompt += iv.PromptTokens * f
 		r.hasPrmpt = true
 	}
+	if iv.PromptCached >= 0 {
+		r.cached += iv.PromptCached * f
+		r.hasCached = true
+	}
 	if iv.UserTokens > 0 && iv.UserSeconds > 0 {
 		r.userTok += iv.UserTokens * f
 		r.userSec += iv.UserSeconds * f

@@ -1064,9 +1064,10 @@ func (j *Joiner) fromLog(m *measured, st *serverState, iv ivSums, logCover time.
 		m.counts[sample.SpecAccepted] = Count{Delta: j.bound(iv.specAccepted), OK: true, Derived: true}
 	}
 	if iv.hasCached {
-		// The log says how much of each prompt its slot's cache held: the
-		// prompt lines' tokens are the computed ones (llama.cpp counts
-		// prompt_n without cache_n), so prompt_tps stays their rate.
+		// The log says how much of each prompt the cache held: its prompt
+		// lines' tokens are the computed ones (llama.cpp's prompt_n without
+		// cache_n, SGLang's #new-token beside #cached-token), so prompt_tps
+		// stays their rate.
 		comp := Count{Delta: m.prompt, OK: true, Derived: true}
 		if m.hasPrompt && m.promptSecs > 0 {
 			comp.Rate, comp.RateOK = m.ratePrompt/m.promptSecs, true

@@ -38,6 +38,7 @@ func format(r Record) string {
 	f("iter", r.Iterations)
 	f("drafted", r.Drafted)
 	f("accepted", r.Accepted)
+	f("cached", r.Cached)
 	if r.Key != "" {
 		fmt.Fprintf(&b, " key=%q", r.Key)
 	}

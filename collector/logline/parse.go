@@ -443,7 +443,7 @@ func (p *Parser) sglang(s string) (Record, bool) {
 		return Record{}, false
 	}
 	r.Kind = Batch
-	r.Tokens, r.KV, r.Running, r.Waiting = num(m[2]), sglangKV(m[4]), num(m[5]), num(m[6])
+	r.Tokens, r.Cached, r.KV, r.Running, r.Waiting = num(m[2]), num(m[3]), sglangKV(m[4]), num(m[5]), num(m[6])
 	return r, true
 }
 
@@ -645,7 +645,7 @@ func (p *Parser) llamaCached(line []byte, j int) (Record, bool) {
 		return Record{}, false
 	}
 	r := newRecord(Cached, engine.LlamaCpp)
-	r.Key, r.Tokens = "slot "+string(m[1])+" task "+string(m[2]), num(string(line[j:j+end]))
+	r.Key, r.Cached = "slot "+string(m[1])+" task "+string(m[2]), num(string(line[j:j+end]))
 	return r, true
 }
 

@@ -65,7 +65,7 @@ type Record struct {
 	GapIsExact bool
 
 	GenTPS, PromptTPS float64 // Stat: tokens/s over the interval
-	Tokens            float64 // Request: output tokens; Progress: decoded so far; Batch: new prompt tokens; Cached: reused
+	Tokens            float64 // Request: output tokens; Progress: decoded so far; Batch: new prompt tokens
 	PromptTokens      float64 // Request: prompt tokens (llama.cpp prompt eval)
 	// Duration is a Request's span; for a Stat line, the span its own
 	// numbers say it covers (SGLang: steps x running x accept len / gen
@@ -88,12 +88,15 @@ type Record struct {
 	TPOT, Total, Queue time.Duration
 	// Spec: draft tokens proposed, and of them accepted.
 	Drafted, Accepted float64
+	// Cached is the prompt tokens found in the prefix cache: a Cached
+	// record's, or a Batch's (SGLang #cached-token) beside its new ones.
+	Cached float64
 }
 
 func newRecord(k Kind, engine string) Record {
 	return Record{Kind: k, Engine: engine, GenTPS: -1, PromptTPS: -1, Tokens: -1, PromptTokens: -1,
 		UserTPS: -1, SinceStartTPS: -1, Running: -1, Waiting: -1, KV: -1, Preemptions: -1, Iterations: -1,
-		TPOT: -1, Total: -1, Queue: -1, Drafted: -1, Accepted: -1}
+		TPOT: -1, Total: -1, Queue: -1, Drafted: -1, Accepted: -1, Cached: -1}
 }
 
 // valid tells whether the figures a record's kind needs were read.
@@ -110,7 +113,7 @@ func (r Record) valid() bool {
 	case Cancelled:
 		return true
 	case Cached:
-		return r.Tokens >= 0
+		return r.Cached >= 0
 	case Spec:
 		return r.Drafted >= 0 && r.Accepted >= 0 && r.Accepted <= r.Drafted
 	}

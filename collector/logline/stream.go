@@ -113,7 +113,7 @@ func (s *Stream) interval(r *Record, t time.Time) (sample.Interval, bool) {
 		return s.stat(r, t)
 	case Batch:
 		iv := sample.Unknown(t, t)
-		iv.PromptTokens, iv.Running, iv.Waiting, iv.KV = r.Tokens, r.Running, r.Waiting, r.KV
+		iv.PromptTokens, iv.PromptCached, iv.Running, iv.Waiting, iv.KV = r.Tokens, r.Cached, r.Running, r.Waiting, r.KV
 		return iv, true
 	case Progress:
 		return s.progressed(r, t)
@@ -127,7 +127,7 @@ func (s *Stream) interval(r *Record, t time.Time) (sample.Interval, bool) {
 		}
 		s.cached[strings.Clone(r.Key)] = true
 		iv := sample.Unknown(t, t)
-		iv.PromptCached = r.Tokens
+		iv.PromptCached = r.Cached
 		return iv, true
 	case Spec:
 		iv := sample.Unknown(t, t)
