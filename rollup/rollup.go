@@ -17,6 +17,7 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/internal/influxql"
 	"github.com/tpsmon/tpsmon/report"
 	"github.com/tpsmon/tpsmon/schema"
@@ -321,13 +322,28 @@ var rollups = map[string][]spec{
 		same("mean", schema.FieldRunning), {"max", schema.FieldRunning, schema.FieldRunningMax}, same("mean", schema.FieldWaiting),
 		same("mean", schema.FieldKVCacheUsage), same("mean", schema.FieldGPUUtil), same("mean", schema.FieldSMActive),
 		same("mean", schema.FieldPowerW), same("mean", schema.FieldTPSPerGPU),
-	}}}, stateSpecs()...),
+		// The prompt's split, summed: cached ÷ all of a period is its
+		// token-weighted hit rate.
+		same("sum", schema.FieldPromptComputedTokens), same("sum", schema.FieldPromptCachedTokens),
+		same("sum", schema.FieldPromptExternalTokens),
+	}}}, append(stateSpecs(), suspectSpecs()...)...),
 	schema.GPU: {{aggs: []agg{
 		same("mean", schema.FieldUtil), same("max", schema.FieldUtilMax), same("mean", schema.FieldSMActive),
 		same("mean", schema.FieldMemUtil), same("max", schema.FieldMemUsedBytes), same("max", schema.FieldMemTotalBytes),
 		same("mean", schema.FieldPowerW), same("sum", schema.FieldEnergyJ), same("max", schema.FieldTempC),
 		same("mean", schema.FieldSMClockMHz),
 	}}, {where: fmt.Sprintf(` AND %q < %d`, schema.FieldUtil, schema.IdleGPUUtil), group: schema.IdleGPU}},
+}
+
+// suspectSpecs count the windows each sanity rule doubted (the suspect
+// field names it) into the server rollup: suspect_gpu_idle_windows,
+// suspect_gpu_idle_seconds, ... No rule's name is part of another's.
+func suspectSpecs() []spec {
+	var out []spec
+	for _, r := range analysis.Rules {
+		out = append(out, spec{where: fmt.Sprintf(` AND %q =~ /%s/`, schema.FieldSuspect, r), group: schema.RollupField(schema.FieldSuspect, r)})
+	}
+	return out
 }
 
 // stateSpecs count each state's windows and seconds into the server
