@@ -31,8 +31,8 @@ import (
 // in the numeric and the default profile; VictoriaMetrics also scrapes the
 // daemon's /metrics. Each path's windows, read back through the Prometheus
 // query API, are held to what InfluxDB holds for the same window, field by
-// field. A path for another protocol adds its reader (storedWindows by
-// window) and a compareWindows call.
+// field. A path for another protocol sends to r.vm in runOnVictoria and
+// adds its reader (storedWindows by window) and a compareWindows call.
 
 // victoriaScrape is how often VictoriaMetrics scrapes /metrics: several
 // times a window, so that every window is scraped.
@@ -139,10 +139,19 @@ func vmLineWindows(t *testing.T, vm *victoriatest.Server, at time.Time, lookback
 }
 
 // vmScrapeWindows reads the window gauges VictoriaMetrics scraped from
-// /metrics, named back to their fields (promNames) in the fields' units.
-// The same window scraped again is the same sample; a stale marker (a
-// series gone from the next window) is no sample.
+// /metrics.
 func vmScrapeWindows(t *testing.T, vm *victoriatest.Server, at time.Time, lookback time.Duration) storedWindows {
+	t.Helper()
+	return vmGaugeWindows(t, vm, `{__name__=~"tpsmon_window_.+",job="tpsmon"}`, []string{"job", "instance"}, at, lookback)
+}
+
+// vmGaugeWindows reads the window gauges selector matches (as /metrics
+// names them: promNames), back in their fields' units, without the
+// labels the way in added (drop). The same window read again is the same
+// sample; a stale marker (a series gone from the next window) is no
+// sample. The scrape reads them so; so can a push that uses the same
+// names (OTLP).
+func vmGaugeWindows(t *testing.T, vm *victoriatest.Server, selector string, drop []string, at time.Time, lookback time.Duration) storedWindows {
 	t.Helper()
 	type named struct {
 		measurement, field string
@@ -155,10 +164,10 @@ func vmScrapeWindows(t *testing.T, vm *victoriatest.Server, at time.Time, lookba
 		}
 	}
 	out := storedWindows{}
-	for _, s := range vm.Raw(t, `{__name__=~"tpsmon_window_.+",job="tpsmon"}`, at, lookback) {
+	for _, s := range vm.Raw(t, selector, at, lookback) {
 		tags := maps.Clone(s.Labels)
 		oneHot := tags[labelState] + tags[labelRule]
-		for _, l := range []string{"__name__", "job", "instance", labelState, labelRule} {
+		for _, l := range append([]string{"__name__", labelState, labelRule}, drop...) {
 			delete(tags, l)
 		}
 		n, ok := byName[s.Labels["__name__"]+"|"+oneHot]
@@ -309,6 +318,8 @@ func runOnVictoria(t *testing.T, during func(vm *victoriatest.Server)) *victoria
 	cfg.GPU.Interval = 200 * time.Millisecond
 	cfg.Servers = []config.ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: vllm.URL, GPUs: []string{"auto"}, ScrapeInterval: 100 * time.Millisecond}}
 	cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket, cfg.Sink.Influx.Profile = r.vm.URL, "tpsmon", string(sink.ProfileNumeric)
+	// A push to the same store goes here too (OTLP: r.vm.URL +
+	// "/opentelemetry/v1/metrics"), read back by vmGaugeWindows.
 
 	log := slog.New(slog.DiscardHandler)
 	var outputs []WindowWriter
