@@ -3,15 +3,19 @@ package agent
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"math"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/analysis"
+	"github.com/tpsmon/tpsmon/analysis/latency"
 	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 	"github.com/tpsmon/tpsmon/internal/influxql"
@@ -342,15 +346,34 @@ func runOnVictoria(t *testing.T, during func(vm *victoriatest.Server)) *victoria
 	listen := loopback.FreeAddr(t)
 	r.vm = victoriatest.Start(t, victoriatest.Scrape(t, victoriaScrape, listen), "-promscrape.suppressScrapeErrors")
 
-	src := &vllmsim.Driven{Rate: 100, Start: r.from, ResetAt: r.from.Add(time.Hour)}
+	// The demo's load cycle, fast: busy, queueing and idle windows, so
+	// that the states and the latency fields change from window to window.
+	src := &vllmsim.Server{Model: "test/model", SoloTPS: 80, MaxBatch: 32, Load: vllmsim.Profile(r.from, 4*time.Second)}
 	vllm := httptest.NewServer(src)
 	defer vllm.Close()
+	// A second server whose histograms give the latency, SLO and goodput
+	// fields: a request every 50 ms, time to first token 20 to 507 ms.
+	var reqs []vllmsim.Request
+	for i := range 300 {
+		f := float64(i*37%40) / 40
+		reqs = append(reqs, vllmsim.Request{Start: r.from.Add(time.Duration(i) * 50 * time.Millisecond),
+			TTFT: time.Duration((0.02 + 0.5*f) * float64(time.Second)), TPOT: 20 * time.Millisecond, OutputTokens: 20})
+	}
+	lat := &vllmsim.Latencies{Model: "test/model", Requests: reqs}
+	latSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, lat.Page(time.Now()))
+	}))
+	defer latSrv.Close()
 	cfg := configtest.Private(t)
 	cfg.Host = "vm-node"
 	cfg.HTTP.Listen = listen
 	cfg.Window, cfg.Grace = time.Second, 200*time.Millisecond
 	cfg.GPU.Interval = 200 * time.Millisecond
-	cfg.Servers = []config.ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: vllm.URL, GPUs: []string{"auto"}, ScrapeInterval: 100 * time.Millisecond}}
+	cfg.Servers = []config.ServerConfig{
+		{Name: "llm", Engine: "vllm", MetricsURL: vllm.URL, GPUs: []string{"auto"}, ScrapeInterval: 100 * time.Millisecond},
+		{Name: "lat", Engine: "vllm", MetricsURL: latSrv.URL, ScrapeInterval: 100 * time.Millisecond,
+			SLO: &analysis.SLO{Objective: latency.Objective{TTFT: 300 * time.Millisecond}, Floor: 0.9}},
+	}
 	cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket, cfg.Sink.Influx.Profile = r.vm.URL, "tpsmon", string(sink.ProfileNumeric)
 	// A push to the same store goes here too (OTLP: r.vm.URL +
 	// "/opentelemetry/v1/metrics"), read back by vmGaugeWindows.
@@ -478,21 +501,28 @@ func TestVictoriaMetricsOutage(t *testing.T) {
 	}
 }
 
-// contiguous checks that the server's windows follow each other, one a
-// second (the tests' window), and returns their count.
+// contiguous checks that each server's windows follow each other, one a
+// second (the tests' window), and returns the fewest a server has.
 func contiguous(t *testing.T, ws storedWindows) int {
 	t.Helper()
-	var starts []int64
+	starts := map[string][]int64{}
 	for k := range ws {
 		if k.measurement == schema.Server {
-			starts = append(starts, k.start)
+			starts[k.id] = append(starts[k.id], k.start)
 		}
 	}
-	slices.Sort(starts)
-	for i := 1; i < len(starts); i++ {
-		if starts[i]-starts[i-1] != time.Second.Milliseconds() {
-			t.Errorf("InfluxDB: server windows at %s then %s", time.UnixMilli(starts[i-1]).Format("15:04:05.000"), time.UnixMilli(starts[i]).Format("15:04:05.000"))
+	fewest := math.MaxInt
+	for id, ss := range starts {
+		slices.Sort(ss)
+		for i := 1; i < len(ss); i++ {
+			if ss[i]-ss[i-1] != time.Second.Milliseconds() {
+				t.Errorf("InfluxDB: server %s's windows at %s then %s", id, time.UnixMilli(ss[i-1]).Format("15:04:05.000"), time.UnixMilli(ss[i]).Format("15:04:05.000"))
+			}
 		}
+		fewest = min(fewest, len(ss))
 	}
-	return len(starts)
+	if len(starts) == 0 {
+		return 0
+	}
+	return fewest
 }
