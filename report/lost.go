@@ -40,7 +40,7 @@ func (b *builder) lost() error {
 		}
 		add(&l.LostTokens, num(schema.FieldLostTokens))
 		add(&l.LostGPUHours, num(schema.FieldLostSeconds)*float64(gpuCount(tags[schema.TagGPUs]))/3600)
-		l.CeilingTokens += num(colCeilingTokens)
+		l.CeilingTokens += num(ColCeilingTokens)
 		l.AboveCeilingTokens += num(schema.FieldAboveCeilingTokens)
 		l.CeilingHours += num(schema.FieldCeilingSeconds) / 3600
 		if m, ok := influxql.Num(row[schema.FieldMBU]); ok {

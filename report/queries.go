@@ -208,10 +208,10 @@ var CeilingSeries = both("ceiling_series",
 	list(same("mean", schema.FieldMBU), same("mean", schema.FieldCeilingTPS), same("mean", schema.FieldSystemTPS)),
 	rawServer, rollupServer, serverWhere+perInterval+ids(schema.TagHost, schema.TagServer)+" fill(none)")
 
-// Columns of LostThroughput beside the schema's rollup names.
+// Columns of CeilingTerms beside the schema's rollup names.
 const (
-	colCeilingTokens = "ceiling_tokens" // Σ ceiling_tps × window_s
-	colMBUWeighted   = "mbu_x_seconds"  // Σ mbu × window_s
+	ColCeilingTokens = "ceiling_tokens" // ceiling_tps × window_s
+	ColMBUWeighted   = "mbu_x_seconds"  // mbu × window_s
 )
 
 // x is a field expression as a select column.
@@ -220,20 +220,22 @@ func x(expr, col string) string { return expr + " AS " + id(col) }
 // posPart is max(0, e): InfluxQL has abs() but no max of two values.
 func posPart(e string) string { return "((" + e + ") + abs(" + e + ")) / 2" }
 
-// lostRaw are the raw windows' terms of the lost throughput, one row per
-// window (design §5): a field missing from a window leaves its terms
-// null, so windows without a ceiling count only among windows.
-var lostRaw = func() string {
+// CeilingTerms are the raw windows' terms of the lost throughput and the
+// time-weighted MBU and ceiling, one row per window, under the schema's
+// rollup names (package rollup sums them per period): a field missing
+// from a window leaves its terms null, so a window without a ceiling
+// counts only among windows.
+var CeilingTerms = func() string {
 	c, o, ws := id(schema.FieldCeilingTPS), id(schema.FieldSystemTPS), id(schema.FieldWindowS)
 	gap := c + " - " + o
 	return list(
 		x(posPart(gap)+" * "+ws, schema.FieldLostTokens),
 		x(posPart(o+" - "+c)+" * "+ws, schema.FieldAboveCeilingTokens),
 		x(posPart("1 - "+o+" / "+c)+" * "+ws, schema.FieldLostSeconds),
-		x(c+" * "+ws, colCeilingTokens),
+		x(c+" * "+ws, ColCeilingTokens),
 		x(c+" * 0 + "+ws, schema.FieldCeilingSeconds),
 		x(c+" * 0 + "+ws+" * 0 + 1", schema.FieldCeilingWindows),
-		x(id(schema.FieldMBU)+" * "+ws, colMBUWeighted),
+		x(id(schema.FieldMBU)+" * "+ws, ColMBUWeighted),
 		x(id(schema.FieldMBU)+" * 0 + "+ws, schema.FieldMBUSeconds),
 		x(id(schema.FieldCoverage)+" * 0 + 1", schema.FieldWindows))
 }()
@@ -241,16 +243,16 @@ var lostRaw = func() string {
 // lostRollup are the same terms from the rollups, which sum them per
 // period.
 var lostRollup = list(id(schema.FieldLostTokens), id(schema.FieldAboveCeilingTokens), id(schema.FieldLostSeconds),
-	x(id(schema.FieldCeilingTPS)+" * "+id(schema.FieldCeilingSeconds), colCeilingTokens), id(schema.FieldCeilingSeconds),
-	id(schema.FieldCeilingWindows), x(id(schema.FieldMBU)+" * "+id(schema.FieldMBUSeconds), colMBUWeighted),
+	x(id(schema.FieldCeilingTPS)+" * "+id(schema.FieldCeilingSeconds), ColCeilingTokens), id(schema.FieldCeilingSeconds),
+	id(schema.FieldCeilingWindows), x(id(schema.FieldMBU)+" * "+id(schema.FieldMBUSeconds), ColMBUWeighted),
 	id(schema.FieldMBUSeconds), id(schema.FieldWindows))
 
 // lostOf sums the terms over the range per server and GPU set.
 func lostOf(inner, from string) string {
 	by := ids(schema.TagHost, schema.TagServer, schema.TagGPUs)
 	return "SELECT " + list(same("sum", schema.FieldLostTokens), same("sum", schema.FieldAboveCeilingTokens), same("sum", schema.FieldLostSeconds),
-		same("sum", colCeilingTokens), same("sum", schema.FieldCeilingSeconds), same("sum", schema.FieldCeilingWindows),
-		call("sum", colMBUWeighted)+" / "+call("sum", schema.FieldMBUSeconds)+" AS "+id(schema.FieldMBU), same("sum", schema.FieldMBUSeconds),
+		same("sum", ColCeilingTokens), same("sum", schema.FieldCeilingSeconds), same("sum", schema.FieldCeilingWindows),
+		call("sum", ColMBUWeighted)+" / "+call("sum", schema.FieldMBUSeconds)+" AS "+id(schema.FieldMBU), same("sum", schema.FieldMBUSeconds),
 		same("sum", schema.FieldWindows)) +
 		" FROM (SELECT " + inner + " FROM " + from + " " + serverWhere + " GROUP BY " + by + ") WHERE $timeFilter GROUP BY " + by
 }
@@ -258,7 +260,7 @@ func lostOf(inner, from string) string {
 // LostThroughput is what each server's windows fell short of their
 // decode ceiling over the range, in one query: tokens, the share of time
 // that stands for, and the time-weighted MBU (schema's lost_* fields).
-var LostThroughput = Query{Name: "lost_throughput", Text: lostOf(lostRaw, rawServer), Rollup: lostOf(lostRollup, rollupServer)}
+var LostThroughput = Query{Name: "lost_throughput", Text: lostOf(CeilingTerms, rawServer), Rollup: lostOf(lostRollup, rollupServer)}
 
 // Queries lists every query the dashboard and the report share.
 var Queries = []Query{ServerSeries, TokensPerJoule, Ranking, StateTimeline, StateTime, StateTrend, GPUTime, GPUIdle, UnusedGPUs,
