@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/logline"
 	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/daemon/config"
@@ -142,6 +143,7 @@ func (r *logReader) line(l tail.Line) {
 	}
 	r.cancelled = parser.Cancelled
 	if !ok {
+		r.factLine(l.Text)
 		return
 	}
 	r.batchPos = l.Pos // a refused line's hole is handed on too
@@ -191,8 +193,22 @@ func (r *logReader) named() {
 func (r *logReader) peek(head []byte) {
 	for _, l := range bytes.Split(head, []byte("\n")) {
 		r.parser.Identify(l)
+		r.factLine(l)
 	}
 	r.named()
+}
+
+// factLine hands on what a vLLM start-up line says of the model (its
+// weights per GPU, its KV capacity): the decode ceiling's facts where the
+// configuration gives none. Two substring tests keep the other lines cheap.
+func (r *logReader) factLine(text []byte) {
+	if !bytes.Contains(text, []byte(" GiB")) && !bytes.Contains(text, []byte("KV cache size: ")) {
+		return
+	}
+	var f collector.EngineFacts
+	if collector.VLLMFactLine(string(text), &f) {
+		r.send(engineFactsMsg{server: r.name, facts: f})
+	}
 }
 
 // handOver sends the intervals gathered.
