@@ -114,7 +114,9 @@ func TestWithEngine(t *testing.T) {
 			}, []string{"/v1/models meta", "not readable here", "KV is not counted"}},
 		{"configuration wins", config.ServerConfig{ModelFile: tinyGGUF, Roofline: config.RooflineConfig{KVTokens: 4096, KVBytes: 2}},
 			collector.EngineFacts{ModelPath: "/other.gguf", Params: 7e9, KVTokens: 999, KVTokensFrom: "log", KVDtype: "fp8"},
-			func(r *roofline.Server) bool { return r.Model.Layers == 2 && r.KVTokens == 4096 && r.Model.KVBytes == 2 }, []string{"model from the configuration"}},
+			func(r *roofline.Server) bool {
+				return r.Model.Layers == 2 && r.KVTokens == 4096 && r.Model.KVBytes == 2
+			}, []string{"model from the configuration"}},
 		{"vLLM fills KV and bytes", config.ServerConfig{GPUs: []string{"0", "1"}, Roofline: config.RooflineConfig{ParamsB: 8, Layers: 32, KVHeads: 8, HeadDim: 128}},
 			collector.EngineFacts{WeightBytesPerGPU: 7.5 * (1 << 30), KVTokens: 686320, KVTokensFrom: "log", KVDtype: "fp8_e4m3"},
 			func(r *roofline.Server) bool {
