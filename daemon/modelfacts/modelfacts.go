@@ -148,7 +148,15 @@ func WithEngine(s config.ServerConfig, e collector.EngineFacts) (*roofline.Serve
 		if e.ModelPath != "" {
 			why = ", its model_path " + e.ModelPath + " not readable here"
 		}
-		src = append(src, fmt.Sprintf("model from the engine (/v1/models meta: n_params %.4g, size %.4g B%s; no architecture, so the KV is not counted)", e.Params, e.SizeBytes, why))
+		embed := ""
+		if r.EmbedParamsB == 0 && e.NEmbd > 0 && e.NVocab > 0 {
+			// The input embedding is gathered, not streamed; tied to the
+			// LM head it would be streamed, which the meta does not say:
+			// taken as untied, the ceiling stays an upper bound.
+			r.EmbedParamsB = float64(e.NEmbd) * float64(e.NVocab) / 1e9
+			embed = fmt.Sprintf("; input embedding n_embd × n_vocab = %.4g not streamed (if tied to the LM head, the ceiling is an upper bound)", r.EmbedParamsB*1e9)
+		}
+		src = append(src, fmt.Sprintf("model from the engine (/v1/models meta: n_params %.4g, size %.4g B%s%s; no architecture, so the KV is not counted)", e.Params, e.SizeBytes, why, embed))
 	}
 	if r.KVTokens == 0 && e.KVTokens > 0 {
 		r.KVTokens = e.KVTokens

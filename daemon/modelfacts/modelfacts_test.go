@@ -110,8 +110,9 @@ func TestWithEngine(t *testing.T) {
 			func(r *roofline.Server) bool { return r.Model.Layers == 2 && r.Model.WeightBytes > 0 }, []string{"/props model_path " + tinyGGUF}},
 		{"meta only", config.ServerConfig{}, sweep,
 			func(r *roofline.Server) bool {
-				return r.Model.Params == 19794176 && r.Model.BytesPerWeight == 4 && !r.Model.HasKV()
-			}, []string{"/v1/models meta", "not readable here", "KV is not counted"}},
+				// The real GGUF streams (19794176 − 256 × 32000) × 4 bytes.
+				return r.Model.Params == 19794176 && r.Model.BytesPerWeight == 4 && r.Model.EmbedParams == 256*32000 && !r.Model.HasKV()
+			}, []string{"/v1/models meta", "not readable here", "KV is not counted", "n_embd × n_vocab = 8.192e+06 not streamed"}},
 		{"configuration wins", config.ServerConfig{ModelFile: tinyGGUF, Roofline: config.RooflineConfig{KVTokens: 4096, KVBytes: 2}},
 			collector.EngineFacts{ModelPath: "/other.gguf", Params: 7e9, KVTokens: 999, KVTokensFrom: "log", KVDtype: "fp8"},
 			func(r *roofline.Server) bool {
