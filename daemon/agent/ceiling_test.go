@@ -91,6 +91,8 @@ func TestEngineFactsGiveTheCeiling(t *testing.T) {
 	}
 	r.line(tail.Line{Text: []byte("(EngineCore_DP0 pid=7) INFO 12-11 00:06:53 [kv_cache_utils.py:1286] GPU KV cache size: 686,320 tokens")})
 	r.line(tail.Line{Text: []byte("INFO 12-11 00:06:54 [loggers.py:271] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%")})
+	// Once it serves, the other lines are not searched for them.
+	r.line(tail.Line{Text: []byte("INFO 12-11 00:07:00 [kv_cache_utils.py:1286] GPU KV cache size: 1,000 tokens")})
 	var n int
 	for _, m := range sent {
 		if _, ok := m.(engineFactsMsg); ok {
