@@ -131,6 +131,10 @@ var VLLM = Dialect{
 		sample.SpecDrafts:      refs("vllm:spec_decode_num_drafts_total"),
 		sample.SpecDraftTokens: refs("vllm:spec_decode_num_draft_tokens_total"),
 		sample.SpecAccepted:    refs("vllm:spec_decode_num_accepted_tokens_total"),
+		// V1 observes its step histogram once per engine step: the count
+		// is the engine's steps (prefill-only steps included), the
+		// decode-step rate of the ceiling's MBU; V0 has none (absent).
+		sample.Iterations: refs("vllm:iteration_tokens_total_count"),
 	},
 	Gauges: [sample.NumGauges][]Ref{
 		sample.Running:         refs("vllm:num_requests_running"),

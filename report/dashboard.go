@@ -201,7 +201,14 @@ func Dashboard() ([]byte, error) {
 		WithPanel(series("SLO attainment", "Share of the window's requests that met every objective (slo: in the configuration); from histograms only its bounds are known (lo and hi), the lowest window of the interval.", units.PercentUnit, "share of requests", gridPos(0, 127, 12, 8), ts(LatencySeries)...).
 			Min(0).Max(1).WithTransformation(only("(time|.*slo_attainment.*)"))).
 		WithPanel(series("Goodput", "Requests per second that met the objectives (lower bound), mean over the interval.", unitReqS, "requests/s", gridPos(12, 127, 12, 8), ts(LatencySeries)...).
-			WithTransformation(only("(time|.*goodput_rps.*)")))
+			WithTransformation(only("(time|.*goodput_rps.*)"))).
+		WithRow(dashboard.NewRowBuilder("Decode ceiling (servers with model facts and a GPU peak)")).
+		WithPanel(series("Model bandwidth utilization (MBU)", "Per server: the bytes its decode steps read per second over its GPUs' peak memory bandwidth, mean over the interval. Above 100 % a fact is wrong (speculative decoding, MoE counted with all experts, bytes per weight); low with many requests running: host- or scheduler-bound.", units.PercentUnit, "share of peak bandwidth", gridPos(0, 136, 12, 8), ts(CeilingSeries)...).
+			WithTransformation(only(schema.FieldMBU))).
+		WithPanel(series("Decode ceiling against observed tokens per second", "Per server: the system tokens/s its GPUs could give at the window's running requests and KV occupancy (ceiling_tps), and what it gave (system_tps), over the windows with a ceiling.", unitTokS, "tokens/s", gridPos(12, 136, 12, 8), ts(CeilingSeries)...).
+			WithTransformation(only(schema.FieldCeilingTPS, schema.FieldSystemTPS))).
+		WithPanel(sortedTable("Throughput lost below the ceiling, most first", "Per server and GPU set over the range: lost_tokens = Σ max(0, ceiling − observed) × window; lost_seconds the share of time the same tokens would not have needed at the ceiling (× the GPUs: GPU-seconds); windows and ceiling_windows say how many windows had a ceiling.", units.Short, gridPos(0, 144, 12, 8), schema.FieldLostTokens, true, raw(LostThroughput, "table"))).
+		WithPanel(sortedTable("Throughput lost below the ceiling, most first ($level rollups)", "The same, from the rollups.", units.Short, gridPos(12, 144, 12, 8), schema.FieldLostTokens, true, roll("A", LostThroughput, "table")))
 	d, err := b.Build()
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: %w", err)

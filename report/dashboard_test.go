@@ -89,9 +89,24 @@ func TestDashboardQueriesReturnWhatWasWritten(t *testing.T) {
 		}
 	}
 	// What was written, from the same model.
-	var tokens, gpuSecs float64
+	var tokens, gpuSecs, lostRaw, ceilWins float64
 	var throttled int
 	_ = fleet.Raw(from, to, rawWindow, func(p *write.Point) error {
+		if p.Name() == schema.Server {
+			var c, o float64
+			for _, f := range p.FieldList() {
+				switch f.Key {
+				case schema.FieldCeilingTPS:
+					c = f.Value.(float64)
+				case schema.FieldSystemTPS:
+					o = f.Value.(float64)
+				}
+			}
+			if c > 0 {
+				lostRaw += max(0, c-o) * rawWindow.Seconds()
+				ceilWins++
+			}
+		}
 		for _, f := range p.FieldList() {
 			switch {
 			case p.Name() == schema.Server && f.Key == schema.FieldTokens:
@@ -105,6 +120,28 @@ func TestDashboardQueriesReturnWhatWasWritten(t *testing.T) {
 		return nil
 	})
 	approx("tokens per interval, summed", sum("1h|Tokens generated per interval", "tokens"), tokens)
+	approx("tokens lost below the ceiling (raw)", sum("1h|Throughput lost below the ceiling, most first", schema.FieldLostTokens), lostRaw)
+	approx("windows with a ceiling (raw)", sum("1h|Throughput lost below the ceiling, most first", schema.FieldCeilingWindows), ceilWins)
+	var lostRolled float64
+	_ = fleet.Rollups(from, to, time.Hour, "_1h", func(p *write.Point) error {
+		for _, f := range p.FieldList() {
+			if f.Key == schema.FieldLostTokens {
+				lostRolled += f.Value.(float64)
+			}
+		}
+		return nil
+	})
+	if lostRolled == 0 || lostRaw == 0 {
+		t.Fatalf("the fleet lost nothing below its ceiling: raw %v, rollups %v", lostRaw, lostRolled)
+	}
+	approx("tokens lost below the ceiling (1h rollups)", sum("1h|Throughput lost below the ceiling, most first ($level rollups)", schema.FieldLostTokens), lostRolled)
+	for _, s := range results["1h|Model bandwidth utilization (MBU)"] {
+		for _, row := range s.Rows() {
+			if v, ok := influxql.Num(row[schema.FieldMBU]); ok && (v <= 0 || v > 0.85+1e-9) {
+				t.Errorf("MBU %v of %v: the fleet's is in (0, 0.85]", v, s.Tags)
+			}
+		}
+	}
 	approx("throttled windows", sum("1h|Throttled windows", "throttled_windows"), float64(throttled))
 	approx("GPU time in the GPU table", sum("1h|GPU time, energy and mean utilization", "seconds"), gpuSecs)
 	approx("unused GPU seconds (raw)", sum("1h|Unused GPU time per host", "seconds"), 2*24*3600)

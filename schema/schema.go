@@ -185,6 +185,27 @@ const (
 	FieldGPUSeconds = "gpu_seconds" // seconds times the GPUs a point stands for
 )
 
+// The decode ceiling's rollup fields (tpsmon_server_<level>): mbu and
+// ceiling_tps are the period's means weighted by window length over the
+// windows that carry them, mbu_seconds and ceiling_seconds those weights
+// (a longer period's mean is the weighted mean of these);
+// ceiling_windows counts the windows with a ceiling. Lost throughput is
+// summed over them, each window clamped at zero: lost_tokens =
+// Σ max(0, ceiling_tps − system_tps) × window_s, above_ceiling_tokens the
+// tokens past it (a fact is likely wrong there), lost_seconds =
+// Σ max(0, 1 − system_tps / ceiling_tps) × window_s (the time the same
+// tokens would not have needed at the ceiling) and lost_gpu_seconds that
+// times the GPUs. The report reads the same names from the raw windows.
+const (
+	FieldMBUSeconds         = "mbu_seconds"
+	FieldCeilingSeconds     = "ceiling_seconds"
+	FieldCeilingWindows     = "ceiling_windows"
+	FieldLostTokens         = "lost_tokens"
+	FieldAboveCeilingTokens = "above_ceiling_tokens"
+	FieldLostSeconds        = "lost_seconds"
+	FieldLostGPUSeconds     = "lost_gpu_seconds"
+)
+
 // RollupField names a rollup's time field of one group of windows: a
 // state's (RollupField(StateIdle, FieldWindows) is "idle_windows" of
 // tpsmon_server_<level>), or IdleGPU's.

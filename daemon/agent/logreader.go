@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/logline"
 	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/daemon/config"
@@ -90,6 +91,11 @@ type logReader struct {
 	// per line cost more than parsing the line.
 	batch    *[]logInterval
 	batchPos tail.Position
+	// serving: a throughput line was read, so the start-up lines that
+	// say the model's facts are past; lines are no longer searched for
+	// them (a busy log's other lines would pay for it) until the log
+	// names another engine or model (a restart).
+	serving bool
 }
 
 // newLogReader is the reader of server s's log lines, which hands what
@@ -142,8 +148,12 @@ func (r *logReader) line(l tail.Line) {
 	}
 	r.cancelled = parser.Cancelled
 	if !ok {
+		if !r.serving {
+			r.factLine(l.Text)
+		}
 		return
 	}
+	r.serving = true
 	r.batchPos = l.Pos // a refused line's hole is handed on too
 	if iv, ok := r.stream.Interval(rec, t); ok {
 		r.add(logInterval{rec.Engine, iv})
@@ -182,6 +192,7 @@ func (r *logReader) named() {
 		r.p.log.Info("model detected", "server", r.name, "model", now.Model, "from", "log")
 	}
 	r.id = now
+	r.serving = false
 	r.handOver() // the lines before were read before this name
 	r.send(&logMsg{server: r.name, engine: now.Engine, model: now.Model})
 }
@@ -191,8 +202,22 @@ func (r *logReader) named() {
 func (r *logReader) peek(head []byte) {
 	for _, l := range bytes.Split(head, []byte("\n")) {
 		r.parser.Identify(l)
+		r.factLine(l)
 	}
 	r.named()
+}
+
+// factLine hands on what a vLLM start-up line says of the model (its
+// weights per GPU, its KV capacity): the decode ceiling's facts where the
+// configuration gives none. It reads lines only until the server serves.
+func (r *logReader) factLine(text []byte) {
+	if !bytes.Contains(text, []byte(" GiB")) && !bytes.Contains(text, []byte("KV cache size: ")) {
+		return
+	}
+	var f collector.EngineFacts
+	if collector.VLLMFactLine(string(text), &f) {
+		r.send(engineFactsMsg{server: r.name, facts: f})
+	}
 }
 
 // handOver sends the intervals gathered.
