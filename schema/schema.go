@@ -20,11 +20,14 @@ const (
 	TagHost   = "host"
 	TagServer = "server" // on GPU points: the server using the GPU, empty when none
 	TagEngine = "engine"
-	TagModel  = "model"
-	TagGPUs   = "gpus" // comma-joined GPU labels of a server
-	TagGPU    = "gpu"  // GPU index, or index/instance for MIG ("0/gi1")
-	TagUUID   = "uuid"
-	TagName   = "name" // GPU product name
+	// TagEngineVersion is the engine's version where its log or metrics
+	// state one (absent otherwise).
+	TagEngineVersion = "engine_version"
+	TagModel         = "model"
+	TagGPUs          = "gpus" // comma-joined GPU labels of a server
+	TagGPU           = "gpu"  // GPU index, or index/instance for MIG ("0/gi1")
+	TagUUID          = "uuid"
+	TagName          = "name" // GPU product name
 )
 
 // Fields. Units are in the names: percentages are 0..100, ratios 0..1.
@@ -225,7 +228,7 @@ var States = []string{StateDown, StateSleeping, StateIdle, StateKVBound, StateQu
 // ServerTags, ServerFields, GPUTags and GPUFields list what each
 // measurement may carry; a field that could not be measured is absent.
 var (
-	ServerTags   = []string{TagHost, TagServer, TagEngine, TagModel, TagGPUs}
+	ServerTags   = []string{TagHost, TagServer, TagEngine, TagEngineVersion, TagModel, TagGPUs}
 	ServerFields = append([]string{FieldTokens, FieldSystemTPS, FieldPerUserTPS, FieldPromptTokens, FieldPromptTPS,
 		FieldRunning, FieldWaiting, FieldKVCacheUsage, FieldPreemptions, FieldGPUUtil, FieldGPUUtilMax,
 		FieldSMActive, FieldMemUsedBytes, FieldMemTotalBytes, FieldPowerW, FieldEnergyJ, FieldTokensPerJoule,
