@@ -111,7 +111,7 @@ func ServerPoint(w analysis.ServerWindow) Point {
 // serverTags appends the tags of a server's window to dst, in the order of
 // their keys (TestPointsCarrySchema checks).
 func serverTags(dst []Tag, w analysis.ServerWindow) []Tag {
-	return append(dst, Tag{schema.TagEngine, w.Engine}, Tag{schema.TagGPUs, strings.Join(w.GPUs, ",")},
+	return append(dst, Tag{schema.TagEngine, w.Engine}, Tag{schema.TagEngineVersion, w.EngineVersion}, Tag{schema.TagGPUs, strings.Join(w.GPUs, ",")},
 		Tag{schema.TagHost, w.Host}, Tag{schema.TagModel, w.Model}, Tag{schema.TagServer, w.Server})
 }
 
@@ -203,6 +203,9 @@ func gpuFields(f fields, w analysis.GPUWindow) fields {
 func (p Point) TagMap() map[string]string {
 	m := make(map[string]string, len(p.Tags))
 	for _, t := range p.Tags {
+		if t.Key == schema.TagEngineVersion && t.Value == "" {
+			continue // absent where unknown, as in InfluxDB (tpsmon replay's json)
+		}
 		m[t.Key] = t.Value
 	}
 	return m
