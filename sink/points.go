@@ -102,9 +102,14 @@ func sortedTags(t []Tag) []Tag {
 	return t
 }
 
-// ServerPoint is the tpsmon_server point of a server's window.
+// ServerPoint is the tpsmon_server point of a server's window. An
+// unknown engine version is no tag (as in InfluxDB), not an empty one.
 func ServerPoint(w analysis.ServerWindow) Point {
-	return Point{Measurement: schema.Server, Tags: serverTags(nil, w),
+	tags := serverTags(nil, w)
+	if w.EngineVersion == "" {
+		tags = slices.DeleteFunc(tags, func(t Tag) bool { return t.Key == schema.TagEngineVersion })
+	}
+	return Point{Measurement: schema.Server, Tags: tags,
 		Fields: serverFields(make(fields, 0, len(schema.ServerFields)), w).boxed(), Time: w.Start}
 }
 
@@ -203,9 +208,6 @@ func gpuFields(f fields, w analysis.GPUWindow) fields {
 func (p Point) TagMap() map[string]string {
 	m := make(map[string]string, len(p.Tags))
 	for _, t := range p.Tags {
-		if t.Key == schema.TagEngineVersion && t.Value == "" {
-			continue // absent where unknown, as in InfluxDB (tpsmon replay's json)
-		}
 		m[t.Key] = t.Value
 	}
 	return m
