@@ -12,7 +12,8 @@ type Stat struct {
 	P50 float64 `json:"median"`
 	P90 float64 `json:"p90"`
 	// Mean is exact, from raw windows and rollups alike (MeansDefinition);
-	// absent where no window's length is known.
+	// absent where a window's length is not known or a rollup cell
+	// predates the means.
 	Mean *float64 `json:"mean,omitempty"`
 }
 
