@@ -154,7 +154,7 @@ func versionWord(b []byte) string {
 		end = len(b)
 	}
 	v := b[:end]
-	if len(v) == 0 || len(v) > 64 || bytes.IndexAny(v, "0123456789") < 0 {
+	if len(v) == 0 || len(v) > 64 || !bytes.ContainsAny(v, "0123456789") {
 		return ""
 	}
 	return string(v)
