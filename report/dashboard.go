@@ -3,6 +3,7 @@ package report
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/grafana/grafana-foundation-sdk/go/cog"
@@ -144,6 +145,9 @@ func Dashboard() ([]byte, error) {
 		WithVariable(variable("gpu", "GPU", tagValues(schema.GPU, schema.TagGPU, onHost))).
 		WithVariable(dashboard.NewCustomVariableBuilder("state").Label("state").Values(dashboard.StringOrMap{String: cog.ToPtr(strings.Join(States, ","))}).
 			Options(stateOpts).Current(cur(schema.StateQueueBound))).
+		WithVariable(dashboard.NewTextBoxVariableBuilder("per_user_floor").Label("per-user floor (tok/s)").
+			Description("The per-user objective the operating curve panel draws as a line (tpsmon report --per-user-floor).").
+			DefaultValue(dashboard.StringOrMap{String: cog.ToPtr(floorText)}).Current(cur(floorText))).
 		WithVariable(dashboard.NewCustomVariableBuilder("level").Label("trend rollup").Description("1h: hourly rollups (weeks); 1d: daily (months, years)").
 			Values(dashboard.StringOrMap{String: cog.ToPtr(Hourly + "," + Daily)}).Options(levelOpts).Current(cur(Hourly))).
 		WithRow(dashboard.NewRowBuilder("Servers: tokens against hardware (raw windows)")).
@@ -192,7 +196,7 @@ func Dashboard() ([]byte, error) {
 		WithPanel(sortedTable("Worst servers: tokens per GPU-hour, lowest first ($level rollups)", "Per server over the range, from the rollups.", unitTokGPU, gridPos(0, 99, 12, 8), colTokensPerGPUHour, false, roll("A", Ranking, "table"))).
 		WithPanel(sortedTable("Worst GPUs: idle windows, most first ($level rollups)", "Windows under 5 % utilization per GPU over the range, from the rollups.", units.Short, gridPos(12, 99, 12, 8), colIdleWindows, true, roll("A", GPUIdle, "table"))).
 		WithRow(dashboard.NewRowBuilder("Operating curve (raw windows)")).
-		WithPanel(curvePanel(raw(CurveWindows, "table"))).
+		WithPanel(curvePanel(raw(CurveWindows, "table"), target("B", CurveFloor, false, "table"))).
 		WithRow(dashboard.NewRowBuilder("What one user feels (raw windows; servers whose engine gives latencies)")).
 		WithPanel(series("Time to first token, p50 / p90 / p99", "Per server, the worst window of the interval. From histograms a quantile is interpolated in its bucket (ttft_p90_lo_s / _hi_s are the bucket's edges); from request lines (llama.cpp, TGI, Ollama) exact, and the server's own time.", units.Seconds, "seconds", gridPos(0, 119, 12, 8), ts(LatencySeries)...).
 			WithTransformation(only("(time|.*ttft_p.*)"))).
@@ -246,20 +250,35 @@ func tagValues(m, key, where string) string {
 	return fmt.Sprintf(`SHOW TAG VALUES FROM %q WITH KEY = %q`, m, key) + where
 }
 
+// floorText is the per-user floor variable's default: the report's.
+var floorText = strconv.FormatFloat(DefaultPerUserFloor, 'g', -1, 64)
+
 // curvePanel is the operating curve as Grafana draws it: a point per raw
 // window, per-user TPS across, system TPS up, coloured by running
-// requests (the report bins and judges them; Grafana shows the cloud).
-func curvePanel(t cog.Builder[variants.Dataquery]) *xychart.PanelBuilder {
+// requests (the report bins and judges them; Grafana shows the cloud),
+// and the per-user floor ($per_user_floor) as a vertical line: the floor
+// target's points, one per interval at x = floor, joined.
+func curvePanel(t, floor cog.Builder[variants.Dataquery]) *xychart.PanelBuilder {
 	field := func(name string) *xychart.MatcherConfigBuilder {
 		return xychart.NewMatcherConfigBuilder().Id("byName").Options(name)
 	}
+	red := "#d6452f"
 	return xychart.NewPanelBuilder().Title("Operating curve: system against per-user tokens per second").
 		Description("One point per window: per-user tokens/s across, the server's system tokens/s up, coloured by mean running requests. Up and to the right is better; more concurrency moves a server up and left until per-user speed falls under its objective (tpsmon report draws the floor and the operating point).").
-		Datasource(ds).Unit(unitTokS).GridPos(gridPos(0, 108, 24, 10)).Targets([]cog.Builder[variants.Dataquery]{t}).
+		Datasource(ds).Unit(unitTokS).GridPos(gridPos(0, 108, 24, 10)).Targets([]cog.Builder[variants.Dataquery]{t, floor}).
 		Show(xychart.XYShowModePoints).Mapping(xychart.SeriesMappingManual).AxisLabel("tokens/s").
 		ColorScheme(dashboard.NewFieldColorBuilder().Mode(dashboard.FieldColorModeIdContinuousBlues)).
 		Series([]cog.Builder[xychart.XYSeriesConfig]{xychart.NewXYSeriesConfigBuilder().
 			X(xychart.NewXychartXYSeriesConfigXBuilder().Matcher(field(schema.FieldPerUserTPS))).
 			Y(xychart.NewXychartXYSeriesConfigYBuilder().Matcher(field(schema.FieldSystemTPS))).
-			Color(xychart.NewXychartXYSeriesConfigColorBuilder().Matcher(field(schema.FieldRunning)))})
+			Color(xychart.NewXychartXYSeriesConfigColorBuilder().Matcher(field(schema.FieldRunning))),
+			xychart.NewXYSeriesConfigBuilder().Name(xychart.NewXychartXYSeriesConfigNameBuilder().Fixed("per-user floor")).
+				X(xychart.NewXychartXYSeriesConfigXBuilder().Matcher(field(colFloor))).
+				Y(xychart.NewXychartXYSeriesConfigYBuilder().Matcher(field(colFloorSystemTPS)))}).
+		OverrideByName(colFloorSystemTPS, []dashboard.DynamicConfigValue{
+			{Id: "custom.show", Value: string(xychart.XYShowModeLines)},
+			{Id: "custom.lineWidth", Value: 2},
+			{Id: "custom.lineStyle", Value: map[string]any{"fill": "dash", "dash": []int{8, 4}}},
+			{Id: "color", Value: map[string]any{"mode": "fixed", "fixedColor": red}},
+		})
 }

@@ -8,6 +8,7 @@ package report
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -265,7 +266,7 @@ var LostThroughput = Query{Name: "lost_throughput", Text: lostOf(CeilingTerms, r
 // Queries lists every query the dashboard and the report share.
 var Queries = []Query{ServerSeries, TokensPerJoule, Ranking, StateTimeline, StateTime, StateTrend, GPUTime, GPUIdle, UnusedGPUs,
 	UnusedTrend, FleetTokens, FleetGPU, GPUSeries, GPUThrottle, FleetTPS, FleetEfficiency, StateHoursTrend, UnusedHours, CurveWindows,
-	LatencySeries, CeilingSeries, LostThroughput}
+	CurveFloor, LatencySeries, CeilingSeries, LostThroughput}
 
 // SuspectWindows reads the raw windows a sanity rule doubted (their
 // suspect field), for the report alone: rollups do not carry the field.
@@ -338,6 +339,7 @@ func (f Filter) Render(q Query, state string) (string, error) {
 		"$gpu", re(f.GPU),
 		"$state", state,
 		"$level", f.Level,
+		"$per_user_floor", strconv.FormatFloat(DefaultPerUserFloor, 'g', -1, 64),
 	)
 	return r.Replace(text), nil
 }

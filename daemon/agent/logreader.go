@@ -13,15 +13,17 @@ import (
 )
 
 // logMsg is what a server's log said: the intervals of one read's
-// throughput lines, the engine or model it named, or that the log was
+// throughput lines, the engine, model or engine version it named, or that the log was
 // readable (watch), with the position reached.
 type logMsg struct {
 	server string
 	engine string
 	model  string // the log named the model
-	ivs    *[]logInterval
-	watch  time.Time
-	pos    tail.Position
+	// version is the engine version its start-up lines stated.
+	version string
+	ivs     *[]logInterval
+	watch   time.Time
+	pos     tail.Position
 }
 
 // logInterval is one throughput line's interval and the engine whose
@@ -58,9 +60,10 @@ func (m *logMsg) apply(l *loop) {
 		}
 		*m.ivs = (*m.ivs)[:0]
 		logBatches.Put(m.ivs)
-	case m.engine != "" || m.model != "":
+	case m.engine != "" || m.model != "" || m.version != "":
 		l.j.NameEngine(m.server, m.engine)
 		l.j.NameModel(m.server, m.model)
+		l.j.NameVersion(m.server, m.version)
 	case !m.watch.IsZero():
 		l.j.Watch(m.server, m.watch)
 	}
@@ -191,10 +194,13 @@ func (r *logReader) named() {
 	if now.Model != r.id.Model {
 		r.p.log.Info("model detected", "server", r.name, "model", now.Model, "from", "log")
 	}
+	if now.Version != r.id.Version {
+		r.p.log.Info("engine version detected", "server", r.name, "engine_version", now.Version, "from", "log")
+	}
 	r.id = now
 	r.serving = false
 	r.handOver() // the lines before were read before this name
-	r.send(&logMsg{server: r.name, engine: now.Engine, model: now.Model})
+	r.send(&logMsg{server: r.name, engine: now.Engine, model: now.Model, version: now.Version})
 }
 
 // peek reads the start-up lines of a log whose reading starts at its
