@@ -49,6 +49,8 @@ const (
 	pkInstant // start equals end, same zone
 	pkHole    // a refused line's stretch (sample.Hole)
 	pkLatency // a request's own latencies follow the values (latencies)
+	// The two bits above are the request's sample.TTFTBasis.
+	pkBasisShift = iota
 )
 
 // Kinds of a value.
@@ -100,7 +102,7 @@ func (p *packed) add(iv sample.Interval) {
 		hasLat = hasLat || *v != -1
 	}
 	if hasLat {
-		flags |= pkLatency
+		flags |= pkLatency | byte(iv.TTFTBasis)<<pkBasisShift
 	}
 	b = append(b, flags)
 	es := iv.End.Unix()
@@ -334,8 +336,10 @@ func (r *pkReader) peek() *sample.Interval {
 	vs := values(iv)
 	b = readValues(b, vs[:])
 	lat := latencies(iv)
+	iv.TTFTBasis = 0
 	if flags&pkLatency != 0 {
 		b = readValues(b, lat[:])
+		iv.TTFTBasis = sample.TTFTBasis(flags >> pkBasisShift & 3)
 	} else {
 		for _, v := range lat {
 			*v = -1
