@@ -51,10 +51,9 @@ type arrival struct {
 // arrivals is what the parser keeps of requests between their arrival
 // lines and their eval line.
 type arrivals struct {
-	http   []clock            // HTTP handler lines no launch took yet, oldest first
-	sel    map[string]clock   // slot id -> its "selected slot" line
-	parent arrival            // the last launched parent task's (a child task shares it)
-	byKey  map[string]arrival // "slot N task M" -> its arrival
+	http  []clock            // HTTP handler lines no launch took yet, oldest first
+	sel   map[string]clock   // slot id -> its "selected slot" line
+	byKey map[string]arrival // "slot N task M" -> its arrival
 }
 
 // Bounds on what arrivals keep: lines of requests that never launched or
@@ -100,25 +99,24 @@ func (p *Parser) llamaArrival(line []byte) bool {
 		if c.kind == 0 {
 			return true
 		}
-		var at arrival
-		if child := bytes.HasPrefix(line[i+len(llamaLaunchMark):], []byte("1")); child {
-			at = a.parent
-		} else {
-			at = arrival{at: c, basis: sample.TTFTSlot}
-			if s, ok := a.sel[slot]; ok && s.kind == c.kind && s.t <= c.t {
-				at.at = s
+		// A request for n > 1 choices launches its children (is_child =
+		// 1) first, then itself: a child shares the request's HTTP line,
+		// which its parent takes.
+		child := bytes.HasPrefix(line[i+len(llamaLaunchMark):], []byte("1"))
+		at := arrival{at: c, basis: sample.TTFTSlot}
+		if s, ok := a.sel[slot]; ok && s.kind == c.kind && s.t <= c.t {
+			at.at = s
+		}
+		if len(a.http) > 0 {
+			if h := a.http[0]; h.kind == c.kind && h.t <= c.t {
+				at = arrival{at: h, basis: sample.TTFTHTTP}
 			}
-			if len(a.http) > 0 {
-				if h := a.http[0]; h.kind == c.kind && h.t <= c.t {
-					at = arrival{at: h, basis: sample.TTFTHTTP}
-				}
+			if !child {
 				a.http = a.http[1:]
 			}
-			a.parent = at
 		}
-		delete(a.sel, slot)
-		if at.at.kind == 0 {
-			return true
+		if !child {
+			delete(a.sel, slot)
 		}
 		if a.byKey == nil || len(a.byKey) >= maxTracked {
 			a.byKey = map[string]arrival{}

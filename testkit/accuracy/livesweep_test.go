@@ -158,7 +158,10 @@ func clientWindows(reqs []request, start, end time.Time, w time.Duration) []curv
 func TestLiveSweepCurve(t *testing.T) {
 	dir := llamaServerDir(t)
 	logFile := filepath.Join(t.TempDir(), "server.log")
-	llama := startLlamaServerSlots(t, dir, logFile, 8, 1)
+	// -lv 4 and its stamps: the log times each request from its HTTP
+	// handler's line to its first token (ttft_basis http).
+	started := time.Now()
+	llama := startLlamaServerSlots(t, dir, logFile, 8, 1, "--log-timestamps", "-lv", "4")
 	influx := influxtest.URL(t)
 	db := influxtest.CreateDB(t, influx, "livesweep")
 	const window, scrape = 5 * time.Second, time.Second
@@ -178,23 +181,20 @@ servers:
   - name: llm-l
     engine: auto
     log: {file: %s}
+    slo: {tpot: %v}
 sink:
   influx: {url: "%s", bucket: "%s"}
   spool: {dir: "%s"}
-`, window, llama, scrape, logFile, influx, db, filepath.Join(t.TempDir(), "spool")))
+`, window, llama, scrape, logFile, sweepObjective.TPOT, influx, db, filepath.Join(t.TempDir(), "spool")))
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	time.Sleep(4 * scrape) // sources up, engines named
 	levels := []int{1, 2, 4, 6, 8}
-	type level struct {
-		streams    int
-		start, end time.Time
-	}
-	var done []level
+	var done []sweepLevel
 	first := time.Now().Truncate(window).Add(window) // on a window's edge
 	for i, n := range levels {
 		start := first.Add(time.Duration(i*perLevel) * window)
-		done = append(done, level{n, start, start.Add(perLevel * window)})
+		done = append(done, sweepLevel{n, start, start.Add(perLevel * window)})
 	}
 	last := done[len(done)-1].end
 	var mu sync.Mutex
@@ -266,6 +266,8 @@ sink:
 	clientCurve := func(floor float64) curve.Curve { return cb.Curves(curve.Options{Floor: floor})[0] }
 
 	c := report.NewClient(influx, db, "", 30*time.Second)
+	recordSweep(t, logFile, started, truthRequests(reqs, done, scrape/2))
+	checkSweepLatency(ctx, t, c, reqs, done, scrape/2, window, from, to)
 	f, err := report.Plan(ctx, c, report.Filter{From: from, To: to})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,185 @@
+package accuracy
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tpsmon/tpsmon/analysis/latency"
+	"github.com/tpsmon/tpsmon/internal/influxql"
+	"github.com/tpsmon/tpsmon/report"
+	"github.com/tpsmon/tpsmon/testkit/tokentruth"
+)
+
+// sweepObjective is the live sweep's time-per-token objective: between
+// what one stream and eight streams see on one thread.
+var sweepObjective = latency.Objective{TPOT: 6 * time.Millisecond}
+
+// sweepLevel is one level of the live sweep: its streams run from half a
+// scrape before start on.
+type sweepLevel struct {
+	streams    int
+	start, end time.Time
+}
+
+// truthRequests are the sweep's requests as tokentruth holds them, each
+// at the level that ran when it was sent.
+func truthRequests(reqs []request, levels []sweepLevel, lead time.Duration) []tokentruth.Request {
+	out := make([]tokentruth.Request, 0, len(reqs))
+	for _, r := range reqs {
+		lvl := levels[0].streams
+		for _, l := range levels {
+			if !r.start.Before(l.start.Add(-lead)) {
+				lvl = l.streams
+			}
+		}
+		// In UTC, as replay's points and LoadRequests are: windows are
+		// map keys.
+		arr := make([]time.Time, len(r.arrivals))
+		for i, a := range r.arrivals {
+			arr[i] = a.UTC()
+		}
+		out = append(out, tokentruth.Request{Start: r.start.UTC(), End: r.end.UTC(), OK: true, Level: lvl, Arrivals: arr})
+	}
+	return out
+}
+
+// latencyPoints reads the latency fields of server's windows in [from, to)
+// back from InfluxDB, as replay's points.
+func latencyPoints(ctx context.Context, t *testing.T, c *report.Client, server string, from, to time.Time) []point {
+	t.Helper()
+	series, err := c.Query(ctx, fmt.Sprintf(`SELECT "ttft_p50_s", "ttft_p90_s", "itl_p50_s", "itl_p90_s", "slo_attainment", "latency_source", "ttft_basis" FROM "tpsmon_server" WHERE "server" = '%s' AND time >= %dms AND time < %dms`,
+		server, from.UnixMilli(), to.UnixMilli()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pts []point
+	for _, s := range series {
+		for _, r := range s.Rows() {
+			tv, _ := influxql.Num(r["time"])
+			p := point{Measurement: "tpsmon_server", Time: time.Unix(int64(tv), 0).UTC(), Fields: map[string]any{}}
+			for k, v := range r {
+				if k == "time" || v == nil {
+					continue
+				}
+				if x, ok := influxql.Num(v); ok {
+					p.Fields[k] = x
+				} else {
+					p.Fields[k] = v
+				}
+			}
+			pts = append(pts, p)
+		}
+	}
+	return pts
+}
+
+// checkSweepLatency holds the live sweep's latencies to the client's,
+// window by window (the requests that ended in each, where tpsmon places
+// a request's timing line), for the server read from its log (llm-l):
+//
+//   - ITL p50 and p90 within 10 % in each window, attainment within 5
+//     points, as replay holds its recordings (TestLatencyAgainstClients).
+//   - TTFT from the HTTP handler's line (ttft_basis "http": -lv 4 with
+//     --log-timestamps), as holdTTFT holds it: never above the client's,
+//     and p50 within 10 % as the mean of the windows' errors at each
+//     level where the client's p50 is 20 ms or more, not window by window:
+//     a 5 s window holds 10-25 requests.
+//
+// The server read from its metrics (llm-m) has no latency: llama.cpp's
+// /metrics has no TTFT or ITL histogram (counters of prompt and decode
+// seconds only), so its windows carry no latency field, which is held.
+func checkSweepLatency(ctx context.Context, t *testing.T, c *report.Client, reqs []request, levels []sweepLevel, lead, w time.Duration, from, to time.Time) {
+	t.Helper()
+	truth := tokentruth.Windows(truthRequests(reqs, levels, lead), w, sweepObjective)
+	for _, p := range latencyPoints(ctx, t, c, "llm-m", from, to) {
+		if len(p.Fields) > 0 {
+			t.Errorf("llm-m window %v: latency fields %v from a llama.cpp /metrics page, which has no latency histogram", p.Time, p.Fields)
+		}
+	}
+	rep := compareLatency(latencyPoints(ctx, t, c, "llm-l", from, to), truth)
+	t.Logf("llm-l latency against the client (TTFT from ttft_basis %q):\n%s", rep.basis(), rep)
+	perLevel := map[int]int{}
+	for _, r := range rep.rows {
+		perLevel[r.level]++
+		if r.ttftBasis != "http" {
+			t.Errorf("window %v (level %d): ttft_basis %q, want http (the server logs at -lv 4 with its stamps)", r.start, r.level, r.ttftBasis)
+		}
+		for _, e := range []struct {
+			name      string
+			got, want float64
+		}{{"ITL p50", r.itl50, r.cITL50}, {"ITL p90", r.itl90, r.cITL90}} {
+			if !(math.Abs(e.got/e.want-1) <= 0.10) {
+				t.Errorf("window %v (level %d): %s %.3f ms, client %.3f ms: more than 10 %% off", r.start, r.level, e.name, 1e3*e.got, 1e3*e.want)
+			}
+		}
+		if !(math.Abs(r.att-r.cAtt) <= 0.05) {
+			t.Errorf("window %v (level %d): attainment %.3f, client %.3f: more than 5 points off", r.start, r.level, r.att, r.cAtt)
+		}
+	}
+	for _, l := range []int{1, 4, 8} {
+		if perLevel[l] < 4 {
+			t.Errorf("level %d: %d windows of 10 requests or more, want at least 4", l, perLevel[l])
+		}
+	}
+	if n := len(rep.rows); n < 20 {
+		t.Errorf("%d windows of 10 requests or more, want at least 20", n)
+	}
+	holdTTFT(t, rep)
+}
+
+// recordSweep writes the sweep as a recording replay can read, when
+// TPSMON_RECORD_SWEEP names a directory: the server's log (without the
+// prompt cache's listing, a line per cached prompt at each request) and
+// the client's requests (tokentruth.LoadRequests), gzipped, and when the
+// server started (its log's stamps count from it).
+func recordSweep(t *testing.T, logFile string, started time.Time, reqs []tokentruth.Request) {
+	dir := os.Getenv("TPSMON_RECORD_SWEEP")
+	if dir == "" {
+		return
+	}
+	b, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keep bytes.Buffer
+	for line := range strings.Lines(string(b)) {
+		if strings.Contains(line, " srv        update: ") || strings.Contains(line, " srv          load: ") ||
+			strings.Contains(line, " srv   prompt_save: ") || strings.Contains(line, " srv         alloc: ") {
+			continue
+		}
+		keep.WriteString(line)
+	}
+	var rq strings.Builder
+	for _, r := range reqs {
+		fmt.Fprintf(&rq, "%d %d 1 %d", r.Start.UnixMicro(), r.End.UnixMicro(), r.Level)
+		for i, a := range r.Arrivals {
+			if i == 0 {
+				fmt.Fprintf(&rq, " %d", a.UnixMicro())
+			} else {
+				fmt.Fprintf(&rq, " %d", a.UnixMicro()-r.Arrivals[i-1].UnixMicro())
+			}
+		}
+		rq.WriteString("\n")
+	}
+	for name, data := range map[string][]byte{"server.log.gz": keep.Bytes(), "requests.txt.gz": []byte(rq.String())} {
+		var z bytes.Buffer
+		zw := gzip.NewWriter(&z)
+		zw.Write(data)
+		zw.Close()
+		if err := os.WriteFile(filepath.Join(dir, name), z.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "started-at.txt"), []byte(started.UTC().Format(time.RFC3339Nano)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("recorded the sweep in %s", dir)
+}
