@@ -77,7 +77,7 @@ func TestLatencyAgainstClients(t *testing.T) {
 			}
 			truth := tokentruth.Windows(ok, c.window, latency.Objective{TPOT: c.tpot})
 			pts, _ := replayed(t, append(c.args(t), "--window", c.window.String(), "--slo-tpot", c.tpot.String())...)
-			rep := compareLatency(pts, truth)
+			rep := compareLatency(pts, truth, 10)
 			t.Logf("TTFT from %q\n%s", rep.basis(), rep)
 			perLevel := map[int]int{}
 			for _, r := range rep.rows {
@@ -148,13 +148,13 @@ func holdTTFT(t *testing.T, rep latencyReport) {
 	}
 	held := 0
 	for _, m := range rep.levels() {
-		if m.cTTFT50 < 0.020 {
+		if m.n50 == 0 || m.cTTFT50 < 0.020 {
 			continue
 		}
 		held++
 		if !(m.ttft50 <= 0.10) {
 			t.Errorf("level %d: TTFT p50 off the client's %.1f ms by %.1f %% over %d windows, want at most 10 %%",
-				m.level, 1e3*m.cTTFT50, 100*m.ttft50, m.n)
+				m.level, 1e3*m.cTTFT50, 100*m.ttft50, m.n50)
 		}
 	}
 	if held < 2 {
@@ -178,12 +178,12 @@ type latencyRow struct {
 type latencyReport struct{ rows []latencyRow }
 
 // compareLatency lines tpsmon's windows up with the client's: windows of
-// at least 10 requests (a p90 needs them) at one level.
-func compareLatency(pts []point, truth map[time.Time]*tokentruth.Latency) latencyReport {
+// at least minReqs requests (a p90 needs 10, a p50 2) at one level.
+func compareLatency(pts []point, truth map[time.Time]*tokentruth.Latency, minReqs int) latencyReport {
 	var rep latencyReport
 	for _, p := range pts {
 		tr := truth[p.Time.UTC()]
-		if tr == nil || tr.Requests < 10 {
+		if tr == nil || tr.Requests < minReqs {
 			continue
 		}
 		q := func(xs []float64, q float64) float64 {
@@ -218,13 +218,15 @@ func compareLatency(pts []point, truth map[time.Time]*tokentruth.Latency) latenc
 // levelErr is the mean over a level's windows of tpsmon's relative error
 // against the client (attainment: points).
 type levelErr struct {
-	level, n                          int
+	level                             int
+	n50, n                            int // windows with p50s, with p90s
 	ttft50, ttft90, itl50, itl90, att float64
 	cTTFT50                           float64 // the client's p50, mean over the windows
 }
 
-// levels are the mean errors of each level, the windows with a p90 on
-// both sides.
+// levels are the mean errors of each level: the p50s over the windows
+// with a p50 on both sides, the p90s and attainment over those with a
+// p90.
 func (rep latencyReport) levels() []levelErr {
 	per := map[int]*levelErr{}
 	for _, r := range rep.rows {
@@ -233,23 +235,28 @@ func (rep latencyReport) levels() []levelErr {
 			a = &levelErr{level: r.level}
 			per[r.level] = a
 		}
-		if math.IsNaN(r.ttft90 + r.itl90 + r.att + r.cTTFT90) {
-			continue // too few requests in tpsmon's window for a p90
+		if !math.IsNaN(r.ttft50 + r.cTTFT50 + r.itl50 + r.cITL50) {
+			a.n50++
+			a.cTTFT50 += r.cTTFT50
+			a.ttft50 += math.Abs(r.ttft50/r.cTTFT50 - 1)
+			a.itl50 += math.Abs(r.itl50/r.cITL50 - 1)
 		}
-		a.n++
-		a.cTTFT50 += r.cTTFT50
-		a.ttft50 += math.Abs(r.ttft50/r.cTTFT50 - 1)
-		a.ttft90 += math.Abs(r.ttft90/r.cTTFT90 - 1)
-		a.itl50 += math.Abs(r.itl50/r.cITL50 - 1)
-		a.itl90 += math.Abs(r.itl90/r.cITL90 - 1)
-		a.att += math.Abs(r.att - r.cAtt)
+		if !math.IsNaN(r.ttft90 + r.cTTFT90 + r.itl90 + r.cITL90 + r.att) {
+			a.n++
+			a.ttft90 += math.Abs(r.ttft90/r.cTTFT90 - 1)
+			a.itl90 += math.Abs(r.itl90/r.cITL90 - 1)
+			a.att += math.Abs(r.att - r.cAtt)
+		}
 	}
 	out := make([]levelErr, 0, len(per))
 	for _, a := range per {
+		if a.n50 > 0 {
+			n := float64(a.n50)
+			a.ttft50, a.itl50, a.cTTFT50 = a.ttft50/n, a.itl50/n, a.cTTFT50/n
+		}
 		if a.n > 0 {
 			n := float64(a.n)
-			a.ttft50, a.ttft90, a.itl50, a.itl90, a.att = a.ttft50/n, a.ttft90/n, a.itl50/n, a.itl90/n, a.att/n
-			a.cTTFT50 /= n
+			a.ttft90, a.itl90, a.att = a.ttft90/n, a.itl90/n, a.att/n
 		}
 		out = append(out, *a)
 	}
@@ -282,9 +289,9 @@ func (rep latencyReport) String() string {
 			r.start.Format("15:04:05"), r.level, r.n, 1e3*r.ttft50, 1e3*r.cTTFT50, 1e3*r.ttft90, 1e3*r.cTTFT90,
 			1e3*r.itl50, 1e3*r.cITL50, 1e3*r.itl90, 1e3*r.cITL90, 1e3*r.gap50, 1e3*r.gap90, r.ttftBasis, r.att, r.cAtt)
 	}
-	fmt.Fprintf(&b, "mean |error| per level: level windows TTFT p50 / p90 (vs client; client p50 ms) | ITL p50 / p90 | attainment (points)\n")
+	fmt.Fprintf(&b, "mean |error| per level: level windows (p50/p90) TTFT p50 / p90 (vs client; client p50 ms) | ITL p50 / p90 | attainment (points)\n")
 	for _, a := range rep.levels() {
-		fmt.Fprintf(&b, "  %d %3d  %5.1f %% / %5.1f %% (%5.1f) | %4.1f %% / %4.1f %% | %4.1f\n", a.level, a.n,
+		fmt.Fprintf(&b, "  %d %3d/%-3d  %5.1f %% / %5.1f %% (%5.1f) | %4.1f %% / %4.1f %% | %4.1f\n", a.level, a.n50, a.n,
 			100*a.ttft50, 100*a.ttft90, 1e3*a.cTTFT50, 100*a.itl50, 100*a.itl90, 100*a.att)
 	}
 	return b.String()
