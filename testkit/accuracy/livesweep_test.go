@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/http/httptrace"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -25,7 +26,10 @@ import (
 type request struct {
 	stream     int
 	start, end time.Time
-	arrivals   []time.Time
+	// wrote is when the request was sent whole (connected, headers and
+	// body written): what came before it no server sees.
+	wrote    time.Time
+	arrivals []time.Time
 }
 
 // sweepStream streams completions back to back until end, as one user.
@@ -41,6 +45,8 @@ func sweepStream(ctx context.Context, base string, stream int, end time.Time) ([
 		}
 		req.Header.Set("Content-Type", "application/json")
 		r := request{stream: stream, start: time.Now()}
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			WroteRequest: func(httptrace.WroteRequestInfo) { r.wrote = time.Now() }}))
 		resp, err := streamClient.Do(req)
 		if err != nil {
 			return out, err
@@ -266,7 +272,7 @@ sink:
 	clientCurve := func(floor float64) curve.Curve { return cb.Curves(curve.Options{Floor: floor})[0] }
 
 	c := report.NewClient(influx, db, "", 30*time.Second)
-	recordSweep(t, logFile, started, truthRequests(reqs, done, scrape/2))
+	recordSweep(t, logFile, started, truthRequests(reqs, done, scrape/2, false))
 	checkSweepLatency(ctx, t, c, reqs, done, scrape/2, window, from, to)
 	f, err := report.Plan(ctx, c, report.Filter{From: from, To: to})
 	if err != nil {
