@@ -100,7 +100,10 @@ func latencyPoints(ctx context.Context, t *testing.T, c *report.Client, server s
 //     arrival); p50 within 10 % of the client's counted from when its
 //     request was written whole (connected, sent), as the mean of the
 //     windows' errors at each level, not window by window, at the levels
-//     where that is 20 ms or more (4 to 8 streams here). Before the write
+//     where that is 20 ms or more (2 to 8 streams here): the median
+//     window's, since a level of a live run under load holds a window or
+//     two in which the client stalled for 10-20 ms, which no server sees
+//     (replay's recordings are held by the mean). Before the write
 //     no server sees anything (the client's connect and send: 1-3 ms on
 //     this 2-core machine shared with other jobs, load 15-20), nor after
 //     it the server's accept, read and hand-off to its HTTP thread before
@@ -162,7 +165,7 @@ func checkSweepLatency(ctx context.Context, t *testing.T, c *report.Client, reqs
 	}
 	t.Logf("%d of %d windows had the 10 requests a p90 needs (fewer on a machine loaded by other jobs, whose requests take longer)", p90s, len(rep.rows))
 	ttftNotAbove(t, rep)
-	ttftWithin(t, fromWrote, 0.020)
+	ttftWithin(t, fromWrote, 0.020, true)
 	for _, m := range fromWrote.levels() {
 		if (m.level == 1 || m.level == 4 || m.level == 8) && m.n50 == 0 {
 			t.Errorf("level %d: no TTFT to compare", m.level)
