@@ -388,24 +388,18 @@ sink:
 			fmt.Fprintf(&means, "| %d | %.1f / %.1f | %s | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %+.1f %% / %+.1f %% | %+.1f %% / %+.1f %% | %+.1f %% / %+.1f %% |\n", n, tr.sys, tr.user, srv,
 				*cbn.SystemTPS.Mean, *cbn.PerUserTPS.Mean, sm, um, tb.SystemTPS.P50, tb.PerUserTPS.P50, 100*ms, 100*mu,
 				100*off(sm, *cbn.SystemTPS.Mean), 100*off(um, *cbn.PerUserTPS.Mean), 100*off(tb.SystemTPS.P50, tr.sys), 100*off(tb.PerUserTPS.P50, tr.user))
-			// The table leaves out each level's first window; the bin holds
-			// it. Where the client's own windows of the bin are more than
-			// 7 % off the table for that (the rate swung within the level),
-			// tpsmon's means are held to those windows' means, and why is
-			// said.
+			// The means are held to the client's own windows of the bin (the
+			// same windows, binned alike); the client's per-level table is
+			// tabled beside them, not held: it leaves out each level's first
+			// window, which the bin holds, and where the rate swung within a
+			// level (a machine loaded by other jobs) the two differ by more
+			// than 7 % for the client itself.
 			csm, cum := *cbn.SystemTPS.Mean, *cbn.PerUserTPS.Mean
-			if gs, gu := off(csm, tr.sys), off(cum, tr.user); math.Abs(gs) <= 0.07 && math.Abs(gu) <= 0.07 {
-				if math.Abs(ms) > 0.07 || math.Abs(mu) > 0.07 {
-					t.Errorf("%s level %d: the bin's means %+.1f %% (system), %+.1f %% (per user) off the client's table", srv, n, 100*ms, 100*mu)
-				}
-			} else {
-				why := fmt.Sprintf("level %d: the client's own windows of bin %d are %+.1f %% / %+.1f %% off its table, which leaves out the level's first window: %s", n, n, 100*gs, 100*gu, levelWindows(cws, from, window, done, n))
-				if srv == "llm-m" {
-					gaps = append(gaps, why)
-				}
-				if cs, cu := off(sm, csm), off(um, cum); math.Abs(cs) > 0.07 || math.Abs(cu) > 0.07 {
-					t.Errorf("%s level %d: the bin's means %+.1f %% (system), %+.1f %% (per user) off the client's windows' (%s)", srv, n, 100*cs, 100*cu, why)
-				}
+			if gs, gu := off(csm, tr.sys), off(cum, tr.user); math.Abs(gs) > 0.07 || math.Abs(gu) > 0.07 {
+				gaps = append(gaps, fmt.Sprintf("%s level %d: the client's own windows of bin %d are %+.1f %% / %+.1f %% off its table: %s", srv, n, n, 100*gs, 100*gu, levelWindows(cws, from, window, done, n)))
+			}
+			if cs, cu := off(sm, csm), off(um, cum); math.Abs(cs) > 0.07 || math.Abs(cu) > 0.07 {
+				t.Errorf("%s level %d: the bin's means %+.1f %% (system), %+.1f %% (per user) off the client's windows'", srv, n, 100*cs, 100*cu)
 			}
 		}
 	}
