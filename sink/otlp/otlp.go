@@ -13,9 +13,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,10 +34,12 @@ type Config struct {
 	// Endpoint is the receiver's metrics URL; one without a path gets
 	// DefaultPath, OTLP/HTTP's.
 	Endpoint string `mapstructure:"endpoint"`
-	// Headers are sent with every request (an Authorization, a tenant);
-	// their values never reach the log.
-	Headers map[string]string `mapstructure:"headers"`
-	Timeout time.Duration     `mapstructure:"timeout"`
+	// Headers are sent with every request (an Authorization, a tenant),
+	// each "Name: value" (HeaderMap); their values never reach the log. A
+	// list, not a map: a list is one configuration key, so a reload may
+	// drop a header, and TPSMON_SINK_OTLP_HEADERS gives it as "a: b,c: d".
+	Headers []string      `mapstructure:"headers"`
+	Timeout time.Duration `mapstructure:"timeout"`
 	// GZip compresses the requests.
 	GZip bool           `mapstructure:"gzip"`
 	TLS  sink.TLSConfig `mapstructure:"tls"`
@@ -48,8 +50,45 @@ type Config struct {
 
 // Equal tells whether c and o configure the same writer.
 func (c Config) Equal(o Config) bool {
-	return c.Endpoint == o.Endpoint && maps.Equal(c.Headers, o.Headers) && c.Timeout == o.Timeout &&
+	return c.Endpoint == o.Endpoint && slices.Equal(c.Headers, o.Headers) && c.Timeout == o.Timeout &&
 		c.GZip == o.GZip && c.TLS == o.TLS && c.UserAgent == o.UserAgent
+}
+
+// HeaderMap returns Headers by name; an entry that is not "Name: value",
+// or a name or value HTTP cannot carry, is an error that names the
+// header (never its value).
+func (c Config) HeaderMap() (map[string]string, error) {
+	out := make(map[string]string, len(c.Headers))
+	for i, h := range c.Headers {
+		k, v, ok := strings.Cut(h, ":")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("entry %d: want \"Name: value\"", i+1)
+		case !headerName(k):
+			return nil, fmt.Errorf("entry %d: %q is not a header name", i+1, k)
+		case strings.ContainsFunc(v, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }):
+			return nil, fmt.Errorf("%s: the value holds a control character", k)
+		}
+		if _, dup := out[http.CanonicalHeaderKey(k)]; dup {
+			return nil, fmt.Errorf("%s: given twice", k)
+		}
+		out[http.CanonicalHeaderKey(k)] = v
+	}
+	return out, nil
+}
+
+// headerName tells whether k is an HTTP header name (RFC 9110's token).
+func headerName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for _, r := range k {
+		if r > 0x7e || r <= ' ' || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r) {
+			return false
+		}
+	}
+	return true
 }
 
 // DefaultPath is OTLP/HTTP's path for metrics.
@@ -87,6 +126,10 @@ func New(cfg Config) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("otlp endpoint: %w", err)
 	}
+	headers, err := cfg.HeaderMap()
+	if err != nil {
+		return nil, fmt.Errorf("otlp headers: %w", err)
+	}
 	tc, err := cfg.TLS.ClientConfig()
 	if err != nil {
 		return nil, err
@@ -105,7 +148,7 @@ func New(cfg Config) (*Writer, error) {
 		otlpmetrichttp.WithRetry(otlpmetrichttp.RetryConfig{Enabled: false}),
 		// Explicit, so that OTEL_EXPORTER_OTLP_* variables do not add
 		// to what the configuration says.
-		otlpmetrichttp.WithHeaders(maps.Clone(cfg.Headers)),
+		otlpmetrichttp.WithHeaders(headers),
 		otlpmetrichttp.WithCompression(otlpmetrichttp.NoCompression),
 	}
 	if cfg.GZip {

@@ -176,7 +176,7 @@ func newWriter(t *testing.T, endpoint string, cfg Config) *Writer {
 func TestExportMatchesLineProtocol(t *testing.T) {
 	for _, gz := range []bool{false, true} {
 		r := newReceiver(t)
-		w := newWriter(t, r.srv.URL, Config{GZip: gz, Headers: map[string]string{"authorization": "Bearer t0ken"},
+		w := newWriter(t, r.srv.URL, Config{GZip: gz, Headers: []string{"authorization: Bearer t0ken", "X-Scope-OrgID: a"},
 			UserAgent: "tpsmon/test"})
 		lines := numericLP(t, windows(0, 2))
 		if err := w.Write(context.Background(), lines); err != nil {
@@ -215,8 +215,8 @@ func TestExportMatchesLineProtocol(t *testing.T) {
 		if r.resource["service.name"] != "tpsmon" || len(r.resource) != 1 {
 			t.Errorf("resource %v, want service.name=tpsmon only", r.resource)
 		}
-		if h := r.header.Get("Authorization"); h != "Bearer t0ken" {
-			t.Errorf("Authorization %q", h)
+		if h, o := r.header.Get("Authorization"), r.header.Get("X-Scope-Orgid"); h != "Bearer t0ken" || o != "a" {
+			t.Errorf("Authorization %q, X-Scope-OrgID %q", h, o)
 		}
 		if ua := r.header.Get("User-Agent"); !strings.HasPrefix(ua, "tpsmon/test OTel Go") {
 			t.Errorf("User-Agent %q", ua)
