@@ -11,10 +11,12 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,6 +39,7 @@ type otlpReceiver struct {
 	mu     sync.Mutex
 	points map[string][]float64 // name{attrs}@unix seconds
 	failed int
+	tenant map[string]int // requests by X-Tenant
 }
 
 func otlpKey(name string, attrs map[string]string, sec int64) string {
@@ -73,6 +76,9 @@ func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.tenant != nil {
+		r.tenant[hr.Header.Get("X-Tenant")]++
+	}
 	for _, rm := range req.GetResourceMetrics() {
 		for _, sm := range rm.GetScopeMetrics() {
 			for _, m := range sm.GetMetrics() {
@@ -234,6 +240,62 @@ func TestOTLPBesideInfluxDB(t *testing.T) {
 	if strings.Contains(logs.String(), "s3cret") {
 		t.Error("the log shows a header's value")
 	}
+}
+
+// TestReloadOTLPHeaders: a reload with new headers sends the next
+// exports with them; one with a header HTTP cannot carry is rejected,
+// naming the key, and the running ones stay.
+func TestReloadOTLPHeaders(t *testing.T) {
+	t.Parallel()
+	rcv := &otlpReceiver{points: map[string][]float64{}, tenant: map[string]int{}}
+	ots := httptest.NewServer(rcv)
+	defer ots.Close()
+	vllm := httptest.NewServer(&vllmsim.Driven{Rate: 100, Start: time.Now(), ResetAt: time.Now().Add(time.Hour)})
+	defer vllm.Close()
+	cfg := configtest.Private(t)
+	cfg.Window, cfg.Grace, cfg.GPU.Backend = time.Second, 200*time.Millisecond, "none"
+	cfg.Servers = []config.ServerConfig{{Name: "llm", Engine: "vllm", MetricsURL: vllm.URL, ScrapeInterval: 100 * time.Millisecond}}
+	cfg.Sink.File.Path = config.NoFileSink
+	cfg.Sink.OTLP.Endpoint = ots.URL
+	cfg.Sink.OTLP.Headers = []string{"X-Tenant: a"}
+	next := *cfg
+	var mu sync.Mutex
+	load := func() (*config.Config, error) { mu.Lock(); defer mu.Unlock(); c := next; return &c, nil }
+	reload := make(chan os.Signal, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	a := New(cfg, Options{Log: slog.New(slog.DiscardHandler), Reload: reload, Load: load})
+	go func() { done <- a.Run(ctx) }()
+	requests := func(tenant string) int { rcv.mu.Lock(); defer rcv.mu.Unlock(); return rcv.tenant[tenant] }
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); !ok(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s", what)
+			}
+		}
+	}
+	waitFor("export with X-Tenant a", func() bool { return requests("a") > 0 })
+	mu.Lock()
+	next.Sink.OTLP.Headers = []string{"X-Tenant: b"}
+	mu.Unlock()
+	reload <- syscall.SIGHUP
+	waitFor("export with X-Tenant b after the reload", func() bool { return requests("b") > 0 })
+	mu.Lock()
+	next.Sink.OTLP.Headers = []string{"X-Tenant b"}
+	mu.Unlock()
+	reload <- syscall.SIGHUP
+	waitFor("rejected reload", func() bool { return strings.Contains(a.health.lastReloadError(), "sink.otlp") })
+	before := requests("b")
+	waitFor("export with X-Tenant b after the rejected reload", func() bool { return requests("b") > before })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	t.Logf("exports: %v; the rejected reload: %s", rcv.tenant, a.health.lastReloadError())
 }
 
 func influxRows(t *testing.T, base, db string) []map[string]any {
