@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	"google.golang.org/protobuf/proto"
 
@@ -214,6 +215,16 @@ func (w *Writer) classify(ctx context.Context, err error, a *answer) error {
 		we.Content = true
 	}
 	return we
+}
+
+// Probe sends an export of no points: the receiver answers as it would
+// a batch, so the endpoint, the headers and TLS are checked and nothing
+// is stored.
+func (w *Writer) Probe(ctx context.Context) error {
+	var a answer
+	err := w.exp.Export(context.WithValue(ctx, answerKey{}, &a),
+		&metricdata.ResourceMetrics{Resource: Resource, ScopeMetrics: []metricdata.ScopeMetrics{{Scope: Scope}}})
+	return w.classify(ctx, err, &a)
 }
 
 // Close shuts the exporter down and closes its connections.

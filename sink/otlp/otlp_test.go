@@ -283,6 +283,24 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// TestProbe: an empty export reaches the receiver and stores nothing; a
+// refused header shows as the receiver's 401.
+func TestProbe(t *testing.T) {
+	r := newReceiver(t)
+	w := newWriter(t, r.srv.URL, Config{Headers: []string{"Authorization: Bearer good"}})
+	if err := w.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got, bad := r.got(); len(got) != 0 || len(bad) != 0 || r.requests != 1 {
+		t.Errorf("probe stored %v (%v), %d requests", got, bad, r.requests)
+	}
+	r.answer = func(*colmetricpb.ExportMetricsServiceRequest) (int, int64) { return http.StatusUnauthorized, 0 }
+	var we *sink.WriteError
+	if err := w.Probe(context.Background()); !errors.As(err, &we) || we.Status != http.StatusUnauthorized {
+		t.Errorf("probe refused: %v", err)
+	}
+}
+
 // spooled is a spool with its Sender and the SpoolWriter the agent
 // gives the pipeline, in dir.
 type spooled struct {
