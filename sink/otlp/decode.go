@@ -37,6 +37,7 @@ func Decode(lines []byte) (*metricdata.ResourceMetrics, int, error) {
 	dec := lineprotocol.NewDecoderWithBytes(lines)
 	gauges := map[string]int{} // index in metrics by name
 	var metrics []metricdata.Metrics
+	var points [][]metricdata.DataPoint[float64] // of metrics[i]
 	var kvs []attribute.KeyValue
 	n := 0
 	for line := 1; dec.Next(); line++ {
@@ -97,14 +98,17 @@ func Decode(lines []byte) (*metricdata.ResourceMetrics, int, error) {
 		if t.IsZero() {
 			return nil, 0, bad(errors.New("no timestamp: a window's point has its start"))
 		}
+		// One set of the tags for every field of the line; a one-hot
+		// field's adds its label.
+		base := attribute.NewSet(kvs...)
 		for _, f := range fs {
 			wm, ok := sink.WindowMetricOf(measurement, f.key)
 			if !ok {
 				continue
 			}
-			attrs := kvs
+			attrs := base
 			if key, value := wm.Label(); key != "" {
-				attrs = append(attrs[:len(kvs):len(kvs)], attribute.String(key, value))
+				attrs = attribute.NewSet(append(kvs[:len(kvs):len(kvs)], attribute.String(key, value))...)
 			}
 			name := wm.FullName()
 			i, ok := gauges[name]
@@ -113,17 +117,18 @@ func Decode(lines []byte) (*metricdata.ResourceMetrics, int, error) {
 				gauges[name] = i
 				// No Unit: the name carries it, and receivers that
 				// translate OTLP to Prometheus names would add it again.
-				metrics = append(metrics, metricdata.Metrics{Name: name, Description: wm.Help(), Data: metricdata.Gauge[float64]{}})
+				metrics = append(metrics, metricdata.Metrics{Name: name, Description: wm.Help()})
+				points = append(points, nil)
 			}
-			g := metrics[i].Data.(metricdata.Gauge[float64])
-			g.DataPoints = append(g.DataPoints, metricdata.DataPoint[float64]{
-				Attributes: attribute.NewSet(attrs...), Time: t, Value: wm.Value(f.v)})
-			metrics[i].Data = g
+			points[i] = append(points[i], metricdata.DataPoint[float64]{Attributes: attrs, Time: t, Value: wm.Value(f.v)})
 		}
 		n++
 	}
 	if err := dec.Err(); err != nil {
 		return nil, 0, err
+	}
+	for i := range metrics {
+		metrics[i].Data = metricdata.Gauge[float64]{DataPoints: points[i]}
 	}
 	return &metricdata.ResourceMetrics{Resource: Resource,
 		ScopeMetrics: []metricdata.ScopeMetrics{{Scope: Scope, Metrics: metrics}}}, n, nil

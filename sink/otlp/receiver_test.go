@@ -29,6 +29,8 @@ type receiver struct {
 	points   map[string][]float64 // by pointKey; more than one value: sent twice
 	requests int
 	header   http.Header // of the last request
+	wire     int         // bytes of the last request's body, as sent
+	raw      int         // and its protobuf
 	resource map[string]string
 	bad      []string // what the receiver could not read
 }
@@ -66,9 +68,11 @@ func (r *receiver) restart(t *testing.T, addr string) {
 }
 
 func (r *receiver) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
-	var body io.Reader = hr.Body
+	var wire countingReader
+	wire.r = hr.Body
+	var body io.Reader = &wire
 	if hr.Header.Get("Content-Encoding") == "gzip" {
-		zr, err := gzip.NewReader(hr.Body)
+		zr, err := gzip.NewReader(&wire)
 		if err != nil {
 			r.fail(w, "gzip: "+err.Error())
 			return
@@ -93,6 +97,7 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 	defer r.mu.Unlock()
 	r.requests++
 	r.header = hr.Header.Clone()
+	r.wire, r.raw = wire.n, len(b)
 	status, rejected := 0, int64(0)
 	if r.answer != nil {
 		status, rejected = r.answer(&req)
@@ -172,4 +177,15 @@ func hasServer(req *colmetricpb.ExportMetricsServiceRequest, server string) bool
 		}
 	}
 	return false
+}
+
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
 }
