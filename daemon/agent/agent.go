@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -233,12 +234,23 @@ func (a *Agent) assemble(p *pipeline, tel *telemetry) (outs spooled, closeAll fu
 			return outs, closeAll, err
 		}
 		closers = append(closers, func() { lock.Close() })
+		// The senders stop side by side: each gives its store stopTimeout
+		// to take what is spooled, and a store that is down must not
+		// take the other's time.
+		var stops []func()
+		closers = append(closers, func() {
+			var wg sync.WaitGroup
+			for _, stop := range stops {
+				wg.Go(stop)
+			}
+			wg.Wait()
+		})
 		if cfg.Sink.Influx.URL != "" {
 			out, stop, err := startInflux(cfg, log, o.Version)
 			if err != nil {
 				return outs, closeAll, err
 			}
-			closers = append(closers, stop)
+			stops = append(stops, stop)
 			outs.influx = out
 			p.outputs = append(p.outputs, out)
 			tel.spool, tel.sender = out.Spool, out.Sender
@@ -248,7 +260,7 @@ func (a *Agent) assemble(p *pipeline, tel *telemetry) (outs spooled, closeAll fu
 			if err != nil {
 				return outs, closeAll, err
 			}
-			closers = append(closers, stop)
+			stops = append(stops, stop)
 			outs.otlp = out
 			p.outputs = append(p.outputs, out)
 			tel.otlpSpool, tel.otlpSender = out.Spool, out.Sender
