@@ -20,15 +20,18 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sim/gpusim"
 	"github.com/tpsmon/tpsmon/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/sink"
+	"github.com/tpsmon/tpsmon/sink/otlp"
 	"github.com/tpsmon/tpsmon/testkit/influxtest"
 )
 
@@ -320,3 +323,62 @@ func serverAttrs(r map[string]any) map[string]string {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestWindowMetricsMatchOTLP: for the same window, with every field
+// present, /metrics and the OTLP push give the same series (name and
+// labels, an empty label being none), the same timestamps and values.
+func TestWindowMetricsMatchOTLP(t *testing.T) {
+	c := fullWindows()
+	wm := newWindowMetrics()
+	if err := wm.WriteWindows([]analysis.Closed{c}); err != nil {
+		t.Fatal(err)
+	}
+	prom := map[string]float64{}
+	for _, mf := range gather(t, wm) {
+		for _, m := range mf.GetMetric() {
+			ls := map[string]string{}
+			for _, l := range m.GetLabel() {
+				if l.GetValue() != "" {
+					ls[l.GetName()] = l.GetValue()
+				}
+			}
+			prom[otlpKey(mf.GetName(), ls, m.GetTimestampMs()/1000)] = m.GetGauge().GetValue()
+		}
+	}
+	var lp strings.Builder
+	lw := sink.NewLPWriter(&lp)
+	lw.SetProfile(sink.ProfileNumeric)
+	if err := lw.WriteWindows([]analysis.Closed{c}); err != nil {
+		t.Fatal(err)
+	}
+	rm, _, err := otlp.Decode([]byte(lp.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed := map[string]float64{}
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		for _, dp := range m.Data.(metricdata.Gauge[float64]).DataPoints {
+			ls := map[string]string{}
+			for _, kv := range dp.Attributes.ToSlice() {
+				ls[string(kv.Key)] = kv.Value.AsString()
+			}
+			pushed[otlpKey(m.Name, ls, dp.Time.Unix())] = dp.Value
+		}
+	}
+	for k, v := range prom {
+		if p, ok := pushed[k]; !ok {
+			t.Errorf("/metrics has %s, OTLP not", k)
+		} else if p != v {
+			t.Errorf("%s: %v on /metrics, %v over OTLP", k, v, p)
+		}
+	}
+	for k := range pushed {
+		if _, ok := prom[k]; !ok {
+			t.Errorf("OTLP has %s, /metrics not", k)
+		}
+	}
+	if len(prom) < 100 {
+		t.Errorf("only %d series compared", len(prom))
+	}
+	t.Logf("%d series equal on /metrics and over OTLP", len(prom))
+}
