@@ -80,6 +80,9 @@ func (m WindowMetric) Value(v float64) float64 {
 	return v
 }
 
+// Scale is what Value multiplies by: the name's unit over the field's.
+func (m WindowMetric) Scale() float64 { return m.Value(1) }
+
 // Label is the label a one-hot field adds to its point's tags and the
 // value it gives it ("state", "idle"); both "" for other fields.
 func (m WindowMetric) Label() (key, value string) { return m.labelKey, m.label }

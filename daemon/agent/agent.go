@@ -564,7 +564,7 @@ func startInflux(cfg *config.Config, log *slog.Logger, version string) (out *sin
 
 // startOTLP opens the OTLP spool (<sink.spool.dir>/otlp, bounded as the
 // InfluxDB one) and starts its sender: an outage of either store never
-// holds up the other. stop is startInflux's.
+// holds up the other. stop is as startInflux's.
 func startOTLP(cfg *config.Config, log *slog.Logger, version string) (out *sink.SpoolWriter, stop func(), err error) {
 	w, err := cfg.OTLPClient(userAgent(version))
 	if err != nil {
@@ -577,15 +577,19 @@ func startOTLP(cfg *config.Config, log *slog.Logger, version string) (out *sink.
 		w.Close()
 		return nil, nil, fmt.Errorf("sink.spool.dir: %w", err)
 	}
+	// A batch in flight at the stop finishes (Drain), as InfluxDB's does:
+	// cut off after the receiver took it, it would be sent again, and a
+	// store that keeps every sample would hold it twice.
 	sender := &sink.Sender{Spool: sp, W: w, Name: "OTLP receiver", Log: log.With("sink", "otlp"),
-		StaleAfter: max(30*time.Minute, 3*cfg.Window)}
+		StaleAfter: max(30*time.Minute, 3*cfg.Window), Drain: stopTimeout / 2}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { sender.Run(ctx); close(done) }()
 	stop = func() {
+		deadline := time.Now().Add(stopTimeout)
 		cancel()
 		<-done
-		fctx, fcancel := context.WithTimeout(context.Background(), stopTimeout)
+		fctx, fcancel := context.WithDeadline(context.Background(), deadline)
 		defer fcancel()
 		if err := sender.Flush(fctx); err != nil {
 			log.Warn("OTLP points left in the spool for the next start", "points", sp.Stats().Points, "err", err)

@@ -150,7 +150,7 @@ func vmScrapeWindows(t *testing.T, vm *victoriatest.Server, at time.Time, lookba
 }
 
 // vmGaugeWindows reads the window gauges selector matches (as /metrics
-// names them: promNames), back in their fields' units, without the
+// names them: sink.WindowMetricOf), back in their fields' units, without the
 // labels the way in added (drop). The same window read again is the same
 // sample; a stale marker (a series gone from the next window) is no
 // sample. The scrape reads them so; so can a push that uses the same
@@ -162,16 +162,18 @@ func vmGaugeWindows(t *testing.T, vm *victoriatest.Server, selector string, drop
 		scale              float64
 	}
 	byName := map[string]named{}
-	for m, fields := range promNames {
-		for f, pm := range fields {
-			byName[promName(m, pm)+"|"+pm.label] = named{m, f, pm.scale}
+	for _, m := range []string{schema.Server, schema.GPU} {
+		for _, f := range sink.WindowMetricFields(m) {
+			wm, _ := sink.WindowMetricOf(m, f)
+			_, value := wm.Label()
+			byName[wm.FullName()+"|"+value] = named{m, f, wm.Scale()}
 		}
 	}
 	out := storedWindows{}
 	for _, s := range vm.Raw(t, selector, at, lookback) {
 		tags := maps.Clone(s.Labels)
-		oneHot := tags[labelState] + tags[labelRule]
-		for _, l := range append([]string{"__name__", labelState, labelRule}, drop...) {
+		oneHot := tags[sink.LabelState] + tags[sink.LabelRule]
+		for _, l := range append([]string{"__name__", sink.LabelState, sink.LabelRule}, drop...) {
 			delete(tags, l)
 		}
 		n, ok := byName[s.Labels["__name__"]+"|"+oneHot]
