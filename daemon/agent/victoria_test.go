@@ -377,8 +377,8 @@ func runOnVictoria(t *testing.T, during func(vm *victoriatest.Server)) *victoria
 			SLO: &analysis.SLO{Objective: latency.Objective{TTFT: 300 * time.Millisecond}, Floor: 0.9}},
 	}
 	cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket, cfg.Sink.Influx.Profile = r.vm.URL, "tpsmon", string(sink.ProfileNumeric)
-	// A push to the same store goes here too (OTLP: r.vm.URL +
-	// "/opentelemetry/v1/metrics"), read back by vmGaugeWindows.
+	// The OTLP push to the same store, read back by vmGaugeWindows.
+	cfg.Sink.OTLP.Endpoint = r.vm.URL + "/opentelemetry/v1/metrics"
 
 	log := slog.New(slog.DiscardHandler)
 	var outputs []WindowWriter
@@ -420,9 +420,19 @@ func (r *victoriaRun) read(t *testing.T) (num, def, lines, scraped storedWindows
 		vmLineWindows(t, r.vm, at, lookback), vmScrapeWindows(t, r.vm, at, lookback)
 }
 
+// pushed returns the windows VictoriaMetrics took by OTLP: the window
+// gauges no scrape gave (job is the scrape's), without the labels it
+// makes of the resource and the scope.
+func (r *victoriaRun) pushed(t *testing.T) storedWindows {
+	t.Helper()
+	at := time.Now().Add(time.Minute)
+	return vmGaugeWindows(t, r.vm, `{__name__=~"tpsmon_window_.+",job!="tpsmon"}`,
+		[]string{"service.name", "scope.name", "scope.version"}, at, at.Sub(r.from)+time.Minute)
+}
+
 // TestVictoriaMetricsRoundTrip: every window of a run, and every field of
 // each, read back from VictoriaMetrics through its Prometheus query API,
-// equals what InfluxDB holds for it: by line protocol every window, by
+// equals what InfluxDB holds for it: by line protocol and by OTLP every window, by
 // scraping /metrics every window scraped (the last closed one, stamped
 // with its start); the state as state_code and one-hot agrees with the
 // default profile's string.
@@ -436,10 +446,13 @@ func TestVictoriaMetricsRoundTrip(t *testing.T) {
 	lp := compareWindows(t, "line protocol", num, lines, all)
 	// /metrics: every window up to the last before the stop.
 	sc := compareWindows(t, "/metrics", num, scraped, func(k wkey) bool { return k.start <= r.scrapedTo })
+	pushed := r.pushed(t)
+	ot := compareWindows(t, "OTLP", num, pushed, all)
 	states := checkCodes(t, "line protocol", def, lines)
 	states += checkCodes(t, "/metrics", def, scraped)
-	if lp.windows < 6 || sc.windows < 3 || states == 0 || contiguous(t, num) < 3 {
-		t.Errorf("%d windows by line protocol, %d scraped, %d states checked", lp.windows, sc.windows, states)
+	states += checkCodes(t, "OTLP", def, pushed)
+	if lp.windows < 6 || sc.windows < 3 || ot.windows != lp.windows || states == 0 || contiguous(t, num) < 3 {
+		t.Errorf("%d windows by line protocol, %d scraped, %d by OTLP, %d states checked", lp.windows, sc.windows, ot.windows, states)
 	}
 	logSample(t, num, lines, scraped)
 }
@@ -464,7 +477,8 @@ func logSample(t *testing.T, num, lines, scraped storedWindows) {
 
 // TestVictoriaMetricsOutage: VictoriaMetrics is stopped while windows
 // close, and started again; afterwards it holds every window of the run
-// once, each equal to InfluxDB's (which never went away).
+// once by line protocol and once by OTLP, each equal to InfluxDB's
+// (which never went away).
 func TestVictoriaMetricsOutage(t *testing.T) {
 	t.Parallel()
 	var down, up time.Time
@@ -479,6 +493,7 @@ func TestVictoriaMetricsOutage(t *testing.T) {
 	})
 	num, _, lines, _ := r.read(t)
 	lp := compareWindows(t, "line protocol", num, lines, all)
+	ot := compareWindows(t, "OTLP", num, r.pushed(t), all)
 	inOutage := 0
 	for k := range num {
 		// A window closes a window and a grace after its start.
@@ -498,8 +513,9 @@ func TestVictoriaMetricsOutage(t *testing.T) {
 		}
 	}
 	t.Logf("outage %s..%s: %d server windows closed in it, %v writes retried", down.Format("15:04:05.0"), up.Format("15:04:05.0"), inOutage, retries)
-	if inOutage < 2 || retries == 0 || lp.windows != len(num) || contiguous(t, num) < 4 {
-		t.Errorf("%d server windows closed in the outage, %v writes retried; %d of %d windows read back", inOutage, retries, lp.windows, len(num))
+	if inOutage < 2 || retries == 0 || lp.windows != len(num) || ot.windows != len(num) || contiguous(t, num) < 4 {
+		t.Errorf("%d server windows closed in the outage, %v writes retried; %d of %d windows read back by line protocol, %d by OTLP",
+			inOutage, retries, lp.windows, len(num), ot.windows)
 	}
 }
 
