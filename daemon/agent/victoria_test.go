@@ -395,12 +395,16 @@ func runOnVictoria(t *testing.T, during func(vm *victoriatest.Server)) *victoria
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	done := make(chan error, 1)
+	stopped := make(chan struct{})
 	go func() {
 		done <- New(cfg, Options{Log: log, Outputs: outputs,
 			OpenGPU: func() (GPUSampler, error) { return gpusim.Steady{Start: r.from}, nil }}).Run(ctx)
+		close(stopped)
 	}()
+	// Also after a t.Fatal: the daemon ends before its outputs' spools
+	// close (the stops deferred above), or it appends to a closed one.
+	defer func() { cancel(); <-stopped }()
 	during(r.vm)
 	r.scrapedTo = waitScraped(t, r.vm)
 	cancel()
