@@ -133,13 +133,24 @@ type WriteError struct {
 	// After is the server's Retry-After, when it sent one.
 	After time.Duration
 	Err   error
+	// Content is the writer's verdict that the points themselves are
+	// refused (an OTLP receiver's 400, a spooled line the writer cannot
+	// read): the Sender quarantines them as it does InfluxDB's parse
+	// errors.
+	Content bool
+	// Op names the write in the message; "" is "influx write".
+	Op string
 }
 
 func (e *WriteError) Error() string {
-	if e.Status == 0 {
-		return redact.Text(fmt.Sprintf("influx write: %v", e.Err))
+	op := e.Op
+	if op == "" {
+		op = "influx write"
 	}
-	return redact.Text(fmt.Sprintf("influx write: HTTP %d: %v", e.Status, e.Err))
+	if e.Status == 0 {
+		return redact.Text(fmt.Sprintf("%s: %v", op, e.Err))
+	}
+	return redact.Text(fmt.Sprintf("%s: HTTP %d: %v", op, e.Status, e.Err))
 }
 
 func (e *WriteError) Unwrap() error { return e.Err }

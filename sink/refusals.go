@@ -78,14 +78,14 @@ func (s *Sender) settleLocked(t *tally, now time.Time) {
 		if ep == nil {
 			ep = &episode{since: now, logged: now}
 			s.refusing[g] = ep
-			s.Log.Error("InfluxDB refuses points for their content; they go to quarantine until it takes them again",
+			s.Log.Error(s.name()+" refuses points for their content; they go to quarantine until it takes them again",
 				"measurement", g.measurement, "server", g.server, "points", n, "err", t.reasons[g])
 		}
 		ep.points += n
 		ep.last, ep.reason = now, t.reasons[g]
 		if now.Sub(ep.logged) >= summaryEvery {
 			ep.logged = now
-			s.Log.Error("InfluxDB still refuses points; they go to quarantine", "measurement", g.measurement,
+			s.Log.Error(s.name()+" still refuses points; they go to quarantine", "measurement", g.measurement,
 				"server", g.server, "refused_points", ep.points, "since", ep.since.UTC().Format(time.RFC3339), "err", ep.reason)
 		}
 	}
@@ -93,7 +93,7 @@ func (s *Sender) settleLocked(t *tally, now time.Time) {
 		for _, run := range t.accepted {
 			eachLine(run, func(l []byte) {
 				if g := groupOf(l); t.refused[g] == 0 && s.refusing[g] != nil {
-					s.endLocked(g, now, "InfluxDB takes the points again")
+					s.endLocked(g, now, s.name()+" takes the points again")
 				}
 			})
 		}

@@ -33,6 +33,8 @@ type Writer interface {
 type Sender struct {
 	Spool *spool.Spool
 	W     Writer
+	// Name is the store in the log ("InfluxDB" unless set).
+	Name string
 	// BatchBytes is the size a batch aims at.
 	BatchBytes int
 	Log        *slog.Logger
@@ -235,11 +237,18 @@ func (s *Sender) sendOne(ctx context.Context) error {
 	s.sent += uint64(written)
 	s.lastSuccess = time.Now()
 	if s.lastErr != "" {
-		s.Log.Info("influx writes succeed again", "failed_attempts", s.episodeFails)
+		s.Log.Info(s.name()+" writes succeed again", "failed_attempts", s.episodeFails)
 	}
 	s.lastErr, s.configErr, s.episodeFails = "", "", 0
 	s.mu.Unlock()
 	return nil
+}
+
+func (s *Sender) name() string {
+	if s.Name != "" {
+		return s.Name
+	}
+	return "InfluxDB"
 }
 
 func (s *Sender) failed(err error) {
@@ -250,12 +259,12 @@ func (s *Sender) failed(err error) {
 	var we *WriteError
 	if errors.As(err, &we) && isConfigError(we) {
 		if s.configErr == "" {
-			s.Log.Error("InfluxDB refuses the credentials or the bucket; points are kept in the spool until this is fixed",
+			s.Log.Error(s.name()+" refuses the credentials or the bucket; points are kept in the spool until this is fixed",
 				"err", msg)
 		}
 		s.configErr = msg
 	} else if s.lastErr == "" {
-		s.Log.Warn("influx write failed; points are kept and retried", "err", msg)
+		s.Log.Warn(s.name()+" write failed; points are kept and retried", "err", msg)
 	}
 	s.lastErr = msg
 }
@@ -286,12 +295,12 @@ func (s *Sender) deliver(ctx context.Context, lines []byte, tl *tally) (int, err
 	case we.Status == http.StatusRequestEntityTooLarge && n == 1:
 		// One small point too large: a proxy's body limit, not the
 		// point's fault. Kept and retried; /healthz says why.
-		return 0, &WriteError{Status: we.Status, Retry: true, After: we.After,
+		return 0, &WriteError{Status: we.Status, Retry: true, After: we.After, Op: we.Op,
 			Err: fmt.Errorf("a single point of %d bytes is refused as too large (a proxy's body limit?); kept and retried: %w", len(lines), we.Err)}
 	case we.Status == http.StatusRequestEntityTooLarge:
 	case !reject:
 		// Not a verdict on the points (a proxy's 4xx, 408, 409): kept.
-		return 0, &WriteError{Status: we.Status, Retry: true, After: we.After, Err: we.Err}
+		return 0, &WriteError{Status: we.Status, Retry: true, After: we.After, Err: we.Err, Op: we.Op}
 	case n == 1:
 		return 0, s.quarantine(we, lines, tl)
 	default:
@@ -314,10 +323,14 @@ func (s *Sender) deliver(ctx context.Context, lines []byte, tl *tally) (int, err
 // for what they hold.
 var contentRe = regexp.MustCompile(`(?i)unable to parse|partial write|field type conflict|beyond retention|invalid (field|tag|measurement|timestamp|number|boolean)|bad timestamp|max-values-per-tag|failed to parse|unprocessable`)
 
-// contentError tells whether InfluxDB refused the points for their
-// content: 400 or 422 with a parse, type or retention message. Only those
-// are quarantined; anything else may pass later.
+// contentError tells whether the server refused the points for their
+// content: the writer says so (WriteError.Content), or InfluxDB answers
+// 400 or 422 with a parse, type or retention message. Only those are
+// quarantined; anything else may pass later.
 func contentError(we *WriteError) bool {
+	if we.Content {
+		return true
+	}
 	if we.Status != http.StatusBadRequest && we.Status != http.StatusUnprocessableEntity {
 		return false
 	}

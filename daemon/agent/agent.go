@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -177,7 +178,7 @@ const defaultStall = 3 * time.Second
 func (a *Agent) Run(ctx context.Context) error {
 	cfg, log, o, p := a.cfg, a.o.Log, a.o, a.p
 	tel := &telemetry{health: a.health, metrics: a.metrics, stale: a.stale, pprof: cfg.HTTP.Pprof}
-	influx, closeAll, err := a.assemble(p, tel)
+	outs, closeAll, err := a.assemble(p, tel)
 	defer closeAll()
 	if err != nil {
 		return err
@@ -202,15 +203,22 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	log.Info("tpsmon running", "version", o.Version, "host", cfg.Host, "window", cfg.Window,
-		"servers", len(cfg.Servers), "gpu_backend", cfg.GPU.Backend, "influx", redact.URL(cfg.Sink.Influx.URL))
-	return a.supervise(tel, influx, done)
+		"servers", len(cfg.Servers), "gpu_backend", cfg.GPU.Backend, "influx", redact.URL(cfg.Sink.Influx.URL),
+		"otlp", redact.URL(cfg.Sink.OTLP.Endpoint))
+	return a.supervise(tel, outs, done)
 }
 
-// assemble gives the pipeline its outputs (InfluxDB through the spool,
-// the given outputs or the file sink, the API's view) and starts the HTTP
-// endpoint: the one place a daemon is put together. closeAll undoes what
-// was started, in reverse, also after an error.
-func (a *Agent) assemble(p *pipeline, tel *telemetry) (influx *sink.SpoolWriter, closeAll func(), err error) {
+// spooled are the outputs that deliver through a spool, nil where not
+// configured: InfluxDB (sink.influx.url) and OTLP (sink.otlp.endpoint).
+type spooled struct {
+	influx, otlp *sink.SpoolWriter
+}
+
+// assemble gives the pipeline its outputs (InfluxDB and OTLP, each
+// through its spool, the given outputs or the file sink, the API's view)
+// and starts the HTTP endpoint: the one place a daemon is put together.
+// closeAll undoes what was started, in reverse, also after an error.
+func (a *Agent) assemble(p *pipeline, tel *telemetry) (outs spooled, closeAll func(), err error) {
 	cfg, log, o := a.cfg, a.o.Log, a.o
 	var closers []func()
 	closeAll = func() {
@@ -218,28 +226,51 @@ func (a *Agent) assemble(p *pipeline, tel *telemetry) (influx *sink.SpoolWriter,
 			closers[i]()
 		}
 	}
-	if cfg.Sink.Influx.URL != "" {
+	if cfg.Sink.Influx.URL != "" || cfg.Sink.OTLP.Endpoint != "" {
 		// One daemon per state directory: a second one would append to
 		// and send the same spool (run --once has no InfluxDB, no state).
 		lock, err := lockState(cfg.Sink.Spool.Dir)
 		if err != nil {
-			return nil, closeAll, err
+			return outs, closeAll, err
 		}
 		closers = append(closers, func() { lock.Close() })
-		out, stop, err := startInflux(cfg, log, o.Version)
-		if err != nil {
-			return nil, closeAll, err
+		// The senders stop side by side: each gives its store stopTimeout
+		// to take what is spooled, and a store that is down must not
+		// take the other's time.
+		var stops []func()
+		closers = append(closers, func() {
+			var wg sync.WaitGroup
+			for _, stop := range stops {
+				wg.Go(stop)
+			}
+			wg.Wait()
+		})
+		if cfg.Sink.Influx.URL != "" {
+			out, stop, err := startInflux(cfg, log, o.Version)
+			if err != nil {
+				return outs, closeAll, err
+			}
+			stops = append(stops, stop)
+			outs.influx = out
+			p.outputs = append(p.outputs, out)
+			tel.spool, tel.sender = out.Spool, out.Sender
 		}
-		closers = append(closers, stop)
-		influx = out
-		p.outputs = append(p.outputs, out)
+		if cfg.Sink.OTLP.Endpoint != "" {
+			out, stop, err := startOTLP(cfg, log, o.Version)
+			if err != nil {
+				return outs, closeAll, err
+			}
+			stops = append(stops, stop)
+			outs.otlp = out
+			p.outputs = append(p.outputs, out)
+			tel.otlpSpool, tel.otlpSender = out.Spool, out.Sender
+		}
 		p.stateDir = cfg.Sink.Spool.Dir
-		tel.spool, tel.sender = out.Spool, out.Sender
 		// Log positions in the state directory with the spool: both must
 		// survive a restart. Earlier versions kept them beside it.
 		pos, err := statefile.Dir(cfg.Sink.Spool.Dir, "positions")
 		if err != nil {
-			return nil, closeAll, fmt.Errorf("log positions: %w", err)
+			return outs, closeAll, fmt.Errorf("log positions: %w", err)
 		}
 		movePositions(filepath.Join(filepath.Dir(cfg.Sink.Spool.Dir), "positions"), pos, log)
 		if p.posDir == "" { // hooks.positionDir first
@@ -249,13 +280,13 @@ func (a *Agent) assemble(p *pipeline, tel *telemetry) (influx *sink.SpoolWriter,
 	switch {
 	case o.Outputs != nil:
 		p.outputs = append(p.outputs, o.Outputs...)
-	case influx == nil && cfg.Sink.File.Path == config.NoFileSink:
-		log.Warn("no InfluxDB configured (sink.influx.url) and sink.file.path is none: points are not written; " +
+	case outs.influx == nil && outs.otlp == nil && cfg.Sink.File.Path == config.NoFileSink:
+		log.Warn("no InfluxDB configured (sink.influx.url), no OTLP receiver (sink.otlp.endpoint) and sink.file.path is none: points are not written; " +
 			"the open and recent windows are still on http.listen and in tpsmon top")
-	case influx == nil:
+	case outs.influx == nil && cfg.Sink.File.Path != config.NoFileSink:
 		f, err := sink.OpenFile(cfg.Sink.File.Path)
 		if err != nil {
-			return nil, closeAll, err
+			return outs, closeAll, err
 		}
 		closers = append(closers, func() { f.Close() })
 		lw := sink.NewLPWriter(f)
@@ -272,7 +303,7 @@ func (a *Agent) assemble(p *pipeline, tel *telemetry) (influx *sink.SpoolWriter,
 		}
 		addr, stopHTTP, err := tel.serve(cfg.HTTP.Listen, a.httpLimits(), log)
 		if err != nil {
-			return nil, closeAll, err
+			return outs, closeAll, err
 		}
 		closers = append(closers, stopHTTP)
 		log.Info("self-telemetry", "url", "http://"+addr.String()+"/metrics")
@@ -280,13 +311,13 @@ func (a *Agent) assemble(p *pipeline, tel *telemetry) (influx *sink.SpoolWriter,
 			o.Listening(addr)
 		}
 	}
-	return influx, closeAll, nil
+	return outs, closeAll, nil
 }
 
 // supervise tells systemd the daemon's status, applies reloads and feeds
 // the watchdog (at half its timeout, and only while the main loop and the
 // sampler make progress) until the main loop ends.
-func (a *Agent) supervise(tel *telemetry, influx *sink.SpoolWriter, done <-chan error) error {
+func (a *Agent) supervise(tel *telemetry, outs spooled, done <-chan error) error {
 	log, h := a.o.Log, a.health
 	// running is the configuration the loop was last handed: the reloader
 	// compares the file with it, never with the loop's own.
@@ -307,7 +338,7 @@ func (a *Agent) supervise(tel *telemetry, influx *sink.SpoolWriter, done <-chan 
 		case err := <-done:
 			return err
 		case <-a.o.Reload:
-			nc, err := a.reload(running, influx)
+			nc, err := a.reload(running, outs)
 			if err != nil {
 				log.Error("reload rejected; the running configuration stays", "err", err)
 				a.metrics.reloadFailures.Inc()
@@ -347,15 +378,23 @@ func (a *Agent) supervise(tel *telemetry, influx *sink.SpoolWriter, done <-chan 
 // statusLine adds the delivery state to the daemon's status.
 func statusLine(tel *telemetry) string {
 	s := tel.health.status()
-	if tel.sender == nil {
-		return s
+	if tel.sender != nil {
+		h := tel.sender.Health()
+		switch {
+		case h.ConfigError != "":
+			s += "; InfluxDB refuses the credentials or bucket"
+		case h.LastError != "":
+			s += fmt.Sprintf("; InfluxDB unreachable, %d points spooled", tel.spool.Stats().Points)
+		}
 	}
-	h := tel.sender.Health()
-	switch {
-	case h.ConfigError != "":
-		s += "; InfluxDB refuses the credentials or bucket"
-	case h.LastError != "":
-		s += fmt.Sprintf("; InfluxDB unreachable, %d points spooled", tel.spool.Stats().Points)
+	if tel.otlpSender != nil {
+		h := tel.otlpSender.Health()
+		switch {
+		case h.ConfigError != "":
+			s += "; the OTLP receiver refuses the headers or the path"
+		case h.LastError != "":
+			s += fmt.Sprintf("; OTLP receiver unreachable, %d points spooled", tel.otlpSpool.Stats().Points)
+		}
 	}
 	return s
 }
@@ -368,7 +407,7 @@ func statusLine(tel *telemetry) string {
 // running file sets (config.CheckReload), changes nothing. old is the
 // configuration in force; the one returned is in force once reload
 // returns, handed to the main loop with the GPU opener it is to use.
-func (a *Agent) reload(old *config.Config, influx *sink.SpoolWriter) (*config.Config, error) {
+func (a *Agent) reload(old *config.Config, outs spooled) (*config.Config, error) {
 	log, o, p := a.o.Log, a.o, a.p
 	a.tell(daemon.SdNotifyReloading + "\n" + daemon.SdNotifyMonotonicUsec())
 	if o.Load == nil {
@@ -394,6 +433,7 @@ func (a *Agent) reload(old *config.Config, influx *sink.SpoolWriter) (*config.Co
 	keep("http.listen", nc.HTTP.Listen != old.HTTP.Listen)
 	keep("http.max_connections", nc.HTTP.MaxConnections != old.HTTP.MaxConnections)
 	keep("sink.influx.url (on/off)", (nc.Sink.Influx.URL == "") != (old.Sink.Influx.URL == ""))
+	keep("sink.otlp.endpoint (on/off)", (nc.Sink.OTLP.Endpoint == "") != (old.Sink.OTLP.Endpoint == ""))
 	keep("sink.file", nc.Sink.File != old.Sink.File)
 	keep("http.window_metrics", nc.HTTP.WindowMetrics != old.HTTP.WindowMetrics)
 	// The encoders are made with their profile at start.
@@ -403,15 +443,31 @@ func (a *Agent) reload(old *config.Config, influx *sink.SpoolWriter) (*config.Co
 	if (nc.Sink.Influx.URL == "") != (old.Sink.Influx.URL == "") {
 		nc.Sink.Influx = old.Sink.Influx
 	}
+	if (nc.Sink.OTLP.Endpoint == "") != (old.Sink.OTLP.Endpoint == "") {
+		nc.Sink.OTLP = old.Sink.OTLP
+	}
 	if len(kept) > 0 {
 		log.Warn("reload: these keys change only at restart", "keys", strings.Join(kept, ", "))
 	}
-	if influx != nil && nc.Sink.Influx != old.Sink.Influx {
-		in, err := nc.InfluxClient(userAgent(o.Version))
-		if err != nil {
+	// Both writers are made before either is swapped: all or nothing.
+	var in *sink.Influx
+	if outs.influx != nil && nc.Sink.Influx != old.Sink.Influx {
+		if in, err = nc.InfluxClient(userAgent(o.Version)); err != nil {
 			return nil, err
 		}
-		influx.Sender.SetWriter(in)
+	}
+	if outs.otlp != nil && !nc.Sink.OTLP.Equal(old.Sink.OTLP) {
+		ow, err := nc.OTLPClient(userAgent(o.Version))
+		if err != nil {
+			if in != nil {
+				in.Close()
+			}
+			return nil, fmt.Errorf("sink.otlp: %w", err)
+		}
+		outs.otlp.Sender.SetWriter(ow)
+	}
+	if in != nil {
+		outs.influx.Sender.SetWriter(in)
 	}
 	if len(nc.Servers) == 0 && nc.Discovery.Enabled {
 		nc.Servers = old.Servers
@@ -505,6 +561,53 @@ func startInflux(cfg *config.Config, log *slog.Logger, version string) (out *sin
 	sw.SetProfile(sink.Profile(cfg.Sink.Influx.Profile))
 	return sw, stop, nil
 }
+
+// startOTLP opens the OTLP spool (<sink.spool.dir>/otlp, bounded as the
+// InfluxDB one) and starts its sender: an outage of either store never
+// holds up the other. stop is as startInflux's.
+func startOTLP(cfg *config.Config, log *slog.Logger, version string) (out *sink.SpoolWriter, stop func(), err error) {
+	w, err := cfg.OTLPClient(userAgent(version))
+	if err != nil {
+		return nil, nil, fmt.Errorf("sink.otlp: %w", err)
+	}
+	dir := filepath.Join(cfg.Sink.Spool.Dir, otlpSpoolDir)
+	sp, err := spool.Open(spool.Options{Dir: dir, MaxBytes: int64(cfg.Sink.Spool.MaxBytes),
+		QuarantineMaxBytes: int64(cfg.Sink.Spool.QuarantineMaxBytes), Log: log.With("spool", otlpSpoolDir)})
+	if err != nil {
+		w.Close()
+		return nil, nil, fmt.Errorf("sink.spool.dir: %w", err)
+	}
+	// A batch in flight at the stop finishes (Drain), as InfluxDB's does:
+	// cut off after the receiver took it, it would be sent again, and a
+	// store that keeps every sample would hold it twice.
+	sender := &sink.Sender{Spool: sp, W: w, Name: "OTLP receiver", Log: log.With("sink", "otlp"),
+		StaleAfter: max(30*time.Minute, 3*cfg.Window), Drain: stopTimeout / 2}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { sender.Run(ctx); close(done) }()
+	stop = func() {
+		deadline := time.Now().Add(stopTimeout)
+		cancel()
+		<-done
+		fctx, fcancel := context.WithDeadline(context.Background(), deadline)
+		defer fcancel()
+		if err := sender.Flush(fctx); err != nil {
+			log.Warn("OTLP points left in the spool for the next start", "points", sp.Stats().Points, "err", err)
+		}
+		h := sender.Health()
+		log.Info("otlp sender stopped", "points_sent", h.Sent, "points_dropped", sp.Stats().Dropped)
+		sp.Close()
+		w.Close()
+	}
+	// The numeric profile whatever sink.influx.profile says: OTLP
+	// carries numbers only.
+	sw := sink.NewSpoolWriter(sp, sender)
+	sw.SetProfile(sink.ProfileNumeric)
+	return sw, stop, nil
+}
+
+// otlpSpoolDir is the OTLP spool, in the state directory.
+const otlpSpoolDir = "otlp"
 
 // userAgent names this tpsmon to InfluxDB.
 func userAgent(version string) string { return "tpsmon/" + version }

@@ -35,6 +35,10 @@ type telemetry struct {
 	stale   time.Duration // no progress for this long is stuck
 	spool   *spool.Spool  // nil without InfluxDB
 	sender  *sink.Sender
+	// otlpSpool and otlpSender deliver to the OTLP receiver; nil without
+	// sink.otlp.endpoint.
+	otlpSpool  *spool.Spool
+	otlpSender *sink.Sender
 	// windows serves the recent windows (api.WindowsPath); nil: not served.
 	windows http.Handler
 	// windowMetrics serves the last closed windows on /metrics
@@ -72,6 +76,28 @@ func (t *telemetry) registry() *prometheus.Registry {
 		shed(func(s *httpserve.Shed) *atomic.Uint64 { return &s.ClosedIdle }))
 	counter("tpsmon_http_refused_total", "New connections to http.listen closed at http.max_connections, every open one busy.",
 		shed(func(s *httpserve.Shed) *atomic.Uint64 { return &s.Refused }))
+	if t.otlpSpool != nil {
+		ost := func() spool.Stats { return t.otlpSpool.Stats() }
+		gauge("tpsmon_otlp_spool_points", "Points spooled and not yet accepted by the OTLP receiver.",
+			func() float64 { return float64(ost().Points) })
+		gauge("tpsmon_otlp_spool_bytes", "Bytes of points spooled and not yet accepted by the OTLP receiver.",
+			func() float64 { return float64(ost().Bytes) })
+		counter("tpsmon_otlp_spool_dropped_points_total", "OTLP points lost to a full spool or a failed spool write.",
+			func() float64 { return float64(ost().Dropped) })
+		counter("tpsmon_otlp_quarantined_points_total", "Points the OTLP receiver refused or found corrupt in its spool, kept in its quarantine directory.",
+			func() float64 { return float64(ost().Quarantined) })
+		counter("tpsmon_otlp_sent_points_total", "Points the OTLP receiver accepted.",
+			func() float64 { return float64(t.otlpSender.Health().Sent) })
+		counter("tpsmon_otlp_write_retries_total", "Exports to the OTLP receiver that failed and will be retried.",
+			func() float64 { return float64(t.otlpSender.Health().Retries) })
+		gauge("tpsmon_otlp_last_write_success_timestamp_seconds", "When the OTLP receiver last accepted an export (Unix time).",
+			func() float64 {
+				if ls := t.otlpSender.Health().LastSuccess; !ls.IsZero() {
+					return float64(ls.UnixNano()) / 1e9
+				}
+				return 0
+			})
+	}
 	if t.spool == nil {
 		return reg
 	}
@@ -122,7 +148,10 @@ type healthReport struct {
 	Issues []string      `json:"issues,omitempty"`
 	Influx *influxHealth `json:"influx,omitempty"`
 	Spool  *spool.Stats  `json:"spool,omitempty"`
-	Scrape struct {
+	// OTLP is the OTLP push's delivery, its spool's in OTLPSpool.
+	OTLP      *influxHealth `json:"otlp,omitempty"`
+	OTLPSpool *spool.Stats  `json:"otlp_spool,omitempty"`
+	Scrape    struct {
 		Malformed uint64 `json:"malformed"`
 		Failed    uint64 `json:"failed"`
 	} `json:"scrapes"`
@@ -178,12 +207,33 @@ func (t *telemetry) readiness() (healthReport, int) {
 			r.Issues = append(r.Issues, "InfluxDB writes failing, points kept in the spool: "+h.LastError)
 		}
 		for _, rf := range h.Refusing {
-			r.Issues = append(r.Issues, refusalIssue(rf))
+			r.Issues = append(r.Issues, refusalIssue("InfluxDB", rf))
 		}
 		// The present, not the past: a finished episode stays in the
 		// counters (dropped_points), not in the status.
 		if st.Dropping {
 			r.Issues = append(r.Issues, fmt.Sprintf("the spool is dropping points now (full or unwritable; %d dropped so far)", st.Dropped))
+		}
+	}
+	if t.otlpSpool != nil {
+		h := t.otlpSender.Health()
+		st := t.otlpSpool.Stats()
+		r.OTLPSpool = &st
+		h.LastError, h.ConfigError = redact.Text(h.LastError), redact.Text(h.ConfigError)
+		r.OTLP = &influxHealth{Sent: h.Sent, Retries: h.Retries, LastError: h.LastError, Refused: h.Refused}
+		if !h.LastSuccess.IsZero() {
+			r.OTLP.LastSuccess = &h.LastSuccess
+		}
+		if h.ConfigError != "" {
+			r.Issues = append(r.Issues, "the OTLP receiver refuses the headers or the path: "+h.ConfigError)
+		} else if h.LastError != "" {
+			r.Issues = append(r.Issues, "OTLP exports failing, points kept in the spool: "+h.LastError)
+		}
+		for _, rf := range h.Refusing {
+			r.Issues = append(r.Issues, refusalIssue("the OTLP receiver", rf))
+		}
+		if st.Dropping {
+			r.Issues = append(r.Issues, fmt.Sprintf("the OTLP spool is dropping points now (full or unwritable; %d dropped so far)", st.Dropped))
 		}
 	}
 	if n := t.health.unreadable.Load(); n > 0 {
@@ -206,14 +256,14 @@ func (t *telemetry) readiness() (healthReport, int) {
 	return r, http.StatusOK
 }
 
-// refusalIssue says on /readyz that InfluxDB refuses a group's points.
-func refusalIssue(rf sink.Refusal) string {
+// refusalIssue says on /readyz that store refuses a group's points.
+func refusalIssue(store string, rf sink.Refusal) string {
 	who := rf.Measurement + " points"
 	if rf.Server != "" {
 		who += " of server " + rf.Server
 	}
-	return fmt.Sprintf("InfluxDB refuses %s (moved to quarantine): %d points since %s, the last at %s: %s",
-		who, rf.Points, rf.Since.UTC().Format(time.RFC3339), rf.Last.UTC().Format(time.RFC3339), redact.Text(rf.Reason))
+	return fmt.Sprintf("%s refuses %s (moved to quarantine): %d points since %s, the last at %s: %s",
+		store, who, rf.Points, rf.Since.UTC().Format(time.RFC3339), rf.Last.UTC().Format(time.RFC3339), redact.Text(rf.Reason))
 }
 
 func (t *telemetry) handler() http.Handler {

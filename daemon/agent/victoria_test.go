@@ -150,7 +150,7 @@ func vmScrapeWindows(t *testing.T, vm *victoriatest.Server, at time.Time, lookba
 }
 
 // vmGaugeWindows reads the window gauges selector matches (as /metrics
-// names them: promNames), back in their fields' units, without the
+// names them: sink.WindowMetricOf), back in their fields' units, without the
 // labels the way in added (drop). The same window read again is the same
 // sample; a stale marker (a series gone from the next window) is no
 // sample. The scrape reads them so; so can a push that uses the same
@@ -162,16 +162,18 @@ func vmGaugeWindows(t *testing.T, vm *victoriatest.Server, selector string, drop
 		scale              float64
 	}
 	byName := map[string]named{}
-	for m, fields := range promNames {
-		for f, pm := range fields {
-			byName[promName(m, pm)+"|"+pm.label] = named{m, f, pm.scale}
+	for _, m := range []string{schema.Server, schema.GPU} {
+		for _, f := range sink.WindowMetricFields(m) {
+			wm, _ := sink.WindowMetricOf(m, f)
+			_, value := wm.Label()
+			byName[wm.FullName()+"|"+value] = named{m, f, wm.Scale()}
 		}
 	}
 	out := storedWindows{}
 	for _, s := range vm.Raw(t, selector, at, lookback) {
 		tags := maps.Clone(s.Labels)
-		oneHot := tags[labelState] + tags[labelRule]
-		for _, l := range append([]string{"__name__", labelState, labelRule}, drop...) {
+		oneHot := tags[sink.LabelState] + tags[sink.LabelRule]
+		for _, l := range append([]string{"__name__", sink.LabelState, sink.LabelRule}, drop...) {
 			delete(tags, l)
 		}
 		n, ok := byName[s.Labels["__name__"]+"|"+oneHot]
@@ -375,8 +377,8 @@ func runOnVictoria(t *testing.T, during func(vm *victoriatest.Server)) *victoria
 			SLO: &analysis.SLO{Objective: latency.Objective{TTFT: 300 * time.Millisecond}, Floor: 0.9}},
 	}
 	cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket, cfg.Sink.Influx.Profile = r.vm.URL, "tpsmon", string(sink.ProfileNumeric)
-	// A push to the same store goes here too (OTLP: r.vm.URL +
-	// "/opentelemetry/v1/metrics"), read back by vmGaugeWindows.
+	// The OTLP push to the same store, read back by vmGaugeWindows.
+	cfg.Sink.OTLP.Endpoint = r.vm.URL + "/opentelemetry/v1/metrics"
 
 	log := slog.New(slog.DiscardHandler)
 	var outputs []WindowWriter
@@ -393,12 +395,16 @@ func runOnVictoria(t *testing.T, during func(vm *victoriatest.Server)) *victoria
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	done := make(chan error, 1)
+	stopped := make(chan struct{})
 	go func() {
 		done <- New(cfg, Options{Log: log, Outputs: outputs,
 			OpenGPU: func() (GPUSampler, error) { return gpusim.Steady{Start: r.from}, nil }}).Run(ctx)
+		close(stopped)
 	}()
+	// Also after a t.Fatal: the daemon ends before its outputs' spools
+	// close (the stops deferred above), or it appends to a closed one.
+	defer func() { cancel(); <-stopped }()
 	during(r.vm)
 	r.scrapedTo = waitScraped(t, r.vm)
 	cancel()
@@ -418,9 +424,19 @@ func (r *victoriaRun) read(t *testing.T) (num, def, lines, scraped storedWindows
 		vmLineWindows(t, r.vm, at, lookback), vmScrapeWindows(t, r.vm, at, lookback)
 }
 
+// pushed returns the windows VictoriaMetrics took by OTLP: the window
+// gauges no scrape gave (job is the scrape's), without the labels it
+// makes of the resource and the scope.
+func (r *victoriaRun) pushed(t *testing.T) storedWindows {
+	t.Helper()
+	at := time.Now().Add(time.Minute)
+	return vmGaugeWindows(t, r.vm, `{__name__=~"tpsmon_window_.+",job!="tpsmon"}`,
+		[]string{"service.name", "scope.name", "scope.version"}, at, at.Sub(r.from)+time.Minute)
+}
+
 // TestVictoriaMetricsRoundTrip: every window of a run, and every field of
 // each, read back from VictoriaMetrics through its Prometheus query API,
-// equals what InfluxDB holds for it: by line protocol every window, by
+// equals what InfluxDB holds for it: by line protocol and by OTLP every window, by
 // scraping /metrics every window scraped (the last closed one, stamped
 // with its start); the state as state_code and one-hot agrees with the
 // default profile's string.
@@ -434,10 +450,13 @@ func TestVictoriaMetricsRoundTrip(t *testing.T) {
 	lp := compareWindows(t, "line protocol", num, lines, all)
 	// /metrics: every window up to the last before the stop.
 	sc := compareWindows(t, "/metrics", num, scraped, func(k wkey) bool { return k.start <= r.scrapedTo })
+	pushed := r.pushed(t)
+	ot := compareWindows(t, "OTLP", num, pushed, all)
 	states := checkCodes(t, "line protocol", def, lines)
 	states += checkCodes(t, "/metrics", def, scraped)
-	if lp.windows < 6 || sc.windows < 3 || states == 0 || contiguous(t, num) < 3 {
-		t.Errorf("%d windows by line protocol, %d scraped, %d states checked", lp.windows, sc.windows, states)
+	states += checkCodes(t, "OTLP", def, pushed)
+	if lp.windows < 6 || sc.windows < 3 || ot.windows != lp.windows || states == 0 || contiguous(t, num) < 3 {
+		t.Errorf("%d windows by line protocol, %d scraped, %d by OTLP, %d states checked", lp.windows, sc.windows, ot.windows, states)
 	}
 	logSample(t, num, lines, scraped)
 }
@@ -462,7 +481,8 @@ func logSample(t *testing.T, num, lines, scraped storedWindows) {
 
 // TestVictoriaMetricsOutage: VictoriaMetrics is stopped while windows
 // close, and started again; afterwards it holds every window of the run
-// once, each equal to InfluxDB's (which never went away).
+// once by line protocol and once by OTLP, each equal to InfluxDB's
+// (which never went away).
 func TestVictoriaMetricsOutage(t *testing.T) {
 	t.Parallel()
 	var down, up time.Time
@@ -477,6 +497,7 @@ func TestVictoriaMetricsOutage(t *testing.T) {
 	})
 	num, _, lines, _ := r.read(t)
 	lp := compareWindows(t, "line protocol", num, lines, all)
+	ot := compareWindows(t, "OTLP", num, r.pushed(t), all)
 	inOutage := 0
 	for k := range num {
 		// A window closes a window and a grace after its start.
@@ -496,8 +517,9 @@ func TestVictoriaMetricsOutage(t *testing.T) {
 		}
 	}
 	t.Logf("outage %s..%s: %d server windows closed in it, %v writes retried", down.Format("15:04:05.0"), up.Format("15:04:05.0"), inOutage, retries)
-	if inOutage < 2 || retries == 0 || lp.windows != len(num) || contiguous(t, num) < 4 {
-		t.Errorf("%d server windows closed in the outage, %v writes retried; %d of %d windows read back", inOutage, retries, lp.windows, len(num))
+	if inOutage < 2 || retries == 0 || lp.windows != len(num) || ot.windows != len(num) || contiguous(t, num) < 4 {
+		t.Errorf("%d server windows closed in the outage, %v writes retried; %d of %d windows read back by line protocol, %d by OTLP",
+			inOutage, retries, lp.windows, len(num), ot.windows)
 	}
 }
 

@@ -88,8 +88,8 @@ func TestWindowMetricsNameEveryField(t *testing.T) {
 	t.Logf("series per server %d, per GPU %d", len(sf), len(gf))
 	for m, fs := range map[string][]sink.Field{schema.Server: sf, schema.GPU: gf} {
 		for _, f := range fs {
-			if _, ok := promNames[m][f.Key]; !ok {
-				t.Errorf("%s field %s has no name on /metrics (promNames)", m, f.Key)
+			if _, ok := sink.WindowMetricOf(m, f.Key); !ok {
+				t.Errorf("%s field %s has no name on /metrics (sink.WindowMetricOf)", m, f.Key)
 			}
 		}
 	}
@@ -297,7 +297,7 @@ func TestWindowMetricsScrape(t *testing.T) {
 			if got[key] == nil {
 				got[key] = map[string]sample{}
 			}
-			got[key][name+"|"+ls[labelState]+ls[labelRule]] = sample{ls, m.GetGauge().GetValue()}
+			got[key][name+"|"+ls[sink.LabelState]+ls[sink.LabelRule]] = sample{ls, m.GetGauge().GetValue()}
 		}
 	}
 	servers, gpus := 0, 0
@@ -317,16 +317,14 @@ func TestWindowMetricsScrape(t *testing.T) {
 			t.Errorf("%s: %d metrics on /metrics, %d fields written", key, len(series), len(fs))
 		}
 		for _, f := range fs {
-			pm := promNames[measurement][f.Key]
-			s, ok := series[promName(measurement, pm)+"|"+pm.label]
+			pm, _ := sink.WindowMetricOf(measurement, f.Key)
+			_, lv := pm.Label()
+			s, ok := series[pm.FullName()+"|"+lv]
 			if !ok {
-				t.Errorf("%s: field %s not on /metrics as %s", key, f.Key, promName(measurement, pm))
+				t.Errorf("%s: field %s not on /metrics as %s", key, f.Key, pm.FullName())
 				continue
 			}
-			want := toFloat(f.Value)
-			if pm.scale != 0 {
-				want *= pm.scale
-			}
+			want := pm.Value(toFloat(f.Value))
 			if s.v != want && math.Abs(s.v-want) > 1e-9*math.Abs(want) {
 				t.Errorf("%s: %s = %v on /metrics, %v written", key, f.Key, s.v, want)
 			}

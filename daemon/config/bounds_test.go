@@ -29,6 +29,11 @@ func TestConfigBounds(t *testing.T) {
 		{"max connections 0", "http: {max_connections: 0}\n", []string{"http.max_connections", "between 1 and 65536"}},
 		{"influx url port", "sink: {influx: {url: \"http://127.0.0.1:99999\"}}\n", []string{"sink.influx.url", "1-65535"}},
 		{"unknown sink profile", "sink: {influx: {profile: prometheus}}\n", []string{"sink.influx.profile", "prometheus", "influx, numeric"}},
+		{"otlp endpoint scheme", "sink: {otlp: {endpoint: \"collector:4318\"}}\n", []string{"sink.otlp.endpoint", "http:// or https://"}},
+		{"otlp timeout 0", "sink: {otlp: {timeout: 0s}}\n", []string{"sink.otlp.timeout", "positive"}},
+		{"otlp header without colon", "sink: {otlp: {headers: [\"Authorization Bearer s3cret\"]}}\n", []string{"sink.otlp.headers", "entry 1", "Name: value"}},
+		{"otlp header name", "sink: {otlp: {headers: [\"X Tenant: a\"]}}\n", []string{"sink.otlp.headers", "not a header name"}},
+		{"otlp header twice", "sink: {otlp: {headers: [\"x-tenant: a\", \"X-Tenant: b\"]}}\n", []string{"sink.otlp.headers", "given twice"}},
 		{"host of 1 MB", "host: " + strings.Repeat("h", 1<<20) + "\n", []string{"host", "at most 253"}},
 		{"1h grace on a 1s window", "window: 1s\ngrace: 1h\n", []string{"grace", "10 windows or a minute"}},
 		{"max_bytes 1e30GiB", "sink: {spool: {max_bytes: 1e30GiB}}\n", []string{"max_bytes", "too large", "1PiB"}},
@@ -67,6 +72,9 @@ func TestConfigBounds(t *testing.T) {
 				if !strings.Contains(msg, w) {
 					t.Errorf("error %q does not say %q", msg, w)
 				}
+			}
+			if strings.Contains(msg, "s3cret") {
+				t.Errorf("error %q shows a header's value", msg)
 			}
 		})
 	}

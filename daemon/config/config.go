@@ -31,6 +31,7 @@ import (
 	"github.com/tpsmon/tpsmon/internal/redact"
 	"github.com/tpsmon/tpsmon/internal/statefile"
 	"github.com/tpsmon/tpsmon/sink"
+	"github.com/tpsmon/tpsmon/sink/otlp"
 )
 
 // DefaultPath is where the package installs the configuration.
@@ -140,8 +141,11 @@ type DiscoveryConfig struct {
 // SinkConfig says where points go.
 type SinkConfig struct {
 	Influx sink.InfluxConfig `mapstructure:"influx"`
-	File   FileConfig        `mapstructure:"file"`
-	Spool  SpoolConfig       `mapstructure:"spool"`
+	// OTLP pushes the windows to an OpenTelemetry metrics receiver too,
+	// from a spool of its own (sink/otlp).
+	OTLP  otlp.Config `mapstructure:"otlp"`
+	File  FileConfig  `mapstructure:"file"`
+	Spool SpoolConfig `mapstructure:"spool"`
 }
 
 // FileConfig is the line protocol file sink.
@@ -195,6 +199,7 @@ func Default() Config {
 		Discovery: DiscoveryConfig{Enabled: true, Ports: []int{8000, 30000, 3000, 8080, 8002, 23333}},
 		Sink: SinkConfig{
 			Influx: sink.InfluxConfig{Bucket: "tpsmon", Timeout: 10 * time.Second, GZip: true, Profile: string(sink.ProfileInflux)},
+			OTLP:   otlp.Config{Headers: []string{}, Timeout: 10 * time.Second, GZip: true},
 			File:   FileConfig{Path: "-"},
 			Spool:  SpoolConfig{Dir: defaultSpoolDir, MaxBytes: 1 << 30, QuarantineMaxBytes: 64 << 20},
 		},
@@ -330,7 +335,9 @@ func newViper(flags *pflag.FlagSet) (*viper.Viper, error) {
 // level" where mapstructure names the root ”.
 func oneLine(err error) error {
 	s := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ")), " ")
+	// mapstructure 2.4 names the root '', 2.5 by its type.
 	s = strings.ReplaceAll(s, "'' has invalid keys:", "unknown top-level key:")
+	s = strings.ReplaceAll(s, "'config.Config' has invalid keys:", "unknown top-level key:")
 	return errors.New(s)
 }
 
@@ -647,6 +654,9 @@ func (c *Config) validateSink() error {
 	if c.Sink.Influx.Timeout <= 0 {
 		return fmt.Errorf("sink.influx.timeout: %v must be positive", c.Sink.Influx.Timeout)
 	}
+	if err := c.validateOTLP(); err != nil {
+		return err
+	}
 	// Under systemd, StateDirectory= is where state belongs.
 	if sd := os.Getenv("STATE_DIRECTORY"); sd != "" && c.Sink.Spool.Dir == defaultSpoolDir {
 		first, _, _ := strings.Cut(sd, ":")
@@ -658,6 +668,22 @@ func (c *Config) validateSink() error {
 	// Room for a refused batch (about 1 MiB) twice over, in each half.
 	if c.Sink.Spool.QuarantineMaxBytes < 4<<20 {
 		return fmt.Errorf("sink.spool.quarantine_max_bytes: %d bytes is too small (at least 4MiB)", c.Sink.Spool.QuarantineMaxBytes)
+	}
+	return nil
+}
+
+func (c *Config) validateOTLP() error {
+	o := &c.Sink.OTLP
+	if o.Endpoint != "" {
+		if _, err := otlp.EndpointURL(o.Endpoint); err != nil {
+			return fmt.Errorf("sink.otlp.endpoint: %w", err)
+		}
+	}
+	if o.Timeout <= 0 {
+		return fmt.Errorf("sink.otlp.timeout: %v must be positive", o.Timeout)
+	}
+	if _, err := o.HeaderMap(); err != nil {
+		return fmt.Errorf("sink.otlp.headers: %w", err)
 	}
 	return nil
 }
@@ -760,4 +786,12 @@ func (c *Config) InfluxClient(userAgent string) (*sink.Influx, error) {
 	ic := c.Sink.Influx
 	ic.Token, ic.UserAgent = token, userAgent
 	return sink.NewInflux(ic)
+}
+
+// OTLPClient returns the writer for sink.otlp; userAgent names this
+// tpsmon in its requests.
+func (c *Config) OTLPClient(userAgent string) (*otlp.Writer, error) {
+	oc := c.Sink.OTLP
+	oc.UserAgent = userAgent
+	return otlp.New(oc)
 }

@@ -126,6 +126,10 @@ func TestEnvNumbers(t *testing.T) {
 		{"TPSMON_DISCOVERY_PORTS", "8000,99999", nil, "99999"},
 		{"TPSMON_HTTP_MAX_CONNECTIONS", "50", func(c *Config) bool { return c.HTTP.MaxConnections == 50 }, ""},
 		{"TPSMON_HTTP_MAX_CONNECTIONS", "fifty", nil, "max_connections"},
+		{"TPSMON_SINK_OTLP_HEADERS", "Authorization: Bearer x,X-Scope-OrgID: t", func(c *Config) bool {
+			return fmt.Sprintf("%q", c.Sink.OTLP.Headers) == `["Authorization: Bearer x" "X-Scope-OrgID: t"]`
+		}, ""},
+		{"TPSMON_SINK_OTLP_ENDPOINT", "http://127.0.0.1:4318", func(c *Config) bool { return c.Sink.OTLP.Endpoint == "http://127.0.0.1:4318" }, ""},
 	} {
 		t.Run(tc.env+"="+tc.val, func(t *testing.T) {
 			t.Setenv(tc.env, tc.val)

@@ -27,6 +27,7 @@ import (
 	"github.com/tpsmon/tpsmon/internal/statefile"
 	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/sink"
+	"github.com/tpsmon/tpsmon/sink/otlp"
 )
 
 // Run probes everything the daemon needs, writing one line per probe to w,
@@ -49,12 +50,31 @@ func Run(ctx context.Context, cfg *config.Config, version string, w io.Writer) i
 		c.ceiling(s, specs, logFacts(s, facts))
 	}
 	c.problems += checkAttribution(w, servers, gpus)
-	if cfg.Sink.Influx.URL == "" {
-		c.fileSink(cfg)
-		return c.problems
+	if cfg.Sink.OTLP.Endpoint != "" {
+		c.otlp(ctx, cfg)
 	}
-	c.influx(ctx, cfg)
+	switch {
+	case cfg.Sink.Influx.URL != "":
+		c.influx(ctx, cfg)
+	case cfg.Sink.OTLP.Endpoint != "" && cfg.Sink.File.Path == config.NoFileSink:
+		c.report(spoolWritable(cfg.Sink.Spool.Dir), "spool %s writable", cfg.Sink.Spool.Dir)
+	default:
+		c.fileSink(cfg)
+	}
 	return c.problems
+}
+
+// otlp checks that the OTLP receiver answers and takes the headers: an
+// export of no points.
+func (c *checker) otlp(ctx context.Context, cfg *config.Config) {
+	w, err := cfg.OTLPClient("tpsmon/" + c.version)
+	if err != nil {
+		c.report(fmt.Errorf("sink.otlp: %w", err), "")
+		return
+	}
+	defer w.Close()
+	u, _ := otlp.EndpointURL(cfg.Sink.OTLP.Endpoint)
+	c.report(w.Probe(ctx), "otlp %s: reachable, an empty export accepted", redact.URL(u))
 }
 
 // checker writes one line per probe and counts the failed ones.

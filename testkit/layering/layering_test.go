@@ -29,7 +29,7 @@ var layers = []struct {
 	{"sources", []string{"collector", "collector/", "nvml", "sink/spool"}},
 	{"joiner", []string{"window"}},
 	{"analysis", []string{"analysis", "analysis/"}},
-	{"outputs", []string{"sink", "report", "rollup"}},
+	{"outputs", []string{"sink", "sink/otlp", "report", "rollup"}},
 	{"simulators and test support", []string{"sim/", "testkit/"}},
 	{"daemon", []string{"daemon/"}},
 	{"commands", []string{"cmd/", "bench", "bench/"}},
