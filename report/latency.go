@@ -35,11 +35,11 @@ const MaxMissed = 20
 // Columns of the latency queries' own.
 const (
 	colLatWindows  = "latency_windows"
-	colMetExact    = "met_exact"    // requests that met the objectives, in exact windows
-	colReqExact    = "req_exact"    // requests of exact windows
-	colMetLo       = "met_lo"       // requests that surely met them
-	colMetHi       = "met_hi"       // requests that may have
-	colMissed      = "missed"       // windows under the floor
+	colMetExact    = "met_exact" // requests that met the objectives, in exact windows
+	colReqExact    = "req_exact" // requests of exact windows
+	colMetLo       = "met_lo"    // requests that surely met them
+	colMetHi       = "met_hi"    // requests that may have
+	colMissed      = "missed"    // windows under the floor
 	colExactWins   = "exact_windows"
 	colSLOWindows  = "slo_windows"
 	suffixMedian   = "_median"
