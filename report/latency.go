@@ -34,23 +34,22 @@ const MaxMissed = 20
 
 // Columns of the latency queries' own.
 const (
-	colLatWindows  = "latency_windows"
-	colMetExact    = "met_exact" // requests that met the objectives, in exact windows
-	colReqExact    = "req_exact" // requests of exact windows
-	colMetLo       = "met_lo"    // requests that surely met them
-	colMetHi       = "met_hi"    // requests that may have
-	colMissed      = "missed"    // windows under the floor
-	colExactWins   = "exact_windows"
-	colSLOWindows  = "slo_windows"
-	suffixMedian   = "_median"
-	suffixMax      = "_max"
-	suffixMin      = "_min"
-	suffixN        = "_windows"
-	suffixLoMin    = "_lo_min"
-	suffixLoN      = "_lo_windows"
-	suffixHiMax    = "_hi_max"
-	suffixHiN      = "_hi_windows"
-	missedColLimit = MaxMissed
+	colLatWindows = "latency_windows"
+	colMetExact   = "met_exact" // requests that met the objectives, in exact windows
+	colReqExact   = "req_exact" // requests of exact windows
+	colMetLo      = "met_lo"    // requests that surely met them
+	colMetHi      = "met_hi"    // requests that may have
+	colMissed     = "missed"    // windows under the floor
+	colExactWins  = "exact_windows"
+	colSLOWindows = "slo_windows"
+	suffixMedian  = "_median"
+	suffixMax     = "_max"
+	suffixMin     = "_min"
+	suffixN       = "_windows"
+	suffixLoMin   = "_lo_min"
+	suffixLoN     = "_lo_windows"
+	suffixHiMax   = "_hi_max"
+	suffixHiN     = "_hi_windows"
 )
 
 // mul is "a" * "b" AS "col".
@@ -89,7 +88,7 @@ var (
 		Text: "SELECT " + ids(schema.FieldSLOMissPhase, schema.FieldSLOAttainment, schema.FieldSLOAttainmentLo, schema.FieldSLOAttainmentHi,
 			schema.FieldSLORequests, schema.FieldTTFTP90, schema.FieldITLP90, schema.FieldQueueP99) +
 			" FROM " + rawServer + " " + serverWhere + " AND " + id(schema.FieldSLOMissPhase) + " =~ /./ GROUP BY " + ids(schema.TagHost, schema.TagServer) +
-			fmt.Sprintf(" ORDER BY time DESC LIMIT %d", missedColLimit)}
+			fmt.Sprintf(" ORDER BY time DESC LIMIT %d", MaxMissed)}
 )
 
 // ServerLatency is what one server's users felt over the range.
