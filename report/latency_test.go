@@ -2,6 +2,8 @@ package report
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -333,7 +335,9 @@ func TestReportLatency(t *testing.T) {
 	checkNotBlank(t, shot)
 	if *shots != "" {
 		b, _ := os.ReadFile(shot)
-		if err := os.WriteFile(filepath.Join(*shots, "report-latency.png"), b, 0o644); err != nil {
+		js, _ := json.MarshalIndent(r, "", "  ")
+		if err := errors.Join(os.WriteFile(filepath.Join(*shots, "report-latency.png"), b, 0o644),
+			os.WriteFile(filepath.Join(*shots, "report-latency.json"), js, 0o644)); err != nil {
 			t.Error(err)
 		}
 	}
