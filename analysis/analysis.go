@@ -55,6 +55,10 @@ type ServerWindow struct {
 	// speculation.
 	SpecAcceptRate, TokensPerStep window.Opt[float64]
 	SpecFinding                   window.Opt[string]
+	// StuckGPUs are the labels of the server's GPUs whose SM activity read
+	// 0 at busy utilization while tokens flowed (activity_zero, per GPU;
+	// sanity.go): not a field of the point, the log names them.
+	StuckGPUs []string
 	// Suspect names the sanity rules that fired (sanity.go), comma-joined;
 	// absent when none did.
 	Suspect window.Opt[string]
@@ -140,15 +144,16 @@ func Append(dst []Closed, cs []window.Closed, f *Facts) []Closed {
 			a.GPUs = append(a.GPUs, GPUWindow{GPUWindow: g})
 		}
 		for _, s := range c.Servers {
-			a.Servers = append(a.Servers, analyzeServer(s, th, f))
+			a.Servers = append(a.Servers, analyzeServer(s, th, f, c.GPUs))
 		}
 		dst = append(dst, a)
 	}
 	return dst
 }
 
-// analyzeServer derives what a server's window implies.
-func analyzeServer(w window.ServerWindow, th Thresholds, f *Facts) ServerWindow {
+// analyzeServer derives what a server's window implies; gpus are the
+// window's GPUs, the server's among them.
+func analyzeServer(w window.ServerWindow, th Thresholds, f *Facts, gpus []window.GPUWindow) ServerWindow {
 	a := ServerWindow{ServerWindow: w, State: State(w, th)}
 	prompt(&a)
 	spec(&a, th)
@@ -160,6 +165,7 @@ func analyzeServer(w window.ServerWindow, th Thresholds, f *Facts) ServerWindow 
 		a.MBU, a.CeilingTPS = Ceiling(w, r, f.GPUs)
 		a.Finding = Finding(w, a.MBU, th)
 	}
+	a.StuckGPUs = stuckGPUs(&a.ServerWindow, gpus)
 	sanity(&a, a.ceilingTPS())
 	slo := f.sloOf(w.Server)
 	a.Latency = latency.Summarize(w.Latency, slo.Objective, w.Coverage*w.Length.Seconds())

@@ -123,7 +123,7 @@ func TestAboveCeilingUsesTheCeiling(t *testing.T) {
 		suspect bool
 	}{{ceiling * 1.2, true}, {ceiling * 0.9, false}} {
 		w := window.ServerWindow{Server: "s", GPUs: []string{"0"}, Running: window.Some(1.0), SystemTPS: window.Some(c.tps)}
-		a := analyzeServer(w, DefaultThresholds, f)
+		a := analyzeServer(w, DefaultThresholds, f, nil)
 		got := a.Suspect.OK && strings.Contains(a.Suspect.V, RuleAboveCeiling)
 		if got != c.suspect || !a.CeilingTPS.OK {
 			t.Errorf("%.0f tokens/s against %.0f: suspect %+v, ceiling %+v", c.tps, ceiling, a.Suspect, a.CeilingTPS)

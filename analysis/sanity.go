@@ -73,7 +73,7 @@ const (
 // heap.
 func sanity(a *ServerWindow, ceiling window.Opt[float64]) {
 	fired := [...]bool{
-		activityZero(&a.ServerWindow),
+		activityZero(&a.ServerWindow) || flowing(&a.ServerWindow) && len(a.StuckGPUs) > 0,
 		gpuIdle(&a.ServerWindow),
 		a.CountersDoubted,
 		completionDrift(&a.ServerWindow),
@@ -99,6 +99,30 @@ func flowing(w *window.ServerWindow) bool { return w.ExactTokens.OK && w.ExactTo
 
 func activityZero(w *window.ServerWindow) bool {
 	return flowing(w) && w.SMActive.OK && w.SMActive.V == 0 && w.GPUUtil.OK && w.GPUUtil.V >= busyUtil
+}
+
+// stuckGPUs returns the labels of w's GPUs (on its host) whose own window
+// reads SM activity 0 at busy utilization while w's tokens flow: the rule
+// per GPU, which catches one stuck GPU of several that the server's mean
+// activity hides. nil when none (no allocation).
+func stuckGPUs(w *window.ServerWindow, gpus []window.GPUWindow) []string {
+	if !flowing(w) || len(w.GPUs) == 0 {
+		return nil
+	}
+	var stuck []string
+	for i := range gpus {
+		g := &gpus[i]
+		if g.Host != w.Host || !g.SMActive.OK || g.SMActive.V != 0 || !g.Util.OK || g.Util.V < busyUtil {
+			continue
+		}
+		for _, l := range w.GPUs {
+			if l == g.Label {
+				stuck = append(stuck, l)
+				break
+			}
+		}
+	}
+	return stuck
 }
 
 func gpuIdle(w *window.ServerWindow) bool {

@@ -115,3 +115,38 @@ func TestCeilingAbsentNeverFires(t *testing.T) {
 		t.Error("fired without a ceiling")
 	}
 }
+
+// TestActivityZeroPerGPU: the rule per GPU, through Analyze. One of a
+// server's two GPUs reads SM activity 0 at 98 % utilization while its mean
+// activity (0.35) hides it: the rule fires and names that GPU (positive).
+// Negative: the same stuck reading on a GPU of another host, and on one
+// the server does not use, and an idle GPU's honest 0.
+func TestActivityZeroPerGPU(t *testing.T) {
+	gpu := func(host, label string, util, sm float64) window.GPUWindow {
+		return window.GPUWindow{Host: host, Label: label, Util: window.Some(util), SMActive: window.Some(sm)}
+	}
+	tests := []struct {
+		name  string
+		gpus  []window.GPUWindow
+		stuck []string
+	}{
+		{"one GPU of two stuck", []window.GPUWindow{gpu("h", "0", 98, 0), gpu("h", "1", 97, 0.7)}, []string{"0"}},
+		{"stuck on another host", []window.GPUWindow{gpu("other", "0", 98, 0), gpu("h", "1", 97, 0.7)}, nil},
+		{"stuck on a GPU not the server's", []window.GPUWindow{gpu("h", "2", 98, 0), gpu("h", "1", 97, 0.7)}, nil},
+		{"idle GPU honest", []window.GPUWindow{gpu("h", "0", 3, 0), gpu("h", "1", 97, 0.7)}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := healthy().ServerWindow
+			w.Host, w.GPUs, w.SMActive = "h", []string{"0", "1"}, window.Some(0.35)
+			cs := Analyze([]window.Closed{{GPUs: tt.gpus, Servers: []window.ServerWindow{w}}}, &Facts{})
+			a := cs[0].Servers[0]
+			if !slices.Equal(a.StuckGPUs, tt.stuck) {
+				t.Errorf("stuck GPUs %v, want %v", a.StuckGPUs, tt.stuck)
+			}
+			if fired := a.Suspect.OK && strings.Contains(a.Suspect.V, RuleActivityZero); fired != (tt.stuck != nil) {
+				t.Errorf("suspect %v, want activity_zero %v", a.Suspect, tt.stuck != nil)
+			}
+		})
+	}
+}

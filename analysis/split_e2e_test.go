@@ -25,6 +25,7 @@ func TestPromptSplitThroughTheJoiner(t *testing.T) {
 		countsCached bool // prompt_tokens counts cached tokens too
 	}{
 		{"vllm_v1_split_written.prom", true},
+		{"vllm_rust_frontend_generate_test.prom", true},
 		{"sglang_split_spec_written.prom", true},
 		{"llamacpp_cached_prompt_real.prom", false},
 	}

@@ -23,7 +23,7 @@ func TestPromptSplit(t *testing.T) {
 	w.Counts[sample.PromptComputed] = count(5250.4, 250, 25)
 	w.Counts[sample.PromptCached] = count(7700, 700, 70)
 	w.Counts[sample.PromptExternal] = count(550, 50, 5)
-	a := analyzeServer(w, DefaultThresholds, &Facts{})
+	a := analyzeServer(w, DefaultThresholds, &Facts{}, nil)
 	sum := a.PromptComputedTokens.V + a.PromptCachedTokens.V + a.PromptExternalTokens.V
 	if !a.PromptComputedTokens.OK || !a.PromptCachedTokens.OK || !a.PromptExternalTokens.OK || sum != w.PromptTokens.V {
 		t.Errorf("computed %v + cached %v + external %v = %d, want prompt_tokens %d", a.PromptComputedTokens,
@@ -39,7 +39,7 @@ func TestPromptSplit(t *testing.T) {
 	for _, missing := range []sample.Counter{sample.PromptComputed, sample.PromptCached} {
 		v := w
 		v.Counts[missing] = window.Count{}
-		a := analyzeServer(v, DefaultThresholds, &Facts{})
+		a := analyzeServer(v, DefaultThresholds, &Facts{}, nil)
 		if a.PromptComputedTokens.OK || a.PromptCachedTokens.OK || a.PromptExternalTokens.OK || a.PrefixHitRate.OK {
 			t.Errorf("without %v: split %v %v %v %v, want absent", missing, a.PromptComputedTokens, a.PromptCachedTokens,
 				a.PromptExternalTokens, a.PrefixHitRate)
@@ -89,7 +89,7 @@ func TestSpeculation(t *testing.T) {
 		for g, v := range tt.gauges {
 			w.Gauges[g] = window.Some(v)
 		}
-		a := analyzeServer(w, DefaultThresholds, &Facts{})
+		a := analyzeServer(w, DefaultThresholds, &Facts{}, nil)
 		if a.SpecAcceptRate.OK != (tt.rate >= 0) || math.Abs(a.SpecAcceptRate.V-opt(tt.rate).V) > 1e-12 {
 			t.Errorf("%s: spec_accept_rate %v, want %v", tt.name, a.SpecAcceptRate, opt(tt.rate))
 		}

@@ -131,6 +131,10 @@ var VLLM = Dialect{
 		sample.SpecDrafts:      refs("vllm:spec_decode_num_drafts_total"),
 		sample.SpecDraftTokens: refs("vllm:spec_decode_num_draft_tokens_total"),
 		sample.SpecAccepted:    refs("vllm:spec_decode_num_accepted_tokens_total"),
+		// V1 observes its step histogram once per engine step: the count
+		// is the engine's steps (prefill-only steps included), the
+		// decode-step rate of the ceiling's MBU; V0 has none (absent).
+		sample.Iterations: refs("vllm:iteration_tokens_total_count"),
 	},
 	Gauges: [sample.NumGauges][]Ref{
 		sample.Running:         refs("vllm:num_requests_running"),
@@ -138,7 +142,9 @@ var VLLM = Dialect{
 		sample.KVUsage:         refs("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
 		sample.WaitingCapacity: refs(`vllm:num_requests_waiting_by_reason{reason="capacity"}`),
 		sample.WaitingDeferred: refs(`vllm:num_requests_waiting_by_reason{reason="deferred"}`),
-		sample.Awake:           refs(`vllm:engine_sleep_state{sleep_state="awake"}`),
+		// The legacy state gauge first; newer versions add engine_fully_awake
+		// (0 also while partly woken: weights back, KV cache not yet).
+		sample.Awake: refs(`vllm:engine_sleep_state{sleep_state="awake"}`, "vllm:engine_fully_awake"),
 	},
 	ModelLabels: []string{"model_name"},
 }

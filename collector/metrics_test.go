@@ -46,6 +46,9 @@ func TestDialectsOnFixtures(t *testing.T) {
 	}{
 		{"v1_metrics_design_doc.prom", want{"vllm", "meta-llama/Llama-3.1-8B-Instruct",
 			map[sample.Counter]float64{sample.GenerationTokens: 27453, sample.FinishedRequests: 132, sample.AbortedRequests: 0}, map[sample.Gauge]float64{sample.Running: 8}}},
+		// V1's step histogram: its count is the engine's steps.
+		{"vllm_v1_steps_cache_written.prom", want{"vllm", "meta-llama/Llama-3.1-8B-Instruct",
+			map[sample.Counter]float64{sample.GenerationTokens: 52000, sample.Iterations: 3400}, map[sample.Gauge]float64{sample.Running: 16}}},
 		{"v1_two_engines.prom", want{"vllm", "Qwen/Qwen3-8B",
 			// Engines are summed; the 0.11 ITL name wins over the old one.
 			map[sample.Counter]float64{sample.GenerationTokens: 1500, sample.PromptTokens: 6000, sample.Preemptions: 4, sample.ITLSum: 24.75 + 9.9, sample.ITLCount: 1485},

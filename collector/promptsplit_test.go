@@ -21,6 +21,8 @@ func TestPromptSplitInvariant(t *testing.T) {
 		counted bool    // PromptTokens counts them all (else: the computed ones)
 	}{
 		{"vllm_v1_split_written.prom", 100000, true},
+		// vLLM's own Rust frontend test: one request of 2 prompt tokens.
+		{"vllm_rust_frontend_generate_test.prom", 2, true},
 		{"llamacpp_cached_prompt_real.prom", 14 + 14, false},
 		{"sglang_split_spec_written.prom", 10000, true},
 	}
@@ -59,18 +61,33 @@ func TestSpeculationAndWaitingRead(t *testing.T) {
 		counters map[sample.Counter]float64
 		gauges   map[sample.Gauge]float64
 		absent   []sample.Gauge
+		// noCounter: counters the page lacks, or whose line was cut.
+		noCounter []sample.Counter
 	}{
 		{"vllm_v1_split_written.prom",
 			map[sample.Counter]float64{sample.SpecDrafts: 6000, sample.SpecDraftTokens: 18000, sample.SpecAccepted: 9000,
 				sample.PrefixQueries: 100000, sample.PrefixHits: 42000, sample.PromptExternal: 5000},
 			map[sample.Gauge]float64{sample.WaitingCapacity: 1, sample.WaitingDeferred: 4, sample.Waiting: 5, sample.Awake: 1},
-			[]sample.Gauge{sample.SpecAcceptRate, sample.SpecAcceptLength}},
+			[]sample.Gauge{sample.SpecAcceptRate, sample.SpecAcceptLength}, nil},
 		{"sglang_split_spec_written.prom", nil,
 			map[sample.Gauge]float64{sample.SpecAcceptLength: 2.6, sample.SpecAcceptRate: 0.53},
-			[]sample.Gauge{sample.WaitingCapacity, sample.WaitingDeferred, sample.Awake}},
+			[]sample.Gauge{sample.WaitingCapacity, sample.WaitingDeferred, sample.Awake}, nil},
 		{"llamacpp_cached_prompt_real.prom",
 			map[sample.Counter]float64{sample.SpecDrafts: 0, sample.SpecDraftTokens: 0, sample.SpecAccepted: 0},
-			nil, []sample.Gauge{sample.WaitingCapacity, sample.Awake, sample.SpecAcceptRate}},
+			nil, []sample.Gauge{sample.WaitingCapacity, sample.Awake, sample.SpecAcceptRate}, nil},
+		// A printed vLLM page: the _created samples are gauges of their
+		// own, never the counters; the accepted count's line was cut.
+		{"vllm_spec_decode_created_pr41916.prom",
+			map[sample.Counter]float64{sample.SpecDrafts: 6491797, sample.SpecDraftTokens: 6491797},
+			nil, []sample.Gauge{sample.Awake, sample.WaitingCapacity}, []sample.Counter{sample.SpecAccepted, sample.PromptCached}},
+		// Newer vLLM's fully-awake gauge, averaged over its engines.
+		{"vllm_fully_awake_test_sleep_state.prom", nil,
+			map[sample.Gauge]float64{sample.Awake: 0.5}, nil, nil},
+		// SGLang relayed by SMG's sidecar (sglang_ for sglang:): the
+		// computed prefill read, the cut cached and decode lines absent.
+		{"sglang_smg_sidecar_relay_pr813.prom",
+			map[sample.Counter]float64{sample.PromptComputed: 55}, nil, []sample.Gauge{sample.SpecAcceptRate},
+			[]sample.Counter{sample.PromptCached, sample.GenerationTokens}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -91,6 +108,11 @@ func TestSpeculationAndWaitingRead(t *testing.T) {
 			for _, g := range tt.absent {
 				if s.HasGauge[g] {
 					t.Errorf("%v read as %v from a page without it", g, s.Gauge[g])
+				}
+			}
+			for _, c := range tt.noCounter {
+				if s.HasCounter[c] {
+					t.Errorf("%v read as %v from a page without it", c, s.Counter[c])
 				}
 			}
 		})

@@ -36,6 +36,9 @@ type Result struct {
 	Server string
 	Sample sample.Server
 	Err    error
+	// Facts is what the engine said of its model, when it said something
+	// new (llama.cpp /props and /v1/models, vLLM cache_config_info).
+	Facts *EngineFacts
 }
 
 // Scraper polls one server's metrics endpoint.
@@ -57,6 +60,12 @@ type Scraper struct {
 	// modelEvery (a server may be restarted with another model).
 	model   string
 	modelAt time.Time
+	// facts is what the engine last said of its model, asked every
+	// modelEvery too; pageFacts what this scrape's page said.
+	facts     EngineFacts
+	factsAt   time.Time
+	wantPage  bool
+	pageFacts EngineFacts
 	// cache knows the series of this server's earlier pages; body is the
 	// last page's buffer, reused.
 	cache seriesCache
@@ -102,6 +111,7 @@ func (s *Scraper) Scrape(ctx context.Context) Result {
 	}
 	res := Result{Server: s.Server}
 	start := now()
+	s.wantPage = start.Sub(s.factsAt) >= modelEvery
 	smp, err := s.fetch(ctx, client)
 	end := now()
 	if err != nil {
@@ -118,8 +128,28 @@ func (s *Scraper) Scrape(ctx context.Context) Result {
 		}
 		smp.Model = s.model
 	}
+	if s.wantPage {
+		s.factsAt = end
+		if f, ok := s.engineFacts(ctx, client); ok && f != s.facts {
+			s.facts = f
+			res.Facts = &f
+		}
+	}
 	res.Sample = s.deriver.Derive(smp)
 	return res
+}
+
+// engineFacts is what the engine says of its model: llama-server's
+// /props and /v1/models, vLLM's cache_config_info on the page just read.
+func (s *Scraper) engineFacts(ctx context.Context, client *http.Client) (EngineFacts, bool) {
+	switch s.Dialect {
+	case &LlamaCPP:
+		f, err := ProbeLlamaCpp(ctx, client, s.URL)
+		return f, err == nil && f.Said()
+	case &VLLM:
+		return s.pageFacts, s.pageFacts.Said()
+	}
+	return EngineFacts{}, false
 }
 
 // fetchModel asks the server which model it serves, at the dialect's
@@ -186,6 +216,9 @@ func (s *Scraper) fetch(ctx context.Context, client *http.Client) (sample.Server
 		return sample.Server{}, err
 	}
 	body := s.body.Bytes()
+	if s.wantPage {
+		s.pageFacts, _ = CacheConfigInfo(body)
+	}
 	if s.body.Cap() > 4*max(s.body.Len(), 64<<10) {
 		s.body = bytes.Buffer{} // one huge page does not stay for good
 	}

@@ -27,6 +27,19 @@ var (
 		Text: `SELECT "` + strings.Join(curve.RawFields, `", "`) + `" FROM ` + rawServer + ` ` + serverWhere + ` ` + curveGroup}
 	CurveCells = Query{Name: "curve_cells",
 		Rollup: fmt.Sprintf(`SELECT %q FROM `, schema.FieldCells) + rollupCurve + ` ` + serverWhere + ` ` + curveGroup}
+	// CurveFloor is the per-user floor as the dashboard's curve panel
+	// draws it: a point at the floor ($per_user_floor, the dashboard's
+	// variable; the report's default where the report renders it) at each
+	// interval's highest system TPS, so that joined they are a vertical
+	// line through the windows' cloud.
+	CurveFloor = Query{Name: "curve_floor",
+		Text: `SELECT max("` + schema.FieldSystemTPS + `") * 0 + $per_user_floor AS "` + colFloor + `", max("` + schema.FieldSystemTPS + `") AS "` + colFloorSystemTPS + `" FROM ` + rawServer + ` ` + serverWhere + ` GROUP BY time($__interval) fill(none)`}
+)
+
+// The floor series' columns.
+const (
+	colFloor          = "per_user_floor"
+	colFloorSystemTPS = "floor_system_tps"
 )
 
 // DefaultPerUserFloor is the per-user objective (tokens/s) when none is

@@ -88,6 +88,21 @@ func TestOperatingCurveFromWindows(t *testing.T) {
 			if math.Abs(bn.PerUserTPS.P50-want) > 1e-9 || bn.Windows != 30 || math.Abs(bn.GPUHours-30*10*2/3600.0) > 1e-9 {
 				t.Errorf("bin %s: %+v per-user %+v", bn.Running, bn, bn.PerUserTPS)
 			}
+			// The means, from what was written: tokens per second of the
+			// bin's windows, per-user TPS per stream-second.
+			var sysSum, userSum, userW float64
+			for k := 0; k < 30; k++ {
+				j := float64(k%5-2) * 0.01
+				run := []float64{1, 2, 4, 8, 16}[i] * (1 - 0.02*j)
+				user := want * (1 + j)
+				sysSum, userSum, userW = sysSum+run*user, userSum+user*run, userW+run
+			}
+			if bn.SystemTPS.Mean == nil || bn.PerUserTPS.Mean == nil || math.Abs(*bn.SystemTPS.Mean-sysSum/30) > 1e-6 || math.Abs(*bn.PerUserTPS.Mean-userSum/userW) > 1e-6 {
+				t.Errorf("bin %s means %v %v, want %v %v", bn.Running, bn.SystemTPS.Mean, bn.PerUserTPS.Mean, sysSum/30, userSum/userW)
+			}
+		}
+		if cv.Means != curve.MeansDefinition {
+			t.Errorf("means %q", cv.Means)
 		}
 		op := cv.Operating
 		if !op.Met || op.Running != tc.running || op.KneeObserved != tc.knee || math.Abs(*op.SystemTPS-tc.sys) > 0.01 {
@@ -112,7 +127,7 @@ func TestOperatingCurveFromWindows(t *testing.T) {
 		}
 		h := page.String()
 		if !strings.Contains(h, "Operating curve (decode, m, GPUs 0,1)") || !strings.Contains(h, fmt.Sprintf("floor %g tok/s", tc.floor)) ||
-			!strings.Contains(h, `r="8" fill="none" stroke="#d6452f"`) {
+			!strings.Contains(h, `r="8" fill="none" stroke="#d6452f"`) || !strings.Contains(h, "tok/s per user per stream-second (means)") {
 			t.Errorf("floor %v: the page lacks the curve chart, its floor or its operating point", tc.floor)
 		}
 		if *curveShot != "" && tc.floor == 50 {

@@ -42,13 +42,17 @@ func runColor(i, n int) string {
 }
 
 // curveChart draws system TPS (y) against per-user TPS (x): a dot per
-// concurrency bin at its medians, p10-p90 whiskers, the frontier, the
-// per-user floor as a vertical line and the operating point ringed.
+// concurrency bin at its medians, p10-p90 whiskers, a hollow diamond at
+// its means (curve.MeansDefinition), the frontier, the per-user floor as
+// a vertical line and the operating point ringed.
 func curveChart(c curve.Curve) template.HTML {
 	var b strings.Builder
 	what := string(c.Kind)
 	if c.Model != "" {
 		what += ", " + c.Model
+	}
+	if c.Version != "" {
+		what += ", " + c.Engine + " " + c.Version
 	}
 	if c.GPUs != "" {
 		what += ", GPUs " + c.GPUs
@@ -60,6 +64,7 @@ func curveChart(c curve.Curve) template.HTML {
 		label              string
 		x, y               float64
 		x10, x90, y10, y90 float64
+		mx, my             *float64 // the means
 	}
 	var pts []pt
 	xhi, yhi := 0.0, 0.0
@@ -67,9 +72,13 @@ func curveChart(c curve.Curve) template.HTML {
 		if bn.SystemTPS == nil || bn.PerUserTPS == nil {
 			continue
 		}
-		p := pt{bn.Running, bn.PerUserTPS.P50, bn.SystemTPS.P50, bn.PerUserTPS.P10, bn.PerUserTPS.P90, bn.SystemTPS.P10, bn.SystemTPS.P90}
+		p := pt{bn.Running, bn.PerUserTPS.P50, bn.SystemTPS.P50, bn.PerUserTPS.P10, bn.PerUserTPS.P90, bn.SystemTPS.P10, bn.SystemTPS.P90,
+			bn.PerUserTPS.Mean, bn.SystemTPS.Mean}
 		pts = append(pts, p)
 		xhi, yhi = math.Max(xhi, p.x90), math.Max(yhi, p.y90)
+		if p.mx != nil && p.my != nil {
+			xhi, yhi = math.Max(xhi, *p.mx), math.Max(yhi, *p.my)
+		}
 	}
 	for _, f := range c.Frontier {
 		xhi, yhi = math.Max(xhi, f.PerUserTPS), math.Max(yhi, f.SystemTPS)
@@ -96,7 +105,7 @@ func curveChart(c curve.Curve) template.HTML {
 	}
 	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" class="a"/>`, padL, padT+plotH, chartW-padR, padT+plotH)
 	fmt.Fprintf(&b, `<text x="4" y="%.0f" class="u" transform="rotate(-90 10 %.0f)">system tok/s</text>`, padT+plotH/2+30, padT+plotH/2)
-	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" class="l" text-anchor="end">per-user tok/s · dots: median per concurrency bin (label: running), bars p10–p90</text>`, chartW-padR, chartH-3)
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" class="l" text-anchor="end">per-user tok/s · dots: median per concurrency bin (label: running), bars p10–p90, ◇ means</text>`, chartW-padR, chartH-3)
 	// The frontier: best system TPS at each per-user TPS, as steps.
 	if len(c.Frontier) > 0 {
 		var path strings.Builder
@@ -121,6 +130,11 @@ func curveChart(c curve.Curve) template.HTML {
 		fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="4" fill="%s"><title>%s running: %s tok/s system, %s tok/s per user (medians)</title></circle>`,
 			sx(p.x), sy(p.y), col, p.label, short(p.y), short(p.x))
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" class="l">%s</text>`, sx(p.x)+5, sy(p.y)-5, p.label)
+		if p.mx != nil && p.my != nil {
+			x, y := sx(*p.mx), sy(*p.my)
+			fmt.Fprintf(&b, `<path d="M%.1f %.1fl4 4l-4 4l-4 -4z" fill="none" stroke="%s" stroke-width="1.2"><title>%s running: %s tok/s system per observed second, %s tok/s per user per stream-second (means)</title></path>`,
+				x, y-4, col, p.label, short(*p.my), short(*p.mx))
+		}
 		if op != nil && op.Met && op.Running == p.label {
 			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="8" fill="none" stroke="#d6452f" stroke-width="2"/>`, sx(p.x), sy(p.y))
 		}

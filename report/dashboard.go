@@ -3,6 +3,7 @@ package report
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/grafana/grafana-foundation-sdk/go/cog"
@@ -144,6 +145,9 @@ func Dashboard() ([]byte, error) {
 		WithVariable(variable("gpu", "GPU", tagValues(schema.GPU, schema.TagGPU, onHost))).
 		WithVariable(dashboard.NewCustomVariableBuilder("state").Label("state").Values(dashboard.StringOrMap{String: cog.ToPtr(strings.Join(States, ","))}).
 			Options(stateOpts).Current(cur(schema.StateQueueBound))).
+		WithVariable(dashboard.NewTextBoxVariableBuilder("per_user_floor").Label("per-user floor (tok/s)").
+			Description("The per-user objective the operating curve panel draws as a line (tpsmon report --per-user-floor).").
+			DefaultValue(dashboard.StringOrMap{String: cog.ToPtr(floorText)}).Current(cur(floorText))).
 		WithVariable(dashboard.NewCustomVariableBuilder("level").Label("trend rollup").Description("1h: hourly rollups (weeks); 1d: daily (months, years)").
 			Values(dashboard.StringOrMap{String: cog.ToPtr(Hourly + "," + Daily)}).Options(levelOpts).Current(cur(Hourly))).
 		WithRow(dashboard.NewRowBuilder("Servers: tokens against hardware (raw windows)")).
@@ -192,7 +196,7 @@ func Dashboard() ([]byte, error) {
 		WithPanel(sortedTable("Worst servers: tokens per GPU-hour, lowest first ($level rollups)", "Per server over the range, from the rollups.", unitTokGPU, gridPos(0, 99, 12, 8), colTokensPerGPUHour, false, roll("A", Ranking, "table"))).
 		WithPanel(sortedTable("Worst GPUs: idle windows, most first ($level rollups)", "Windows under 5 % utilization per GPU over the range, from the rollups.", units.Short, gridPos(12, 99, 12, 8), colIdleWindows, true, roll("A", GPUIdle, "table"))).
 		WithRow(dashboard.NewRowBuilder("Operating curve (raw windows)")).
-		WithPanel(curvePanel(raw(CurveWindows, "table"))).
+		WithPanel(curvePanel(raw(CurveWindows, "table"), target("B", CurveFloor, false, "table"))).
 		WithRow(dashboard.NewRowBuilder("What one user feels (raw windows; servers whose engine gives latencies)")).
 		WithPanel(series("Time to first token, p50 / p90 / p99", "Per server, the worst window of the interval. From histograms a quantile is interpolated in its bucket (ttft_p90_lo_s / _hi_s are the bucket's edges); from request lines (llama.cpp, TGI, Ollama) exact, and the server's own time.", units.Seconds, "seconds", gridPos(0, 119, 12, 8), ts(LatencySeries)...).
 			WithTransformation(only("(time|.*ttft_p.*)"))).
@@ -201,7 +205,14 @@ func Dashboard() ([]byte, error) {
 		WithPanel(series("SLO attainment", "Share of the window's requests that met every objective (slo: in the configuration); from histograms only its bounds are known (lo and hi), the lowest window of the interval.", units.PercentUnit, "share of requests", gridPos(0, 127, 12, 8), ts(LatencySeries)...).
 			Min(0).Max(1).WithTransformation(only("(time|.*slo_attainment.*)"))).
 		WithPanel(series("Goodput", "Requests per second that met the objectives (lower bound), mean over the interval.", unitReqS, "requests/s", gridPos(12, 127, 12, 8), ts(LatencySeries)...).
-			WithTransformation(only("(time|.*goodput_rps.*)")))
+			WithTransformation(only("(time|.*goodput_rps.*)"))).
+		WithRow(dashboard.NewRowBuilder("Decode ceiling (servers with model facts and a GPU peak)")).
+		WithPanel(series("Model bandwidth utilization (MBU)", "Per server: the bytes its decode steps read per second over its GPUs' peak memory bandwidth, mean over the interval. Above 100 % a fact is wrong (speculative decoding, MoE counted with all experts, bytes per weight); low with many requests running: host- or scheduler-bound.", units.PercentUnit, "share of peak bandwidth", gridPos(0, 136, 12, 8), ts(CeilingSeries)...).
+			WithTransformation(only(schema.FieldMBU))).
+		WithPanel(series("Decode ceiling against observed tokens per second", "Per server: the system tokens/s its GPUs could give at the window's running requests and KV occupancy (ceiling_tps), and what it gave (system_tps), over the windows with a ceiling.", unitTokS, "tokens/s", gridPos(12, 136, 12, 8), ts(CeilingSeries)...).
+			WithTransformation(only(schema.FieldCeilingTPS, schema.FieldSystemTPS))).
+		WithPanel(sortedTable("Throughput lost below the ceiling, most first", "Per server and GPU set over the range: lost_tokens = Σ max(0, ceiling − observed) × window; lost_seconds the share of time the same tokens would not have needed at the ceiling (× the GPUs: GPU-seconds); windows and ceiling_windows say how many windows had a ceiling.", units.Short, gridPos(0, 144, 12, 8), schema.FieldLostTokens, true, raw(LostThroughput, "table"))).
+		WithPanel(sortedTable("Throughput lost below the ceiling, most first ($level rollups)", "The same, from the rollups.", units.Short, gridPos(12, 144, 12, 8), schema.FieldLostTokens, true, roll("A", LostThroughput, "table")))
 	d, err := b.Build()
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: %w", err)
@@ -239,20 +250,35 @@ func tagValues(m, key, where string) string {
 	return fmt.Sprintf(`SHOW TAG VALUES FROM %q WITH KEY = %q`, m, key) + where
 }
 
+// floorText is the per-user floor variable's default: the report's.
+var floorText = strconv.FormatFloat(DefaultPerUserFloor, 'g', -1, 64)
+
 // curvePanel is the operating curve as Grafana draws it: a point per raw
 // window, per-user TPS across, system TPS up, coloured by running
-// requests (the report bins and judges them; Grafana shows the cloud).
-func curvePanel(t cog.Builder[variants.Dataquery]) *xychart.PanelBuilder {
+// requests (the report bins and judges them; Grafana shows the cloud),
+// and the per-user floor ($per_user_floor) as a vertical line: the floor
+// target's points, one per interval at x = floor, joined.
+func curvePanel(t, floor cog.Builder[variants.Dataquery]) *xychart.PanelBuilder {
 	field := func(name string) *xychart.MatcherConfigBuilder {
 		return xychart.NewMatcherConfigBuilder().Id("byName").Options(name)
 	}
+	red := "#d6452f"
 	return xychart.NewPanelBuilder().Title("Operating curve: system against per-user tokens per second").
 		Description("One point per window: per-user tokens/s across, the server's system tokens/s up, coloured by mean running requests. Up and to the right is better; more concurrency moves a server up and left until per-user speed falls under its objective (tpsmon report draws the floor and the operating point).").
-		Datasource(ds).Unit(unitTokS).GridPos(gridPos(0, 108, 24, 10)).Targets([]cog.Builder[variants.Dataquery]{t}).
+		Datasource(ds).Unit(unitTokS).GridPos(gridPos(0, 108, 24, 10)).Targets([]cog.Builder[variants.Dataquery]{t, floor}).
 		Show(xychart.XYShowModePoints).Mapping(xychart.SeriesMappingManual).AxisLabel("tokens/s").
 		ColorScheme(dashboard.NewFieldColorBuilder().Mode(dashboard.FieldColorModeIdContinuousBlues)).
 		Series([]cog.Builder[xychart.XYSeriesConfig]{xychart.NewXYSeriesConfigBuilder().
 			X(xychart.NewXychartXYSeriesConfigXBuilder().Matcher(field(schema.FieldPerUserTPS))).
 			Y(xychart.NewXychartXYSeriesConfigYBuilder().Matcher(field(schema.FieldSystemTPS))).
-			Color(xychart.NewXychartXYSeriesConfigColorBuilder().Matcher(field(schema.FieldRunning)))})
+			Color(xychart.NewXychartXYSeriesConfigColorBuilder().Matcher(field(schema.FieldRunning))),
+			xychart.NewXYSeriesConfigBuilder().Name(xychart.NewXychartXYSeriesConfigNameBuilder().Fixed("per-user floor")).
+				X(xychart.NewXychartXYSeriesConfigXBuilder().Matcher(field(colFloor))).
+				Y(xychart.NewXychartXYSeriesConfigYBuilder().Matcher(field(colFloorSystemTPS)))}).
+		OverrideByName(colFloorSystemTPS, []dashboard.DynamicConfigValue{
+			{Id: "custom.show", Value: string(xychart.XYShowModeLines)},
+			{Id: "custom.lineWidth", Value: 2},
+			{Id: "custom.lineStyle", Value: map[string]any{"fill": "dash", "dash": []int{8, 4}}},
+			{Id: "color", Value: map[string]any{"mode": "fixed", "fixedColor": red}},
+		})
 }

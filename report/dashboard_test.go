@@ -58,7 +58,7 @@ func TestDashboardQueriesReturnWhatWasWritten(t *testing.T) {
 				// the variables' defaults, an interval of an hour.
 				q := strings.NewReplacer(
 					"$timeFilter", fmt.Sprintf("time >= %dms AND time < %dms", from.UnixMilli(), to.UnixMilli()),
-					"$__interval", "1h", "$host", ".*", "$server", ".*", "$gpu", ".*", "$state", "ok", "$level", level,
+					"$__interval", "1h", "$host", ".*", "$server", ".*", "$gpu", ".*", "$state", "ok", "$level", level, "$per_user_floor", "20",
 				).Replace(tg.Query)
 				s, err := c.Query(ctx, q)
 				if err != nil {
@@ -67,7 +67,7 @@ func TestDashboardQueriesReturnWhatWasWritten(t *testing.T) {
 				if len(s) == 0 {
 					t.Errorf("panel %q (level %s) returned nothing:\n%s", p.Title, level, q)
 				}
-				results[fmt.Sprint(level, "|", p.Title, "|", i)] = append(results[level+"|"+p.Title], s...)
+				results[fmt.Sprint(level, "|", p.Title, "|", i)] = s
 				results[level+"|"+p.Title] = append(results[level+"|"+p.Title], s...)
 			}
 		}
@@ -89,9 +89,24 @@ func TestDashboardQueriesReturnWhatWasWritten(t *testing.T) {
 		}
 	}
 	// What was written, from the same model.
-	var tokens, gpuSecs float64
+	var tokens, gpuSecs, lostRaw, ceilWins float64
 	var throttled int
 	_ = fleet.Raw(from, to, rawWindow, func(p *write.Point) error {
+		if p.Name() == schema.Server {
+			var c, o float64
+			for _, f := range p.FieldList() {
+				switch f.Key {
+				case schema.FieldCeilingTPS:
+					c = f.Value.(float64)
+				case schema.FieldSystemTPS:
+					o = f.Value.(float64)
+				}
+			}
+			if c > 0 {
+				lostRaw += max(0, c-o) * rawWindow.Seconds()
+				ceilWins++
+			}
+		}
 		for _, f := range p.FieldList() {
 			switch {
 			case p.Name() == schema.Server && f.Key == schema.FieldTokens:
@@ -105,9 +120,57 @@ func TestDashboardQueriesReturnWhatWasWritten(t *testing.T) {
 		return nil
 	})
 	approx("tokens per interval, summed", sum("1h|Tokens generated per interval", "tokens"), tokens)
+	approx("tokens lost below the ceiling (raw)", sum("1h|Throughput lost below the ceiling, most first", schema.FieldLostTokens), lostRaw)
+	approx("windows with a ceiling (raw)", sum("1h|Throughput lost below the ceiling, most first", schema.FieldCeilingWindows), ceilWins)
+	var lostRolled float64
+	_ = fleet.Rollups(from, to, time.Hour, "_1h", func(p *write.Point) error {
+		for _, f := range p.FieldList() {
+			if f.Key == schema.FieldLostTokens {
+				lostRolled += f.Value.(float64)
+			}
+		}
+		return nil
+	})
+	if lostRolled == 0 || lostRaw == 0 {
+		t.Fatalf("the fleet lost nothing below its ceiling: raw %v, rollups %v", lostRaw, lostRolled)
+	}
+	approx("tokens lost below the ceiling (1h rollups)", sum("1h|Throughput lost below the ceiling, most first ($level rollups)", schema.FieldLostTokens), lostRolled)
+	for _, s := range results["1h|Model bandwidth utilization (MBU)"] {
+		for _, row := range s.Rows() {
+			if v, ok := influxql.Num(row[schema.FieldMBU]); ok && (v <= 0 || v > 0.85+1e-9) {
+				t.Errorf("MBU %v of %v: the fleet's is in (0, 0.85]", v, s.Tags)
+			}
+		}
+	}
 	approx("throttled windows", sum("1h|Throttled windows", "throttled_windows"), float64(throttled))
 	approx("GPU time in the GPU table", sum("1h|GPU time, energy and mean utilization", "seconds"), gpuSecs)
 	approx("unused GPU seconds (raw)", sum("1h|Unused GPU time per host", "seconds"), 2*24*3600)
+	// The curve panel's floor line: every point at x = the floor, up to
+	// the highest system TPS written.
+	var floorRows int
+	var floorTop float64
+	for _, s := range results["1h|Operating curve: system against per-user tokens per second|1"] {
+		for _, row := range s.Rows() {
+			x, _ := influxql.Num(row[colFloor])
+			y, _ := influxql.Num(row[colFloorSystemTPS])
+			if x != 20 {
+				t.Errorf("floor line point at x = %v, want 20", x)
+			}
+			floorRows, floorTop = floorRows+1, math.Max(floorTop, y)
+		}
+	}
+	var topTPS float64
+	_ = fleet.Raw(from, to, rawWindow, func(p *write.Point) error {
+		for _, f := range p.FieldList() {
+			if p.Name() == schema.Server && f.Key == schema.FieldSystemTPS {
+				topTPS = math.Max(topTPS, f.Value.(float64))
+			}
+		}
+		return nil
+	})
+	if floorRows < 2 || floorTop != topTPS {
+		t.Errorf("floor line: %d points up to %v, want a line up to the highest system TPS %v", floorRows, floorTop, topTPS)
+	}
 	approx("unused GPUs table", sum("1h|GPUs no server uses, longest first", "seconds"), 2*24*3600)
 	for _, level := range []string{"1h", "1d"} {
 		var stateH float64

@@ -36,6 +36,8 @@ type view struct {
 	ServerCharts   []serverCharts
 	MoreCharts     int
 	UnpricedModels string
+	LostRows       []Lost
+	MoreLost       int
 }
 
 type serverCharts struct {
@@ -81,6 +83,7 @@ func newView(r *Report) (*view, error) {
 	gpus := append([]GPUReport{}, r.GPUs...)
 	sort.SliceStable(gpus, func(i, j int) bool { return gpus[i].IdleShare*gpus[i].Hours > gpus[j].IdleShare*gpus[j].Hours })
 	v.WorstGPUs, v.MoreGPUs = headOf(gpus, maxRows)
+	v.LostRows, v.MoreLost = headOf(r.Lost, maxRows)
 
 	for i, s := range servers {
 		if i == maxServerCharts {
@@ -229,6 +232,7 @@ var page = sync.OnceValue(func() *template.Template {
 			return short(*v)
 		},
 		"money": money,
+		"deref": func(v *float64) float64 { return *v },
 		"color": func(s string) string { return stateColor[s] },
 		"share": func(m map[string]float64, st string) string {
 			if m[st] == 0 {
@@ -273,6 +277,11 @@ td:first-child{white-space:nowrap}td,th{padding:3px 10px;border-bottom:1px solid
 <table><tr><th>host</th><th>server</th><th>GPUs</th><th class="n">tokens</th><th class="n">GPU-hours</th><th class="n">tokens / GPU-hour</th><th class="n">tokens / joule</th>{{range .States}}{{if ne . "unused"}}<th class="n">{{.}}</th>{{end}}{{end}}</tr>
 {{range .WorstServers}}{{$s := .}}<tr><td>{{.Host}}</td><td>{{.Server}}</td><td>{{.GPUs}}</td><td class="n">{{num .Tokens}}</td><td class="n">{{f1 .GPUHours}}</td><td class="n">{{opt .TokensPerGPUHour}}</td><td class="n">{{opt .TokensPerJoule}}</td>{{range $.States}}{{if ne . "unused"}}<td class="n">{{share $s.StateShare .}}</td>{{end}}{{end}}</tr>{{end}}
 </table>{{if .MoreServers}}<p class="more">{{.MoreServers}} more servers in --format json.</p>{{end}}
+{{if .LostGPUHours}}<h2>Servers by throughput lost below the decode ceiling, most GPU-hours first</h2>
+<p class="more">Per window, the system tokens/s the GPUs could give at its running requests (the ceiling) less what it gave, never below zero; over the windows that carry a ceiling. GPU-hours: the share of the GPUs' time the same tokens would not have needed.{{if .WindowsWithoutCeiling}} {{.WindowsWithoutCeiling}} windows had no ceiling.{{end}}</p>
+<table><tr><th>host</th><th>server</th><th>GPUs</th><th class="n">lost GPU-hours</th><th class="n">lost tokens</th><th class="n">of the ceiling</th><th class="n">mean MBU</th><th class="n">above ceiling</th><th class="n">windows with a ceiling</th><th class="n">without</th></tr>
+{{range .LostRows}}<tr><td>{{.Host}}</td><td>{{.Server}}</td><td>{{.GPUs}}</td><td class="n">{{if .LostGPUHours}}{{f1 (deref .LostGPUHours)}}{{else}}–{{end}}</td><td class="n">{{opt .LostTokens}}</td><td class="n">{{if .LostShare}}{{pct (deref .LostShare)}}{{else}}–{{end}}</td><td class="n">{{if .MBU}}{{pct (deref .MBU)}}{{else}}–{{end}}</td><td class="n">{{num .AboveCeilingTokens}}</td><td class="n">{{.CeilingWindows}}</td><td class="n">{{.WindowsWithoutCeiling}}</td></tr>{{end}}
+</table>{{if .MoreLost}}<p class="more">{{.MoreLost}} more servers in --format json.</p>{{end}}{{end}}
 <h2>GPUs, most idle GPU-hours first</h2>
 <table><tr><th>host</th><th>gpu</th><th>UUID</th><th>model</th><th>server</th><th class="n">hours</th><th class="n">idle (util &lt; 5%)</th><th class="n">mean util</th><th class="n">energy</th></tr>
 {{range .WorstGPUs}}<tr><td>{{.Host}}</td><td>{{.GPU}}</td><td>{{.UUID}}</td><td>{{.Model}}</td><td>{{if .Server}}{{.Server}}{{else}}<em>none</em>{{end}}</td><td class="n">{{f1 .Hours}}</td><td class="n">{{pct .IdleShare}}</td><td class="n">{{f1 .MeanUtil}} %</td><td class="n">{{num .EnergyJ}}J</td></tr>{{end}}

@@ -8,6 +8,7 @@ package report
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -203,10 +204,72 @@ var LatencySeries = Query{Name: "latency_series",
 		same("min", schema.FieldSLOAttainmentLo), same("min", schema.FieldSLOAttainmentHi), same("mean", schema.FieldGoodputRPSLo)) +
 		" FROM " + rawServer + " " + serverWhere + perInterval + ids(schema.TagHost, schema.TagServer) + " fill(none)"}
 
+// CeilingSeries is each server's decode ceiling over time: MBU, the
+// ceiling and the observed rate it bounds (means over the interval of the
+// windows that carry them; the rollups' are already weighted by window
+// length).
+var CeilingSeries = both("ceiling_series",
+	list(same("mean", schema.FieldMBU), same("mean", schema.FieldCeilingTPS), same("mean", schema.FieldSystemTPS)),
+	rawServer, rollupServer, serverWhere+perInterval+ids(schema.TagHost, schema.TagServer)+" fill(none)")
+
+// Columns of CeilingTerms beside the schema's rollup names.
+const (
+	ColCeilingTokens = "ceiling_tokens" // ceiling_tps × window_s
+	ColMBUWeighted   = "mbu_x_seconds"  // mbu × window_s
+)
+
+// x is a field expression as a select column.
+func x(expr, col string) string { return expr + " AS " + id(col) }
+
+// posPart is max(0, e): InfluxQL has abs() but no max of two values.
+func posPart(e string) string { return "((" + e + ") + abs(" + e + ")) / 2" }
+
+// CeilingTerms are the raw windows' terms of the lost throughput and the
+// time-weighted MBU and ceiling, one row per window, under the schema's
+// rollup names (package rollup sums them per period): a field missing
+// from a window leaves its terms null, so a window without a ceiling
+// counts only among windows.
+var CeilingTerms = func() string {
+	c, o, ws := id(schema.FieldCeilingTPS), id(schema.FieldSystemTPS), id(schema.FieldWindowS)
+	gap := c + " - " + o
+	return list(
+		x(posPart(gap)+" * "+ws, schema.FieldLostTokens),
+		x(posPart(o+" - "+c)+" * "+ws, schema.FieldAboveCeilingTokens),
+		x(posPart("1 - "+o+" / "+c)+" * "+ws, schema.FieldLostSeconds),
+		x(c+" * "+ws, ColCeilingTokens),
+		x(c+" * 0 + "+ws, schema.FieldCeilingSeconds),
+		x(c+" * 0 + "+ws+" * 0 + 1", schema.FieldCeilingWindows),
+		x(id(schema.FieldMBU)+" * "+ws, ColMBUWeighted),
+		x(id(schema.FieldMBU)+" * 0 + "+ws, schema.FieldMBUSeconds),
+		x(id(schema.FieldCoverage)+" * 0 + 1", schema.FieldWindows))
+}()
+
+// lostRollup are the same terms from the rollups, which sum them per
+// period.
+var lostRollup = list(id(schema.FieldLostTokens), id(schema.FieldAboveCeilingTokens), id(schema.FieldLostSeconds),
+	x(id(schema.FieldCeilingTPS)+" * "+id(schema.FieldCeilingSeconds), ColCeilingTokens), id(schema.FieldCeilingSeconds),
+	id(schema.FieldCeilingWindows), x(id(schema.FieldMBU)+" * "+id(schema.FieldMBUSeconds), ColMBUWeighted),
+	id(schema.FieldMBUSeconds), id(schema.FieldWindows))
+
+// lostOf sums the terms over the range per server and GPU set.
+func lostOf(inner, from string) string {
+	by := ids(schema.TagHost, schema.TagServer, schema.TagGPUs)
+	return "SELECT " + list(same("sum", schema.FieldLostTokens), same("sum", schema.FieldAboveCeilingTokens), same("sum", schema.FieldLostSeconds),
+		same("sum", ColCeilingTokens), same("sum", schema.FieldCeilingSeconds), same("sum", schema.FieldCeilingWindows),
+		call("sum", ColMBUWeighted)+" / "+call("sum", schema.FieldMBUSeconds)+" AS "+id(schema.FieldMBU), same("sum", schema.FieldMBUSeconds),
+		same("sum", schema.FieldWindows)) +
+		" FROM (SELECT " + inner + " FROM " + from + " " + serverWhere + " GROUP BY " + by + ") WHERE $timeFilter GROUP BY " + by
+}
+
+// LostThroughput is what each server's windows fell short of their
+// decode ceiling over the range, in one query: tokens, the share of time
+// that stands for, and the time-weighted MBU (schema's lost_* fields).
+var LostThroughput = Query{Name: "lost_throughput", Text: lostOf(CeilingTerms, rawServer), Rollup: lostOf(lostRollup, rollupServer)}
+
 // Queries lists every query the dashboard and the report share.
 var Queries = []Query{ServerSeries, TokensPerJoule, Ranking, StateTimeline, StateTime, StateTrend, GPUTime, GPUIdle, UnusedGPUs,
 	UnusedTrend, FleetTokens, FleetGPU, GPUSeries, GPUThrottle, FleetTPS, FleetEfficiency, StateHoursTrend, UnusedHours, CurveWindows,
-	LatencySeries}
+	CurveFloor, LatencySeries, CeilingSeries, LostThroughput}
 
 // SuspectWindows reads the raw windows a sanity rule doubted (their
 // suspect field), for the report alone: rollups do not carry the field.
@@ -279,6 +342,7 @@ func (f Filter) Render(q Query, state string) (string, error) {
 		"$gpu", re(f.GPU),
 		"$state", state,
 		"$level", f.Level,
+		"$per_user_floor", strconv.FormatFloat(DefaultPerUserFloor, 'g', -1, 64),
 	)
 	return r.Replace(text), nil
 }

@@ -47,6 +47,43 @@ type Report struct {
 	CurveSkipped map[string]int `json:"operating_curve_skipped,omitempty"`
 	// LatencyNote says why the servers have no latency (a rollup level).
 	LatencyNote string `json:"latency_note,omitempty"`
+	// Lost is each server's throughput below its decode ceiling, most
+	// lost GPU-hours first; servers none of whose windows had a ceiling
+	// last. LostTokens and LostGPUHours are the fleet's (absent when no
+	// window had a ceiling), WindowsWithoutCeiling the server windows
+	// that had none (a missing model fact or GPU peak: tpsmon check).
+	Lost                  []Lost   `json:"lost_throughput"`
+	LostTokens            *float64 `json:"lost_tokens,omitempty"`
+	LostGPUHours          *float64 `json:"lost_gpu_hours,omitempty"`
+	WindowsWithoutCeiling int      `json:"windows_without_ceiling"`
+}
+
+// Lost is what one server's windows fell short of their decode
+// ceiling (the system tokens/s its GPUs could give at each window's
+// running requests and KV occupancy), summed over the windows that carry
+// one, each window clamped at zero (one above its ceiling loses nothing;
+// its excess is AboveCeilingTokens, and a fact is then likely wrong).
+type Lost struct {
+	Host   string `json:"host"`
+	Server string `json:"server"`
+	GPUs   string `json:"gpus"`
+	// LostTokens = Σ max(0, ceiling_tps − system_tps) × window_s.
+	LostTokens *float64 `json:"lost_tokens,omitempty"`
+	// LostGPUHours = Σ max(0, 1 − system_tps / ceiling_tps) × window_s ×
+	// GPUs / 3600: the GPU time the same tokens would not have needed at
+	// the ceiling. Comparable across models, so the ranking's key.
+	LostGPUHours *float64 `json:"lost_gpu_hours,omitempty"`
+	// LostShare is LostTokens over the tokens the ceiling allowed.
+	LostShare          *float64 `json:"lost_share,omitempty"`
+	CeilingTokens      float64  `json:"ceiling_tokens"`
+	AboveCeilingTokens float64  `json:"above_ceiling_tokens"`
+	// MBU is the mean over the windows with one, weighted by length.
+	MBU                   *float64 `json:"mbu,omitempty"`
+	CeilingHours          float64  `json:"ceiling_hours"`
+	Windows               int      `json:"windows"`
+	CeilingWindows        int      `json:"ceiling_windows"`
+	WindowsWithoutCeiling int      `json:"windows_without_ceiling"`
+	mbuSum, mbuSecs       float64
 }
 
 // StateHours is the GPU time spent in one state, and who spent it.
@@ -238,7 +275,7 @@ func (b *builder) build(o Options) error {
 		}
 	}
 	b.waste()
-	for _, step := range []func() error{b.efficiency, b.serverSeries, b.fleet, b.suspects, b.latency, func() error { return b.operatingCurve(o.floor()) }} {
+	for _, step := range []func() error{b.efficiency, b.serverSeries, b.fleet, b.suspects, b.latency, b.lost, func() error { return b.operatingCurve(o.floor()) }} {
 		if err := step(); err != nil {
 			return err
 		}
@@ -709,6 +746,7 @@ func findings(r *Report) []string {
 	}
 	out = append(out, suspectFindings(r)...)
 	out = append(out, latencyFindings(r)...)
+	out = append(out, lostFindings(r)...)
 	var ranked []ServerReport
 	for _, s := range r.Servers {
 		if s.TokensPerGPUHour != nil {

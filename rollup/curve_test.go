@@ -96,6 +96,15 @@ func checkCurveRollup(t *testing.T, c *report.Client, from, to time.Time) {
 				}
 			}
 		}
+		// The means add across periods: exact in every bin, wide ones too.
+		for k := range r.Bins {
+			rb, hb := r.Bins[k], h.Bins[k]
+			for _, p := range [][2]*float64{{rb.SystemTPS.Mean, hb.SystemTPS.Mean}, {rb.PerUserTPS.Mean, hb.PerUserTPS.Mean}} {
+				if p[0] == nil || p[1] == nil || math.Abs(*p[1]-*p[0]) > 1e-6**p[0] {
+					t.Errorf("%s bin %s: hourly mean %v against raw %v", r.Kind, rb.Running, p[1], p[0])
+				}
+			}
+		}
 		ro, ho := r.Operating, h.Operating
 		if ro.Running != ho.Running || ro.KneeObserved != ho.KneeObserved || math.Abs(*ro.SystemTPS-*ho.SystemTPS) > 1e-6**ro.SystemTPS {
 			t.Errorf("%s: operating point raw %+v, hourly %+v", r.Kind, ro, ho)
@@ -108,5 +117,40 @@ func checkCurveRollup(t *testing.T, c *report.Client, from, to time.Time) {
 	// median (about 36) does not: the decode curve's point is bin 8.
 	if op := raw[0].Operating; raw[0].Kind != curve.Decode || op.Running != "8" || !op.KneeObserved {
 		t.Errorf("from %v: decode operating point %+v", from, op)
+	}
+}
+
+// TestCurveRollupKeepsEngineVersion: windows of two engine versions, and
+// of none stated, are three curves from the hourly cells as from the raw
+// windows; unknown is never merged into a known version.
+func TestCurveRollupKeepsEngineVersion(t *testing.T) {
+	base, db := setup(t)
+	var b strings.Builder
+	for ts := day0; ts.Before(day0.Add(3 * time.Hour)); ts = ts.Add(time.Minute) {
+		tag := []string{",engine_version=0.6.3", ",engine_version=0.7.0", ""}[ts.Hour()]
+		fmt.Fprintf(&b, "%s,host=n1,server=llm,engine=vllm%s,model=m,gpus=0 running=2,system_tps=100,per_user_tps=50,tokens=6000i,prompt_tokens=10i,window_s=60,coverage=1,state=\"ok\" %d\n",
+			schema.Server, tag, ts.UnixMilli())
+	}
+	influxtest.Write(t, base, db, b.String())
+	if _, err := job(t, base, db).Run(context.Background(), day0.Add(4*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	c := report.NewClient(base, db, "", 30*time.Second)
+	for _, level := range []string{report.Raw, report.Hourly} {
+		f, err := report.Plan(context.Background(), c, report.Filter{From: day0, To: day0.Add(3 * time.Hour), Level: level})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, _, err := report.OperatingCurves(context.Background(), c, f, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, cv := range cs {
+			got = append(got, fmt.Sprintf("%s:%d", cv.Version, cv.Windows))
+		}
+		if strings.Join(got, " ") != ":60 0.6.3:60 0.7.0:60" {
+			t.Errorf("%s: curves by engine version %v, want one each of 60 windows", level, got)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/internal/influxql"
 	"github.com/tpsmon/tpsmon/report"
 	"github.com/tpsmon/tpsmon/schema"
@@ -180,8 +181,12 @@ func (j *Job) rollRange(ctx context.Context, l Level, a, b time.Time) (int, erro
 	for _, m := range Measurements {
 		var lens map[string]time.Duration // read when a row needs it
 		for _, spec := range rollups[m] {
+			src := from("", m)
+			if spec.inner != "" {
+				src = fmt.Sprintf(`(SELECT %s FROM %s WHERE %s GROUP BY *)`, spec.inner, src, tf)
+			}
 			q := fmt.Sprintf(`SELECT %s FROM %s WHERE %s%s GROUP BY time(%ds), * fill(none)`,
-				spec.selectList(), from("", m), tf, spec.where, int(l.Every.Seconds()))
+				spec.selectList(), src, tf, spec.where, int(l.Every.Seconds()))
 			series, err := j.Q.Query(ctx, q)
 			if err != nil {
 				return 0, err
@@ -224,8 +229,9 @@ func (j *Job) rollRange(ctx context.Context, l Level, a, b time.Time) (int, erro
 	return n, nil
 }
 
-// agg is one aggregate of a raw field.
-type agg struct{ fn, field, as string }
+// agg is one aggregate of a raw field (or of an inner query's column);
+// expr, where set, is the select expression instead.
+type agg struct{ fn, field, as, expr string }
 
 // spec is one query of a rollup: aggregates of a measurement's windows,
 // optionally of one state, and the names its fields take.
@@ -236,6 +242,13 @@ type spec struct {
 	// idle_windows, idle_seconds and idle_gpu_seconds; "" the plain
 	// windows, seconds and gpu_seconds.
 	group string
+	// inner, where set, is a select list over the raw windows that the
+	// aggregates read instead of the raw fields; such a spec writes no
+	// time fields of its own.
+	inner string
+	// perGPU names fields to write again times the point's GPUs: the
+	// field's name -> the GPU-seconds' name.
+	perGPU map[string]string
 }
 
 // field is the name time field f takes in s.
@@ -248,8 +261,19 @@ func (s spec) field(f string) string {
 
 func (s spec) selectList() string {
 	var b strings.Builder
+	var sel []string
 	for _, a := range s.aggs {
-		fmt.Fprintf(&b, `%s("%s") AS "%s", `, a.fn, a.field, a.as)
+		if a.expr != "" {
+			sel = append(sel, fmt.Sprintf(`%s AS "%s"`, a.expr, a.as))
+			continue
+		}
+		sel = append(sel, fmt.Sprintf(`%s("%s") AS "%s"`, a.fn, a.field, a.as))
+	}
+	if s.inner != "" {
+		return strings.Join(sel, ", ")
+	}
+	for _, x := range sel {
+		b.WriteString(x + ", ")
 	}
 	// Time observed: window_s where the point carries it, and the count of
 	// those that do not, which the window length derived from the data
@@ -287,6 +311,18 @@ func (s spec) fields(row map[string]any, derived time.Duration, gpus int) map[st
 			out[a.as] = v
 		}
 	}
+	for f, gf := range s.perGPU {
+		if v, ok := out[f].(float64); ok {
+			out[gf] = v * float64(gpus)
+		}
+	}
+	if s.inner != "" {
+		if n, ok := out[s.aggs[0].as].(float64); ok {
+			out[s.aggs[0].as] = int64(n)
+			return out
+		}
+		return nil // no window of the period had a ceiling
+	}
 	n, _ := influxql.Num(row["n"])
 	if n == 0 {
 		return out
@@ -312,16 +348,20 @@ var Measurements = []string{schema.Server, schema.GPU}
 var States = schema.States
 
 // same aggregates a raw field into a rollup field of the same name.
-func same(fn, field string) agg { return agg{fn, field, field} }
+func same(fn, field string) agg { return agg{fn, field, field, ""} }
 
 var rollups = map[string][]spec{
 	schema.Server: append([]spec{{aggs: []agg{
 		same("sum", schema.FieldTokens), same("sum", schema.FieldPromptTokens), same("sum", schema.FieldEnergyJ),
 		same("mean", schema.FieldSystemTPS), same("mean", schema.FieldPerUserTPS),
-		same("mean", schema.FieldRunning), {"max", schema.FieldRunning, schema.FieldRunningMax}, same("mean", schema.FieldWaiting),
+		same("mean", schema.FieldRunning), {"max", schema.FieldRunning, schema.FieldRunningMax, ""}, same("mean", schema.FieldWaiting),
 		same("mean", schema.FieldKVCacheUsage), same("mean", schema.FieldGPUUtil), same("mean", schema.FieldSMActive),
 		same("mean", schema.FieldPowerW), same("mean", schema.FieldTPSPerGPU),
-	}}}, stateSpecs()...),
+		// The prompt's split, summed: cached ÷ all of a period is its
+		// token-weighted hit rate.
+		same("sum", schema.FieldPromptComputedTokens), same("sum", schema.FieldPromptCachedTokens),
+		same("sum", schema.FieldPromptExternalTokens),
+	}}, ceilingSpec}, append(stateSpecs(), suspectSpecs()...)...),
 	schema.GPU: {{aggs: []agg{
 		same("mean", schema.FieldUtil), same("max", schema.FieldUtilMax), same("mean", schema.FieldSMActive),
 		same("mean", schema.FieldMemUtil), same("max", schema.FieldMemUsedBytes), same("max", schema.FieldMemTotalBytes),
@@ -329,6 +369,31 @@ var rollups = map[string][]spec{
 		same("mean", schema.FieldSMClockMHz),
 	}}, {where: fmt.Sprintf(` AND %q < %d`, schema.FieldUtil, schema.IdleGPUUtil), group: schema.IdleGPU}},
 }
+
+// suspectSpecs count the windows each sanity rule doubted (the suspect
+// field names it) into the server rollup: suspect_gpu_idle_windows,
+// suspect_gpu_idle_seconds, ... No rule's name is part of another's.
+func suspectSpecs() []spec {
+	var out []spec
+	for _, r := range analysis.Rules {
+		out = append(out, spec{where: fmt.Sprintf(` AND %q =~ /%s/`, schema.FieldSuspect, r), group: schema.RollupField(schema.FieldSuspect, r)})
+	}
+	return out
+}
+
+// ceilingSpec rolls the decode ceiling up from report.CeilingTerms: mbu
+// and ceiling_tps as means weighted by window length over the windows
+// that carry them (with the weights, so that longer periods and the
+// report combine them exactly), and the lost throughput's sums. Its first
+// aggregate, the windows with a ceiling, gates the point: a period
+// without one writes none of these fields.
+var ceilingSpec = spec{inner: report.CeilingTerms, perGPU: map[string]string{schema.FieldLostSeconds: schema.FieldLostGPUSeconds}, aggs: []agg{
+	same("sum", schema.FieldCeilingWindows),
+	same("sum", schema.FieldLostTokens), same("sum", schema.FieldAboveCeilingTokens), same("sum", schema.FieldLostSeconds),
+	same("sum", schema.FieldCeilingSeconds), same("sum", schema.FieldMBUSeconds),
+	{as: schema.FieldCeilingTPS, expr: fmt.Sprintf(`sum(%q) / sum(%q)`, report.ColCeilingTokens, schema.FieldCeilingSeconds)},
+	{as: schema.FieldMBU, expr: fmt.Sprintf(`sum(%q) / sum(%q)`, report.ColMBUWeighted, schema.FieldMBUSeconds)},
+}}
 
 // stateSpecs count each state's windows and seconds into the server
 // rollup: idle_windows, idle_seconds, idle_gpu_seconds, ...

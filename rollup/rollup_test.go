@@ -13,6 +13,7 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
+	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/internal/influxql"
 	"github.com/tpsmon/tpsmon/report"
 	"github.com/tpsmon/tpsmon/schema"
@@ -27,6 +28,9 @@ type want struct {
 	tokens  map[string]float64 // server|period
 	secs    map[string]float64 // server|state|period
 	gpuSecs map[string]float64 // uuid|period
+	// prompt sums the split's fields (server|field|period); suspect the
+	// seconds each rule doubted (server|rule|period).
+	prompt, suspect map[string]float64
 }
 
 func (w want) add(key string, m map[string]float64, v float64) { m[key] += v }
@@ -57,11 +61,35 @@ func writeDays(t *testing.T, base, db string, from, to int, w want) {
 		if ts.Hour()%3 == 0 {
 			state, tokens = schema.StateIdle, 0
 		}
-		add(write.NewPoint(schema.Server, map[string]string{schema.TagHost: "node-a", schema.TagServer: "llama", schema.TagGPUs: "0,1"},
-			map[string]any{schema.FieldTokens: tokens, schema.FieldSystemTPS: float64(tokens) / 60, schema.FieldState: state, schema.FieldCoverage: 1.0, schema.FieldEnergyJ: 36000.0, schema.FieldWindowS: 60.0}, ts))
+		fields := map[string]any{schema.FieldTokens: tokens, schema.FieldSystemTPS: float64(tokens) / 60, schema.FieldState: state, schema.FieldCoverage: 1.0, schema.FieldEnergyJ: 36000.0, schema.FieldWindowS: 60.0}
+		// llama's ok windows split their prompt; some hours are suspect.
+		split := map[string]int64{}
+		if state == schema.StateOK {
+			split = map[string]int64{schema.FieldPromptComputedTokens: 500, schema.FieldPromptCachedTokens: 1500}
+			for k, v := range split {
+				fields[k] = v
+			}
+		}
+		var rules []string
+		switch {
+		case ts.Hour()%8 == 5:
+			rules = []string{"activity_zero", "gpu_idle"}
+		case ts.Hour()%4 == 1:
+			rules = []string{"gpu_idle"}
+		}
+		if rules != nil {
+			fields[schema.FieldSuspect] = strings.Join(rules, ",")
+		}
+		add(write.NewPoint(schema.Server, map[string]string{schema.TagHost: "node-a", schema.TagServer: "llama", schema.TagGPUs: "0,1"}, fields, ts))
 		for _, p := range []string{h, d} {
 			w.add(fmt.Sprint("llama|", p), w.tokens, float64(tokens))
 			w.add(fmt.Sprint("llama|", state, "|", p), w.secs, 60)
+			for k, v := range split {
+				w.add(fmt.Sprint("llama|", k, "|", p), w.prompt, float64(v))
+			}
+			for _, r := range rules {
+				w.add(fmt.Sprint("llama|", r, "|", p), w.suspect, 60)
+			}
 		}
 		qstate := schema.StateOK
 		if ts.Hour()%2 == 0 {
@@ -144,6 +172,17 @@ func check(t *testing.T, base, db string, w want, lv string, every time.Duration
 				t.Errorf("%s %s at %s: tokens %v, raw %v", lv, srv, p, got, want)
 			}
 			ngpu := map[string]float64{"llama": 2, "qwen": 1, "late": 1}[srv]
+			for _, f := range []string{schema.FieldPromptComputedTokens, schema.FieldPromptCachedTokens} {
+				if got, want := num0(row[f]), w.prompt[fmt.Sprint(srv, "|", f, "|", p)]; got != want {
+					t.Errorf("%s %s at %s: %s %v, raw %v", lv, srv, p, f, got, want)
+				}
+			}
+			for _, r := range analysis.Rules {
+				f := schema.RollupField(schema.RollupField(schema.FieldSuspect, r), schema.FieldSeconds)
+				if got, want := num0(row[f]), w.suspect[fmt.Sprint(srv, "|", r, "|", p)]; got != want {
+					t.Errorf("%s %s at %s: %s %v, raw %v", lv, srv, p, f, got, want)
+				}
+			}
 			for _, st := range schema.States {
 				want := w.secs[fmt.Sprint(srv, "|", st, "|", p)]
 				if got := num0(row[st+"_seconds"]); got != want || num0(row[st+"_gpu_seconds"]) != want*ngpu {
@@ -186,7 +225,8 @@ func num(v any) float64 {
 // nothing.
 func TestRollupEqualsRawAfterDowntime(t *testing.T) {
 	base, db := setup(t)
-	w := want{tokens: map[string]float64{}, secs: map[string]float64{}, gpuSecs: map[string]float64{}}
+	w := want{tokens: map[string]float64{}, secs: map[string]float64{}, gpuSecs: map[string]float64{},
+		prompt: map[string]float64{}, suspect: map[string]float64{}}
 	writeDays(t, base, db, 0, 2, w)
 	j := job(t, base, db)
 	ctx := context.Background()
@@ -273,4 +313,16 @@ func stateHours(r *report.Report) map[string]float64 {
 		out[s.State] = math.Round(s.GPUHours*1e9) / 1e9
 	}
 	return out
+}
+
+// TestSuspectRulesApart: the rollup finds a rule's windows by its name in
+// the suspect field, so no rule's name may be part of another's.
+func TestSuspectRulesApart(t *testing.T) {
+	for _, a := range analysis.Rules {
+		for _, b := range analysis.Rules {
+			if a != b && strings.Contains(a, b) {
+				t.Errorf("rule %q contains rule %q", a, b)
+			}
+		}
+	}
 }

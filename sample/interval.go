@@ -33,12 +33,23 @@ type Interval struct {
 	// Output is a Request's whole output (Tokens is what no progress line
 	// counted before it); negative: unknown.
 	Output float64
+	// SpecDrafted and SpecAccepted are a speculation tally (tokens the
+	// draft proposed, and of them the target model accepted): a finished
+	// llama.cpp request's, or vLLM's over its logging interval. An
+	// interval that carries them carries nothing else. Negative: unknown.
+	SpecDrafted, SpecAccepted float64
+	// PromptCached is prompt tokens found in the prefix cache, beside the
+	// computed PromptTokens: an SGLang prefill batch's, or a llama.cpp
+	// request's (its own interval, which carries nothing else). Negative:
+	// unknown.
+	PromptCached float64
 }
 
 // Unknown returns an interval over (start, end] with every value unknown.
 func Unknown(start, end time.Time) Interval {
 	return Interval{Start: start, End: end, Tokens: -1, PromptTokens: -1, UserTokens: -1, UserSeconds: -1,
-		Running: -1, Waiting: -1, KV: -1, Preemptions: -1, TTFT: -1, TPOT: -1, E2E: -1, Queue: -1, Output: -1}
+		Running: -1, Waiting: -1, KV: -1, Preemptions: -1, TTFT: -1, TPOT: -1, E2E: -1, Queue: -1, Output: -1,
+		SpecDrafted: -1, SpecAccepted: -1, PromptCached: -1}
 }
 
 // Hole returns the hole a refused line leaves over (start, end]: its
@@ -66,6 +77,7 @@ func CheckInterval(iv Interval) (Discard, bool) {
 	// say which value is wrong and why.
 	if unknownOrIn(iv.Tokens, tok) && unknownOrIn(iv.PromptTokens, tok) && unknownOrIn(iv.UserTokens, tok) &&
 		unknownOrIn(iv.UserSeconds, MaxRequests*secs) && unknownOrIn(iv.Preemptions, tok) &&
+		unknownOrIn(iv.SpecDrafted, tok) && unknownOrIn(iv.SpecAccepted, iv.SpecDrafted) && unknownOrIn(iv.PromptCached, tok) &&
 		unknownOrIn(iv.Running, MaxRequests) && unknownOrIn(iv.Waiting, MaxRequests) && unknownOrIn(iv.KV, 1) &&
 		InRange(iv.Start) && InRange(iv.End) && !iv.End.Before(iv.Start) && span <= MaxIntervalSpan {
 		return Discard{}, true
@@ -85,6 +97,9 @@ func intervalDiscard(iv Interval, secs, tok float64) (Discard, bool) {
 		{"user_tokens", iv.UserTokens, tok},
 		{"user_seconds", iv.UserSeconds, MaxRequests * secs},
 		{"preemptions", iv.Preemptions, tok},
+		{"spec_drafted", iv.SpecDrafted, tok},
+		{"spec_accepted", iv.SpecAccepted, max(iv.SpecDrafted, 0)},
+		{"prompt_cached", iv.PromptCached, tok},
 		{"running", iv.Running, MaxRequests},
 		{"waiting", iv.Waiting, MaxRequests},
 		{"kv_cache_usage", iv.KV, 1},

@@ -27,8 +27,9 @@ const (
 	CompletionTokens
 	CompletionSeconds  // summed duration of the completed requests' generation
 	CompletionRequests // completed requests
-	// Iterations is an engine step counter (TensorRT-LLM): each step makes
-	// one token per generating request.
+	// Iterations is an engine step counter (TensorRT-LLM, TGI's decode
+	// batches, vLLM V1's step histogram count): each step makes one token
+	// per generating request.
 	Iterations
 	// Decodes counts an engine's decode calls (llama.cpp); times the
 	// SlotsPerDecode gauge, a lifetime average, it is the live count of

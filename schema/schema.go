@@ -20,11 +20,14 @@ const (
 	TagHost   = "host"
 	TagServer = "server" // on GPU points: the server using the GPU, empty when none
 	TagEngine = "engine"
-	TagModel  = "model"
-	TagGPUs   = "gpus" // comma-joined GPU labels of a server
-	TagGPU    = "gpu"  // GPU index, or index/instance for MIG ("0/gi1")
-	TagUUID   = "uuid"
-	TagName   = "name" // GPU product name
+	// TagEngineVersion is the engine's version where its log or metrics
+	// state one (absent otherwise).
+	TagEngineVersion = "engine_version"
+	TagModel         = "model"
+	TagGPUs          = "gpus" // comma-joined GPU labels of a server
+	TagGPU           = "gpu"  // GPU index, or index/instance for MIG ("0/gi1")
+	TagUUID          = "uuid"
+	TagName          = "name" // GPU product name
 )
 
 // Fields. Units are in the names: percentages are 0..100, ratios 0..1.
@@ -185,6 +188,27 @@ const (
 	FieldGPUSeconds = "gpu_seconds" // seconds times the GPUs a point stands for
 )
 
+// The decode ceiling's rollup fields (tpsmon_server_<level>): mbu and
+// ceiling_tps are the period's means weighted by window length over the
+// windows that carry them, mbu_seconds and ceiling_seconds those weights
+// (a longer period's mean is the weighted mean of these);
+// ceiling_windows counts the windows with a ceiling. Lost throughput is
+// summed over them, each window clamped at zero: lost_tokens =
+// Σ max(0, ceiling_tps − system_tps) × window_s, above_ceiling_tokens the
+// tokens past it (a fact is likely wrong there), lost_seconds =
+// Σ max(0, 1 − system_tps / ceiling_tps) × window_s (the time the same
+// tokens would not have needed at the ceiling) and lost_gpu_seconds that
+// times the GPUs. The report reads the same names from the raw windows.
+const (
+	FieldMBUSeconds         = "mbu_seconds"
+	FieldCeilingSeconds     = "ceiling_seconds"
+	FieldCeilingWindows     = "ceiling_windows"
+	FieldLostTokens         = "lost_tokens"
+	FieldAboveCeilingTokens = "above_ceiling_tokens"
+	FieldLostSeconds        = "lost_seconds"
+	FieldLostGPUSeconds     = "lost_gpu_seconds"
+)
+
 // RollupField names a rollup's time field of one group of windows: a
 // state's (RollupField(StateIdle, FieldWindows) is "idle_windows" of
 // tpsmon_server_<level>), or IdleGPU's.
@@ -225,7 +249,7 @@ var States = []string{StateDown, StateSleeping, StateIdle, StateKVBound, StateQu
 // ServerTags, ServerFields, GPUTags and GPUFields list what each
 // measurement may carry; a field that could not be measured is absent.
 var (
-	ServerTags   = []string{TagHost, TagServer, TagEngine, TagModel, TagGPUs}
+	ServerTags   = []string{TagHost, TagServer, TagEngine, TagEngineVersion, TagModel, TagGPUs}
 	ServerFields = append([]string{FieldTokens, FieldSystemTPS, FieldPerUserTPS, FieldPromptTokens, FieldPromptTPS,
 		FieldRunning, FieldWaiting, FieldKVCacheUsage, FieldPreemptions, FieldGPUUtil, FieldGPUUtilMax,
 		FieldSMActive, FieldMemUsedBytes, FieldMemTotalBytes, FieldPowerW, FieldEnergyJ, FieldTokensPerJoule,
@@ -245,7 +269,9 @@ var (
 // of one record per kind and concurrency bin (analysis/curve), each the
 // bin's windows, GPU-seconds, running sum, and per rate the windows with
 // it and its p10, median and p90 over the period times those windows,
-// and the period's best window. One string field, not a field per
+// the period's best window, and the sums of the bin's exact means
+// (observed seconds and tokens; stream-seconds and per-user TPS times
+// them). One string field, not a field per
 // number: InfluxDB's cost is per series and field read, and a tag per bin
 // with a field per number took the report 10-20 s over 30 days of 200
 // servers on a 2-core machine.

@@ -102,16 +102,21 @@ func sortedTags(t []Tag) []Tag {
 	return t
 }
 
-// ServerPoint is the tpsmon_server point of a server's window.
+// ServerPoint is the tpsmon_server point of a server's window. An
+// unknown engine version is no tag (as in InfluxDB), not an empty one.
 func ServerPoint(w analysis.ServerWindow) Point {
-	return Point{Measurement: schema.Server, Tags: serverTags(nil, w),
+	tags := serverTags(nil, w)
+	if w.EngineVersion == "" {
+		tags = slices.DeleteFunc(tags, func(t Tag) bool { return t.Key == schema.TagEngineVersion })
+	}
+	return Point{Measurement: schema.Server, Tags: tags,
 		Fields: serverFields(make(fields, 0, len(schema.ServerFields)), w).boxed(), Time: w.Start}
 }
 
 // serverTags appends the tags of a server's window to dst, in the order of
 // their keys (TestPointsCarrySchema checks).
 func serverTags(dst []Tag, w analysis.ServerWindow) []Tag {
-	return append(dst, Tag{schema.TagEngine, w.Engine}, Tag{schema.TagGPUs, strings.Join(w.GPUs, ",")},
+	return append(dst, Tag{schema.TagEngine, w.Engine}, Tag{schema.TagEngineVersion, w.EngineVersion}, Tag{schema.TagGPUs, strings.Join(w.GPUs, ",")},
 		Tag{schema.TagHost, w.Host}, Tag{schema.TagModel, w.Model}, Tag{schema.TagServer, w.Server})
 }
 

@@ -73,6 +73,7 @@ func TestPointsCarrySchema(t *testing.T) {
 	present(&sw.ServerWindow)
 	present(&sw) // the analysis's own fields
 	sw.Latency, sw.SLOMiss = fullLatency(), "queue"
+	sw.EngineVersion = "0.6.3" // absent when unknown (TestEngineVersionTag)
 	var gw analysis.GPUWindow
 	present(&gw.GPUWindow)
 	for _, c := range []struct {
@@ -110,4 +111,27 @@ func fullLatency() latency.Summary {
 		s.E2E[i], s.Queue[i], s.PerUserTPS[i] = q, q, q
 	}
 	return s
+}
+
+// The engine version is a tag where known and absent, not empty, where
+// not: in line protocol and in replay's json alike.
+func TestEngineVersionTag(t *testing.T) {
+	var sw analysis.ServerWindow
+	sw.Host, sw.Server, sw.Engine = "h", "s", "ollama"
+	p := ServerPoint(sw)
+	if _, ok := p.TagMap()[schema.TagEngineVersion]; ok {
+		t.Errorf("unknown version in the tags: %v", p.TagMap())
+	}
+	sw.EngineVersion = "0.34.1"
+	if v := ServerPoint(sw).TagMap()[schema.TagEngineVersion]; v != "0.34.1" {
+		t.Errorf("engine_version %q, want 0.34.1", v)
+	}
+	var e Encoder
+	for _, c := range []struct{ version, want string }{{"", "tpsmon_server,engine=ollama,host=h,server=s "}, {"0.34.1", "tpsmon_server,engine=ollama,engine_version=0.34.1,host=h,server=s "}} {
+		sw.EngineVersion = c.version
+		b, err := e.Append(nil, ServerPoint(sw))
+		if err != nil || !strings.HasPrefix(string(b), c.want) {
+			t.Errorf("version %q: %q (%v), want it to start %q", c.version, b, err, c.want)
+		}
+	}
 }

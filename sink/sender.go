@@ -39,6 +39,12 @@ type Sender struct {
 	// StaleAfter ends a refusal episode (refusals.go) in which no point
 	// was refused for this long; default 30 minutes.
 	StaleAfter time.Duration
+	// Drain is how long a write in flight when Run's context ends may
+	// still take; 0: it is cut off at once. A write cut off after the
+	// server took it is sent again (Flush, the next start): InfluxDB
+	// overwrites the same points, but a store that keeps every sample
+	// (VictoriaMetrics without deduplication) holds them twice.
+	Drain time.Duration
 
 	mu          sync.Mutex
 	sent        uint64
@@ -122,12 +128,13 @@ func (s *Sender) Health() Health {
 		Refused: s.refused, Refusing: s.refusalsLocked(time.Now())}
 }
 
-// Run delivers spooled points until ctx ends.
+// Run delivers spooled points until ctx ends; a write in flight then
+// has Drain more to finish.
 func (s *Sender) Run(ctx context.Context) {
 	s.init()
 	backoff := minBackoff
-	for {
-		err := s.sendOne(ctx)
+	for ctx.Err() == nil {
+		err := s.sendDraining(ctx)
 		switch {
 		case errors.Is(err, errEmpty):
 			// Every append notifies: nothing to do until then.
@@ -162,6 +169,26 @@ func (s *Sender) Run(ctx context.Context) {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// sendDraining is sendOne whose write outlives ctx by Drain at most.
+func (s *Sender) sendDraining(ctx context.Context) error {
+	if s.Drain <= 0 {
+		return s.sendOne(ctx)
+	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(s.Drain)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-wctx.Done():
+		}
+	})
+	defer stop()
+	return s.sendOne(wctx)
 }
 
 // Flush delivers until the spool is empty, the first failure, or ctx

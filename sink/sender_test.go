@@ -188,3 +188,82 @@ func TestSenderRunRetriesHonouringRetryAfter(t *testing.T) {
 		t.Errorf("health %+v", h)
 	}
 }
+
+// takingWriter is a server that takes each write's lines as it arrives
+// and answers when released; a client cut off before the answer returns
+// its context's error, not knowing the lines were taken.
+type takingWriter struct {
+	mu      sync.Mutex
+	taken   int
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func (w *takingWriter) Write(ctx context.Context, b []byte) error {
+	w.mu.Lock()
+	w.taken += bytes.Count(b, []byte("\n"))
+	w.mu.Unlock()
+	select {
+	case w.arrived <- struct{}{}:
+	default:
+	}
+	select {
+	case <-w.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestSenderDrainsWriteInFlight: a write in flight when Run is stopped
+// is let finish within Drain, so the Flush after it sends nothing twice;
+// cut off (no Drain, or a server slower than it), its points stay
+// spooled and are sent again.
+func TestSenderDrainsWriteInFlight(t *testing.T) {
+	tests := []struct {
+		name      string
+		drain     time.Duration
+		answers   bool // the server answers once Run was stopped
+		wantTaken int
+	}{
+		{"drained", 10 * time.Second, true, 3},
+		{"cut off at once", 0, false, 6},
+		{"server slower than the drain", 50 * time.Millisecond, false, 6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sp, err := spool.Open(spool.Options{Dir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sp.Close()
+			if err := sp.Append(lines(3)); err != nil {
+				t.Fatal(err)
+			}
+			w := &takingWriter{arrived: make(chan struct{}, 1), release: make(chan struct{})}
+			s := &Sender{Spool: sp, W: w, Log: quiet(), Drain: tt.drain}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { s.Run(ctx); close(done) }()
+			<-w.arrived
+			cancel()
+			if tt.answers {
+				close(w.release)
+			}
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("Run did not return")
+			}
+			if !tt.answers {
+				close(w.release)
+			}
+			if err := s.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if w.taken != tt.wantTaken {
+				t.Errorf("the server took %d lines, want %d", w.taken, tt.wantTaken)
+			}
+		})
+	}
+}

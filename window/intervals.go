@@ -15,6 +15,12 @@ type ivSums struct {
 	userTok, userSec float64
 	preempt          float64
 	hasPreempt       bool
+	// Speculation tallies of log lines: tokens drafted and accepted.
+	specDrafted, specAccepted float64
+	// Prompt tokens reused from the cache (llama.cpp log), and whether a
+	// line said so.
+	cached    float64
+	hasCached bool
 	// Overlap-weighted gauges: sum of value*seconds, and the seconds.
 	run, runW, wait, waitW, kv, kvW float64
 	// reqSec is the seconds of requests' own spans in the window: divided
@@ -53,6 +59,19 @@ func (r *ivSums) add(iv sample.Interval, s, e time.Time) {
 	if f == 0 {
 		return
 	}
+	if iv.PromptCached >= 0 && iv.Tokens < 0 && iv.PromptTokens < 0 {
+		// Like a tally, a cache reuse carries nothing else.
+		r.cached += iv.PromptCached * f
+		r.hasCached = true
+		return
+	}
+	if iv.SpecDrafted > 0 {
+		// A tally carries nothing else, and says nothing of what the log
+		// covered.
+		r.specDrafted += iv.SpecDrafted * f
+		r.specAccepted += max(iv.SpecAccepted, 0) * f
+		return
+	}
 	r.n++
 	if iv.Tokens >= 0 {
 		r.tokens += iv.Tokens * f
@@ -61,6 +80,10 @@ func (r *ivSums) add(iv sample.Interval, s, e time.Time) {
 	if iv.PromptTokens >= 0 {
 		r.prompt += iv.PromptTokens * f
 		r.hasPrmpt = true
+	}
+	if iv.PromptCached >= 0 {
+		r.cached += iv.PromptCached * f
+		r.hasCached = true
 	}
 	if iv.UserTokens > 0 && iv.UserSeconds > 0 {
 		r.userTok += iv.UserTokens * f

@@ -35,6 +35,9 @@ type Server struct {
 	Name   string
 	Engine string
 	Model  string // used until a sample names the model
+	// EngineVersion is the engine's version, used until a source names
+	// one (NameVersion); empty: unknown, and the windows carry none.
+	EngineVersion string
 	// GPUs lists the indexes or UUIDs of the GPUs the server runs on;
 	// "*" stands for every GPU.
 	GPUs   []string
@@ -163,10 +166,13 @@ func (j *Joiner) SetServers(servers []Server, maxGap time.Duration) {
 		if !ok {
 			st = j.unretire(s.Name)
 		}
-		model := st.Model
+		model, version := st.Model, st.EngineVersion
 		st.Server = s
 		if s.Model == "" {
 			st.Model = model
+		}
+		if s.EngineVersion == "" {
+			st.EngineVersion = version
 		}
 		j.servers = append(j.servers, st)
 		j.byName[s.Name] = st
@@ -362,6 +368,17 @@ func (j *Joiner) NameEngine(name, detected string) {
 func (j *Joiner) NameModel(name, model string) {
 	if st, ok := j.byName[name]; ok && model != "" && (st.Model == "" || st.Source == schema.SourceLog) {
 		st.Model = model
+	}
+}
+
+// NameVersion sets a server's engine version (the engine_version tag)
+// from a source that states it: its log's start-up lines (logline
+// Identity.Version), or, for llama.cpp, whose log may not say, its /props
+// build_info where that is read. The windows closed from then on carry
+// it; a new version (a restart) makes their curve another.
+func (j *Joiner) NameVersion(name, version string) {
+	if st, ok := j.byName[name]; ok && version != "" {
+		st.EngineVersion = version
 	}
 }
 
@@ -721,7 +738,7 @@ func (g *gpuState) prune(e time.Time) {
 func (j *Joiner) serverWindow(st *serverState, s, e time.Time, sums map[string]*gpuSummary) ServerWindow {
 	m := j.measure(st, s, e)
 	w := ServerWindow{Start: s, Length: j.cfg.Window, Host: j.cfg.Host, Server: st.Name, Engine: st.Engine,
-		Model: st.Model, Source: m.source, Down: m.down, Preempted: m.preempted, Counts: m.counts, Gauges: m.gauges, CountersDoubted: m.doubted}
+		EngineVersion: st.EngineVersion, Model: st.Model, Source: m.source, Down: m.down, Preempted: m.preempted, Counts: m.counts, Gauges: m.gauges, CountersDoubted: m.doubted}
 	if m.hasTokens {
 		w.Tokens, w.ExactTokens = Some(m.tokensInt), Some(m.tokens)
 		if m.tokenSecs > 0 {
@@ -1056,6 +1073,24 @@ func (j *Joiner) fromLog(m *measured, st *serverState, iv ivSums, logCover time.
 	}
 	if iv.hasPreempt {
 		m.preempt, m.hasPreempt, m.preempted = int64(math.Round(iv.preempt)), true, iv.preempt > 0
+	}
+	if iv.specDrafted > 0 {
+		// The log's speculation tallies stand for the engine's counters
+		// (built by tpsmon: no total since the server started).
+		m.counts[sample.SpecDraftTokens] = Count{Delta: j.bound(iv.specDrafted), OK: true, Derived: true}
+		m.counts[sample.SpecAccepted] = Count{Delta: j.bound(iv.specAccepted), OK: true, Derived: true}
+	}
+	if iv.hasCached {
+		// The log says how much of each prompt the cache held: its prompt
+		// lines' tokens are the computed ones (llama.cpp's prompt_n without
+		// cache_n, SGLang's #new-token beside #cached-token), so prompt_tps
+		// stays their rate.
+		comp := Count{Delta: m.prompt, OK: true, Derived: true}
+		if m.hasPrompt && m.promptSecs > 0 {
+			comp.Rate, comp.RateOK = m.ratePrompt/m.promptSecs, true
+		}
+		m.counts[sample.PromptComputed] = comp
+		m.counts[sample.PromptCached] = Count{Delta: j.bound(iv.cached), OK: true, Derived: true}
 	}
 	switch {
 	case iv.runW > 0:

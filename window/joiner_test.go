@@ -423,6 +423,36 @@ func TestJoinerNamesFromLogs(t *testing.T) {
 	}
 }
 
+// A source that states the engine's version names it for the windows
+// closed after (a restart's new version replaces it); unknown, they carry
+// none; a reload keeps it.
+func TestJoinerNamesVersion(t *testing.T) {
+	j := New(Config{Window: 10 * time.Second, MaxGap: time.Second, Start: at(0)},
+		[]Server{{Name: "llm", Source: schema.SourceLog}})
+	close := func(s float64) ServerWindow {
+		j.Watch("llm", at(s-9))
+		srv := servers(j.Close(at(s)))
+		return srv[len(srv)-1]
+	}
+	if w := close(10); w.EngineVersion != "" {
+		t.Errorf("before any version: %q", w.EngineVersion)
+	}
+	j.NameVersion("llm", "0.34.1")
+	j.NameVersion("llm", "") // a line without one changes nothing
+	j.NameVersion("other", "9")
+	if w := close(20); w.EngineVersion != "0.34.1" {
+		t.Errorf("named: %q, want 0.34.1", w.EngineVersion)
+	}
+	j.SetServers([]Server{{Name: "llm", Source: schema.SourceLog}}, time.Second)
+	if w := close(30); w.EngineVersion != "0.34.1" {
+		t.Errorf("after a reload: %q, want 0.34.1", w.EngineVersion)
+	}
+	j.NameVersion("llm", "0.35.0")
+	if w := close(40); w.EngineVersion != "0.35.0" {
+		t.Errorf("restarted: %q, want 0.35.0", w.EngineVersion)
+	}
+}
+
 // In a window the server and its GPU were watched for different
 // stretches, tokens per joule divides rates over each one's own stretch:
 // the steady 2 tokens/J, not the tokens of 3 s over the energy of 7 s.

@@ -61,7 +61,10 @@ type ServerWindow struct {
 	Server string
 	Engine string
 	Model  string
-	GPUs   []string // labels of the server's GPUs
+	// EngineVersion is the engine's own version where a source stated it
+	// (Joiner.NameVersion), empty otherwise.
+	EngineVersion string
+	GPUs          []string // labels of the server's GPUs
 
 	Tokens                         Opt[int64]
 	SystemTPS, PerUserTPS          Opt[float64]

@@ -14,9 +14,16 @@
 //     output tokens, decode-heavy otherwise, unclassified without a prompt
 //     count: the three are separate curves (prefill takes the step time
 //     output tokens would have had), and so are windows of another model,
-//     engine or GPU set.
-//   - The operating point uses each bin's median per-user TPS, and only
-//     bins of at least MinWindows windows.
+//     engine, engine version (unknown: a curve of its own) or GPU set.
+//   - Each bin's means are exact and add across periods: system TPS per
+//     observed second (its windows' tokens over their seconds), per-user
+//     TPS per stream-second (each window weighted by running requests
+//     times its observed seconds), what a benchmark's per-level table
+//     computes (MeansDefinition).
+//   - The operating point uses each bin's median per-user TPS (and system
+//     TPS there), and only bins of at least MinWindows windows: a median
+//     stays put where one window of a drain (half a level's rate at half
+//     its running) or a warm-up moves the mean by 9 % (the sweep's bin 2).
 package curve
 
 import (

@@ -12,9 +12,9 @@ import (
 )
 
 // Cell is one bin of one curve as read back from rollups over a range:
-// its windows, GPU-seconds and running sum, and each rate's quantiles,
-// the windows-weighted means over the periods of each period's own
-// (exact within one period).
+// its windows, GPU-seconds and running sum, each rate's quantiles (the
+// windows-weighted means over the periods of each period's own, exact
+// within one period), and the sums of its exact means.
 type Cell struct {
 	Key        Key
 	Kind       Kind
@@ -22,7 +22,8 @@ type Cell struct {
 	Windows    float64
 	GPUSeconds float64
 	RunningSum float64
-	Sys, User  *Stat // P10, P50, P90 (Mean absent); nil: no window had the rate
+	Sys, User  *Stat // P10, P50, P90 (Mean is read from Means); nil: no window had the rate
+	Means      Means
 	// Best is the window of the highest system TPS, with its per-user TPS
 	// (absent: none had both).
 	Best *Pair
@@ -35,6 +36,7 @@ type cellSum struct {
 	sn, s10, s50, s90 float64
 	un, u10, u50, u90 float64
 	best              *Pair
+	means             Means
 	sys, user         dist // values while one period is gathered
 }
 
@@ -42,6 +44,7 @@ func (c *cellSum) add(w Window) {
 	c.w++
 	c.g += w.Seconds * float64(w.GPUs)
 	c.r += w.Running.V
+	c.means.add(w)
 	if w.SystemTPS.OK {
 		c.sys = append(c.sys, wv{w.SystemTPS.V, 1})
 	}
@@ -70,38 +73,51 @@ func (c *cellSum) merge(o *cellSum) {
 	c.w, c.g, c.r = c.w+o.w, c.g+o.g, c.r+o.r
 	c.sn, c.s10, c.s50, c.s90 = c.sn+o.sn, c.s10+o.s10, c.s50+o.s50, c.s90+o.s90
 	c.un, c.u10, c.u50, c.u90 = c.un+o.un, c.u10+o.u10, c.u50+o.u50, c.u90+o.u90
+	c.means.merge(o.means)
 	if o.best != nil && (c.best == nil || o.best.SystemTPS > c.best.SystemTPS) {
 		b := *o.best
 		c.best = &b
 	}
 }
 
-// record is a cell in the cells field: kind,bin and 14 numbers (an empty
-// one absent), records joined by ";".
+// record is a cell in the cells field: kind,bin and 18 numbers (an empty
+// one absent), records joined by ";": windows, GPU-seconds, running sum,
+// each rate's count and quantiles times it, the best window (system,
+// per-user, running), and the means' sums (Means' four, in order; empty
+// where incomplete).
 func (c *cellSum) record(kind Kind, bin string) string {
 	// Seven significant digits (a relative 5e-8): half the bytes of
 	// exact ones, and the report reads 30 days of them for a fleet.
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', 7, 64) }
-	parts := []string{string(kind), bin, f(c.w), f(c.g), f(c.r), f(c.sn), f(c.s10), f(c.s50), f(c.s90), f(c.un), f(c.u10), f(c.u50), f(c.u90), "", "", ""}
+	m := c.means
+	parts := []string{string(kind), bin, f(c.w), f(c.g), f(c.r), f(c.sn), f(c.s10), f(c.s50), f(c.s90), f(c.un), f(c.u10), f(c.u50), f(c.u90), "", "", "",
+		f(m.SysSeconds), f(m.SysSum), f(m.UserWeight), f(m.UserSum)}
+	if m.Incomplete { // absent: the means are not known
+		parts[16], parts[17], parts[18], parts[19] = "", "", "", ""
+	}
 	if c.best != nil {
 		parts[13], parts[14], parts[15] = f(c.best.SystemTPS), f(c.best.PerUserTPS), f(c.best.Running)
 	}
 	return strings.Join(parts, ",")
 }
 
-// parseRecord reads one record back; an error names what is wrong.
+// parseRecord reads one record back; an error names what is wrong. A
+// record of 16 parts (written before the means) has no means: they are
+// then absent, never 0.
 func parseRecord(s string) (Kind, string, *cellSum, error) {
 	p := strings.Split(s, ",")
-	if len(p) != 16 {
-		return "", "", nil, fmt.Errorf("curve cell %q: %d parts, want 16", s, len(p))
+	if len(p) != 16 && len(p) != 20 {
+		return "", "", nil, fmt.Errorf("curve cell %q: %d parts, want 20 (or 16, without means)", s, len(p))
 	}
 	kind, bin := Kind(p[0]), p[1]
 	if (kind != Decode && kind != Prompt && kind != Unclassified) || binIndex(bin) < 0 {
 		return "", "", nil, fmt.Errorf("curve cell %q: kind %q or bin %q unknown", s, kind, bin)
 	}
-	var v [14]float64
-	for i := 2; i < 16; i++ {
+	var v [18]float64
+	incomplete := len(p) == 16
+	for i := 2; i < len(p); i++ {
 		if p[i] == "" && i >= 13 {
+			incomplete = incomplete || i >= 16
 			continue
 		}
 		x, err := strconv.ParseFloat(p[i], 64)
@@ -114,12 +130,13 @@ func parseRecord(s string) (Kind, string, *cellSum, error) {
 	if p[13] != "" && p[14] != "" {
 		c.best = &Pair{SystemTPS: v[11], PerUserTPS: v[12], Running: v[13]}
 	}
+	c.means = Means{SysSeconds: v[14], SysSum: v[15], UserWeight: v[16], UserSum: v[17], Incomplete: incomplete}
 	return kind, bin, c, nil
 }
 
 // cell turns summed records into a Cell.
 func (c *cellSum) cell(k Key, kind Kind, bin string) Cell {
-	x := Cell{Key: k, Kind: kind, Bin: bin, Windows: c.w, GPUSeconds: c.g, RunningSum: c.r, Best: c.best}
+	x := Cell{Key: k, Kind: kind, Bin: bin, Windows: c.w, GPUSeconds: c.g, RunningSum: c.r, Best: c.best, Means: c.means}
 	if c.sn > 0 {
 		x.Sys = &Stat{P10: c.s10 / c.sn, P50: c.s50 / c.sn, P90: c.s90 / c.sn}
 	}

@@ -15,9 +15,10 @@ type Opt struct {
 // Some is a present value.
 func Some(v float64) Opt { return Opt{V: v, OK: true} }
 
-// Key is what makes windows one curve: the server, and the model, engine
-// and GPU set it ran with. Version is the engine's version where the
-// windows carry one (none do today: it stays empty).
+// Key is what makes windows one curve: the server, and the model, engine,
+// engine version and GPU set it ran with. Version is the engine_version
+// tag, empty where the engine never said: windows of an unknown version
+// are a curve of their own, never merged into a known version's.
 type Key struct {
 	Host    string `json:"host"`
 	Server  string `json:"server"`
@@ -32,8 +33,11 @@ type Window struct {
 	Key Key
 	// Seconds is the window's length (window_s); GPUs how many GPUs serve
 	// it. Together they are its GPU-hours.
-	Seconds               float64
-	GPUs                  int
+	Seconds float64
+	GPUs    int
+	// Coverage is the share of the window the source observed (absent:
+	// all); rates are over Seconds × Coverage.
+	Coverage              Opt
 	Running               Opt
 	SystemTPS, PerUserTPS Opt
 	// Tokens and PromptTokens tell prompt-heavy windows from decode-heavy.
@@ -70,7 +74,7 @@ func (w Window) check() string {
 		return SkipBadRunning
 	case bad(w.SystemTPS, maxRate) || bad(w.PerUserTPS, maxRate):
 		return SkipBadRate
-	case math.IsNaN(w.Seconds) || w.Seconds < 0 || w.Seconds > maxSeconds || w.GPUs < 0:
+	case math.IsNaN(w.Seconds) || w.Seconds < 0 || w.Seconds > maxSeconds || w.GPUs < 0 || bad(w.Coverage, 1):
 		return SkipBadSeconds
 	case bad(w.Tokens, math.MaxInt64) || bad(w.PromptTokens, math.MaxInt64):
 		return SkipBadRate
@@ -132,11 +136,63 @@ type acc struct {
 	gpuSecs    float64
 	runningSum float64
 	sys, user  dist
-	sysSum     float64
-	userSum    float64
+	means      Means
 	// bucketed: from rollup cells, whose quantiles are cellSys and cellUser.
 	bucketed          bool
 	cellSys, cellUser *Stat
+}
+
+// Means are the sums a bin's exact means are read from; they add across
+// windows and periods.
+type Means struct {
+	SysSeconds float64 // observed seconds of the windows with system TPS
+	SysSum     float64 // Σ system TPS × those seconds: their tokens
+	UserWeight float64 // stream-seconds of the windows with per-user TPS: Σ running × observed seconds
+	UserSum    float64 // Σ per-user TPS × stream-seconds
+	// Incomplete: some windows' weights are not known (a window of
+	// unknown length, a rollup cell written before the means): the means
+	// are then absent rather than over the rest.
+	Incomplete bool
+}
+
+// observed is a window's observed seconds.
+func (w Window) observed() float64 {
+	if w.Coverage.OK {
+		return w.Seconds * w.Coverage.V
+	}
+	return w.Seconds
+}
+
+func (m *Means) add(w Window) {
+	s := w.observed()
+	if !(s > 0) && (w.SystemTPS.OK || w.PerUserTPS.OK) {
+		m.Incomplete = true
+	}
+	if w.SystemTPS.OK {
+		m.SysSeconds += s
+		m.SysSum += w.SystemTPS.V * s
+	}
+	if w.PerUserTPS.OK {
+		m.UserWeight += w.Running.V * s
+		m.UserSum += w.PerUserTPS.V * w.Running.V * s
+	}
+}
+
+func (m *Means) merge(o Means) {
+	m.SysSeconds, m.SysSum, m.UserWeight, m.UserSum = m.SysSeconds+o.SysSeconds, m.SysSum+o.SysSum, m.UserWeight+o.UserWeight, m.UserSum+o.UserSum
+	m.Incomplete = m.Incomplete || o.Incomplete
+}
+
+// sys and user are the means, nil when incomplete or without a weight.
+func (m Means) sys() *float64  { return m.ratio(m.SysSum, m.SysSeconds) }
+func (m Means) user() *float64 { return m.ratio(m.UserSum, m.UserWeight) }
+
+func (m Means) ratio(a, b float64) *float64 {
+	if m.Incomplete || !(b > 0) {
+		return nil
+	}
+	v := a / b
+	return &v
 }
 
 // Pair is one observed (per-user, system) point: a window, or for rollups
@@ -198,12 +254,11 @@ func (b *Builder) Add(w Window) string {
 	a.runningSum += w.Running.V
 	if w.SystemTPS.OK {
 		a.sys = append(a.sys, wv{w.SystemTPS.V, 1})
-		a.sysSum += w.SystemTPS.V
 	}
 	if w.PerUserTPS.OK {
 		a.user = append(a.user, wv{w.PerUserTPS.V, 1})
-		a.userSum += w.PerUserTPS.V
 	}
+	a.means.add(w)
 	if w.SystemTPS.OK && w.PerUserTPS.OK {
 		c.pairs = append(c.pairs, Pair{w.PerUserTPS.V, w.SystemTPS.V, w.Running.V})
 	}
@@ -219,6 +274,9 @@ func (b *Builder) AddCell(x Cell) string {
 	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) && v >= 0 && v <= maxRate }
 	ok := i >= 0 && finite(x.Windows) && x.GPUSeconds >= 0 && x.RunningSum >= 0 &&
 		(x.Kind == Decode || x.Kind == Prompt || x.Kind == Unclassified)
+	for _, v := range []float64{x.Means.SysSeconds, x.Means.SysSum, x.Means.UserWeight, x.Means.UserSum} {
+		ok = ok && v >= 0 && !math.IsInf(v, 0)
+	}
 	for _, st := range []*Stat{x.Sys, x.User} {
 		if st != nil && (!finite(st.P10) || !finite(st.P50) || !finite(st.P90)) {
 			ok = false
@@ -252,6 +310,7 @@ func (b *Builder) AddCell(x Cell) string {
 	a.windows += x.Windows
 	a.gpuSecs += x.GPUSeconds
 	a.runningSum += x.RunningSum
+	a.means.merge(x.Means)
 	// The range's median system TPS reads the bin as a fifth of its
 	// windows at p10 and at p90 and the rest at the median.
 	if x.Sys != nil {

@@ -204,8 +204,10 @@ func TestBinsStats(t *testing.T) {
 	if four.Running != "4" || four.Windows != 5 || math.Abs(four.GPUHours-5*10*2/3600.0) > 1e-12 {
 		t.Errorf("bin 4: %+v", four)
 	}
-	// per-user 70 × (0.98, 0.99, 1, 1.01, 1.02): p10 = 70 × 0.984.
-	if u := four.PerUserTPS; math.Abs(u.P50-70) > 1e-9 || math.Abs(u.P10-70*0.984) > 1e-9 || math.Abs(u.P90-70*1.016) > 1e-9 || math.Abs(*u.Mean-70) > 1e-9 {
+	// per-user 70 × (0.98, 0.99, 1, 1.01, 1.02): p10 = 70 × 0.984; the
+	// mean per stream-second weighs each by its running 4 + j:
+	// 70 × Σ(1+j)(4+j) / Σ(4+j) = 70 × (1 + Σj²/20).
+	if u := four.PerUserTPS; math.Abs(u.P50-70) > 1e-9 || math.Abs(u.P10-70*0.984) > 1e-9 || math.Abs(u.P90-70*1.016) > 1e-9 || math.Abs(*u.Mean-70*(1+0.001/20)) > 1e-9 {
 		t.Errorf("bin 4 per-user %+v", u)
 	}
 	if c.Exactness != "exact" {
@@ -295,7 +297,7 @@ func TestCells(t *testing.T) {
 	for i := range want.Bins {
 		g, w := got.Bins[i], want.Bins[i]
 		near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-6*math.Abs(b) } // seven digits
-		if g.Windows != w.Windows || !near(g.GPUHours, w.GPUHours) || g.SystemTPS.Mean != nil ||
+		if g.Windows != w.Windows || !near(g.GPUHours, w.GPUHours) || !near(*g.SystemTPS.Mean, *w.SystemTPS.Mean) || !near(*g.PerUserTPS.Mean, *w.PerUserTPS.Mean) ||
 			!near(g.SystemTPS.P50, w.SystemTPS.P50) || !near(g.PerUserTPS.P10, w.PerUserTPS.P10) || !near(g.PerUserTPS.P90, w.PerUserTPS.P90) {
 			t.Errorf("bin %s: %+v %+v, want %+v %+v", w.Running, g, *g.PerUserTPS, w, *w.PerUserTPS)
 		}
@@ -304,12 +306,14 @@ func TestCells(t *testing.T) {
 		t.Errorf("operating point %s, windows say %s; frontier %v", got.Operating.Running, want.Operating.Running, got.Frontier)
 	}
 	for _, bad := range []string{
-		"decode,4,1,2,3",                      // too few parts
-		"mixed,4,1,0,1,1,1,1,1,1,1,1,1,,,",    // no such kind
-		"decode,7-9,1,0,1,1,1,1,1,1,1,1,1,,,", // no such bin
-		"decode,4,NaN,0,1,1,1,1,1,1,1,1,1,,,", // not a number
-		"decode,4,1,-2,1,1,1,1,1,1,1,1,1,,,",  // negative
-		"decode,4,1,0,1,1,1,1,1,1,1,1,1,,,;x", // a bad record after a good one
+		"decode,4,1,2,3", // too few parts
+		"decode,4,1,0,1,1,1,1,1,1,1,1,1,,,,1,1,1",    // 19 parts
+		"decode,4,1,0,1,1,1,1,1,1,1,1,1,,,,1,-1,1,1", // a negative sum
+		"mixed,4,1,0,1,1,1,1,1,1,1,1,1,,,",           // no such kind
+		"decode,7-9,1,0,1,1,1,1,1,1,1,1,1,,,",        // no such bin
+		"decode,4,NaN,0,1,1,1,1,1,1,1,1,1,,,",        // not a number
+		"decode,4,1,-2,1,1,1,1,1,1,1,1,1,,,",         // negative
+		"decode,4,1,0,1,1,1,1,1,1,1,1,1,,,;x",        // a bad record after a good one
 	} {
 		r := NewRanged()
 		if err := r.Add(map[string]string{schema.TagHost: "h"}, bad); err == nil || r.Bad != 1 {
@@ -320,5 +324,75 @@ func TestCells(t *testing.T) {
 		if b.Skipped[SkipBadCell] != 1 || len(b.Curves(Options{})) != 0 {
 			t.Errorf("cells %q: skipped %v", bad, b.Skipped)
 		}
+	}
+}
+
+// TestMeans holds a bin's means to what a benchmark's per-level table
+// computes over the same windows: tokens over observed seconds, and the
+// per-user speed of each stream-second; exact through rollup cells, and
+// absent, never partial, where a weight is unknown.
+func TestMeans(t *testing.T) {
+	w := func(secs, cov, running, sys, user float64) Window {
+		x := win(running, sys, user)
+		x.Seconds = secs
+		if cov >= 0 {
+			x.Coverage = Some(cov)
+		}
+		return x
+	}
+	for _, c := range []struct {
+		name      string
+		ws        []Window
+		sys, user float64 // NaN: absent
+	}{
+		{"one window", []Window{w(10, -1, 2, 100, 50)}, 100, 50},
+		// 1000 + 1500 tokens over 15 s; per-user (50·2·10 + 80·2.4·5) / (20 + 12).
+		{"coverage and running weigh", []Window{w(10, -1, 2, 100, 50), w(10, 0.5, 2.4, 300, 80)}, 2500.0 / 15, 1960.0 / 32},
+		{"lengths weigh", []Window{w(5, 1, 2, 100, 50), w(15, 1, 2, 200, 40)}, 3500.0 / 20, (500.0 + 1200) / 40},
+		{"a window of unknown length", []Window{w(10, -1, 2, 100, 50), w(0, -1, 2, 300, 80)}, math.NaN(), math.NaN()},
+	} {
+		b := NewBuilder()
+		cs := NewCells(time.Hour)
+		at := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+		tags := map[string]string{schema.TagHost: "h", schema.TagServer: "s"}
+		for i, x := range c.ws {
+			b.Add(x)
+			// A period per window: the cells' means add across periods.
+			cs.Add(tags, at.Add(time.Duration(i)*time.Hour), x)
+		}
+		r := NewRanged()
+		if err := cs.Each(func(tags map[string]string, _ time.Time, f map[string]any) error {
+			return r.Add(tags, f[schema.FieldCells].(string))
+		}); err != nil {
+			t.Fatal(err)
+		}
+		rb := NewBuilder()
+		r.Into(rb)
+		for from, b := range map[string]*Builder{"windows": b, "cells": rb} {
+			bn := b.Curves(Options{})[0].Bins[0]
+			for _, m := range []struct {
+				what string
+				got  *float64
+				want float64
+			}{{"system", bn.SystemTPS.Mean, c.sys}, {"per-user", bn.PerUserTPS.Mean, c.user}} {
+				if math.IsNaN(m.want) != (m.got == nil) || m.got != nil && math.Abs(*m.got-m.want) > 1e-6*m.want {
+					t.Errorf("%s, from %s: %s mean %v, want %v", c.name, from, m.what, m.got, m.want)
+				}
+			}
+		}
+	}
+	// A cell written before the means (16 parts) leaves the range's mean
+	// absent, not over the other periods.
+	r := NewRanged()
+	tags := map[string]string{schema.TagHost: "h", schema.TagServer: "s"}
+	for _, rec := range []string{"decode,2,1,20,2,1,100,100,100,1,50,50,50,100,50,2", "decode,2,1,20,2,1,100,100,100,1,50,50,50,100,50,2,10,1000,20,1000"} {
+		if err := r.Add(tags, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := NewBuilder()
+	r.Into(b)
+	if bn := b.Curves(Options{})[0].Bins[0]; bn.Windows != 2 || bn.SystemTPS.Mean != nil || bn.PerUserTPS.Mean != nil || bn.SystemTPS.P50 != 100 {
+		t.Errorf("old and new cells: %+v %+v", bn, *bn.SystemTPS)
 	}
 }

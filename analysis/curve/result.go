@@ -11,7 +11,9 @@ type Stat struct {
 	P10 float64 `json:"p10"`
 	P50 float64 `json:"median"`
 	P90 float64 `json:"p90"`
-	// Mean is over the windows; absent from rollups.
+	// Mean is exact, from raw windows and rollups alike (MeansDefinition);
+	// absent where a window's length is not known or a rollup cell
+	// predates the means.
 	Mean *float64 `json:"mean,omitempty"`
 }
 
@@ -43,8 +45,9 @@ type Curve struct {
 	// over the range: "today's", the headroom's denominator.
 	MedianSystemTPS *float64 `json:"median_system_tps,omitempty"`
 	// Exactness says how the quantiles were read: "exact" from the
-	// windows, or RollupExactness.
+	// windows, or RollupExactness. Means says what the means are.
 	Exactness string          `json:"exactness"`
+	Means     string          `json:"means"`
 	Operating *OperatingPoint `json:"operating_point,omitempty"`
 }
 
@@ -54,6 +57,13 @@ type Curve struct {
 // one period. The range's median system TPS is then read from the bins'
 // quantiles.
 const RollupExactness = "rollup: windows-weighted means over the periods of each period's quantiles"
+
+// MeansDefinition is what a bin's means are: exact at every level, since
+// rollup cells carry their sums. A benchmark's per-level table computes
+// the same: tokens over the level's seconds, and each stream-second's
+// speed counted once (a mean over equal slices of each stream).
+const MeansDefinition = "system_tps: tokens per observed second (Σ system_tps × window_s × coverage / Σ window_s × coverage); " +
+	"per_user_tps: per stream-second (each window weighted by running × window_s × coverage)"
 
 // OperatingPoint is the highest concurrency bin whose median per-user TPS
 // still meets the floor, and what it would buy.
@@ -108,29 +118,37 @@ func (b *Builder) Curves(o Options) []Curve {
 	return out
 }
 
-func stat(d dist, sum float64) *Stat {
-	n := d.count()
-	if n == 0 {
+func stat(d dist, mean *float64) *Stat {
+	if d.count() == 0 {
 		return nil
 	}
-	m := sum / n
 	p := d.quantiles(0.1, 0.5, 0.9)
-	return &Stat{P10: p[0], P50: p[1], P90: p[2], Mean: &m}
+	return &Stat{P10: p[0], P50: p[1], P90: p[2], Mean: mean}
+}
+
+// withMean is a copy of s with its mean (nil s: nil).
+func withMean(s *Stat, mean *float64) *Stat {
+	if s == nil {
+		return nil
+	}
+	x := *s
+	x.Mean = mean
+	return &x
 }
 
 func (c *curveAcc) result(o Options) Curve {
-	out := Curve{Key: c.key, Kind: c.kind, Exactness: "exact"}
+	out := Curve{Key: c.key, Kind: c.kind, Exactness: "exact", Means: MeansDefinition}
 	var all dist
 	for i, a := range c.bins {
 		if a.windows == 0 {
 			continue
 		}
 		bin := Bin{Running: bins[i].label(), RunningMean: a.runningSum / a.windows, Windows: int(math.Round(a.windows)),
-			GPUHours: a.gpuSecs / 3600, SystemTPS: stat(a.sys, a.sysSum), PerUserTPS: stat(a.user, a.userSum),
+			GPUHours: a.gpuSecs / 3600, SystemTPS: stat(a.sys, a.means.sys()), PerUserTPS: stat(a.user, a.means.user()),
 			Thin: a.windows < float64(o.MinWindows)}
 		if a.bucketed {
 			out.Exactness = RollupExactness
-			bin.SystemTPS, bin.PerUserTPS = a.cellSys, a.cellUser
+			bin.SystemTPS, bin.PerUserTPS = withMean(a.cellSys, a.means.sys()), withMean(a.cellUser, a.means.user())
 		}
 		out.Windows += bin.Windows
 		out.Bins = append(out.Bins, bin)

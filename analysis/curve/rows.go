@@ -10,15 +10,15 @@ import (
 // from (window_s may be missing on old points: the caller then knows the
 // length from their spacing).
 var RawFields = []string{schema.FieldRunning, schema.FieldSystemTPS, schema.FieldPerUserTPS,
-	schema.FieldTokens, schema.FieldPromptTokens, schema.FieldWindowS}
+	schema.FieldTokens, schema.FieldPromptTokens, schema.FieldWindowS, schema.FieldCoverage}
 
 // KeyTags are the tags that make windows one curve.
-var KeyTags = []string{schema.TagHost, schema.TagServer, schema.TagEngine, schema.TagModel, schema.TagGPUs}
+var KeyTags = []string{schema.TagHost, schema.TagServer, schema.TagEngine, schema.TagEngineVersion, schema.TagModel, schema.TagGPUs}
 
 // KeyOf is the curve key of a series' tags.
 func KeyOf(tags map[string]string) Key {
 	return Key{Host: tags[schema.TagHost], Server: tags[schema.TagServer], Engine: tags[schema.TagEngine],
-		Model: tags[schema.TagModel], GPUs: tags[schema.TagGPUs]}
+		Version: tags[schema.TagEngineVersion], Model: tags[schema.TagModel], GPUs: tags[schema.TagGPUs]}
 }
 
 // GPUCount is how many GPUs a gpus tag names.
@@ -39,7 +39,7 @@ func WindowOf(tags map[string]string, row map[string]any, num func(any) (float64
 	}
 	w := Window{Key: KeyOf(tags), GPUs: GPUCount(tags[schema.TagGPUs]), Seconds: seconds,
 		Running: opt(schema.FieldRunning), SystemTPS: opt(schema.FieldSystemTPS), PerUserTPS: opt(schema.FieldPerUserTPS),
-		Tokens: opt(schema.FieldTokens), PromptTokens: opt(schema.FieldPromptTokens)}
+		Tokens: opt(schema.FieldTokens), PromptTokens: opt(schema.FieldPromptTokens), Coverage: opt(schema.FieldCoverage)}
 	if s := opt(schema.FieldWindowS); s.OK {
 		w.Seconds = s.V
 	}

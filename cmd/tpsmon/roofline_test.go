@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -155,5 +156,57 @@ servers:
 	out, err = runCLI(t, "check", "-c", write("  - name: broken\n    metrics_url: "+srv.URL+"/metrics\n    model_file: /nonexistent.gguf\n"))
 	if err == nil || !strings.Contains(out, "FAIL  server broken: model_file:") || !strings.Contains(out, "/nonexistent.gguf") {
 		t.Errorf("broken model file: %v\n%s", err, out)
+	}
+}
+
+// check says when the ceiling's model comes from the engine: a
+// llama-server whose /props names a GGUF readable here, and a vLLM whose
+// page's cache_config_info and log's start-up lines give the KV.
+func TestCheckSaysTheEngineGaveTheFacts(t *testing.T) {
+	gguf := filepath.Join("..", "..", "analysis", "modelfile", "testdata", "tiny-q4.gguf")
+	abs, _ := filepath.Abs(gguf)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("llamacpp:tokens_predicted_total 10\nllamacpp:requests_processing 1\n"))
+	})
+	mux.HandleFunc("/props", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"default_generation_settings":{"n_ctx":1024},"total_slots":8,"model_path":%q}`, abs)
+	})
+	mux.HandleFunc("/v1/models", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"data":[{"id":"tiny"}]}`)) })
+	llama := httptest.NewServer(mux)
+	defer llama.Close()
+	page, err := os.ReadFile(filepath.Join("..", "..", "collector", "testdata", "vllm_v1_steps_cache_written.prom"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vllm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(page) }))
+	defer vllm.Close()
+	log := filepath.Join(t.TempDir(), "vllm.log")
+	os.WriteFile(log, []byte("INFO 12-11 00:06:53 [kv_cache_utils.py:1286] GPU KV cache size: 686,320 tokens\n"), 0o600)
+	p := filepath.Join(t.TempDir(), "tpsmon.yaml")
+	os.WriteFile(p, []byte(fmt.Sprintf(`gpu: {backend: none}
+servers:
+  - name: llama
+    engine: llamacpp
+    metrics_url: %s/metrics
+    roofline: {peak_bw_gbps: 20}
+  - name: vllm
+    engine: vllm
+    metrics_url: %s/metrics
+    log: {file: %s}
+    roofline: {peak_bw_gbps: 3350, params_b: 8, layers: 32, kv_heads: 8, head_dim: 128}
+`, llama.URL, vllm.URL, log)), 0o600)
+	out, err := runCLI(t, "check", "-c", p)
+	if err != nil {
+		t.Fatalf("check: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"ok    server llama: decode ceiling from model from the engine (/props model_path " + abs + ")",
+		"ok    server vllm: decode ceiling from servers[].roofline (model from the configuration; KV capacity 686320 tokens from the engine (log); KV element 1 bytes from the engine (cache_dtype fp8_e4m3))",
+		"KV counted from its occupancy",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
 	}
 }

@@ -64,7 +64,9 @@ type Engine struct {
 // All lists the engines, in the order help texts name them.
 var All = []Engine{
 	{Name: VLLM, Metrics: true, Log: VLLM, MetricMarks: []string{"vllm:"}, MetricRelays: []string{"ray_vllm:", "ray_vllm_"}},
-	{Name: SGLang, Metrics: true, Log: SGLang, MetricMarks: []string{"sglang:"}},
+	// SMG's gRPC-worker sidecar re-exposes SGLang's series with the colon
+	// turned into _.
+	{Name: SGLang, Metrics: true, Log: SGLang, MetricMarks: []string{"sglang:"}, MetricRelays: []string{"sglang_"}},
 	{Name: TGI, Aliases: []string{"text-generation-inference"}, Metrics: true, Log: TGI, MetricMarks: []string{"tgi_"}},
 	{Name: LlamaCpp, Aliases: []string{"llama.cpp", "llama-server"}, Metrics: true, Log: LlamaCpp, MetricMarks: []string{"llamacpp:"},
 		Syslog: []string{"llama-server"}},

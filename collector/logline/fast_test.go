@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,9 +67,21 @@ func identifyByContains(id *Identity, line []byte) {
 				id.Model = m
 			}
 		}
+		if m := regexp.MustCompile(`msg="Listening on .*?\(version ([^ \t)'"]*[0-9][^ \t)'"]*)`).FindSubmatch(line); m != nil && len(m[1]) <= 64 {
+			id.Version = string(m[1])
+		}
 	case bytes.Contains(line, []byte("[GIN] ")):
 		id.Engine = "ollama"
+	case id.Engine == "" && bytes.Contains(line, []byte("vLLM API server version ")):
+		id.Engine = "vllm"
+		id.Version = ""
+		if m := regexp.MustCompile(`vLLM API server version ([^ \t)'"]*)`).FindSubmatch(line); m != nil && len(m[1]) <= 64 && bytes.ContainsAny(m[1], "0123456789") {
+			id.Version = string(m[1])
+		}
 	case id.Engine == "" || id.Engine == "llamacpp":
+		if m := regexp.MustCompile(`build: ([0-9]{1,9}) \(([0-9a-f]{1,40})\)`).FindSubmatch(line); m != nil && bytes.Index(line, []byte("build: ")) == bytes.Index(line, m[0]) {
+			id.Version = "b" + string(m[1]) + "-" + string(m[2])
+		}
 		for _, m := range llamaMarks {
 			if bytes.Contains(line, m) {
 				id.Engine = "llamacpp"
@@ -103,7 +116,8 @@ func TestIdentifyAgreesWithContains(t *testing.T) {
 	// Lines that name things, with a false start of the text before the
 	// real one, then the fixtures (which turn the engine to Ollama).
 	var lines [][]byte
-	for _, e := range []string{"srv    load_model: loading model '/m/qwen3-8b.gguf'",
+	for _, e := range []string{"build: 4567 (abc1234) with cc (GCC) 12.2.0 for x86_64-linux-gnu", "build: x (abc)", "build: 12 (xyz)",
+		"srv    load_model: loading model '/m/qwen3-8b.gguf'",
 		"' ''load_model: loading model 'a/b.gguf'", "llama_model_loader: loaded", "main: server is listening on http://127.0.0.1:8080",
 		"G[GIN [GIN] x", "[GIN] 2026/05/19 - 10:13:11 | 200 |"} {
 		lines = append(lines, []byte(e))

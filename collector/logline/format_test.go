@@ -10,7 +10,7 @@ import (
 // line carries, as parsed.
 func format(r Record) string {
 	var b strings.Builder
-	kinds := map[Kind]string{Stat: "stat", Request: "request", Progress: "progress", Batch: "batch", Iteration: "iteration"}
+	kinds := map[Kind]string{Stat: "stat", Request: "request", Progress: "progress", Batch: "batch", Iteration: "iteration", Spec: "spec", Cached: "cached"}
 	b.WriteString(kinds[r.Kind])
 	f := func(name string, v float64) {
 		if v >= 0 {
@@ -36,6 +36,9 @@ func format(r Record) string {
 	f("kv", r.KV)
 	f("preempt", r.Preemptions)
 	f("iter", r.Iterations)
+	f("drafted", r.Drafted)
+	f("accepted", r.Accepted)
+	f("cached", r.Cached)
 	if r.Key != "" {
 		fmt.Fprintf(&b, " key=%q", r.Key)
 	}

@@ -8,10 +8,15 @@ import (
 	"github.com/tpsmon/tpsmon/collector/engine"
 )
 
-// Identity is what a log says of the server writing it: its engine and
-// the model it serves. Empty while no line has said.
+// Identity is what a log says of the server writing it: its engine, the
+// model it serves and the engine's version. Empty while no line has said.
 type Identity struct {
 	Engine, Model string
+	// Version is the engine's own: Ollama's "Listening on … (version
+	// 0.34.1)", llama.cpp's start-up "build: 4567 (abc1234) with …" as
+	// b4567-abc1234 (the form of its /props build_info), vLLM's "vLLM API
+	// server version 0.6.3". A later start-up line replaces it.
+	Version string
 }
 
 var (
@@ -22,6 +27,11 @@ var (
 	llamaMarks = [][]byte{[]byte("llama_server: "), []byte("srv    load_model: "), []byte("main: server is listening"),
 		[]byte("slot launch_slot_: "), []byte("common_params_print_info"), []byte("llama_model_loader: ")}
 	llamaLoading = "load_model: loading model '" // found by its quote
+	// Lines that state the engine's version.
+	ollamaListening = []byte(`msg="Listening on `)
+	ollamaVersion   = []byte("(version ")
+	llamaBuild      = []byte("build: ")
+	vllmVersion     = []byte("vLLM API server version ")
 )
 
 // Identity returns the engine and model the lines so far named.
@@ -77,11 +87,21 @@ func (p *Parser) identify(line []byte) bool {
 				p.id.Model = m
 			}
 		}
+		if v := ollamaVersionOf(line); v != "" {
+			p.id.Version = v
+		}
 	case indexAnchored(line, ollamaGIN, 1) >= 0:
 		p.id.Engine = engine.Refine(p.id.Engine, engine.Ollama)
+	case p.id.Engine == "" && bytes.Contains(line, vllmVersion):
+		p.id.Engine = engine.VLLM
+		p.id.Version = versionWord(line[bytes.Index(line, vllmVersion)+len(vllmVersion):])
 	case p.id.Engine == "" || p.id.Engine == engine.LlamaCpp:
-		// Once the engine is known (its first line), only the model is
-		// looked for: every line of a busy log comes here.
+		// Once the engine is known (its first line), only the model and
+		// the version are looked for: every line of a busy log comes here.
+		// The build line comes before any other llama-server line.
+		if v := llamaBuildOf(line); v != "" {
+			p.id.Version = v
+		}
 		if p.id.Engine == "" && hasLlamaMark(line) {
 			p.id.Engine = engine.LlamaCpp
 		}
@@ -124,6 +144,57 @@ func syslogIdent(line []byte) (ident []byte, body int) {
 		return nil, 0
 	}
 	return line[start:end], k + len("]: ")
+}
+
+// versionWord is the version at the start of b: up to a space, quote,
+// parenthesis or the end, "" when that is not one (no digit, or absurd).
+func versionWord(b []byte) string {
+	end := bytes.IndexAny(b, " \t\")'\"")
+	if end < 0 {
+		end = len(b)
+	}
+	v := b[:end]
+	if len(v) == 0 || len(v) > 64 || !bytes.ContainsAny(v, "0123456789") {
+		return ""
+	}
+	return string(v)
+}
+
+// ollamaVersionOf reads Ollama's `msg="Listening on 127.0.0.1:11434
+// (version 0.34.1)"`, "" on any other line.
+func ollamaVersionOf(line []byte) string {
+	i := bytes.Index(line, ollamaListening)
+	if i < 0 {
+		return ""
+	}
+	j := bytes.Index(line[i:], ollamaVersion)
+	if j < 0 {
+		return ""
+	}
+	return versionWord(line[i+j+len(ollamaVersion):])
+}
+
+// llamaBuildOf reads llama.cpp's start-up line "build: 4567 (abc1234)
+// with cc … for x86_64-linux-gnu" as b4567-abc1234, "" on any other line.
+func llamaBuildOf(line []byte) string {
+	i := bytes.Index(line, llamaBuild)
+	if i < 0 {
+		return ""
+	}
+	rest := line[i+len(llamaBuild):]
+	n := 0
+	for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
+		n++
+	}
+	if n == 0 || n > 9 || !bytes.HasPrefix(rest[n:], []byte(" (")) {
+		return ""
+	}
+	c := rest[n+2:]
+	k := bytes.IndexByte(c, ')')
+	if k <= 0 || k > 40 || bytes.IndexFunc(c[:k], func(r rune) bool { return !strings.ContainsRune("0123456789abcdef", r) }) >= 0 {
+		return ""
+	}
+	return "b" + string(rest[:n]) + "-" + string(c[:k])
 }
 
 func hasLlamaMark(line []byte) bool {

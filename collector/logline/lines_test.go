@@ -57,6 +57,13 @@ func TestParseLines(t *testing.T) {
 		{"llama-cli summary is no server", "llamacpp",
 			"llama_perf_context_print:        eval time =   14085.85 ms /   178 runs   (   79.13 ms per token,    12.64 tokens per second)", ""},
 		{"garbage", "auto", "\x00\xff\xfe Avg generation throughput: lots", ""},
+		// The fixture's real line (club-3090 #1124) with its two counts
+		// swapped: more accepted than drafted cannot be.
+		{"llama.cpp draft acceptance above one is refused", "llamacpp",
+			"5.27.453.102 I slot print_timing: id  0 | task 160 | draft acceptance = 0.46218 (  119 accepted /    55 generated), mean len =  2.38", ""},
+		{"llama.cpp draft acceptance", "llamacpp",
+			"5.27.453.102 I slot print_timing: id  0 | task 160 | draft acceptance = 0.46218 (   55 accepted /   119 generated), mean len =  2.38",
+			`spec drafted=119 accepted=55 key="slot 0 task 160"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -103,11 +103,12 @@ type needle struct {
 
 var needles = map[string][]needle{
 	engine.LMDeploy: {{"] Avg ", 'A'}},
-	engine.VLLM:     {{"Avg generation throughput", 'A'}},
+	engine.VLLM:     {{"Avg generation throughput", 'A'}, {"SpecDecoding metrics: ", 'S'}},
 	engine.SGLang:   {{"Decode batch", 'D'}, {"Prefill batch", 'P'}},
-	engine.LlamaCpp: {{"eval time", 'v'}, {"slot print_timing: id", ':'}, {`"print_timings"`, '"'}, {"stop: cancel task, id_task = ", 'k'}},
-	engine.TGI:      {{"time_per_token=", '='}},
-	engine.TRTLLM:   {{`{"Active Request Count":`, 'A'}, {"iter = ", '='}},
+	engine.LlamaCpp: {{"eval time", 'v'}, {"slot print_timing: id", ':'}, {`"print_timings"`, '"'}, {"stop: cancel task, id_task = ", 'k'},
+		{"draft acceptance = ", 'f'}, {"memory_seq_rm [", '['}},
+	engine.TGI:    {{"time_per_token=", '='}},
+	engine.TRTLLM: {{`{"Active Request Count":`, 'A'}, {"iter = ", '='}},
 }
 
 // anchorGroup is the needles that share an anchor byte: one scan finds
@@ -338,7 +339,21 @@ func num(s string) float64 {
 
 var vllmStat = lazy(`(?:(?:Engine (\d+)|(\d+) Engines Aggregated): )?Avg prompt throughput: ([0-9.]+) tokens/s, Avg generation throughput: ([0-9.]+) tokens/s, Running: (\d+) reqs, (?:Swapped: (\d+) reqs, Pending: (\d+) reqs|Waiting: (\d+) reqs)(?:, Preemptions: (\d+))?(?:, GPU KV cache usage: ([0-9.]+)%)?`)
 
+// vllmSpec is V1's speculative-decoding line (spec_decode/metrics.py),
+// its counts over the logging interval. V0's line counts since the start
+// under other words, and is not read.
+var vllmSpec = lazy(`SpecDecoding metrics: .*?Accepted: (\d+) tokens, Drafted: (\d+) tokens`)
+
 func (p *Parser) vllm(s string) (Record, bool) {
+	if strings.Contains(s, "SpecDecoding metrics: ") {
+		m := vllmSpec.FindStringSubmatch(s)
+		if m == nil {
+			return Record{}, false
+		}
+		r := newRecord(Spec, engine.VLLM)
+		r.Accepted, r.Drafted = num(m[1]), num(m[2])
+		return r, true
+	}
 	if !strings.Contains(s, "Avg generation throughput") || lmdeployPrefix.MatchString(s) {
 		return Record{}, false
 	}
@@ -428,7 +443,7 @@ func (p *Parser) sglang(s string) (Record, bool) {
 		return Record{}, false
 	}
 	r.Kind = Batch
-	r.Tokens, r.KV, r.Running, r.Waiting = num(m[2]), sglangKV(m[4]), num(m[5]), num(m[6])
+	r.Tokens, r.Cached, r.KV, r.Running, r.Waiting = num(m[2]), num(m[3]), sglangKV(m[4]), num(m[5]), num(m[6])
 	return r, true
 }
 
@@ -520,7 +535,13 @@ func sglangSpan(running, rate float64, fields string) time.Duration {
 // --- llama.cpp (and Ollama >= 0.30) ----------------------------------------
 
 var (
-	llamaHeader   = lazy(`slot print_timing: id +(\d+) \| task (-?\d+) \|\s*$`)
+	llamaHeader = lazy(`slot print_timing: id +(\d+) \| task (-?\d+) \|\s*$`)
+	// A finished request's speculation (server-context.cpp print_timings,
+	// when it drafted): "draft acceptance = 0.46218 (   55 accepted /   119
+	// generated)", then ", mean len = ..." or newer per-position figures.
+	// Any slot line's request: "slot   operator(): id  0 | task 7 | ...".
+	llamaSlotTask = lazy(`slot +\S+ id +(\d+) \| task (-?\d+) \|`)
+	llamaDraft    = lazy(`draft acceptance = +[0-9.]+ \( *(\d+) accepted / *(\d+) generated\)`)
 	llamaProgress = lazy(`n_(?:decoded|gen) = +(\d+), tg = +([0-9.]+) t/s(?:, tg_3s = +([0-9.]+) t/s)?`)
 )
 
@@ -560,6 +581,12 @@ func (p *Parser) llamacpp(line []byte) (Record, bool) {
 	if i := llamaTextMark.in(line); i >= 0 {
 		return p.llamaText(line, i)
 	}
+	if bytes.Contains(line, []byte("draft acceptance = ")) {
+		return p.llamaSpec(line)
+	}
+	if i := bytes.Index(line, []byte("memory_seq_rm [")); i >= 0 {
+		return p.llamaCached(line, i+len("memory_seq_rm ["))
+	}
 	key, i, ok := p.llamaLineKey(line)
 	if !ok {
 		return Record{}, false
@@ -587,6 +614,39 @@ func (p *Parser) llamacpp(line []byte) (Record, bool) {
 		return Record{}, false
 	}
 	return llamaRequest(key, prompt, ms, tokens, perSec), true
+}
+
+// llamaSpec reads a request's draft acceptance line: under its own slot
+// and task, or under the multi-line header before it.
+func (p *Parser) llamaSpec(line []byte) (Record, bool) {
+	m := llamaDraft.FindSubmatch(line)
+	if m == nil {
+		return Record{}, false
+	}
+	r := newRecord(Spec, engine.LlamaCpp)
+	r.Key = p.llamaKey
+	if slot := llamaSlotMark.in(line); slot >= 0 {
+		if k, ok := p.slotKey(line[slot:]); ok {
+			r.Key = k
+		}
+	}
+	r.Accepted, r.Drafted = num(string(m[1])), num(string(m[2]))
+	return r, true
+}
+
+// llamaCached reads the start of a request's prompt processing: "[cached ]
+// n_tokens = N, memory_seq_rm [P, end)" (older: "n_past = N, ..."), at
+// INFO before 2026, at trace verbosity since; P, from j on, is where
+// processing resumes. Stream keeps only a task's first.
+func (p *Parser) llamaCached(line []byte, j int) (Record, bool) {
+	m := llamaSlotTask.FindSubmatch(line)
+	end := bytes.Index(line[j:], []byte(", end)"))
+	if m == nil || end < 0 {
+		return Record{}, false
+	}
+	r := newRecord(Cached, engine.LlamaCpp)
+	r.Key, r.Cached = "slot "+string(m[1])+" task "+string(m[2]), num(string(line[j:j+end]))
+	return r, true
 }
 
 // hasProgressMark tells whether line holds llamaDecoded or llamaGen: one

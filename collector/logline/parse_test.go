@@ -41,12 +41,20 @@ var wantRecords = map[string][]string{
 	"llamacpp_print_timing_per_line_timestamps_spec.log": {
 		"request prompt_tokens=4 dur=252.01ms key=\"slot 0 task 160\"",
 		"request tokens=96 dur=5.7292s user=16.58 key=\"slot 0 task 160\"",
+		"spec drafted=119 accepted=55 key=\"slot 0 task 160\"",
 		"progress tokens=100 user=19.23 avg=19.04 key=\"slot 0 task 202\"",
 		"progress tokens=158 user=18.62 avg=18.88 key=\"slot 0 task 202\"",
 		"progress tokens=212 user=17.1 avg=18.39 key=\"slot 0 task 202\"",
 		"progress tokens=259 user=15.3 avg=17.74 key=\"slot 0 task 202\"",
 	},
 	"llamacpp_prompt_processing_progress.log": {},
+	// The newer acceptance line; the statistics line after it is no
+	// request's and is not read.
+	"llamacpp_print_timing_spec_mean_acceptance_pr24536.log": {
+		"request prompt_tokens=20 dur=300.11ms key=\"slot 1 task 0\"",
+		"request tokens=256 dur=2.29672s user=111.46 key=\"slot 1 task 0\"",
+		"spec drafted=259 accepted=167 key=\"slot 1 task 0\"",
+	},
 	"llamacpp_router_port_prefix_multiline.log": {
 		"progress tokens=172 user=12 key=\"slot 0 task 388\"",
 		"request prompt_tokens=27 dur=789.03ms key=\"slot 0 task 388\"",
@@ -65,12 +73,18 @@ var wantRecords = map[string][]string{
 	"lmdeploy_metrics_log_2026.log": {
 		"stat gen=2756.3 prompt=4618.5 run=45 wait=5 kv=0.216 key=\"DP0\" t=2026-02-05T17:05:17Z",
 	},
-	"nim_nim_log_lines_datadog_tests.log":       {},
-	"ollama_cli_verbose_summary.txt":            {},
-	"ollama_gin_access_lines.log":               {},
-	"ollama_inference_compute_gpu.log":          {},
-	"ollama_journald_prefixed.log":              {},
-	"ollama_llama_server_passthrough_v0.30.log": {},
+	"nim_nim_log_lines_datadog_tests.log": {},
+	"ollama_cli_verbose_summary.txt":      {},
+	"ollama_gin_access_lines.log":         {},
+	"ollama_inference_compute_gpu.log":    {},
+	"ollama_journald_prefixed.log":        {},
+	// One record per prompt batch; Stream keeps the task's first.
+	"ollama_llama_server_passthrough_v0.30.log": {
+		"cached cached=0 key=\"slot 0 task 0\"",
+		"cached cached=512 key=\"slot 0 task 0\"",
+		"cached cached=1024 key=\"slot 0 task 0\"",
+		"cached cached=1536 key=\"slot 0 task 0\"",
+	},
 	"ollama_json_print_timings_slot_id_2024.log": {
 		"request tokens=64 dur=31.807067s user=2.01213 key=\"slot 0 task 850\" t=2024-04-26T15:51:30Z",
 	},
@@ -103,9 +117,9 @@ var wantRecords = map[string][]string{
 	},
 	"sglang_decode_prefill_comma_no_tp.log": {
 		"stat gen=1635.11 span=783ms run=32 wait=0 kv=0.08 t=2026-04-05T20:02:51Z",
-		"batch tokens=158 run=31 wait=0 kv=0.08 t=2026-04-05T20:02:51Z",
-		"batch tokens=290 run=31 wait=0 kv=0.08 t=2026-04-05T20:02:52Z",
-		"batch tokens=160 run=31 wait=0 kv=0.08 t=2026-04-05T20:02:52Z",
+		"batch tokens=158 run=31 wait=0 kv=0.08 cached=0 t=2026-04-05T20:02:51Z",
+		"batch tokens=290 run=31 wait=0 kv=0.08 cached=0 t=2026-04-05T20:02:52Z",
+		"batch tokens=160 run=31 wait=0 kv=0.08 cached=0 t=2026-04-05T20:02:52Z",
 	},
 	"sglang_decode_dp_attention_accept_len.log": {
 		"stat gen=171.01 span=5.427s run=8 wait=0 kv=0.13 key=\"DP0\" t=2025-05-31T18:31:21Z",
@@ -124,22 +138,22 @@ var wantRecords = map[string][]string{
 		"stat gen=453.13 span=375ms run=1 wait=0 kv=0 t=2026-08-15T05:37:25Z",
 	},
 	"sglang_prefill_cache_hit_rate_hms_2024.log": {
-		"batch tokens=2062 run=0 wait=0 kv=0",
-		"batch tokens=8192 run=1 wait=38 kv=0.04",
-		"batch tokens=8192 run=4 wait=34 kv=0.18",
+		"batch tokens=2062 run=0 wait=0 kv=0 cached=0",
+		"batch tokens=8192 run=1 wait=38 kv=0.04 cached=291",
+		"batch tokens=8192 run=4 wait=34 kv=0.18 cached=2753",
 	},
 	"sglang_prefill_v0.5.18_tp0_ep0_swa_pending.log": {
-		"batch tokens=8192 run=0 wait=1 kv=0.01 t=2026-08-23T09:09:50Z",
-		"batch tokens=8192 run=0 wait=1 kv=0.02 t=2026-08-23T09:09:51Z",
+		"batch tokens=8192 run=0 wait=1 kv=0.01 cached=0 t=2026-08-23T09:09:50Z",
+		"batch tokens=8192 run=0 wait=1 kv=0.02 cached=0 t=2026-08-23T09:09:51Z",
 	},
 	"sglang_prefill_batch_period_v0.4.6.log": {
-		"batch tokens=2 run=28 wait=0 kv=0.26 t=2025-05-14T09:31:43Z",
-		"batch tokens=4 run=30 wait=0 kv=0.3 t=2025-05-14T09:31:43Z",
-		"batch tokens=5 run=34 wait=0 kv=0.34 t=2025-05-14T09:31:43Z",
+		"batch tokens=2 run=28 wait=0 kv=0.26 cached=8027 t=2025-05-14T09:31:43Z",
+		"batch tokens=4 run=30 wait=0 kv=0.3 cached=16030 t=2025-05-14T09:31:43Z",
+		"batch tokens=5 run=34 wait=0 kv=0.34 cached=20050 t=2025-05-14T09:31:43Z",
 	},
 	"sglang_python_logging_style_wrapper.log": {
 		"stat gen=126.29 span=317ms run=1 wait=0 kv=0 t=2026-06-07T10:59:31.659Z",
-		"batch tokens=1 run=0 wait=0 kv=0 t=2026-06-07T10:59:31.843Z",
+		"batch tokens=1 run=0 wait=0 kv=0 cached=7 t=2026-06-07T10:59:31.843Z",
 		"stat gen=83.17 span=481ms run=1 wait=0 kv=0 t=2026-06-07T10:59:32.14Z",
 	},
 	"tgi_startup_lines.log": {},
@@ -194,8 +208,15 @@ var wantRecords = map[string][]string{
 		"stat gen=1.2 prompt=0 run=1 wait=0 kv=0 key=\"engine 000\" t=2026-07-29T07:18:56Z",
 		"stat gen=1.2 prompt=0 run=1 wait=0 kv=0 key=\"engine 000\" t=2026-07-29T07:19:06Z",
 	},
+	"vllm_v1_log_specdecode_interval_club3090_105.log": {
+		"stat gen=74.7 prompt=2.5 run=1 wait=0 kv=0.074 key=\"engine 000\" t=2026-05-08T16:25:09Z",
+		"spec drafted=1572 accepted=489 t=2026-05-08T16:25:09Z",
+		"stat gen=72 prompt=0 run=1 wait=0 kv=0.078 key=\"engine 000\" t=2026-05-08T16:25:19Z",
+		"spec drafted=1590 accepted=455 t=2026-05-08T16:25:19Z",
+	},
 	"vllm_v1_log_mm_cache_and_specdecode.log": {
 		"stat gen=28.4 prompt=0 run=0 wait=0 kv=0 key=\"engine 000\" t=2026-05-08T16:21:55Z",
+		"spec drafted=195 accepted=78 t=2026-05-08T16:21:55Z",
 		"stat gen=0 prompt=0 run=0 wait=0 kv=0 key=\"engine 000\" t=2026-05-08T16:22:00Z",
 	},
 }

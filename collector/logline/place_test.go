@@ -58,14 +58,24 @@ func TestIdentity(t *testing.T) {
 		want      Identity
 	}{
 		{"llama-server start-up", "0.00.004.807 I srv    load_model: loading model '/models/tiny.gguf'\n" +
-			"0.00.152.434 I srv  llama_server: listening on http://127.0.0.1:18080", Identity{"llamacpp", "tiny"}},
+			"0.00.152.434 I srv  llama_server: listening on http://127.0.0.1:18080", Identity{Engine: "llamacpp", Model: "tiny"}},
 		{"ollama relaying llama-server", "srv  llama_server: model loaded\n" +
 			`time=2026-11-30T09:14:10.759Z level=WARN source=images.go:807 msg="no template" model=registry.ollama.ai/library/randnb:latest`,
-			Identity{"ollama", "randnb:latest"}},
+			Identity{Engine: "ollama", Model: "randnb:latest"}},
 		{"ollama access line only", `[GIN] 2026/11/30 - 09:14:11 | 200 |  641.302823ms |       127.0.0.1 | POST     "/api/generate"`,
-			Identity{"ollama", ""}},
+			Identity{Engine: "ollama"}},
 		{"vllm stat line", "INFO 05-12 08:01:39 [loggers.py:123] Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%, Prefix cache hit rate: 0.0%",
-			Identity{"vllm", ""}},
+			Identity{Engine: "vllm"}},
+		// The lines that state a version (llama.cpp's build line, before
+		// its others; vLLM's and Ollama's start-up lines).
+		{"llama-server build line", "build: 4567 (abc1234) with cc (GCC) 12.2.0 for x86_64-linux-gnu\n" +
+			"0.00.004.807 I srv    load_model: loading model '/models/tiny.gguf'", Identity{Engine: "llamacpp", Model: "tiny", Version: "b4567-abc1234"}},
+		{"vllm api server version", "INFO 10-30 21:56:25 api_server.py:528] vLLM API server version 0.6.3.post1\n" +
+			"INFO 10-30 21:56:40 metrics.py:345] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.0%, CPU KV cache usage: 0.0%.",
+			Identity{Engine: "vllm", Version: "0.6.3.post1"}},
+		{"ollama listening", `time=2026-11-30T09:13:46.228Z level=INFO source=routes.go:2001 msg="Listening on 127.0.0.1:11434 (version 0.34.1)"`,
+			Identity{Engine: "ollama", Version: "0.34.1"}},
+		{"no version in a build word", "0.00.004.807 I srv    load_model: loading model '/models/tiny.gguf'\n0.01.000.000 I srv  llama_server: build: none", Identity{Engine: "llamacpp", Model: "tiny"}},
 	}
 	for _, c := range cases {
 		p, _ := NewParser("auto")

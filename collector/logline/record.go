@@ -31,6 +31,15 @@ const (
 	// Cancelled is a request the server cancelled (llama.cpp "srv stop:
 	// cancel task"): it made tokens that no timing line will report.
 	Cancelled
+	// Spec is a speculation tally, a point event: the tokens drafted and
+	// accepted by a finished llama.cpp request ("draft acceptance"), or
+	// by vLLM V1 over its logging interval ("SpecDecoding metrics").
+	Spec
+	// Cached is the prompt tokens a llama.cpp request found in its slot's
+	// cache: the position its prompt's processing starts from
+	// ("memory_seq_rm [N, end)"), on the first such line of its task
+	// (later ones, one per prompt batch, count its own progress).
+	Cached
 )
 
 // Record is what one throughput line says. Numbers a line does not carry
@@ -77,12 +86,17 @@ type Record struct {
 	// queued. llama.cpp's time to first token is its prompt line's
 	// Duration, joined by Key (Stream).
 	TPOT, Total, Queue time.Duration
+	// Spec: draft tokens proposed, and of them accepted.
+	Drafted, Accepted float64
+	// Cached is the prompt tokens found in the prefix cache: a Cached
+	// record's, or a Batch's (SGLang #cached-token) beside its new ones.
+	Cached float64
 }
 
 func newRecord(k Kind, engine string) Record {
 	return Record{Kind: k, Engine: engine, GenTPS: -1, PromptTPS: -1, Tokens: -1, PromptTokens: -1,
 		UserTPS: -1, SinceStartTPS: -1, Running: -1, Waiting: -1, KV: -1, Preemptions: -1, Iterations: -1,
-		TPOT: -1, Total: -1, Queue: -1}
+		TPOT: -1, Total: -1, Queue: -1, Drafted: -1, Accepted: -1, Cached: -1}
 }
 
 // valid tells whether the figures a record's kind needs were read.
@@ -98,6 +112,10 @@ func (r Record) valid() bool {
 		return r.Iterations >= 0
 	case Cancelled:
 		return true
+	case Cached:
+		return r.Cached >= 0
+	case Spec:
+		return r.Drafted >= 0 && r.Accepted >= 0 && r.Accepted <= r.Drafted
 	}
 	return false
 }

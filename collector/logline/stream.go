@@ -35,6 +35,9 @@ type Stream struct {
 	// prompts holds llama.cpp's prompt lines' times until their request's
 	// eval line, by key: the request's time to first token.
 	prompts map[string]time.Duration
+	// cached holds the llama.cpp tasks whose cache reuse was counted,
+	// until their prompt line.
+	cached map[string]bool
 }
 
 type progress struct {
@@ -95,6 +98,9 @@ func (s *Stream) init() {
 	if s.prompts == nil || len(s.prompts) > maxTracked {
 		s.prompts = map[string]time.Duration{}
 	}
+	if s.cached == nil || len(s.cached) > maxTracked {
+		s.cached = map[string]bool{}
+	}
 	if s.MaxGap == 0 {
 		s.MaxGap = 5 * time.Minute
 	}
@@ -107,7 +113,7 @@ func (s *Stream) interval(r *Record, t time.Time) (sample.Interval, bool) {
 		return s.stat(r, t)
 	case Batch:
 		iv := sample.Unknown(t, t)
-		iv.PromptTokens, iv.Running, iv.Waiting, iv.KV = r.Tokens, r.Running, r.Waiting, r.KV
+		iv.PromptTokens, iv.PromptCached, iv.Running, iv.Waiting, iv.KV = r.Tokens, r.Cached, r.Running, r.Waiting, r.KV
 		return iv, true
 	case Progress:
 		return s.progressed(r, t)
@@ -115,6 +121,18 @@ func (s *Stream) interval(r *Record, t time.Time) (sample.Interval, bool) {
 		return s.request(r, t), true
 	case Iteration:
 		return s.iteration(r, t)
+	case Cached:
+		if r.Key == "" || s.cached[r.Key] {
+			return sample.Interval{}, false // a later batch of the same prompt
+		}
+		s.cached[strings.Clone(r.Key)] = true
+		iv := sample.Unknown(t, t)
+		iv.PromptCached = r.Cached
+		return iv, true
+	case Spec:
+		iv := sample.Unknown(t, t)
+		iv.SpecDrafted, iv.SpecAccepted = r.Drafted, r.Accepted
+		return iv, true
 	}
 	return sample.Interval{}, false
 }
@@ -199,6 +217,7 @@ func (s *Stream) request(r *Record, t time.Time) sample.Interval {
 		iv.PromptTokens = r.PromptTokens
 		if r.Key != "" {
 			s.prompts[strings.Clone(r.Key)] = r.Duration
+			delete(s.cached, r.Key)
 		}
 		return iv
 	}

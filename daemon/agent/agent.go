@@ -462,8 +462,9 @@ func (a *Agent) httpLimits() httpserve.Limits {
 }
 
 // startInflux opens the spool and starts the sender that drains it into
-// InfluxDB. stop ends the sender, then gives it stopTimeout to deliver
-// what is spooled; the rest stays for the next start.
+// InfluxDB. stop ends the sender (a write in flight finishes first), then
+// delivers what is spooled, within stopTimeout in all; the rest stays for
+// the next start.
 func startInflux(cfg *config.Config, log *slog.Logger, version string) (out *sink.SpoolWriter, stop func(), err error) {
 	in, err := cfg.InfluxClient(userAgent(version))
 	if err != nil {
@@ -478,14 +479,18 @@ func startInflux(cfg *config.Config, log *slog.Logger, version string) (out *sin
 	// A refusal episode is over once no point was refused for a while:
 	// longer than a few windows, so that one window's point per server
 	// does not end and restart it.
-	sender := &sink.Sender{Spool: sp, W: in, Log: log, StaleAfter: max(30*time.Minute, 3*cfg.Window)}
+	// A write in flight at the stop is let finish (within the stop's
+	// time), not cut off and sent again: a store that keeps every sample
+	// would hold it twice.
+	sender := &sink.Sender{Spool: sp, W: in, Log: log, StaleAfter: max(30*time.Minute, 3*cfg.Window), Drain: stopTimeout / 2}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { sender.Run(ctx); close(done) }()
 	stop = func() {
+		deadline := time.Now().Add(stopTimeout)
 		cancel()
 		<-done
-		fctx, fcancel := context.WithTimeout(context.Background(), stopTimeout)
+		fctx, fcancel := context.WithDeadline(context.Background(), deadline)
 		defer fcancel()
 		if err := sender.Flush(fctx); err != nil {
 			st := sp.Stats()

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/analysis"
+	"github.com/tpsmon/tpsmon/collector"
+	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 	"github.com/tpsmon/tpsmon/window"
@@ -49,5 +51,61 @@ func TestPipelineGivesTheCeilingItsFacts(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "no decode ceiling"); n != 1 || !strings.Contains(logs.String(), "server=without") {
 		t.Errorf("the server without facts said %d times:\n%s", n, logs.String())
+	}
+}
+
+// A server without model facts in its configuration gets them from its
+// engine: llama-server's /props model path (told with a scrape) is read,
+// and its windows carry the ceiling from then on, the source logged once;
+// a vLLM start-up line read from the log adds the KV capacity.
+func TestEngineFactsGiveTheCeiling(t *testing.T) {
+	var logs bytes.Buffer
+	cfg := configtest.Private(t)
+	cfg.Servers = []config.ServerConfig{{Name: "llama", GPUs: []string{"0"}}, {Name: "vllm", Engine: "vllm", GPUs: []string{"0"},
+		Roofline: config.RooflineConfig{ParamsB: 8, Layers: 32, KVHeads: 8, HeadDim: 128}}}
+	out := &capture{}
+	p := testLoop(&pipeline{log: slog.New(slog.NewTextHandler(&logs, nil)), outputs: []WindowWriter{out}}, cfg, nil)
+	p.setServerFacts(cfg)
+	devicesMsg{{Index: 0, Name: "NVIDIA H100 80GB HBM3", MemBusWidthBits: 5120, MaxMemClockMHz: 2619}}.apply(p)
+	w := window.ServerWindow{Server: "llama", GPUs: []string{"0"}, Running: window.Some(2.0), SystemTPS: window.Some(100.0)}
+	p.emit([]window.Closed{{Start: time.Unix(1000, 0), Servers: []window.ServerWindow{w}}})
+	if out.got[0].Servers[0].CeilingTPS.OK {
+		t.Fatal("a ceiling before the engine said its model")
+	}
+	facts := collector.EngineFacts{ModelPath: filepath.Join("..", "..", "analysis", "modelfile", "testdata", "tiny-q4.gguf"), Slots: 8, NCtx: 1024}
+	for range 2 {
+		p.noteEngineFacts("llama", facts) // as a scrape that carries them does
+	}
+	p.emit([]window.Closed{{Start: time.Unix(1010, 0), Servers: []window.ServerWindow{w}}})
+	if s := out.got[1].Servers[0]; !s.CeilingTPS.OK || s.CeilingTPS.V <= 0 {
+		t.Errorf("after the engine's facts: ceiling %+v", s.CeilingTPS)
+	}
+	if n := strings.Count(logs.String(), "decode ceiling facts"); n != 1 || !strings.Contains(logs.String(), "/props model_path") {
+		t.Errorf("the source said %d times:\n%s", n, logs.String())
+	}
+
+	var sent []message
+	r, err := p.newLogReader(cfg.Servers[1], func(m message) { sent = append(sent, m) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.line(tail.Line{Text: []byte("(EngineCore_DP0 pid=7) INFO 12-11 00:06:53 [kv_cache_utils.py:1286] GPU KV cache size: 686,320 tokens")})
+	r.line(tail.Line{Text: []byte("INFO 12-11 00:06:54 [loggers.py:271] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%")})
+	// Once it serves, the other lines are not searched for them.
+	r.line(tail.Line{Text: []byte("INFO 12-11 00:07:00 [kv_cache_utils.py:1286] GPU KV cache size: 1,000 tokens")})
+	var n int
+	for _, m := range sent {
+		if _, ok := m.(engineFactsMsg); ok {
+			m.apply(p)
+			n++
+		}
+	}
+	if n != 1 || p.serverFacts["vllm"].Roofline == nil || p.serverFacts["vllm"].Roofline.KVTokens != 686320 {
+		t.Errorf("%d facts messages; vllm facts %+v", n, p.serverFacts["vllm"].Roofline)
+	}
+	// A reload keeps what the engines said.
+	p.setServerFacts(cfg)
+	if p.serverFacts["llama"].Roofline == nil || p.serverFacts["vllm"].Roofline.KVTokens != 686320 {
+		t.Errorf("after a reload: %+v", p.serverFacts)
 	}
 }

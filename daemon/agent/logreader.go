@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/collector/logline"
 	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/daemon/config"
@@ -12,15 +13,17 @@ import (
 )
 
 // logMsg is what a server's log said: the intervals of one read's
-// throughput lines, the engine or model it named, or that the log was
+// throughput lines, the engine, model or engine version it named, or that the log was
 // readable (watch), with the position reached.
 type logMsg struct {
 	server string
 	engine string
 	model  string // the log named the model
-	ivs    *[]logInterval
-	watch  time.Time
-	pos    tail.Position
+	// version is the engine version its start-up lines stated.
+	version string
+	ivs     *[]logInterval
+	watch   time.Time
+	pos     tail.Position
 }
 
 // logInterval is one throughput line's interval and the engine whose
@@ -57,9 +60,10 @@ func (m *logMsg) apply(l *loop) {
 		}
 		*m.ivs = (*m.ivs)[:0]
 		logBatches.Put(m.ivs)
-	case m.engine != "" || m.model != "":
+	case m.engine != "" || m.model != "" || m.version != "":
 		l.j.NameEngine(m.server, m.engine)
 		l.j.NameModel(m.server, m.model)
+		l.j.NameVersion(m.server, m.version)
 	case !m.watch.IsZero():
 		l.j.Watch(m.server, m.watch)
 	}
@@ -90,6 +94,11 @@ type logReader struct {
 	// per line cost more than parsing the line.
 	batch    *[]logInterval
 	batchPos tail.Position
+	// serving: a throughput line was read, so the start-up lines that
+	// say the model's facts are past; lines are no longer searched for
+	// them (a busy log's other lines would pay for it) until the log
+	// names another engine or model (a restart).
+	serving bool
 }
 
 // newLogReader is the reader of server s's log lines, which hands what
@@ -142,8 +151,12 @@ func (r *logReader) line(l tail.Line) {
 	}
 	r.cancelled = parser.Cancelled
 	if !ok {
+		if !r.serving {
+			r.factLine(l.Text)
+		}
 		return
 	}
+	r.serving = true
 	r.batchPos = l.Pos // a refused line's hole is handed on too
 	if iv, ok := r.stream.Interval(rec, t); ok {
 		r.add(logInterval{rec.Engine, iv})
@@ -181,9 +194,13 @@ func (r *logReader) named() {
 	if now.Model != r.id.Model {
 		r.p.log.Info("model detected", "server", r.name, "model", now.Model, "from", "log")
 	}
+	if now.Version != r.id.Version {
+		r.p.log.Info("engine version detected", "server", r.name, "engine_version", now.Version, "from", "log")
+	}
 	r.id = now
+	r.serving = false
 	r.handOver() // the lines before were read before this name
-	r.send(&logMsg{server: r.name, engine: now.Engine, model: now.Model})
+	r.send(&logMsg{server: r.name, engine: now.Engine, model: now.Model, version: now.Version})
 }
 
 // peek reads the start-up lines of a log whose reading starts at its
@@ -191,8 +208,22 @@ func (r *logReader) named() {
 func (r *logReader) peek(head []byte) {
 	for _, l := range bytes.Split(head, []byte("\n")) {
 		r.parser.Identify(l)
+		r.factLine(l)
 	}
 	r.named()
+}
+
+// factLine hands on what a vLLM start-up line says of the model (its
+// weights per GPU, its KV capacity): the decode ceiling's facts where the
+// configuration gives none. It reads lines only until the server serves.
+func (r *logReader) factLine(text []byte) {
+	if !bytes.Contains(text, []byte(" GiB")) && !bytes.Contains(text, []byte("KV cache size: ")) {
+		return
+	}
+	var f collector.EngineFacts
+	if collector.VLLMFactLine(string(text), &f) {
+		r.send(engineFactsMsg{server: r.name, facts: f})
+	}
 }
 
 // handOver sends the intervals gathered.

@@ -15,6 +15,7 @@ import (
 	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 	"github.com/tpsmon/tpsmon/sink"
+	"github.com/tpsmon/tpsmon/testkit/syncbuf"
 )
 
 // sglangLine is a decode line, written every second: 160 tokens/s since
@@ -124,4 +125,59 @@ func countLines(t *testing.T, path string) int {
 		t.Fatal(err)
 	}
 	return bytes.Count(b, []byte("\n"))
+}
+
+// A log's start-up line that states the engine's version, written before
+// tpsmon ran (read from its end, the head is still looked at), tags every
+// server window with it.
+func TestLogSourceNamesEngineVersion(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "vllm.log")
+	vllmLine := func(t time.Time) string {
+		return fmt.Sprintf("INFO %s metrics.py:406] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 160.0 tokens/s, Running: 4 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 1.0%%, CPU KV cache usage: 0.0%%.\n",
+			t.UTC().Format("01-02 15:04:05"))
+	}
+	os.WriteFile(logPath, []byte(fmt.Sprintf("INFO %s api_server.py:528] vLLM API server version 0.6.3.post1\n", time.Now().UTC().Add(-time.Minute).Format("01-02 15:04:05"))), 0o644)
+	cfg := configtest.Private(t)
+	cfg.Window, cfg.Grace = time.Second, 100*time.Millisecond
+	cfg.GPU.Backend = "none"
+	cfg.Servers = []config.ServerConfig{{Name: "v", Log: config.LogSourceConfig{File: logPath}}}
+	var out syncbuf.Buffer
+	a := newAgent(cfg, Options{Outputs: []WindowWriter{sink.NewLPWriter(&out)}},
+		hooks{positionDir: filepath.Join(dir, "pos"), logGrace: 1500 * time.Millisecond, logPoll: 250 * time.Millisecond})
+	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3500*time.Millisecond)
+	defer cancel()
+	go func() {
+		tk := time.NewTicker(time.Second)
+		defer tk.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-tk.C:
+				f.WriteString(vllmLine(now))
+			}
+		}
+	}()
+	if err := a.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(l, "tpsmon_server,") {
+			n++
+			if !strings.HasPrefix(l, "tpsmon_server,engine=vllm,engine_version=0.6.3.post1,") {
+				t.Errorf("window without the engine's version: %s", l)
+			}
+		}
+	}
+	if n == 0 {
+		t.Errorf("no server window written: %s", out.String())
+	}
 }

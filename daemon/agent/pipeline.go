@@ -117,6 +117,11 @@ type loop struct {
 	// and each GPU's peaks (from the backend, when it opens).
 	serverFacts map[string]analysis.ServerFacts
 	gpuSpecs    map[string]roofline.Spec
+	// engineFacts are what each server's engine said of its model
+	// (scrapes, log lines), kept across reloads; factSource is the last
+	// source said of each server's facts, so a change is logged once.
+	engineFacts map[string]collector.EngineFacts
+	factSource  map[string]string
 }
 
 // reconfig is a reload for the main loop: the configuration (servers,
@@ -172,11 +177,93 @@ func (m devicesMsg) apply(l *loop) {
 func (l *loop) setServerFacts(cfg *config.Config) {
 	var missing map[string]error
 	l.serverFacts, missing = modelfacts.Servers(cfg)
+	l.factSource = map[string]string{}
 	for _, s := range cfg.Servers {
+		if _, ok := l.engineFacts[s.Name]; ok {
+			l.applyEngineFacts(s)
+			continue
+		}
 		if err := missing[s.Name]; err != nil {
 			l.log.Info("no decode ceiling (mbu, ceiling_tps)", "server", s.Name, "missing", err)
 		}
 	}
+}
+
+// engineFactsMsg is what a server's engine said of its model.
+type engineFactsMsg struct {
+	server string
+	facts  collector.EngineFacts
+}
+
+func (m engineFactsMsg) apply(l *loop) { l.noteEngineFacts(m.server, m.facts) }
+
+// noteEngineFacts adds what a server's engine said to what it said
+// before (a scrape and the log say different facts; the log's KV
+// capacity beats cache_config_info's, which undercounts hybrid models)
+// and reads the server's facts again.
+func (l *loop) noteEngineFacts(server string, f collector.EngineFacts) {
+	if l.engineFacts == nil {
+		l.engineFacts = map[string]collector.EngineFacts{}
+	}
+	was := l.engineFacts[server]
+	l.engineFacts[server] = mergeEngineFacts(was, f)
+	if l.engineFacts[server] == was {
+		return
+	}
+	for _, s := range l.cfg.Servers {
+		if s.Name == server {
+			l.applyEngineFacts(s)
+		}
+	}
+}
+
+// applyEngineFacts sets server s's facts from its configuration and its
+// engine's, logging the sources when they change.
+func (l *loop) applyEngineFacts(s config.ServerConfig) {
+	r, src, err := modelfacts.WithEngine(s, l.engineFacts[s.Name])
+	if err != nil {
+		src = "none: " + err.Error()
+	}
+	if l.factSource[s.Name] != src {
+		if l.factSource == nil {
+			l.factSource = map[string]string{}
+		}
+		l.factSource[s.Name] = src
+		if err != nil {
+			l.log.Info("no decode ceiling (mbu, ceiling_tps)", "server", s.Name, "missing", err)
+		} else {
+			l.log.Info("decode ceiling facts", "server", s.Name, "source", src)
+		}
+	}
+	if err != nil {
+		return
+	}
+	if l.serverFacts == nil {
+		l.serverFacts = map[string]analysis.ServerFacts{}
+	}
+	f := l.serverFacts[s.Name]
+	f.Roofline = r
+	l.serverFacts[s.Name] = f
+}
+
+// mergeEngineFacts lays what an engine said now over what it said before:
+// a fact said now replaces the old one, one not said keeps it.
+func mergeEngineFacts(old, now collector.EngineFacts) collector.EngineFacts {
+	if now.ModelPath != "" || now.Params > 0 {
+		// Another model: its facts come whole.
+		old.ModelPath, old.NCtx, old.Slots, old.Params, old.SizeBytes, old.NEmbd, old.NVocab, old.NCtxTrain =
+			now.ModelPath, now.NCtx, now.Slots, now.Params, now.SizeBytes, now.NEmbd, now.NVocab, now.NCtxTrain
+	}
+	if now.KVTokens > 0 && (now.KVTokensFrom == "log" || old.KVTokensFrom != "log") {
+		old.KVTokens, old.KVTokensFrom = now.KVTokens, now.KVTokensFrom
+	}
+	if now.KVDtype != "" {
+		old.KVDtype = now.KVDtype
+	}
+	if now.WeightBytesPerGPU > 0 {
+		old.WeightBytesPerGPU = now.WeightBytesPerGPU
+	}
+	return old
 }
 
 // processLister is a GPU backend that knows the processes on each GPU.
@@ -533,6 +620,9 @@ func (r scrapeMsg) apply(l *loop) {
 		l.metrics.discards.Add(r.Server, d)
 	}
 	l.noteSuspect(r)
+	if r.Facts != nil {
+		l.noteEngineFacts(r.Server, *r.Facts)
+	}
 	l.j.AddServer(r.Server, r.Sample)
 	if l.live != nil {
 		l.live.Server(r.Server, r.Sample)

@@ -51,8 +51,11 @@ func (s *suspects) server(w analysis.ServerWindow, log *slog.Logger) {
 				s.open[w.Server] = open
 			}
 			if open[r] == 0 {
-				log.Warn("window suspect: a sanity rule doubts the server's numbers; written as read, said once until it stops",
-					"server", w.Server, "rule", r, "window", w.Start)
+				attrs := []any{"server", w.Server, "rule", r, "window", w.Start}
+				if r == analysis.RuleActivityZero && len(w.StuckGPUs) > 0 {
+					attrs = append(attrs, "gpus", strings.Join(w.StuckGPUs, ","))
+				}
+				log.Warn("window suspect: a sanity rule doubts the server's numbers; written as read, said once until it stops", attrs...)
 			}
 			open[r]++
 		}

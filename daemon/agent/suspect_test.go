@@ -25,6 +25,9 @@ func TestSuspectsCountedAndLoggedOncePerEpisode(t *testing.T) {
 		if suspect != "" {
 			w.Suspect = window.Some(suspect)
 		}
+		if strings.Contains(suspect, analysis.RuleActivityZero) {
+			w.StuckGPUs = []string{"1", "3"}
+		}
 		return analysis.Closed{Servers: []analysis.ServerWindow{w}}
 	}
 	for _, sus := range []string{analysis.RuleGPUIdle, analysis.RuleGPUIdle + "," + analysis.RuleActivityZero,
@@ -46,6 +49,13 @@ func TestSuspectsCountedAndLoggedOncePerEpisode(t *testing.T) {
 	}
 	if !strings.Contains(out, "rule=gpu_idle windows=3") || strings.Contains(out, "server=b") {
 		t.Errorf("log lacks gpu_idle's 3-window episode, or names a server no rule doubted:\n%s", out)
+	}
+	named := false
+	for _, l := range strings.Split(out, "\n") {
+		named = named || strings.Contains(l, "window suspect") && strings.Contains(l, "rule=activity_zero") && strings.HasSuffix(l, " gpus=1,3")
+	}
+	if !named || strings.Count(out, "gpus=") != 1 {
+		t.Errorf("log does not name the stuck GPUs on activity_zero's start (only):\n%s", out)
 	}
 	if len(s.open) != 0 {
 		t.Errorf("episodes left open: %v", s.open)

@@ -8,11 +8,14 @@ package modelfacts
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
+	"strings"
 
 	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/analysis/modelfile"
 	"github.com/tpsmon/tpsmon/analysis/roofline"
+	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/sample"
 )
@@ -112,6 +115,104 @@ func overlay(m *roofline.Model, f modelfile.Facts, r config.RooflineConfig) {
 			*v.dst = v.v
 		}
 	}
+}
+
+// WithEngine returns the roofline facts of server s from its
+// configuration and, for what the configuration does not say, from what
+// its engine said (e), with the sources used, for the log and tpsmon
+// check. The configuration wins fact by fact: a model file or params_b
+// over the engine's model; kv_tokens and kv_bytes over the engine's KV
+// capacity and dtype.
+func WithEngine(s config.ServerConfig, e collector.EngineFacts) (*roofline.Server, string, error) {
+	r := &s.Roofline
+	var src []string
+	switch {
+	case s.ModelFile != "" || r.ParamsB > 0:
+		src = append(src, "model from the configuration")
+		if s.ModelFile == "" && r.BytesPerWeight == 0 && e.WeightBytesPerGPU > 0 {
+			// vLLM's weights per GPU, times the GPUs, over the parameters.
+			if tp := tpOf(s); tp > 0 {
+				r.BytesPerWeight = e.WeightBytesPerGPU * float64(tp) / (r.ParamsB * 1e9)
+				src = append(src, fmt.Sprintf("bytes per weight %.3g from the engine (Model loading took %.2f GiB per GPU × %d)", r.BytesPerWeight, e.WeightBytesPerGPU/(1<<30), tp))
+			}
+		}
+	case e.ModelPath != "" && readable(e.ModelPath):
+		s.ModelFile = e.ModelPath
+		src = append(src, "model from the engine (/props model_path "+e.ModelPath+")")
+	case e.Params > 0:
+		r.ParamsB = e.Params / 1e9
+		if e.SizeBytes > 0 {
+			r.BytesPerWeight = e.SizeBytes / e.Params
+		}
+		why := ""
+		if e.ModelPath != "" {
+			why = ", its model_path " + e.ModelPath + " not readable here"
+		}
+		embed := ""
+		if r.EmbedParamsB == 0 && e.NEmbd > 0 && e.NVocab > 0 {
+			// The input embedding is gathered, not streamed; tied to the
+			// LM head it would be streamed, which the meta does not say:
+			// taken as untied, the ceiling stays an upper bound.
+			r.EmbedParamsB = float64(e.NEmbd) * float64(e.NVocab) / 1e9
+			embed = fmt.Sprintf("; input embedding n_embd × n_vocab = %.4g not streamed (if tied to the LM head, the ceiling is an upper bound)", r.EmbedParamsB*1e9)
+		}
+		src = append(src, fmt.Sprintf("model from the engine (/v1/models meta: n_params %.4g, size %.4g B%s%s; no architecture, so the KV is not counted)", e.Params, e.SizeBytes, why, embed))
+	}
+	if r.KVTokens == 0 && e.KVTokens > 0 {
+		r.KVTokens = e.KVTokens
+		src = append(src, fmt.Sprintf("KV capacity %.0f tokens from the engine (%s)", e.KVTokens, e.KVTokensFrom))
+	}
+	if r.KVBytes == 0 {
+		if b := kvDtypeBytes(e.KVDtype); b > 0 {
+			r.KVBytes = b
+			src = append(src, fmt.Sprintf("KV element %g bytes from the engine (cache_dtype %s)", b, e.KVDtype))
+		}
+	}
+	srv, err := Server(s)
+	if err != nil {
+		if errors.Is(err, ErrNoModel) && e.Said() {
+			err = fmt.Errorf("%w (the engine said no model path readable here nor a parameter count)", err)
+		}
+		return nil, "", err
+	}
+	return srv, strings.Join(src, "; "), nil
+}
+
+// tpOf is the GPUs a server is configured with, or its roofline.tp; 0
+// when they are found at run time (auto).
+func tpOf(s config.ServerConfig) int {
+	if s.Roofline.TP > 0 {
+		return s.Roofline.TP
+	}
+	for _, g := range s.GPUs {
+		if g == "auto" || g == "*" {
+			return 0
+		}
+	}
+	return len(s.GPUs)
+}
+
+func readable(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}
+
+// kvDtypeBytes is the size of one KV element of vLLM's cache_dtype; 0
+// when unknown (auto: the model's dtype).
+func kvDtypeBytes(d string) float64 {
+	switch {
+	case strings.HasPrefix(d, "fp8"):
+		return 1
+	case d == "bfloat16" || d == "float16" || d == "half":
+		return 2
+	case d == "float32" || d == "float":
+		return 4
+	}
+	return 0
 }
 
 // Servers returns the facts of every configured server that has them,

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/tpsmon/tpsmon/analysis/modelfile"
+	"github.com/tpsmon/tpsmon/analysis/roofline"
+	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/sample"
 )
@@ -90,4 +92,61 @@ func TestServerFactsFromKeys(t *testing.T) {
 	if _, err := Server(config.ServerConfig{Roofline: config.RooflineConfig{ParamsB: 7, ActiveParamsB: 9}}); err == nil {
 		t.Error("active above total accepted")
 	}
+}
+
+// The engine's facts fill what the configuration leaves out, fact by
+// fact, and the source says which were the engine's.
+func TestWithEngine(t *testing.T) {
+	sweep := collector.EngineFacts{ModelPath: "/nonexistent/tiny.gguf", NCtx: 1024, Slots: 8, // the real sweep's /props and /v1/models
+		Params: 19794176, SizeBytes: 79176704, NEmbd: 256, NVocab: 32000, NCtxTrain: 4096}
+	cases := []struct {
+		name string
+		s    config.ServerConfig
+		e    collector.EngineFacts
+		want func(*roofline.Server) bool
+		src  []string
+	}{
+		{"model path readable", config.ServerConfig{}, collector.EngineFacts{ModelPath: tinyGGUF, Params: 1},
+			func(r *roofline.Server) bool { return r.Model.Layers == 2 && r.Model.WeightBytes > 0 }, []string{"/props model_path " + tinyGGUF}},
+		{"meta only", config.ServerConfig{}, sweep,
+			func(r *roofline.Server) bool {
+				// The real GGUF streams (19794176 − 256 × 32000) × 4 bytes.
+				return r.Model.Params == 19794176 && r.Model.BytesPerWeight == 4 && r.Model.EmbedParams == 256*32000 && !r.Model.HasKV()
+			}, []string{"/v1/models meta", "not readable here", "KV is not counted", "n_embd × n_vocab = 8.192e+06 not streamed"}},
+		{"configuration wins", config.ServerConfig{ModelFile: tinyGGUF, Roofline: config.RooflineConfig{KVTokens: 4096, KVBytes: 2}},
+			collector.EngineFacts{ModelPath: "/other.gguf", Params: 7e9, KVTokens: 999, KVTokensFrom: "log", KVDtype: "fp8"},
+			func(r *roofline.Server) bool {
+				return r.Model.Layers == 2 && r.KVTokens == 4096 && r.Model.KVBytes == 2
+			}, []string{"model from the configuration"}},
+		{"vLLM fills KV and bytes", config.ServerConfig{GPUs: []string{"0", "1"}, Roofline: config.RooflineConfig{ParamsB: 8, Layers: 32, KVHeads: 8, HeadDim: 128}},
+			collector.EngineFacts{WeightBytesPerGPU: 7.5 * (1 << 30), KVTokens: 686320, KVTokensFrom: "log", KVDtype: "fp8_e4m3"},
+			func(r *roofline.Server) bool {
+				return r.KVTokens == 686320 && r.Model.KVBytes == 1 && abs(r.Model.BytesPerWeight-7.5*(1<<30)*2/8e9) < 1e-12
+			}, []string{"Model loading took 7.50 GiB per GPU × 2", "KV capacity 686320 tokens from the engine (log)", "cache_dtype fp8_e4m3"}},
+	}
+	for _, c := range cases {
+		r, src, err := WithEngine(c.s, c.e)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if !c.want(r) {
+			t.Errorf("%s: %+v", c.name, r.Model)
+		}
+		for _, w := range c.src {
+			if !strings.Contains(src, w) {
+				t.Errorf("%s: source %q lacks %q", c.name, src, w)
+			}
+		}
+	}
+	if _, _, err := WithEngine(config.ServerConfig{}, collector.EngineFacts{NCtx: 1024}); !errors.Is(err, ErrNoModel) || !strings.Contains(err.Error(), "the engine said") {
+		t.Errorf("engine without a model: %v", err)
+	}
+}
+
+func abs(v float64) float64 {
+	if v < 0 {
+		return -v
+	}
+	return v
 }

@@ -4,6 +4,7 @@
 package preflight
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -44,8 +45,8 @@ func Run(ctx context.Context, cfg *config.Config, version string, w io.Writer) i
 	}
 	for _, s := range servers {
 		c.serverLog(s)
-		c.serverMetrics(ctx, client, s)
-		c.ceiling(s, specs)
+		facts := c.serverMetrics(ctx, client, s)
+		c.ceiling(s, specs, logFacts(s, facts))
 	}
 	c.problems += checkAttribution(w, servers, gpus)
 	if cfg.Sink.Influx.URL == "" {
@@ -106,8 +107,8 @@ func (c *checker) gpuBackend(cfg *config.Config) ([]gpumap.GPU, map[string]roofl
 // ceiling says whether the server's windows will carry the decode ceiling
 // (mbu, ceiling_tps), and which fact is missing where not. A model file
 // configured but unreadable fails; one not configured is a note.
-func (c *checker) ceiling(s config.ServerConfig, specs map[string]roofline.Spec) {
-	r, err := modelfacts.Server(s)
+func (c *checker) ceiling(s config.ServerConfig, specs map[string]roofline.Spec, engine collector.EngineFacts) {
+	r, src, err := modelfacts.WithEngine(s, engine)
 	switch {
 	case errors.Is(err, modelfacts.ErrNoModel) && s.ModelFile == "":
 		fmt.Fprintf(c.w, "note  server %s: no decode ceiling (mbu, ceiling_tps): %v\n", s.Name, err)
@@ -137,8 +138,49 @@ func (c *checker) ceiling(s config.ServerConfig, specs map[string]roofline.Spec)
 	if r.KVTokens == 0 || !r.Model.HasKV() {
 		kv = "KV not counted (give servers[].roofline.kv_tokens): the ceiling is an upper bound"
 	}
-	c.report(nil, "server %s: decode ceiling from %s (%.3g parameters streamed, %.3g GB), %s; %s", s.Name, s.ModelFile,
+	from := s.ModelFile
+	switch {
+	case from == "" && s.Roofline.ParamsB == 0:
+		from = src // the engine's model
+	case from == "":
+		from = "servers[].roofline"
+	}
+	if strings.Contains(src, "the engine") && from != src {
+		from += " (" + src + ")"
+	}
+	c.report(nil, "server %s: decode ceiling from %s (%.3g parameters streamed, %.3g GB), %s; %s", s.Name, from,
 		r.Model.Params, modelBytes(r.Model)/1e9, peak, kv)
+}
+
+// maxLogHead is how much of a server's log check reads for the engine's
+// start-up lines (vLLM's weights and KV capacity).
+const maxLogHead = 4 << 20
+
+// logFacts adds what the start of server s's log file says of the model
+// to what its metrics endpoint said.
+func logFacts(s config.ServerConfig, f collector.EngineFacts) collector.EngineFacts {
+	if s.Log.File == "" {
+		return f
+	}
+	file, err := os.Open(s.Log.File)
+	if err != nil {
+		return f // serverLog has said so
+	}
+	defer file.Close()
+	sc := bufio.NewScanner(io.LimitReader(file, maxLogHead))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		var line collector.EngineFacts
+		if collector.VLLMFactLine(sc.Text(), &line) {
+			if line.KVTokens > 0 {
+				f.KVTokens, f.KVTokensFrom = line.KVTokens, line.KVTokensFrom
+			}
+			if line.WeightBytesPerGPU > 0 {
+				f.WeightBytesPerGPU = line.WeightBytesPerGPU
+			}
+		}
+	}
+	return f
 }
 
 func modelBytes(m roofline.Model) float64 {
@@ -170,19 +212,24 @@ func (c *checker) serverLog(s config.ServerConfig) {
 	}
 }
 
-// serverMetrics scrapes the server's metrics once, where it has any.
-func (c *checker) serverMetrics(ctx context.Context, client *http.Client, s config.ServerConfig) {
+// serverMetrics scrapes the server's metrics once, where it has any, and
+// returns what the engine said of its model with them.
+func (c *checker) serverMetrics(ctx context.Context, client *http.Client, s config.ServerConfig) collector.EngineFacts {
 	if s.MetricsURL == "" {
-		return
+		return collector.EngineFacts{}
 	}
 	d, err := collector.DialectFor(s.Engine)
 	if err != nil {
 		c.report(fmt.Errorf("server %s: %w", s.Name, err), "")
-		return
+		return collector.EngineFacts{}
 	}
 	sc := &collector.Scraper{Server: s.Name, URL: s.MetricsURL, Interval: time.Second, Dialect: d, Client: client}
 	r := sc.Scrape(ctx)
 	c.report(r.Err, "server %s: %s metrics at %s (model %q)", s.Name, r.Sample.Engine, redact.URL(s.MetricsURL), r.Sample.Model)
+	if r.Facts == nil {
+		return collector.EngineFacts{}
+	}
+	return *r.Facts
 }
 
 // fileSink checks where points go without InfluxDB.

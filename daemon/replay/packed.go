@@ -49,6 +49,7 @@ const (
 	pkInstant // start equals end, same zone
 	pkHole    // a refused line's stretch (sample.Hole)
 	pkLatency // a request's own latencies follow the values (latencies)
+	pkTally   // speculation or cache counts follow (tallies)
 )
 
 // Kinds of a value.
@@ -64,7 +65,7 @@ const (
 const (
 	pkChunk     = 64 << 10
 	heapChunks  = 256 << 10
-	pkMaxRecord = 1 + 2*binary.MaxVarintLen64 + 2*binary.MaxVarintLen64 + 2*binary.MaxVarintLen64 + 2 + 8*9 + 2 + 8*5
+	pkMaxRecord = 1 + 2*binary.MaxVarintLen64 + 2*binary.MaxVarintLen64 + 2*binary.MaxVarintLen64 + 2 + 8*9 + 2 + 8*5 + 2 + 8*3
 )
 
 func (p *packed) len() int { return p.n }
@@ -102,6 +103,14 @@ func (p *packed) add(iv sample.Interval) {
 	if hasLat {
 		flags |= pkLatency
 	}
+	tal := tallies(&iv)
+	hasTal := false
+	for _, v := range tal {
+		hasTal = hasTal || *v != -1
+	}
+	if hasTal {
+		flags |= pkTally
+	}
 	b = append(b, flags)
 	es := iv.End.Unix()
 	b = p.appendStamp(b, es-p.last, iv.End)
@@ -114,6 +123,9 @@ func (p *packed) add(iv sample.Interval) {
 	b = appendValues(b, vs[:])
 	if hasLat {
 		b = appendValues(b, lat[:])
+	}
+	if hasTal {
+		b = appendValues(b, tal[:])
 	}
 	p.chunks[len(p.chunks)-1] = b
 	p.n++
@@ -212,6 +224,12 @@ func readValues(b []byte, vs []*float64) []byte {
 // carry (pkLatency).
 func latencies(iv *sample.Interval) [5]*float64 {
 	return [5]*float64{&iv.TTFT, &iv.TPOT, &iv.E2E, &iv.Queue, &iv.Output}
+}
+
+// tallies are a speculation tally's or a cache reuse's counts, which only
+// their own records carry (pkTally).
+func tallies(iv *sample.Interval) [3]*float64 {
+	return [3]*float64{&iv.SpecDrafted, &iv.SpecAccepted, &iv.PromptCached}
 }
 
 // values are an interval's numbers, in the order a record holds them.
@@ -338,6 +356,14 @@ func (r *pkReader) peek() *sample.Interval {
 		b = readValues(b, lat[:])
 	} else {
 		for _, v := range lat {
+			*v = -1
+		}
+	}
+	tal := tallies(iv)
+	if flags&pkTally != 0 {
+		b = readValues(b, tal[:])
+	} else {
+		for _, v := range tal {
 			*v = -1
 		}
 	}

@@ -37,6 +37,10 @@ func TestPackedReadsBackExactly(t *testing.T) {
 		iv(at.AddDate(-30, 0, 0), at.AddDate(-30, 0, 1), 7), // end far before the previous one
 	}
 	ivs[0].Request, ivs[1].Observed, ivs[2].Request, ivs[2].Observed, ivs[6].Hole = true, true, true, true, true
+	// A speculation tally and a cache reuse: their counts ride apart.
+	spec, cached := sample.Unknown(at, at), sample.Unknown(at, at)
+	spec.SpecDrafted, spec.SpecAccepted, cached.PromptCached = 1572, 489, 0.5
+	ivs = append(ivs, spec, cached)
 	var p packed
 	for _, x := range ivs {
 		p.add(x)
@@ -66,6 +70,12 @@ func same(a, b sample.Interval) bool {
 	va, vb := values(&a), values(&b)
 	for i := range va {
 		if math.Float64bits(*va[i]) != math.Float64bits(*vb[i]) {
+			return false
+		}
+	}
+	ta, tb := tallies(&a), tallies(&b)
+	for i := range ta {
+		if math.Float64bits(*ta[i]) != math.Float64bits(*tb[i]) {
 			return false
 		}
 	}

@@ -150,7 +150,7 @@ func (rec *recording) addLog(o Options, loc *time.Location, warn io.Writer) erro
 	if lr.canceled > 0 {
 		fmt.Fprintf(warn, "tpsmon: replay: %d requests were cancelled by the server and printed no timing line: their tokens are not in the log (its metrics count them: replay --metrics-dir, or metrics_url live)\n", lr.canceled)
 	}
-	rec.servers[0].Engine, rec.servers[0].Model = lr.id.Engine, lr.id.Model
+	rec.servers[0].Engine, rec.servers[0].Model, rec.servers[0].EngineVersion = lr.id.Engine, lr.id.Model, lr.id.Version
 	rec.logs = lr.ivs
 	spans, silences, longest := lr.watched.result()
 	rec.watched, rec.segments = spans, lr.watched.segments()

@@ -37,6 +37,8 @@ type minute struct {
 	running     float64
 	waiting     float64
 	powerPerGPU float64
+	// ceiling and mbu: the decode ceiling's, 0 where it has none.
+	ceiling, mbu float64
 }
 
 // demand is host h's load at t: a daily wave, hosts offset and scaled,
@@ -63,7 +65,41 @@ func (f Fleet) at(h int, t time.Time) minute {
 		m.state = schema.StateOK
 	}
 	m.powerPerGPU = 90 + 6*m.util
+	if m.running > 0 && h%4 != 1 {
+		// The decode ceiling grows with the batch; every fourth host has
+		// no model facts, so none.
+		m.ceiling = float64(f.used(h)) * (800 + 50*m.running)
+		m.mbu = 0.85 * m.tps / m.ceiling
+	}
 	return m
+}
+
+// fields puts a rollup's decode-ceiling fields of the minutes' sums into
+// fs (package rollup's names and weighting).
+func (c ceilingSums) fields(fs map[string]any, gpus float64) {
+	if c.secs == 0 {
+		return
+	}
+	fs[schema.FieldMBU], fs[schema.FieldMBUSeconds] = c.mbu/c.secs, c.secs
+	fs[schema.FieldCeilingTPS], fs[schema.FieldCeilingSeconds] = c.ceiling/c.secs, c.secs
+	fs[schema.FieldCeilingWindows] = int64(c.secs / 60)
+	fs[schema.FieldLostTokens], fs[schema.FieldAboveCeilingTokens] = c.lost, c.above
+	fs[schema.FieldLostSeconds], fs[schema.FieldLostGPUSeconds] = c.lostSecs, c.lostSecs*gpus
+}
+
+// ceilingSums sums minutes with a ceiling.
+type ceilingSums struct{ secs, mbu, ceiling, lost, above, lostSecs float64 }
+
+func (c *ceilingSums) add(m minute, secs float64) {
+	if m.ceiling == 0 {
+		return
+	}
+	c.secs += secs
+	c.mbu += m.mbu * secs
+	c.ceiling += m.ceiling * secs
+	c.lost += max(0, m.ceiling-m.tps) * secs
+	c.above += max(0, m.tps-m.ceiling) * secs
+	c.lostSecs += max(0, 1-m.tps/m.ceiling) * secs
 }
 
 func (f Fleet) used(h int) int {
@@ -95,6 +131,9 @@ func (f Fleet) Raw(from, to time.Time, w time.Duration, emit func(*write.Point) 
 				schema.FieldTokens: tokens, schema.FieldSystemTPS: m.tps, schema.FieldRunning: m.running, schema.FieldWaiting: m.waiting,
 				schema.FieldGPUUtil: m.util, schema.FieldEnergyJ: m.powerPerGPU * n * w.Seconds(), schema.FieldPowerW: m.powerPerGPU * n,
 				schema.FieldState: m.state, schema.FieldCoverage: 1.0, schema.FieldWindowS: w.Seconds(), schema.FieldTPSPerGPU: m.tps / n,
+			}
+			if m.ceiling > 0 {
+				fs[schema.FieldCeilingTPS], fs[schema.FieldMBU] = m.ceiling, m.mbu
 			}
 			if m.running > 0 {
 				fs[schema.FieldPerUserTPS] = m.tps / m.running
@@ -146,8 +185,10 @@ func (f Fleet) Rollups(from, to time.Time, every time.Duration, suffix string, e
 			var tokens, energy, tps, util, running, waiting, power float64
 			states := map[string]float64{}
 			mins, low := 0.0, 0.0
+			var ceil ceilingSums
 			for t := p; t.Before(p.Add(every)); t = t.Add(time.Minute) {
 				m := f.at(h, t)
+				ceil.add(m, 60)
 				tokens += float64(int64(m.tps * 60))
 				energy += m.powerPerGPU * n * 60
 				tps += m.tps
@@ -173,6 +214,7 @@ func (f Fleet) Rollups(from, to time.Time, every time.Duration, suffix string, e
 				schema.FieldTPSPerGPU: tps / mins / n,
 				schema.FieldWindows:   int64(mins), schema.FieldSeconds: mins * 60, schema.FieldGPUSeconds: mins * 60 * n,
 			}
+			ceil.fields(fs, n)
 			for st, c := range states {
 				fs[schema.RollupField(st, schema.FieldWindows)] = int64(c)
 				fs[schema.RollupField(st, schema.FieldSeconds)] = c * 60

@@ -27,7 +27,48 @@ type sweepTruth struct {
 		SystemTPS float64  `json:"system_tps"`
 		PerUser   *float64 `json:"per_user_tps"`
 		Running   float64  `json:"mean_concurrency"`
+		Phases    []string `json:"phases"`
 	} `json:"windows"`
+}
+
+// levelGap says why the client's own windows of a level's bin cannot show
+// its per-level table, or "" when they can (their means within tol of
+// it): the bin's windows that are not wholly the level's (a drain into an
+// idle gap: another level's rate over half a window, binned by its mean
+// running), and the level's whole windows, which are not its steady part
+// (that starts 5 s into the level).
+func levelGap(truth sweepTruth, client curve.Curve, level int, sys, user, tol float64) string {
+	b := bin(client, fmt.Sprint(level))
+	cs, cu := off(*b.SystemTPS.Mean, sys), off(*b.PerUserTPS.Mean, user)
+	if math.Abs(cs) <= tol && math.Abs(cu) <= tol {
+		return ""
+	}
+	own := fmt.Sprintf("c%d", level)
+	var foreign []string
+	var ownTokens, ownSecs float64
+	for _, w := range truth.Windows {
+		if curve.BinOf(w.Running) < 0 || curve.BinOf(w.Running) != curve.BinOf(float64(level)) {
+			continue
+		}
+		if len(w.Phases) == 1 && w.Phases[0] == own {
+			ownTokens, ownSecs = ownTokens+10*w.SystemTPS, ownSecs+10
+			continue
+		}
+		foreign = append(foreign, fmt.Sprintf("%d (%s: %.2f running, %.1f tok/s)", w.Start, strings.Join(w.Phases, "+"), w.Running, w.SystemTPS))
+	}
+	why := fmt.Sprintf("the client's own windows of bin %d are %+.1f %% / %+.1f %% off its table", level, 100*cs, 100*cu)
+	if len(foreign) > 0 {
+		why += "; the bin holds " + strings.Join(foreign, ", ")
+	}
+	if ownSecs > 0 {
+		if g := off(ownTokens/ownSecs, sys); math.Abs(g) > tol {
+			why += fmt.Sprintf("; the level's whole windows' system TPS is %+.1f %% off its steady part's", 100*g)
+		}
+	}
+	if len(foreign) == 0 && !strings.Contains(why, "whole windows") {
+		return "" // nothing in the windows explains it: held to the table
+	}
+	return why
 }
 
 // curveOf builds the operating curve of replayed points.
@@ -52,6 +93,8 @@ func clientCurve(truth sweepTruth, floor float64) curve.Curve {
 	b := curve.NewBuilder()
 	for _, w := range truth.Windows {
 		win := curve.Window{Key: curve.Key{Server: "client"}, Seconds: 10, Running: curve.Some(w.Running), SystemTPS: curve.Some(w.SystemTPS)}
+		// Its per-user TPS is a mean over its streams in flight: the mean
+		// per stream-second weighs it by running × 10 s, as tpsmon's.
 		if w.PerUser != nil {
 			win.PerUserTPS = curve.Some(*w.PerUser)
 		}
@@ -101,10 +144,14 @@ func off(got, want float64) float64 { return (got - want) / want }
 // through 1, 2, 4, 6 and 8 concurrent streams (log and metrics sources)
 // and holds tpsmon's operating curve to the client's per-token truth: at
 // every level, the bin's median system and per-user TPS within 7 % of the
-// client's own windows binned by the same rule; the headroom (level and
+// client's own windows binned by the same rule; the bin's means (system
+// per observed second, per-user per stream-second) within 7 % of the
+// client's per-level table (its means over each level's steady 40 s),
+// except where the client's own windows of the bin are themselves more
+// than 7 % off that table for a reason the windows show (levelGap): there
+// the means are held to those windows' means; the headroom (level and
 // ratio) the client's per-level table gives, for floors on either side of
-// each level. Beside them it prints the client's per-level table (means
-// over each level's steady 40 s).
+// each level.
 func TestSweepCurve(t *testing.T) {
 	dir := filepath.Join("testdata", "llamacpp-sweep")
 	raw, err := os.ReadFile(filepath.Join(dir, "truth.json"))
@@ -135,8 +182,10 @@ func TestSweepCurve(t *testing.T) {
 			if c.Kind != curve.Decode {
 				t.Errorf("kind %s, want decode (prompt tokens are a quarter of the output)", c.Kind)
 			}
-			var tab strings.Builder
+			var tab, means strings.Builder
+			var gaps []string
 			fmt.Fprintf(&tab, "| level | client table sys | client table per-user | client windows sys p50 | client windows per-user p50 | tpsmon bin | windows | tpsmon sys p50 | tpsmon per-user p50 | vs windows sys / per-user | vs table sys / per-user |\n")
+			fmt.Fprintf(&means, "| level | client table sys / per-user | client windows' bin mean sys / per-user | tpsmon mean sys / per-user | tpsmon median sys / per-user | mean vs table | mean vs client windows | median vs table |\n")
 			for _, l := range truth.Levels {
 				label := fmt.Sprint(l.Level)
 				tb, cb := bin(c, label), bin(client, label)
@@ -151,6 +200,30 @@ func TestSweepCurve(t *testing.T) {
 				if math.Abs(ws) > 0.07 || math.Abs(wu) > 0.07 {
 					t.Errorf("level %d: tpsmon's bin %+.1f %% (system) and %+.1f %% (per user) off the client's windows", l.Level, 100*ws, 100*wu)
 				}
+				if tb.SystemTPS.Mean == nil || tb.PerUserTPS.Mean == nil {
+					t.Errorf("level %d: bin %s has no means: %+v", l.Level, label, *tb)
+					continue
+				}
+				sm, um := *tb.SystemTPS.Mean, *tb.PerUserTPS.Mean
+				csm, cum := *cb.SystemTPS.Mean, *cb.PerUserTPS.Mean
+				ms, mu := off(sm, l.SystemTPS), off(um, l.PerUser)
+				cs, cu := off(sm, csm), off(um, cum)
+				fmt.Fprintf(&means, "| %d | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %+.1f %% / %+.1f %% | %+.1f %% / %+.1f %% | %+.1f %% / %+.1f %% |\n", l.Level, l.SystemTPS, l.PerUser,
+					csm, cum, sm, um, tb.SystemTPS.P50, tb.PerUserTPS.P50, 100*ms, 100*mu, 100*cs, 100*cu, 100*ls, 100*lu)
+				if why := levelGap(truth, client, l.Level, l.SystemTPS, l.PerUser, 0.07); why == "" {
+					if math.Abs(ms) > 0.07 || math.Abs(mu) > 0.07 {
+						t.Errorf("level %d: tpsmon's bin means %+.1f %% (system) and %+.1f %% (per user) off the client's table", l.Level, 100*ms, 100*mu)
+					}
+				} else {
+					gaps = append(gaps, fmt.Sprintf("level %d: %s", l.Level, why))
+					if math.Abs(cs) > 0.07 || math.Abs(cu) > 0.07 {
+						t.Errorf("level %d: tpsmon's bin means %+.1f %% (system) and %+.1f %% (per user) off the client's windows' (%s)", l.Level, 100*cs, 100*cu, why)
+					}
+				}
+			}
+			fmt.Fprintf(&tab, "\nMeans (system per observed second, per-user per stream-second):\n%s", means.String())
+			for _, g := range gaps {
+				fmt.Fprintf(&tab, "- %s\n", g)
 			}
 			fmt.Fprintf(&tab, "\n| floor | client table: level | headroom | client windows: bin | headroom | tpsmon: bin | headroom | knee observed | vs windows | vs table |\n")
 			for _, floor := range []float64{20, 175, 250, 400, 600} {

@@ -162,7 +162,13 @@ func CreateDB(t testing.TB, base, prefix string) string {
 // of its first statement.
 func Query(t testing.TB, base, db, q string) []influxql.Series {
 	t.Helper()
-	v := url.Values{"q": {q}, "epoch": {"s"}}
+	return QueryEpoch(t, base, db, q, "s")
+}
+
+// QueryEpoch is Query with the times in epoch's unit (s, ms, …).
+func QueryEpoch(t testing.TB, base, db, q, epoch string) []influxql.Series {
+	t.Helper()
+	v := url.Values{"q": {q}, "epoch": {epoch}}
 	if db != "" {
 		v.Set("db", db)
 	}

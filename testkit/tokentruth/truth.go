@@ -196,3 +196,41 @@ func LoadCompact(path string) (Arrivals, error) {
 	out.sort()
 	return out, nil
 }
+
+// AtScrapes is what exact counters read at the instants scrapes would
+// give each window [start, start+w): the arrivals counted at every scrape
+// instant, linearly interpolated at the window's edges between the two
+// scrapes around each (as the joiner interpolates counters). No server
+// reading can do better from pages taken at those instants: a window
+// edge between two scrapes is known only to within that interval's
+// tokens. Edges outside the scrapes take the nearest one's count.
+func (a Arrivals) AtScrapes(scrapes []time.Time, starts []time.Time, w time.Duration) []Window {
+	count := func(t time.Time) float64 { return float64(a.In(time.Time{}, t)) }
+	at := func(t time.Time) float64 {
+		i := sort.Search(len(scrapes), func(i int) bool { return !scrapes[i].Before(t) })
+		switch {
+		case i == 0:
+			return count(scrapes[0])
+		case i == len(scrapes):
+			return count(scrapes[i-1])
+		}
+		s0, s1 := scrapes[i-1], scrapes[i]
+		c0, c1 := count(s0), count(s1)
+		return c0 + (c1-c0)*float64(t.Sub(s0))/float64(s1.Sub(s0))
+	}
+	ws := make([]Window, 0, len(starts))
+	for _, s := range starts {
+		ws = append(ws, Window{Start: s, Tokens: at(s.Add(w)) - at(s)})
+	}
+	return ws
+}
+
+// FromRequests is the arrivals of the requests, sorted.
+func FromRequests(reqs []Request) Arrivals {
+	var out Arrivals
+	for _, r := range reqs {
+		out = append(out, r.Arrivals...)
+	}
+	out.sort()
+	return out
+}
