@@ -30,6 +30,8 @@ type Interval struct {
 	// to first token, time per output token after the first, end to end,
 	// and queued before it ran. Negative: unknown.
 	TTFT, TPOT, E2E, Queue float64
+	// TTFTBasis says from when TTFT counts (and E2E, which starts there).
+	TTFTBasis TTFTBasis
 	// Output is a Request's whole output (Tokens is what no progress line
 	// counted before it); negative: unknown.
 	Output float64
@@ -43,6 +45,37 @@ type Interval struct {
 	// request's (its own interval, which carries nothing else). Negative:
 	// unknown.
 	PromptCached float64
+}
+
+// TTFTBasis is from when a request's time to first token counts: what a
+// log says of the request's arrival. The zero value is the narrowest.
+type TTFTBasis uint8
+
+const (
+	// TTFTPrefill is the prompt's evaluation only (llama.cpp's prompt
+	// eval time, which ends with the first token): the request's wait for
+	// the server, its slot and its turn is not in it.
+	TTFTPrefill TTFTBasis = iota
+	// TTFTSlot counts from when the server's loop took the request into a
+	// slot (llama.cpp's "selected slot" line): the HTTP handling and the
+	// wait for the loop before it are not in it.
+	TTFTSlot
+	// TTFTHTTP counts from when the server's HTTP handler started on the
+	// request (llama.cpp's "server_strea" line, -lv 4): only the
+	// connection and the request's reading are not in it.
+	TTFTHTTP
+	// NumTTFTBases is how many bases there are.
+	NumTTFTBases
+)
+
+var ttftBasisNames = [NumTTFTBases]string{"prefill", "slot", "http"}
+
+// String is the basis as the ttft_basis field writes it.
+func (b TTFTBasis) String() string {
+	if b < NumTTFTBases {
+		return ttftBasisNames[b]
+	}
+	return "unknown"
 }
 
 // Unknown returns an interval over (start, end] with every value unknown.

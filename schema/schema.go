@@ -119,16 +119,23 @@ const (
 	// FieldLatencyReason says why the engine's histograms gave no number
 	// (string: a counter reset, buckets that changed, counters in doubt).
 	FieldLatencyReason = "latency_reason"
-	FieldTTFTP50       = "ttft_p50_s"
-	FieldTTFTP90       = "ttft_p90_s"
-	FieldTTFTP99       = "ttft_p99_s"
-	FieldITLP50        = "itl_p50_s"
-	FieldITLP90        = "itl_p90_s"
-	FieldITLP99        = "itl_p99_s"
-	FieldE2EP50        = "e2e_p50_s"
-	FieldE2EP99        = "e2e_p99_s"
-	FieldQueueP50      = "queue_p50_s"
-	FieldQueueP99      = "queue_p99_s"
+	// FieldTTFTBasis says from when the TTFT of per-request lines counts
+	// (string): "http", the server's HTTP handler taking the request
+	// (llama.cpp -lv 4 with its stamps); "slot", its loop taking it into a
+	// slot (llama.cpp's stamps); "prefill", the prompt's evaluation only
+	// (no stamps, or Ollama's bare relayed lines). The narrowest of the
+	// window's requests; absent from histograms.
+	FieldTTFTBasis = "ttft_basis"
+	FieldTTFTP50   = "ttft_p50_s"
+	FieldTTFTP90   = "ttft_p90_s"
+	FieldTTFTP99   = "ttft_p99_s"
+	FieldITLP50    = "itl_p50_s"
+	FieldITLP90    = "itl_p90_s"
+	FieldITLP99    = "itl_p99_s"
+	FieldE2EP50    = "e2e_p50_s"
+	FieldE2EP99    = "e2e_p99_s"
+	FieldQueueP50  = "queue_p50_s"
+	FieldQueueP99  = "queue_p99_s"
 	// Tokens per second of one request: output tokens after the first over
 	// its decode time (the slowest tenth and the median request).
 	FieldPerUserTPSP10 = "per_user_tps_p10"
@@ -169,7 +176,7 @@ var LatencyQuantileFields = []string{FieldTTFTP50, FieldTTFTP90, FieldTTFTP99, F
 var LatencyFields = latencyFields()
 
 func latencyFields() []string {
-	out := []string{FieldLatencySource, FieldLatencyReason, FieldSLOAttainment, FieldSLOAttainmentLo, FieldSLOAttainmentHi, FieldSLORequests,
+	out := []string{FieldLatencySource, FieldLatencyReason, FieldTTFTBasis, FieldSLOAttainment, FieldSLOAttainmentLo, FieldSLOAttainmentHi, FieldSLORequests,
 		FieldSLOMissPhase, FieldGoodputRPS, FieldGoodputRPSLo, FieldGoodputRPSHi, FieldGoodputTPS}
 	for _, q := range LatencyQuantileFields {
 		out = append(out, q, LoField(q), HiField(q))
@@ -284,7 +291,7 @@ const (
 // field as numbers, for stores that turn strings into 0 or drop them
 // (VictoriaMetrics, Mimir): state as FieldStateCode and one 0/1 field per
 // state (NumericField(FieldState, s)), source, energy_source,
-// spec_finding, ceiling_finding, latency_source and slo_miss_phase as codes,
+// spec_finding, ceiling_finding, latency_source, ttft_basis and slo_miss_phase as codes,
 // latency_reason as FieldLatencyReasonCode 1, error as FieldErrorCode 1, suspect as one 0/1
 // field per sanity rule (NumericField(FieldSuspect, rule)). A field absent
 // in the default profile is absent here too. The codes start at 1 (a 0
@@ -298,6 +305,7 @@ const (
 	FieldCeilingFindingCode = "ceiling_finding_code"
 	FieldLatencySourceCode  = "latency_source_code"
 	FieldSLOMissPhaseCode   = "slo_miss_phase_code"
+	FieldTTFTBasisCode      = "ttft_basis_code"
 	// FieldLatencyReasonCode is 1 where latency_reason says why the
 	// histograms gave no number; its text is only in the default profile.
 	FieldLatencyReasonCode = "latency_reason_code"
@@ -327,6 +335,8 @@ var (
 	// latency_source_code and slo_miss_phase_code. Append-only.
 	LatencySourceCodes = map[string]int64{"requests": 1, "histogram": 2}
 	SLOMissPhaseCodes  = map[string]int64{"queue": 1, "prefill": 2, "decode": 3}
+	// TTFTBasisCodes are the values of ttft_basis_code. Append-only.
+	TTFTBasisCodes = map[string]int64{"prefill": 1, "slot": 2, "http": 3}
 )
 
 // NumericField names the 0/1 field of one value of a string field in the

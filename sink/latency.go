@@ -31,6 +31,7 @@ func latencyFields(f fields, w analysis.ServerWindow) fields {
 	}
 	str(schema.FieldLatencySource, s.Source)
 	str(schema.FieldLatencyReason, s.Reason)
+	str(schema.FieldTTFTBasis, s.TTFTBasis)
 	qs := []latency.Quantile{s.TTFT[0], s.TTFT[1], s.TTFT[2], s.ITL[0], s.ITL[1], s.ITL[2], s.E2E[0], s.E2E[1],
 		s.Queue[0], s.Queue[1], s.PerUserTPS[0], s.PerUserTPS[1]}
 	for i, name := range schema.LatencyQuantileFields {

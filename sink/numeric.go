@@ -60,6 +60,7 @@ var numericOf = map[string]func(f *fields, v string) error{
 	schema.FieldCeilingFinding: coded(schema.FieldCeilingFindingCode, schema.CeilingFindingCodes),
 	schema.FieldLatencySource:  coded(schema.FieldLatencySourceCode, schema.LatencySourceCodes),
 	schema.FieldSLOMissPhase:   coded(schema.FieldSLOMissPhaseCode, schema.SLOMissPhaseCodes),
+	schema.FieldTTFTBasis:      coded(schema.FieldTTFTBasisCode, schema.TTFTBasisCodes),
 	// Free text: that there is one is what a number can keep.
 	schema.FieldError:         flagged(schema.FieldErrorCode),
 	schema.FieldLatencyReason: flagged(schema.FieldLatencyReasonCode),

@@ -185,7 +185,7 @@ func TestNumericProfile(t *testing.T) {
 		"tpsmon_gpu,gpu=0,host=h,uuid=GPU-x": {"energy_source_code": 2, "error_code": 1},
 		"tpsmon_server,engine=vllm,gpus=0,host=h,server=s": {"source_code": 2, "spec_finding_code": 1, "state_code": 8,
 			"state_sleeping": 1, "suspect_gpu_idle": 1, "suspect_above_ceiling": 1, "ceiling_finding_code": 3,
-			"latency_source_code": 2, "latency_reason_code": 1, "slo_miss_phase_code": 2},
+			"latency_source_code": 2, "latency_reason_code": 1, "slo_miss_phase_code": 2, "ttft_basis_code": 3},
 		"tpsmon_server,host=h,server=t": {"source_code": 1, "spec_finding_code": 0, "state_code": 7, "state_ok": 1},
 	}
 	for _, k := range dk {

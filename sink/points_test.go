@@ -98,10 +98,11 @@ func TestPointsCarrySchema(t *testing.T) {
 }
 
 // fullLatency is a latency summary with every value present: histogram
-// quantiles with their bounds, an exact attainment and goodput.
+// quantiles with their bounds, an exact attainment and goodput, a TTFT
+// basis (which only request lines have: every field is written).
 func fullLatency() latency.Summary {
 	q := latency.Quantile{Value: 0.2, OK: true, Lo: 0.1, Hi: 0.25, Bounded: true, N: 100}
-	s := latency.Summary{Source: latency.SourceHistogram, Reason: "ttft: histogram counter reset",
+	s := latency.Summary{Source: latency.SourceHistogram, Reason: "ttft: histogram counter reset", TTFTBasis: "http",
 		Attainment:   latency.Attainment{Lo: 0.9, Hi: 0.9, Exact: true, OK: true, Requests: 100, MetLo: 90, MetHi: 90},
 		GoodputRPSLo: 9, GoodputRPSHi: 9, GoodputTPSLo: 900, GoodputTPSHi: 900}
 	for i := range s.TTFT {

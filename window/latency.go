@@ -51,7 +51,8 @@ func (h HistWindow) Total() float64 {
 // its line does not say.
 type RequestTimes struct {
 	TTFT, TPOT, E2E, Queue float64
-	Tokens                 float64 // output tokens
+	Tokens                 float64          // output tokens
+	TTFTBasis              sample.TTFTBasis // from when TTFT (and E2E) count
 }
 
 // histTrack follows one histogram of one server: its last reading, and
@@ -192,7 +193,8 @@ func (a *windowAcc) addRequest(iv sample.Interval) {
 	if iv.TTFT < 0 && iv.TPOT < 0 && iv.E2E < 0 && iv.Queue < 0 {
 		return
 	}
-	a.reqs = append(a.reqs, RequestTimes{TTFT: iv.TTFT, TPOT: iv.TPOT, E2E: iv.E2E, Queue: iv.Queue, Tokens: iv.Output})
+	a.reqs = append(a.reqs, RequestTimes{TTFT: iv.TTFT, TPOT: iv.TPOT, E2E: iv.E2E, Queue: iv.Queue, Tokens: iv.Output,
+		TTFTBasis: iv.TTFTBasis})
 }
 
 // latency closes what a server's sources said of latencies in [s, e).

@@ -45,6 +45,11 @@ type Summary struct {
 	// Reason says why histograms the engine has gave no number in the
 	// window (a counter reset, buckets that changed, counters in doubt).
 	Reason string
+	// TTFTBasis, from per-request lines with a TTFT, is from when it
+	// counts: the narrowest basis of the window's requests
+	// (sample.TTFTBasis; "" from histograms, whose engines count from
+	// the request's arrival).
+	TTFTBasis string
 }
 
 // MissPhase names the phase to blame for the objectives missed (MissPhase).
@@ -136,7 +141,11 @@ func (s *Summary) fromRequests(rs []window.RequestTimes, o Objective) {
 	ttft, tpot, e2e, queue, tps := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
 	reqs := make([]Request, n)
 	decode := make([]float64, n)
+	basis := sample.NumTTFTBases
 	for i, r := range rs {
+		if r.TTFT >= 0 {
+			basis = min(basis, r.TTFTBasis)
+		}
 		ttft[i], tpot[i], e2e[i], queue[i] = known(r.TTFT), known(r.TPOT), known(r.E2E), known(r.Queue)
 		tps[i] = math.NaN()
 		if tpot[i] > 0 {
@@ -162,6 +171,9 @@ func (s *Summary) fromRequests(rs []window.RequestTimes, o Objective) {
 	}
 	s.Attainment = FromRequests(reqs, o)
 	s.MeanQueue, s.MeanPrefill, s.MeanDecode = mean(queue), mean(ttft), mean(decode)
+	if basis < sample.NumTTFTBases {
+		s.TTFTBasis = basis.String()
+	}
 }
 
 // histogram turns a window's growth into a Histogram, or says why not.

@@ -46,3 +46,32 @@ func TestSummarize(t *testing.T) {
 		})
 	}
 }
+
+// TestSummarizeTTFTBasis: a window's ttft_basis is the narrowest of its
+// requests that have a TTFT; none without one, none from histograms.
+func TestSummarizeTTFTBasis(t *testing.T) {
+	req := func(ttft float64, b sample.TTFTBasis) window.RequestTimes {
+		return window.RequestTimes{TTFT: ttft, TPOT: 0.01, E2E: 2, Queue: -1, Tokens: 100, TTFTBasis: b}
+	}
+	for _, tc := range []struct {
+		name string
+		reqs []window.RequestTimes
+		want string
+	}{
+		{"all from the HTTP handler", []window.RequestTimes{req(0.5, sample.TTFTHTTP), req(0.6, sample.TTFTHTTP)}, "http"},
+		{"one from its slot: slot", []window.RequestTimes{req(0.5, sample.TTFTHTTP), req(0.6, sample.TTFTSlot)}, "slot"},
+		{"one prefill only: prefill", []window.RequestTimes{req(0.5, sample.TTFTSlot), req(0.6, sample.TTFTPrefill)}, "prefill"},
+		{"a request without a TTFT says nothing of it", []window.RequestTimes{req(0.5, sample.TTFTHTTP), req(-1, sample.TTFTPrefill)}, "http"},
+		{"no TTFT: no basis", []window.RequestTimes{req(-1, sample.TTFTPrefill)}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Summarize(window.Latency{Requests: tc.reqs}, Objective{}, 10).TTFTBasis; got != tc.want {
+				t.Errorf("TTFTBasis %q, want %q", got, tc.want)
+			}
+		})
+	}
+	h := window.HistWindow{OK: true, Le: []float64{0.1, 1, math.Inf(1)}, Count: []float64{5, 18, 20}}
+	if got := Summarize(window.Latency{Hists: [sample.NumHists]window.HistWindow{sample.HistTTFT: h}}, Objective{}, 10).TTFTBasis; got != "" {
+		t.Errorf("from a histogram: TTFTBasis %q, want none", got)
+	}
+}

@@ -46,8 +46,9 @@ type Parser struct {
 	// the first line had none, so the log has none.
 	syslogNamed, syslogBody, syslogNone bool
 
-	llamaKey string // slot/task of the last multi-line print_timing header
-	slotText []byte // the slot and task text of the last key made, and the key
+	arr      arrivals // llama.cpp requests' arrivals, until their eval line
+	llamaKey string   // slot/task of the last multi-line print_timing header
+	slotText []byte   // the slot and task text of the last key made, and the key
 	slotKeyS string
 	keys     keyArena
 	vllmID   string // the last vLLM engine id seen, and its key
@@ -262,6 +263,9 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 			return p.finish(r, line)
 		}
 	}
+	if (p.engine == engine.LlamaCpp || p.engine == "") && p.llamaArrival(line) {
+		return Record{}, false
+	}
 	may := p.mayMatch(line)
 	if may == 0 {
 		return Record{}, false
@@ -314,6 +318,9 @@ func (p *Parser) finish(r Record, line []byte) (Record, bool) {
 	}
 	if !r.Time.IsZero() && r.Time.After(p.lastDate) {
 		p.lastDate = r.Time
+	}
+	if r.Kind == Request && r.Engine == engine.LlamaCpp && len(p.arr.byKey) > 0 {
+		p.llamaTTFT(&r, line)
 	}
 	if p.id.Engine == "" {
 		p.id.Engine = r.Engine

@@ -9,6 +9,8 @@ package logline
 
 import (
 	"time"
+
+	"github.com/tpsmon/tpsmon/sample"
 )
 
 // Kind says what span of time a record describes.
@@ -91,12 +93,17 @@ type Record struct {
 	// Cached is the prompt tokens found in the prefix cache: a Cached
 	// record's, or a Batch's (SGLang #cached-token) beside its new ones.
 	Cached float64
+	// TTFT is a llama.cpp request's time from its arrival (TTFTBasis) to
+	// its first token, where the log's own stamps time both (negative:
+	// unknown; its prompt line's Duration is the prefill then).
+	TTFT      time.Duration
+	TTFTBasis sample.TTFTBasis
 }
 
 func newRecord(k Kind, engine string) Record {
 	return Record{Kind: k, Engine: engine, GenTPS: -1, PromptTPS: -1, Tokens: -1, PromptTokens: -1,
 		UserTPS: -1, SinceStartTPS: -1, Running: -1, Waiting: -1, KV: -1, Preemptions: -1, Iterations: -1,
-		TPOT: -1, Total: -1, Queue: -1, Drafted: -1, Accepted: -1, Cached: -1}
+		TPOT: -1, Total: -1, Queue: -1, Drafted: -1, Accepted: -1, Cached: -1, TTFT: -1}
 }
 
 // valid tells whether the figures a record's kind needs were read.

@@ -261,9 +261,10 @@ func (s *Stream) iteration(r *Record, t time.Time) (sample.Interval, bool) {
 }
 
 // latencies gives a finished request's interval its own latencies: what
-// its line says, and for llama.cpp the time to first token of its prompt
-// line (the prefill, which ends with the first token), end to end the two
-// together.
+// its line says, and for llama.cpp the time to first token from its
+// arrival where the log's stamps time it (Record.TTFT), else its prompt
+// line's (the prefill, which ends with the first token: TTFTPrefill), end
+// to end that and the decode together.
 func (s *Stream) latencies(iv *sample.Interval, r *Record) {
 	secs := func(d time.Duration) float64 {
 		if d < 0 {
@@ -276,8 +277,15 @@ func (s *Stream) latencies(iv *sample.Interval, r *Record) {
 	if r.Key == "" {
 		return
 	}
-	if p, ok := s.prompts[r.Key]; ok {
+	p, ok := s.prompts[r.Key]
+	if ok {
 		delete(s.prompts, r.Key)
+	}
+	if r.TTFT >= 0 {
+		p, ok = r.TTFT, true
+		iv.TTFTBasis = r.TTFTBasis
+	}
+	if ok {
 		iv.TTFT = p.Seconds()
 		if iv.E2E < 0 && r.Duration >= 0 {
 			iv.E2E = (p + r.Duration).Seconds()

@@ -117,6 +117,7 @@ var promNames = map[string]map[string]promMetric{
 func init() {
 	srv := promNames[schema.Server]
 	srv[schema.FieldLatencySourceCode] = promMetric{"latency_source_code", "Where the latency came from: 1 requests (exact), 2 histogram (interpolated).", 0, ""}
+	srv[schema.FieldTTFTBasisCode] = promMetric{"ttft_basis_code", "From when the TTFT of per-request log lines counts: 1 prefill only, 2 the slot's taking the request, 3 the HTTP handler's.", 0, ""}
 	srv[schema.FieldLatencyReasonCode] = promMetric{"latency_reason_code", "1: the engine's histograms gave no latency (the reason is in the InfluxDB point).", 0, ""}
 	srv[schema.FieldSLOMissPhaseCode] = promMetric{"slo_miss_phase_code", "Where the time of requests under the floor went: 1 queue, 2 prefill, 3 decode.", 0, ""}
 	srv[schema.FieldSLORequests] = promMetric{"slo_requests", "Requests the SLO attainment is over.", 0, ""}

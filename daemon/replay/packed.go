@@ -50,6 +50,8 @@ const (
 	pkHole    // a refused line's stretch (sample.Hole)
 	pkLatency // a request's own latencies follow the values (latencies)
 	pkTally   // speculation or cache counts follow (tallies)
+	// The two bits above are the request's sample.TTFTBasis.
+	pkBasisShift = iota
 )
 
 // Kinds of a value.
@@ -101,7 +103,7 @@ func (p *packed) add(iv sample.Interval) {
 		hasLat = hasLat || *v != -1
 	}
 	if hasLat {
-		flags |= pkLatency
+		flags |= pkLatency | byte(iv.TTFTBasis)<<pkBasisShift
 	}
 	tal := tallies(&iv)
 	hasTal := false
@@ -352,8 +354,10 @@ func (r *pkReader) peek() *sample.Interval {
 	vs := values(iv)
 	b = readValues(b, vs[:])
 	lat := latencies(iv)
+	iv.TTFTBasis = 0
 	if flags&pkLatency != 0 {
 		b = readValues(b, lat[:])
+		iv.TTFTBasis = sample.TTFTBasis(flags >> pkBasisShift & 3)
 	} else {
 		for _, v := range lat {
 			*v = -1

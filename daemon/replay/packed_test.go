@@ -41,6 +41,10 @@ func TestPackedReadsBackExactly(t *testing.T) {
 	spec, cached := sample.Unknown(at, at), sample.Unknown(at, at)
 	spec.SpecDrafted, spec.SpecAccepted, cached.PromptCached = 1572, 489, 0.5
 	ivs = append(ivs, spec, cached)
+	// Requests' own latencies, with each TTFT basis.
+	ivs[0].TTFT, ivs[0].TPOT, ivs[0].E2E, ivs[0].Output, ivs[0].TTFTBasis = 0.0136, 0.0024, 0.164, 64, sample.TTFTHTTP
+	ivs[2].TTFT, ivs[2].Queue, ivs[2].TTFTBasis = 0.25, 0, sample.TTFTSlot
+	ivs[4].TTFT, ivs[4].TTFTBasis = 0.00892, sample.TTFTPrefill
 	var p packed
 	for _, x := range ivs {
 		p.add(x)
@@ -68,8 +72,10 @@ func TestPackedReadsBackExactly(t *testing.T) {
 // same compares two intervals field by field, NaN equal to NaN by its bits.
 func same(a, b sample.Interval) bool {
 	va, vb := values(&a), values(&b)
-	for i := range va {
-		if math.Float64bits(*va[i]) != math.Float64bits(*vb[i]) {
+	la, lb := latencies(&a), latencies(&b)
+	for i, v := range append(va[:], la[:]...) {
+		w := append(vb[:], lb[:]...)[i]
+		if math.Float64bits(*v) != math.Float64bits(*w) {
 			return false
 		}
 	}
@@ -80,7 +86,7 @@ func same(a, b sample.Interval) bool {
 		}
 	}
 	return a.Start == b.Start && a.End == b.End && a.Request == b.Request && a.Observed == b.Observed &&
-		a.Hole == b.Hole
+		a.Hole == b.Hole && a.TTFTBasis == b.TTFTBasis
 }
 
 // Many records across chunks, heap and mapped ones, read by two readers

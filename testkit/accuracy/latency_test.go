@@ -3,6 +3,7 @@ package accuracy
 import (
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -21,35 +22,45 @@ import (
 //   - ITL: tpsmon's from a log is each request's mean gap between tokens
 //     (its eval time over its gaps); the client's of the same definition
 //     is (last arrival − first) / (tokens − 1). Held within 10 % at p50 and
-//     p90. The client's per-gap quantiles are in the table too: a log does
-//     not print the gaps, and they spread wider than the requests' means.
+//     p90 in every window. The client's per-gap quantiles are in the table
+//     too: a log does not print the gaps, and they spread wider than the
+//     requests' means.
 //   - Attainment of a time-per-token objective: within 5 points.
-//   - TTFT: the server's own (prompt eval time, which ends with the first
-//     token) against the client's (send to first arrival). Tabled, not
-//     held: the client's also holds the connection, the HTTP request's
-//     parse and the slot's launch, which no server line times (about 7 ms
-//     on this 2-core CPU recording, half of its TTFT; far less than a GPU
-//     server's TTFT under load). What tpsmon says of it is the server's
-//     own time.
+//   - TTFT, by what the log lets tpsmon time it from (ttft_basis, held
+//     per recording; holdTTFT says what is held of the values): "http",
+//     the server's HTTP handler's line (-lv 4 with its stamps); "slot",
+//     the loop's taking the request into a slot (-lv 3 with stamps; the
+//     HTTP handling and the wait for the loop's decode step, 1-12 ms here,
+//     are not in it); "prefill" (Ollama's bare relayed lines): the
+//     prompt's evaluation only.
 func TestLatencyAgainstClients(t *testing.T) {
-	tpot := latency.Objective{TPOT: 5500 * time.Microsecond}
 	for _, c := range []struct {
 		name     string
 		requests string
 		args     func(t *testing.T) []string
+		window   time.Duration
+		tpot     time.Duration
+		basis    string // the windows' ttft_basis
 		// levels that must have at least minWindows loaded windows each
 		levels     []int
 		minWindows int
 	}{
 		{"llama.cpp sweep, docker-stamped log", "llamacpp-sweep/requests.txt.gz", func(t *testing.T) []string {
 			return []string{"--log", gunzip(t, "llamacpp-sweep/server-stderr-ts.log.gz")}
-		}, []int{1, 2, 4, 6, 8}, 4},
+		}, 10 * time.Second, 5500 * time.Microsecond, "slot", []int{1, 2, 4, 6, 8}, 4},
 		{"llama.cpp run1, docker-stamped log", "llamacpp-run1/requests.txt.gz", func(t *testing.T) []string {
 			return []string{"--log", gunzip(t, "llamacpp-run1/server-stderr-ts.log.gz")}
-		}, []int{1, 4}, 4},
+		}, 10 * time.Second, 5500 * time.Microsecond, "slot", []int{1, 4}, 4},
 		{"ollama, relayed timing lines", "ollama-default/requests.txt.gz", func(t *testing.T) []string {
 			return []string{"--log", gunzip(t, "ollama-default/ollama.log.gz")}
-		}, []int{1, 4}, 4},
+		}, 10 * time.Second, 5500 * time.Microsecond, "prefill", []int{1, 4}, 4},
+		{"llama.cpp live sweep, -lv 4 log", "llamacpp-lv4/requests.txt.gz", func(t *testing.T) []string {
+			started, err := os.ReadFile(filepath.Join("testdata", "llamacpp-lv4", "started-at.txt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return []string{"--log", gunzip(t, "llamacpp-lv4/server.log.gz"), "--started-at", strings.TrimSpace(string(started))}
+		}, 5 * time.Second, sweepObjective.TPOT, "http", []int{1, 2, 4, 6, 8}, 4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			reqs, err := tokentruth.LoadRequests(filepath.Join("testdata", c.requests))
@@ -64,10 +75,10 @@ func TestLatencyAgainstClients(t *testing.T) {
 					ok = append(ok, r)
 				}
 			}
-			truth := tokentruth.Windows(ok, 10*time.Second, tpot)
-			pts, _ := replayed(t, append(c.args(t), "--window", "10s", "--slo-tpot", tpot.TPOT.String())...)
-			rep := compareLatency(pts, truth)
-			t.Logf("\n%s", rep)
+			truth := tokentruth.Windows(ok, c.window, latency.Objective{TPOT: c.tpot})
+			pts, _ := replayed(t, append(c.args(t), "--window", c.window.String(), "--slo-tpot", c.tpot.String())...)
+			rep := compareLatency(pts, truth, 10)
+			t.Logf("TTFT from %q\n%s", rep.basis(), rep)
 			perLevel := map[int]int{}
 			for _, r := range rep.rows {
 				perLevel[r.level]++
@@ -80,6 +91,9 @@ func TestLatencyAgainstClients(t *testing.T) {
 				}
 			}
 			for _, r := range rep.rows {
+				if r.ttftBasis != c.basis {
+					t.Errorf("window %v (level %d): ttft_basis %q, want %q", r.start, r.level, r.ttftBasis, c.basis)
+				}
 				for _, e := range []struct {
 					name      string
 					got, want float64
@@ -95,10 +109,75 @@ func TestLatencyAgainstClients(t *testing.T) {
 					t.Errorf("window %v (level %d): attainment %.3f, client %.3f: more than 5 points off", r.start, r.level, r.att, r.cAtt)
 				}
 			}
-			if c.name == "llama.cpp sweep, docker-stamped log" && total < 20 {
+			holdTTFT(t, rep)
+			if len(c.levels) >= 3 && total < 20 {
 				t.Errorf("%d loaded windows at levels %v, want at least 20", total, c.levels)
 			}
 		})
+	}
+}
+
+// holdTTFT holds tpsmon's TTFT to the client's (send to first arrival):
+//
+//   - Every window, every basis: p50 and p90 never above the client's by
+//     more than 10 %. A log leaves time out; it cannot add any.
+//   - Basis "http", at a level whose client p50 is 20 ms or more: p50
+//     within 10 % as the mean of the windows' errors (a level's windows
+//     are one load). The time no server line sees, the client's connect
+//     and send and the server's accept and read before the handler, was
+//     1-2 ms at p50 on the 2-core machine shared with other jobs the
+//     recordings were made on (more than 10 % of the 10-18 ms at one and
+//     two streams there), and its tail is the client's own stalls (a
+//     client descheduled for 40-90 ms, which no server can see): the p90
+//     is tabled, not held. Both are of this CPU server's millisecond
+//     TTFTs, not of a GPU server's under load.
+func holdTTFT(t *testing.T, rep latencyReport) {
+	t.Helper()
+	ttftNotAbove(t, rep)
+	if rep.basis() == "http" {
+		ttftWithin(t, rep, 0.020, false)
+	}
+}
+
+// ttftNotAbove holds every window's TTFT p50 and p90 to at most the
+// client's and 10 %.
+func ttftNotAbove(t *testing.T, rep latencyReport) {
+	t.Helper()
+	for _, r := range rep.rows {
+		for _, e := range []struct {
+			name      string
+			got, want float64
+		}{{"TTFT p50", r.ttft50, r.cTTFT50}, {"TTFT p90", r.ttft90, r.cTTFT90}} {
+			if e.got > 1.10*e.want {
+				t.Errorf("window %v (level %d): %s %.2f ms from %s, above the client's %.2f ms", r.start, r.level, e.name, 1e3*e.got, r.ttftBasis, 1e3*e.want)
+			}
+		}
+	}
+}
+
+// ttftWithin holds the TTFT p50 within 10 % of the client's at each
+// level whose client p50 is minClient seconds or more, and at two levels
+// at least: the mean of the level's windows' errors, or with median their
+// median (a live run's level holds a window or two the client stalled in).
+func ttftWithin(t *testing.T, rep latencyReport, minClient float64, median bool) {
+	t.Helper()
+	held := 0
+	for _, m := range rep.levels() {
+		if m.n50 == 0 || m.cTTFT50 < minClient {
+			continue
+		}
+		held++
+		err, of := m.ttft50, "mean"
+		if median {
+			err, of = m.med50, "median"
+		}
+		if !(err <= 0.10) {
+			t.Errorf("level %d: TTFT p50 off the client's %.1f ms by %.1f %% (the %s of %d windows), want at most 10 %%",
+				m.level, 1e3*m.cTTFT50, 100*err, of, m.n50)
+		}
+	}
+	if held < 2 {
+		t.Errorf("TTFT held at %d levels, want at least 2 with a client p50 of %.0f ms or more", held, 1e3*minClient)
 	}
 }
 
@@ -112,17 +191,18 @@ type latencyRow struct {
 	gap50, gap90     float64 // client, per gap
 	att, cAtt        float64
 	latencySource    string
+	ttftBasis        string
 }
 
 type latencyReport struct{ rows []latencyRow }
 
 // compareLatency lines tpsmon's windows up with the client's: windows of
-// at least 10 requests (a p90 needs them) at one level.
-func compareLatency(pts []point, truth map[time.Time]*tokentruth.Latency) latencyReport {
+// at least minReqs requests (a p90 needs 10, a p50 2) at one level.
+func compareLatency(pts []point, truth map[time.Time]*tokentruth.Latency, minReqs int) latencyReport {
 	var rep latencyReport
 	for _, p := range pts {
 		tr := truth[p.Time.UTC()]
-		if tr == nil || tr.Requests < 10 {
+		if tr == nil || tr.Requests < minReqs {
 			continue
 		}
 		q := func(xs []float64, q float64) float64 {
@@ -145,10 +225,80 @@ func compareLatency(pts []point, truth map[time.Time]*tokentruth.Latency) latenc
 		if s, ok := p.Fields["latency_source"].(string); ok {
 			r.latencySource = s
 		}
+		if s, ok := p.Fields["ttft_basis"].(string); ok {
+			r.ttftBasis = s
+		}
 		rep.rows = append(rep.rows, r)
 	}
 	sort.Slice(rep.rows, func(i, j int) bool { return rep.rows[i].start.Before(rep.rows[j].start) })
 	return rep
+}
+
+// levelErr is the mean over a level's windows of tpsmon's relative error
+// against the client (attainment: points).
+type levelErr struct {
+	level                             int
+	n50, n                            int // windows with p50s, with p90s
+	ttft50, ttft90, itl50, itl90, att float64
+	cTTFT50                           float64 // the client's p50, mean over the windows
+	med50                             float64 // the median window's TTFT p50 error
+	errs50                            []float64
+}
+
+// levels are the mean errors of each level: the p50s over the windows
+// with a p50 on both sides, the p90s and attainment over those with a
+// p90.
+func (rep latencyReport) levels() []levelErr {
+	per := map[int]*levelErr{}
+	for _, r := range rep.rows {
+		a := per[r.level]
+		if a == nil {
+			a = &levelErr{level: r.level}
+			per[r.level] = a
+		}
+		if !math.IsNaN(r.ttft50 + r.cTTFT50 + r.itl50 + r.cITL50) {
+			a.n50++
+			a.cTTFT50 += r.cTTFT50
+			a.ttft50 += math.Abs(r.ttft50/r.cTTFT50 - 1)
+			a.errs50 = append(a.errs50, math.Abs(r.ttft50/r.cTTFT50-1))
+			a.itl50 += math.Abs(r.itl50/r.cITL50 - 1)
+		}
+		if !math.IsNaN(r.ttft90 + r.cTTFT90 + r.itl90 + r.cITL90 + r.att) {
+			a.n++
+			a.ttft90 += math.Abs(r.ttft90/r.cTTFT90 - 1)
+			a.itl90 += math.Abs(r.itl90/r.cITL90 - 1)
+			a.att += math.Abs(r.att - r.cAtt)
+		}
+	}
+	out := make([]levelErr, 0, len(per))
+	for _, a := range per {
+		if a.n50 > 0 {
+			n := float64(a.n50)
+			a.ttft50, a.itl50, a.cTTFT50 = a.ttft50/n, a.itl50/n, a.cTTFT50/n
+			a.med50 = tokentruth.Quantile(a.errs50, 0.5).Value
+		}
+		if a.n > 0 {
+			n := float64(a.n)
+			a.ttft90, a.itl90, a.att = a.ttft90/n, a.itl90/n, a.att/n
+		}
+		out = append(out, *a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].level < out[j].level })
+	return out
+}
+
+// basis is the windows' ttft_basis, "mixed" where they differ.
+func (rep latencyReport) basis() string {
+	b := ""
+	for _, r := range rep.rows {
+		switch {
+		case b == "":
+			b = r.ttftBasis
+		case b != r.ttftBasis:
+			return "mixed"
+		}
+	}
+	return b
 }
 
 func (rep latencyReport) String() string {
@@ -157,37 +307,15 @@ func (rep latencyReport) String() string {
 		"TTFT p50 ms", "TTFT p90 ms", "ITL p50 ms", "ITL p90 ms", "gap p50/p90", "", "attainment")
 	fmt.Fprintf(&b, "%-8s %5s %4s | %-15s %-15s | %-15s %-15s | %-11s %-11s | %-13s\n", "", "", "",
 		"tpsmon/client", "tpsmon/client", "tpsmon/client", "tpsmon/client", "client", "", "tpsmon/client")
-	type agg struct{ n, ttft50, ttft90, itl50, itl90, att float64 }
-	per := map[int]*agg{}
 	for _, r := range rep.rows {
 		fmt.Fprintf(&b, "%-8s %5d %4d | %6.2f / %6.2f %6.2f / %6.2f | %6.3f / %6.3f %6.3f / %6.3f | %5.2f/%5.2f %11s | %5.3f / %5.3f\n",
 			r.start.Format("15:04:05"), r.level, r.n, 1e3*r.ttft50, 1e3*r.cTTFT50, 1e3*r.ttft90, 1e3*r.cTTFT90,
-			1e3*r.itl50, 1e3*r.cITL50, 1e3*r.itl90, 1e3*r.cITL90, 1e3*r.gap50, 1e3*r.gap90, "", r.att, r.cAtt)
-		a := per[r.level]
-		if a == nil {
-			a = &agg{}
-			per[r.level] = a
-		}
-		if math.IsNaN(r.ttft90 + r.itl90 + r.att) {
-			continue // too few requests in tpsmon's window for a p90
-		}
-		a.n++
-		a.ttft50 += math.Abs(r.ttft50/r.cTTFT50 - 1)
-		a.ttft90 += math.Abs(r.ttft90/r.cTTFT90 - 1)
-		a.itl50 += math.Abs(r.itl50/r.cITL50 - 1)
-		a.itl90 += math.Abs(r.itl90/r.cITL90 - 1)
-		a.att += math.Abs(r.att - r.cAtt)
+			1e3*r.itl50, 1e3*r.cITL50, 1e3*r.itl90, 1e3*r.cITL90, 1e3*r.gap50, 1e3*r.gap90, r.ttftBasis, r.att, r.cAtt)
 	}
-	levels := make([]int, 0, len(per))
-	for l := range per {
-		levels = append(levels, l)
-	}
-	sort.Ints(levels)
-	fmt.Fprintf(&b, "mean |error| per level: level windows TTFT p50 / p90 (vs client) | ITL p50 / p90 | attainment (points)\n")
-	for _, l := range levels {
-		a := per[l]
-		fmt.Fprintf(&b, "  %d %3.0f  %5.1f %% / %5.1f %% | %4.1f %% / %4.1f %% | %4.1f\n", l, a.n,
-			100*a.ttft50/a.n, 100*a.ttft90/a.n, 100*a.itl50/a.n, 100*a.itl90/a.n, 100*a.att/a.n)
+	fmt.Fprintf(&b, "mean |error| per level: level windows (p50/p90) TTFT p50 / p90 (vs client; client p50 ms; median window's p50) | ITL p50 / p90 | attainment (points)\n")
+	for _, a := range rep.levels() {
+		fmt.Fprintf(&b, "  %d %3d/%-3d  %5.1f %% / %5.1f %% (%5.1f; %5.1f %%) | %4.1f %% / %4.1f %% | %4.1f\n", a.level, a.n50, a.n,
+			100*a.ttft50, 100*a.ttft90, 1e3*a.cTTFT50, 100*a.med50, 100*a.itl50, 100*a.itl90, 100*a.att)
 	}
 	return b.String()
 }

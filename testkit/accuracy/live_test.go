@@ -51,14 +51,14 @@ func startLlamaServer(t *testing.T, dir, logFile string) string {
 }
 
 // startLlamaServerSlots runs it with slots slots (1024 tokens of context
-// each) and threads threads.
-func startLlamaServerSlots(t *testing.T, dir, logFile string, slots, threads int) string {
+// each) and threads threads, and any further arguments.
+func startLlamaServerSlots(t *testing.T, dir, logFile string, slots, threads int, args ...string) string {
 	t.Helper()
 	port := loopback.FreePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	cmd := exec.Command(filepath.Join(dir, "bin", "llama-server"), "-m", filepath.Join(dir, "tiny.gguf"),
-		"--host", "127.0.0.1", "--port", fmt.Sprint(port), "--metrics", "-np", fmt.Sprint(slots), "-c", fmt.Sprint(1024*slots),
-		"--no-webui", "-t", fmt.Sprint(threads), "--log-file", logFile)
+	cmd := exec.Command(filepath.Join(dir, "bin", "llama-server"), append([]string{"-m", filepath.Join(dir, "tiny.gguf"),
+		"--host", "127.0.0.1", "--port", fmt.Sprint(port), "--metrics", "-np", fmt.Sprint(slots), "-c", fmt.Sprint(1024 * slots),
+		"--no-webui", "-t", fmt.Sprint(threads), "--log-file", logFile}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 	if err := cmd.Start(); err != nil {

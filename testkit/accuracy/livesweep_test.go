@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/http/httptrace"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -25,7 +26,10 @@ import (
 type request struct {
 	stream     int
 	start, end time.Time
-	arrivals   []time.Time
+	// wrote is when the request was sent whole (connected, headers and
+	// body written): what came before it no server sees.
+	wrote    time.Time
+	arrivals []time.Time
 }
 
 // sweepStream streams completions back to back until end, as one user.
@@ -41,6 +45,8 @@ func sweepStream(ctx context.Context, base string, stream int, end time.Time) ([
 		}
 		req.Header.Set("Content-Type", "application/json")
 		r := request{stream: stream, start: time.Now()}
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			WroteRequest: func(httptrace.WroteRequestInfo) { r.wrote = time.Now() }}))
 		resp, err := streamClient.Do(req)
 		if err != nil {
 			return out, err
@@ -140,10 +146,7 @@ func clientWindows(reqs []request, start, end time.Time, w time.Duration) []curv
 
 // levelWindows lists the client's windows of a level (system and
 // per-user TPS), the first marked: what its bin holds.
-func levelWindows(cws []curve.Window, from time.Time, w time.Duration, levels []struct {
-	streams    int
-	start, end time.Time
-}, n int) string {
+func levelWindows(cws []curve.Window, from time.Time, w time.Duration, levels []sweepLevel, n int) string {
 	var out []string
 	for _, l := range levels {
 		if l.streams != n {
@@ -186,7 +189,10 @@ func levelWindows(cws []curve.Window, from time.Time, w time.Duration, levels []
 func TestLiveSweepCurve(t *testing.T) {
 	dir := llamaServerDir(t)
 	logFile := filepath.Join(t.TempDir(), "server.log")
-	llama := startLlamaServerSlots(t, dir, logFile, 8, 1)
+	// -lv 4 and its stamps: the log times each request from its HTTP
+	// handler's line to its first token (ttft_basis http).
+	started := time.Now()
+	llama := startLlamaServerSlots(t, dir, logFile, 8, 1, "--log-timestamps", "-lv", "4")
 	influx := influxtest.URL(t)
 	db := influxtest.CreateDB(t, influx, "livesweep")
 	const window, scrape = 5 * time.Second, time.Second
@@ -206,23 +212,20 @@ servers:
   - name: llm-l
     engine: auto
     log: {file: %s}
+    slo: {tpot: %v}
 sink:
   influx: {url: "%s", bucket: "%s"}
   spool: {dir: "%s"}
-`, window, llama, scrape, logFile, influx, db, filepath.Join(t.TempDir(), "spool")))
+`, window, llama, scrape, logFile, sweepObjective.TPOT, influx, db, filepath.Join(t.TempDir(), "spool")))
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	time.Sleep(4 * scrape) // sources up, engines named
 	levels := []int{1, 2, 4, 6, 8}
-	type level = struct {
-		streams    int
-		start, end time.Time
-	}
-	var done []level
+	var done []sweepLevel
 	first := time.Now().Truncate(window).Add(window) // on a window's edge
 	for i, n := range levels {
 		start := first.Add(time.Duration(i*perLevel) * window)
-		done = append(done, level{n, start, start.Add(perLevel * window)})
+		done = append(done, sweepLevel{n, start, start.Add(perLevel * window)})
 	}
 	last := done[len(done)-1].end
 	var mu sync.Mutex
@@ -294,6 +297,8 @@ sink:
 	clientCurve := func(floor float64) curve.Curve { return cb.Curves(curve.Options{Floor: floor})[0] }
 
 	c := report.NewClient(influx, db, "", 30*time.Second)
+	recordSweep(t, logFile, started, truthRequests(reqs, done, scrape/2, false))
+	checkSweepLatency(ctx, t, c, reqs, done, scrape/2, window, from, to)
 	f, err := report.Plan(ctx, c, report.Filter{From: from, To: to})
 	if err != nil {
 		t.Fatal(err)

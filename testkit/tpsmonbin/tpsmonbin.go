@@ -4,6 +4,9 @@
 package tpsmonbin
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -37,13 +40,20 @@ func Path(t testing.TB) string {
 // leaves a binary there alone when it is up to date with the sources, so
 // the test processes that run tpsmon (often at once, under go test ./...)
 // link it once between changes, not once each; a lock file makes them
-// take turns.
+// take turns. Each checkout has a directory of its own (named by its
+// go.mod's path): with one shared binary, tests of two checkouts run at
+// once ran each other's builds.
 func build() (string, error) {
 	base, err := os.UserCacheDir()
 	if err != nil {
 		base = os.TempDir()
 	}
-	dir := filepath.Join(base, "tpsmon-test")
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("building tpsmon: go env GOMOD: %w", err)
+	}
+	sum := sha256.Sum256(bytes.TrimSpace(gomod))
+	dir := filepath.Join(base, "tpsmon-test", hex.EncodeToString(sum[:6]))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("building tpsmon: %w", err)
 	}
