@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/internal/cpuclock"
 	"github.com/tpsmon/tpsmon/sample"
 )
 
@@ -95,5 +96,76 @@ func BenchmarkDerive(b *testing.B) {
 		if out := der.Derive(smp); !out.HasCounter[sample.GenerationTokens] {
 			b.Fatal("counter dropped")
 		}
+	}
+}
+
+// s1Page is the vLLM page of bench's S1 scenario: a V1 page with the six
+// latency histograms tpsmon reads (20 buckets each, as vLLM prints them)
+// and four it skips, and Python's own series.
+func s1Page(b *testing.B) []byte {
+	page := readFixture(b, "v1_two_engines.prom")
+	var extra strings.Builder
+	real := []string{"time_to_first_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds",
+		"request_time_per_output_token_seconds", "request_prefill_time_seconds", "request_decode_time_seconds"}
+	for i := range 10 {
+		name := fmt.Sprintf("vllm:request_histogram_%d_seconds", i)
+		if i < len(real) {
+			name = "vllm:" + real[i]
+		}
+		fmt.Fprintf(&extra, "# HELP %s Histogram %d.\n# TYPE %s histogram\n", name, i, name)
+		for _, le := range []string{"0.001", "0.005", "0.01", "0.02", "0.04", "0.06", "0.08", "0.1", "0.25", "0.5", "0.75", "1.0", "2.5", "5.0", "7.5", "10.0", "20.0", "40.0", "80.0", "+Inf"} {
+			fmt.Fprintf(&extra, "%s_bucket{le=%q,model_name=\"m\"} %d\n", name, le, 100*i)
+		}
+		fmt.Fprintf(&extra, "%s_sum{model_name=\"m\"} %d.5\n%s_count{model_name=\"m\"} %d\n", name, 9*i, name, 100*i)
+	}
+	for g := range 3 {
+		fmt.Fprintf(&extra, "python_gc_objects_collected_total{generation=\"%d\"} %d.0\n", g, 1000*g)
+	}
+	return []byte(page + extra.String())
+}
+
+// BenchmarkHistogramPages is a live scrape's read of a page with latency
+// histograms, after the first: the filtered parse with the server's series
+// cache, and the counters, gauges and histograms taken from it. The pages
+// are the fixtures with histograms (SGLang, NIM, vLLM V1) and S1's vLLM one.
+func BenchmarkHistogramPages(b *testing.B) {
+	pages := []struct {
+		name string
+		body []byte
+	}{{"s1_vllm", s1Page(b)}}
+	for _, f := range []string{"metrics_docs_v0.4_era.prom", "nim_llm_metrics_datadog_fixture.prom", "v1_metrics_design_doc.prom"} {
+		pages = append(pages, struct {
+			name string
+			body []byte
+		}{strings.TrimSuffix(f, ".prom"), []byte(readFixture(b, f))})
+	}
+	for _, pg := range pages {
+		b.Run(pg.name, func(b *testing.B) {
+			var cache seriesCache
+			smp, d, err := readPage(pg.body, nil, &cache)
+			if err != nil {
+				b.Fatal(err)
+			}
+			hists := 0
+			for h := range sample.NumHists {
+				if smp.HasHist[h] {
+					hists++
+				}
+			}
+			if hists == 0 {
+				b.Fatal("no histogram read")
+			}
+			b.SetBytes(int64(len(pg.body)))
+			b.ReportAllocs()
+			// CPU time as well as wall time: on a shared machine the
+			// first moves less with the neighbours' load.
+			start := cpuclock.Self()
+			for b.Loop() {
+				if _, _, err := readPage(pg.body, d, &cache); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64((cpuclock.Self()-start).Nanoseconds())/float64(b.N), "cpu-ns/op")
+		})
 	}
 }

@@ -63,13 +63,32 @@ var histRefs = map[string][sample.NumHists][]string{
 	},
 }
 
+// histFamily is one histogram family's series names.
+type histFamily struct{ bucket, sum, count []Ref }
+
+// histFamilies are the names of histRefs, made once: a name made per
+// lookup was an allocation per family and scrape.
+var histFamilies = func() map[string][sample.NumHists][]histFamily {
+	out := map[string][sample.NumHists][]histFamily{}
+	for engine, refs := range histRefs {
+		var fs [sample.NumHists][]histFamily
+		for h, fams := range refs {
+			for _, f := range fams {
+				fs[h] = append(fs[h], histFamily{[]Ref{{Name: f + "_bucket"}}, []Ref{{Name: f + "_sum"}}, []Ref{{Name: f + "_count"}}})
+			}
+		}
+		out[engine] = fs
+	}
+	return out
+}()
+
 // histNames returns the exposed series the dialect's histograms are read
 // from.
 func histNames(engine string) []string {
 	var out []string
-	for _, fams := range histRefs[engine] {
+	for _, fams := range histFamilies[engine] {
 		for _, f := range fams {
-			out = append(out, f+"_bucket", f+"_sum", f+"_count")
+			out = append(out, f.bucket[0].Name, f.sum[0].Name, f.count[0].Name)
 		}
 	}
 	return out
@@ -81,12 +100,12 @@ func histNames(engine string) []string {
 // whose label sets disagree on their edges is left out: no sum of
 // different buckets is a histogram.
 func (d *Dialect) readHists(p Page, s *sample.Server) {
-	refs, ok := histRefs[d.Engine]
+	fams, ok := histFamilies[d.Engine]
 	if !ok {
 		return
 	}
-	for h, fams := range refs {
-		for _, f := range fams {
+	for h, fs := range fams {
+		for _, f := range fs {
 			if hist, ok := d.histogram(p, f); ok {
 				s.SetHist(sample.Hist(h), hist)
 				break
@@ -96,37 +115,42 @@ func (d *Dialect) readHists(p Page, s *sample.Server) {
 }
 
 // histogram reads one family's buckets and sum from p.
-func (d *Dialect) histogram(p Page, family string) (sample.Histogram, bool) {
-	ss := p[family+"_bucket"]
+func (d *Dialect) histogram(p Page, family histFamily) (sample.Histogram, bool) {
+	ss := p[family.bucket[0].Name]
 	if len(ss) == 0 {
 		return sample.Histogram{}, false
 	}
 	// Group by the labels but le, in page order: a page prints a label
-	// set's buckets together, so the last set is asked first.
+	// set's buckets together, so the last set is asked first. A cached
+	// series carries its edge and the rest of its labels worked out.
 	type set struct {
-		labels  map[string]string
+		first   series
 		buckets []sample.HistBucket
 	}
 	var sets []set
 	last := -1
 	for _, sr := range ss {
-		if rank, ok := sr.labels[d.SingleRank]; d.SingleRank != "" && ok && rank != "0" {
-			continue
+		if d.SingleRank != "" {
+			if rank, ok := sr.labels[d.SingleRank]; ok && rank != "0" {
+				continue
+			}
 		}
-		le, err := strconv.ParseFloat(sr.labels["le"], 64)
-		if err != nil {
+		le, ok := leOf(sr)
+		if !ok {
 			return sample.Histogram{}, false
 		}
-		if last < 0 || !sameBut(sets[last].labels, sr.labels, "le") {
+		if last < 0 || !sameSet(sets[last].first, sr) {
 			last = -1
 			for i := range sets {
-				if sameBut(sets[i].labels, sr.labels, "le") {
+				if sameSet(sets[i].first, sr) {
 					last = i
 					break
 				}
 			}
 			if last < 0 {
-				sets = append(sets, set{labels: sr.labels})
+				// One label set is the usual page: its buckets are all of
+				// the family's series.
+				sets = append(sets, set{first: sr, buckets: make([]sample.HistBucket, 0, len(ss)+1)})
 				last = len(sets) - 1
 			}
 		}
@@ -154,7 +178,7 @@ func (d *Dialect) histogram(p Page, family string) (sample.Histogram, bool) {
 	if n := len(out.Buckets); n > 0 && !math.IsInf(out.Buckets[n-1].Le, 1) {
 		// An excerpt without TYPE lines, or cut before its +Inf bucket:
 		// the count is every observation, as expfmt takes it.
-		if c, _, ok := d.pick(p, []Ref{{Name: family + "_count"}}, false); ok && c >= out.Buckets[n-1].Count {
+		if c, _, ok := d.pick(p, family.count, false); ok && c >= out.Buckets[n-1].Count {
 			out.Buckets = append(out.Buckets, sample.HistBucket{Le: math.Inf(1), Count: c})
 		}
 	}
@@ -162,10 +186,27 @@ func (d *Dialect) histogram(p Page, family string) (sample.Histogram, bool) {
 		return sample.Histogram{}, false
 	}
 	out.Sum = math.NaN()
-	if sum, _, ok := d.pick(p, []Ref{{Name: family + "_sum"}}, false); ok {
+	if sum, _, ok := d.pick(p, family.sum, false); ok {
 		out.Sum = sum
 	}
 	return out, true
+}
+
+// leOf is a bucket series' edge.
+func leOf(s series) (float64, bool) {
+	if s.bucket != nil {
+		return s.bucket.le, s.bucket.leOK
+	}
+	v, err := strconv.ParseFloat(s.labels["le"], 64)
+	return v, err == nil
+}
+
+// sameSet tells whether two bucket series are of one label set.
+func sameSet(a, b series) bool {
+	if a.bucket != nil && b.bucket != nil {
+		return a.bucket.others == b.bucket.others
+	}
+	return sameBut(a.labels, b.labels, "le")
 }
 
 // sameBut tells whether two label sets are equal but for label skip.
@@ -218,9 +259,9 @@ func addBuckets(p Page, name string, labels map[string]string, h *dto.Histogram)
 	for _, b := range h.GetBucket() {
 		le := b.GetUpperBound()
 		inf = inf || math.IsInf(le, 1)
-		p[name+"_bucket"] = append(p[name+"_bucket"], series{with(le), float64(b.GetCumulativeCount())})
+		p[name+"_bucket"] = append(p[name+"_bucket"], series{labels: with(le), value: float64(b.GetCumulativeCount())})
 	}
 	if !inf && len(h.GetBucket()) > 0 {
-		p[name+"_bucket"] = append(p[name+"_bucket"], series{with(math.Inf(1)), float64(h.GetSampleCount())})
+		p[name+"_bucket"] = append(p[name+"_bucket"], series{labels: with(math.Inf(1)), value: float64(h.GetSampleCount())})
 	}
 }

@@ -337,10 +337,48 @@ func DialectFor(name string) (*Dialect, error) {
 	return nil, fmt.Errorf("engine %s: the registry claims metrics but collector has no dialect", e.Name)
 }
 
-// series is one exposed sample: its labels and value.
+// series is one exposed sample: its labels and value, and for a
+// histogram bucket of a cached series what the histogram reader needs of
+// its labels, worked out once (nil: read from the labels).
 type series struct {
 	labels map[string]string
 	value  float64
+	bucket *bucketKey
+}
+
+// bucketKey is a bucket series' edge and the rest of its labels: the
+// buckets of one label set share others.
+type bucketKey struct {
+	le     float64
+	leOK   bool   // le parses as a number
+	others string // the labels but le, sorted, as name, NUL, value, NUL
+}
+
+// bucketKeyOf works out a bucket series' key; nil when it has no le.
+func bucketKeyOf(labels map[string]string) *bucketKey {
+	le, ok := labels["le"]
+	if !ok {
+		return nil
+	}
+	k := &bucketKey{}
+	v, err := strconv.ParseFloat(le, 64)
+	k.le, k.leOK = v, err == nil
+	names := make([]string, 0, len(labels)-1)
+	for n := range labels {
+		if n != "le" {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, n := range names {
+		b.WriteString(n)
+		b.WriteByte(0)
+		b.WriteString(labels[n])
+		b.WriteByte(0)
+	}
+	k.others = b.String()
+	return k
 }
 
 // Page is a parsed metrics page, flattened: histograms and summaries
@@ -361,7 +399,7 @@ func ParsePage(r io.Reader) (Page, error) {
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			add := func(n string, v float64) { out[n] = append(out[n], series{labels, v}) }
+			add := func(n string, v float64) { out[n] = append(out[n], series{labels: labels, value: v}) }
 			switch f.GetType() {
 			case dto.MetricType_COUNTER:
 				add(name, m.GetCounter().GetValue())
@@ -453,10 +491,16 @@ func (d *Dialect) ParseFiltered(page []byte) (Page, error) {
 }
 
 // parseFiltered is ParseFiltered with a cache of the series seen on this
-// server's earlier pages (nil: none).
+// server's earlier pages (nil: none). With a cache the page returned is
+// the cache's, its slices reused: valid until the cache's next parse.
 func (d *Dialect) parseFiltered(page []byte, cache *seriesCache) (Page, error) {
 	wanted := d.names()
-	out := make(Page, len(wanted))
+	var out Page
+	if cache != nil {
+		out = cache.start(len(wanted))
+	} else {
+		out = make(Page, len(wanted))
+	}
 	var missed bytes.Buffer
 	// A page prints a family's series together (a histogram's buckets),
 	// so the last name's verdict is asked first.
@@ -501,6 +545,7 @@ func (d *Dialect) parseFiltered(page []byte, cache *seriesCache) (Page, error) {
 		missed.WriteByte('\n')
 	}
 	if cache != nil {
+		cache.end(out)
 		return out, nil
 	}
 	return ParsePage(&missed)
@@ -509,31 +554,83 @@ func (d *Dialect) parseFiltered(page []byte, cache *seriesCache) (Page, error) {
 // nameEnd returns where a sample line's metric name ends: at its labels
 // or the first blank.
 func nameEnd(t []byte) int {
-	for i, c := range t {
-		if c == '{' || c == ' ' || c == '\t' {
-			return i
+	// IndexByte is vectorized: three scans of a name beat one loop over
+	// its bytes.
+	e := len(t)
+	for _, c := range []byte{'{', ' ', '\t'} {
+		if i := bytes.IndexByte(t[:e], c); i >= 0 {
+			e = i
 		}
 	}
-	return len(t)
+	return e
 }
 
 // seriesCache remembers, per server, the series of each line kept from
 // its pages, by the line's text before the value. A server prints the
 // same series on every page; parsing their labels was most of a scrape's
 // cost, so only a line never seen before goes through expfmt, and a seen
-// one has just its value read.
+// one has just its value read. The page it fills is kept from one parse to
+// the next, its slices reused, and the lines of one name (a histogram's
+// buckets) go into their slice without a map access each.
 type seriesCache struct {
 	known map[string]seriesName
+	page  Page
+	// run is the series of runName read so far on this page, not yet
+	// stored in page.
+	run     []series
+	runName string
 }
 
 type seriesName struct {
 	name   string
 	labels map[string]string // shared by every page: read only
+	bucket *bucketKey        // for a bucket series; shared, read only
 }
 
 // maxCachedSeries bounds the cache: a server whose label values change
 // on every page (a request id in a label) must not grow tpsmon.
 const maxCachedSeries = 4096
+
+// start empties the cache's page for a new parse, keeping its slices.
+func (c *seriesCache) start(names int) Page {
+	if c.page == nil {
+		c.page = make(Page, names)
+	}
+	for k, ss := range c.page {
+		clear(ss) // drop the last page's label maps
+		c.page[k] = ss[:0]
+	}
+	c.run, c.runName = nil, ""
+	return c.page
+}
+
+// end stores the last run and leaves out the names this page lacked, as
+// a fresh page would.
+func (c *seriesCache) end(out Page) {
+	c.flush(out)
+	for k, ss := range out {
+		if len(ss) == 0 {
+			delete(out, k)
+		}
+	}
+}
+
+// put appends s to name's series.
+func (c *seriesCache) put(out Page, name string, s series) {
+	if c.run == nil || name != c.runName {
+		c.flush(out)
+		c.run, c.runName = out[name], name
+	}
+	c.run = append(c.run, s)
+}
+
+// flush stores the run in out.
+func (c *seriesCache) flush(out Page) {
+	if c.run != nil {
+		out[c.runName] = c.run
+	}
+	c.run, c.runName = nil, ""
+}
 
 // add puts the series of one kept line (without its newline) into out,
 // in page order.
@@ -542,13 +639,14 @@ func (c *seriesCache) add(out Page, line []byte) error {
 	if key != nil {
 		if n, ok := c.known[string(key)]; ok {
 			if v, ok := plainValue(rest); ok {
-				out[n.name] = append(out[n.name], series{n.labels, v})
+				c.put(out, n.name, series{n.labels, v, n.bucket})
 				return nil
 			}
 		}
 	}
 	// Unseen, or a value only expfmt can judge: the full parser decides,
 	// with the errors it always gave.
+	c.flush(out)
 	p, err := ParsePage(bytes.NewReader(append(line[:len(line):len(line)], '\n')))
 	if err != nil {
 		return err
@@ -559,7 +657,7 @@ func (c *seriesCache) add(out Page, line []byte) error {
 			if c.known == nil || len(c.known) >= maxCachedSeries {
 				c.known = make(map[string]seriesName)
 			}
-			c.known[string(key)] = seriesName{name, ss[0].labels}
+			c.known[string(key)] = seriesName{name, ss[0].labels, bucketKeyOf(ss[0].labels)}
 		}
 	}
 	return nil
@@ -570,8 +668,8 @@ func (c *seriesCache) add(out Page, line []byte) error {
 // hold a '}', so the label set ends at the line's last one. nil when the
 // line is not of that shape.
 func splitValue(line []byte) (key, rest []byte) {
-	end := bytes.IndexAny(line, "{ \t")
-	if end <= 0 {
+	end := nameEnd(line)
+	if end <= 0 || end == len(line) {
 		return nil, nil
 	}
 	if line[end] == '{' {
@@ -583,6 +681,8 @@ func splitValue(line []byte) (key, rest []byte) {
 	return line[:end], line[end:]
 }
 
+func blank(b byte) bool { return b == ' ' || b == '\t' }
+
 // plainValue reads " value" or " value timestamp" where both are plain
 // decimal numbers; anything else (NaN, Inf, hex, a stray character) is
 // left to expfmt.
@@ -590,27 +690,46 @@ func plainValue(rest []byte) (float64, bool) {
 	if !plainText(rest) {
 		return 0, false
 	}
-	f := bytes.Fields(rest)
-	if len(f) == 0 || len(f) > 2 {
-		return 0, false
+	i := 0
+	for i < len(rest) && blank(rest[i]) {
+		i++
 	}
-	if len(f) == 2 {
-		if _, err := strconv.ParseInt(string(f[1]), 10, 64); err != nil {
+	j := i
+	for j < len(rest) && !blank(rest[j]) {
+		j++
+	}
+	val := rest[i:j]
+	for j < len(rest) && blank(rest[j]) {
+		j++
+	}
+	if ts := rest[j:]; len(ts) > 0 {
+		for _, b := range ts {
+			if blank(b) {
+				return 0, false // a third field
+			}
+		}
+		if _, err := strconv.ParseInt(string(ts), 10, 64); err != nil {
 			return 0, false
 		}
 	}
-	v, err := strconv.ParseFloat(string(f[0]), 64)
+	v, err := strconv.ParseFloat(string(val), 64)
 	return v, err == nil
 }
 
 // plainText tells whether rest starts with a blank, does not end with one
 // (expfmt then wants a timestamp) and holds only decimal numbers' bytes.
 func plainText(rest []byte) bool {
-	blank := func(b byte) bool { return b == ' ' || b == '\t' }
 	if len(rest) < 2 || !blank(rest[0]) || blank(rest[len(rest)-1]) {
 		return false
 	}
-	return len(bytes.TrimLeft(rest, "0123456789.+-eE \t")) == 0
+	for _, b := range rest {
+		switch {
+		case b >= '0' && b <= '9', b == '.', b == '+', b == '-', b == 'e', b == 'E', blank(b):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // ReadPage reads one metrics page: with dialect d, or, when d is nil,

@@ -171,3 +171,47 @@ func samePage(a, b Page) bool {
 	}
 	return true
 }
+
+// TestCachedScrapeReadsAsReplay: a live scrape's sample (the cache's page,
+// its bucket series' edges and label sets worked out once) is what replay
+// reads from the same page with its dialect known, histograms included, on the first scrape and
+// the next ones.
+func TestCachedScrapeReadsAsReplay(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.prom")
+	hists := 0
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, d, err := ReadPage(b, nil)
+		if err != nil {
+			continue // malformed, or no engine's page
+		}
+		// Replay with the dialect known reads the page filtered, as a
+		// scraper does, without the cache.
+		want, _, err := ReadPage(b, d)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for h := range want.HasHist {
+			if want.HasHist[h] {
+				hists++
+			}
+		}
+		var c seriesCache
+		for scrape := range 3 {
+			got, _, err := readPage(b, d, &c)
+			if err != nil {
+				t.Fatalf("%s scrape %d: %v", name, scrape+1, err)
+			}
+			got.Engine = want.Engine
+			if g, w := fmt.Sprintf("%+v", got), fmt.Sprintf("%+v", want); g != w {
+				t.Errorf("%s scrape %d:\n%s\nwant\n%s", name, scrape+1, g, w)
+			}
+		}
+	}
+	if hists < 5 {
+		t.Errorf("%d histograms in the fixtures: the test reads too few", hists)
+	}
+}

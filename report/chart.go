@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html/template"
 	"math"
+	"slices"
 	"strings"
 	"time"
 )
@@ -21,6 +22,13 @@ type line struct {
 	ys          []float64
 }
 
+// band is a range drawn shaded under the lines: lo to hi per bucket; a
+// bucket where either is NaN breaks it.
+type band struct {
+	name, color string
+	lo, hi      []float64
+}
+
 // timeChart draws lines, or stacked bars when stacked, over the shared
 // times ts, with ticks and units on both axes.
 type timeChart struct {
@@ -28,6 +36,7 @@ type timeChart struct {
 	ts          []time.Time
 	step        time.Duration
 	lines       []line
+	bands       []band
 	stacked     bool
 }
 
@@ -117,18 +126,25 @@ func (c timeChart) svg() template.HTML {
 	}
 	fmt.Fprintf(&b, `<text x="4" y="%.0f" class="u" transform="rotate(-90 10 %.0f)">%s</text>`, padT+p.h/2+30, padT+p.h/2, template.HTMLEscapeString(c.unit))
 	layout := c.xAxis(&b, p, x1)
+	c.shade(&b, p)
 	if c.stacked {
 		c.bars(&b, p, layout)
 	} else {
 		c.paths(&b, p)
 	}
 	// Legend when there is more than one series.
-	if len(c.lines) > 1 {
+	if len(c.lines)+len(c.bands) > 1 {
 		x := padL
+		key := func(name, color, opacity string) {
+			fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="8" height="8" fill="%s"%s/><text x="%.0f" y="%.0f" class="l">%s</text>`,
+				x, chartH-11, color, opacity, x+10, chartH-4, template.HTMLEscapeString(name))
+			x += 14 + 5.5*float64(len(name))
+		}
 		for _, l := range c.lines {
-			fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="8" height="8" fill="%s"/><text x="%.0f" y="%.0f" class="l">%s</text>`,
-				x, chartH-11, l.color, x+10, chartH-4, template.HTMLEscapeString(l.name))
-			x += 14 + 5.5*float64(len(l.name))
+			key(l.name, l.color, "")
+		}
+		for _, bd := range c.bands {
+			key(bd.name, bd.color, ` fill-opacity="0.25"`)
 		}
 	}
 	b.WriteString(`</svg>`)
@@ -147,10 +163,15 @@ func (p plotArea) sx(t time.Time) float64 { return padL + float64(t.Sub(p.x0))/f
 func (p plotArea) sy(v float64) float64   { return padT + p.h - v/p.top*p.h }
 
 // highest is the largest value drawn: a bucket's sum when stacked, else
-// any one series' value.
+// any one series' value or band's top.
 func (c timeChart) highest() float64 {
 	hi := 0.0
 	for i := range c.ts {
+		for _, bd := range c.bands {
+			if !math.IsNaN(bd.lo[i]) && !math.IsNaN(bd.hi[i]) {
+				hi = math.Max(hi, bd.hi[i])
+			}
+		}
 		sum := 0.0
 		for _, l := range c.lines {
 			v := l.ys[i]
@@ -205,6 +226,33 @@ func (c timeChart) bars(b *strings.Builder, p plotArea, layout string) {
 			fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s %s: %s %s</title></rect>`,
 				p.sx(t), p.sy(base+v), bw, p.sy(base)-p.sy(base+v), l.color, t.UTC().Format(layout), l.name, short(v), c.unit)
 			base += v
+		}
+	}
+}
+
+// shade draws each band as polygons over the buckets' width, one per run
+// of buckets with both ends.
+func (c timeChart) shade(b *strings.Builder, p plotArea) {
+	for _, bd := range c.bands {
+		for i := 0; i < len(c.ts); {
+			if math.IsNaN(bd.lo[i]) || math.IsNaN(bd.hi[i]) {
+				i++
+				continue
+			}
+			j := i
+			for j < len(c.ts) && !math.IsNaN(bd.lo[j]) && !math.IsNaN(bd.hi[j]) {
+				j++
+			}
+			var top, bottom []string
+			for k := i; k < j; k++ {
+				x0, x1 := p.sx(c.ts[k]), p.sx(c.ts[k].Add(c.step))
+				top = append(top, fmt.Sprintf("%.1f,%.1f %.1f,%.1f", x0, p.sy(bd.hi[k]), x1, p.sy(bd.hi[k])))
+				bottom = append(bottom, fmt.Sprintf("%.1f,%.1f %.1f,%.1f", x1, p.sy(bd.lo[k]), x0, p.sy(bd.lo[k])))
+			}
+			slices.Reverse(bottom)
+			fmt.Fprintf(b, `<polygon points="%s %s" fill="%s" fill-opacity="0.25" stroke="none"><title>%s</title></polygon>`,
+				strings.Join(top, " "), strings.Join(bottom, " "), bd.color, template.HTMLEscapeString(bd.name))
+			i = j
 		}
 	}
 }

@@ -41,8 +41,9 @@ type view struct {
 }
 
 type serverCharts struct {
-	Title  string
-	Charts []template.HTML
+	Title   string
+	Charts  []template.HTML
+	Latency *latencyView
 }
 
 func newView(r *Report) (*view, error) {
@@ -172,7 +173,7 @@ func serverChartsOf(s ServerReport, g timeGrid) serverCharts {
 			}
 		}
 	}
-	return serverCharts{
+	sc := serverCharts{
 		Title: fmt.Sprintf("%s on %s (GPUs %s)", s.Server, s.Host, s.GPUs),
 		Charts: append([]template.HTML{
 			g.chart("System tokens/s (all requests)", "tokens/s", line{"system", "#2f6fd6", cols["sys"]}).svg(),
@@ -182,6 +183,11 @@ func serverChartsOf(s ServerReport, g timeGrid) serverCharts {
 			scatter(s.Series),
 		}, curveCharts(s)...),
 	}
+	if s.Latency != nil {
+		sc.Charts = append(sc.Charts, latencyCharts(s.Latency, g)...)
+		sc.Latency = newLatencyView(s.Latency)
+	}
+	return sc
 }
 
 // money writes an amount with thousands separators and cents.
@@ -258,6 +264,7 @@ td:first-child{white-space:nowrap}td,th{padding:3px 10px;border-bottom:1px solid
 {{if .Cost}}<div><b>{{money .Cost}}</b><span>cost of the GPU-hours</span></div>
 <div><b>{{money .CostPerMillionToken}}</b><span>cost per million tokens</span></div>{{end}}
 </div>
+{{if .LatencyNote}}<p class="more">{{.LatencyNote}}.</p>{{end}}
 {{if .Unpriced}}<p class="more">No price for GPU model(s): {{range $i, $m := .Unpriced}}{{if $i}}, {{end}}{{if $m}}{{$m}}{{else}}(unnamed){{end}}{{end}} — not in the cost.</p>{{end}}
 <h2>Findings</h2><ul class="f">{{range .Findings}}<li>{{.}}</li>{{end}}</ul>
 <h2>GPU-hours by state</h2>
@@ -279,7 +286,12 @@ td:first-child{white-space:nowrap}td,th{padding:3px 10px;border-bottom:1px solid
 <table><tr><th>host</th><th>gpu</th><th>UUID</th><th>model</th><th>server</th><th class="n">hours</th><th class="n">idle (util &lt; 5%)</th><th class="n">mean util</th><th class="n">energy</th></tr>
 {{range .WorstGPUs}}<tr><td>{{.Host}}</td><td>{{.GPU}}</td><td>{{.UUID}}</td><td>{{.Model}}</td><td>{{if .Server}}{{.Server}}{{else}}<em>none</em>{{end}}</td><td class="n">{{f1 .Hours}}</td><td class="n">{{pct .IdleShare}}</td><td class="n">{{f1 .MeanUtil}} %</td><td class="n">{{num .EnergyJ}}J</td></tr>{{end}}
 </table>{{if .MoreGPUs}}<p class="more">{{.MoreGPUs}} more GPUs in --format json.</p>{{end}}
-{{range .ServerCharts}}<h3>{{.Title}}</h3>{{range .Charts}}{{.}}{{end}}{{end}}
+{{range .ServerCharts}}<h3>{{.Title}}</h3>{{range .Charts}}{{.}}{{end}}{{with .Latency}}
+<p class="more">{{.Note}}</p>
+{{if .Attainment}}<p>SLO attainment over the range: {{.Attainment}}.</p>{{end}}
+{{if .Missed}}<table><tr><th>window under the SLO floor</th><th>time went to</th><th class="n">attainment</th><th class="n">requests</th><th class="n">TTFT p90</th><th class="n">ITL p90</th><th class="n">queue p99</th></tr>
+{{range .Missed}}<tr><td>{{.Time}}</td><td>{{.Phase}}</td><td class="n">{{.Attainment}}</td><td class="n">{{.Requests}}</td><td class="n">{{.TTFT}}</td><td class="n">{{.ITL}}</td><td class="n">{{.Queue}}</td></tr>{{end}}
+</table>{{if .Omitted}}<p class="more">{{.Omitted}} more windows under the floor, not listed: the latest {{len .Missed}} are.</p>{{end}}{{end}}{{end}}{{end}}
 {{if .MoreCharts}}<p class="more">Charts for {{.MoreCharts}} more servers: use --server or --format json.</p>{{end}}
 </body></html>
 `))

@@ -199,7 +199,10 @@ func stateHoursText() string {
 // so the panels take the interval's worst window: max), and the
 // attainment's bounds.
 var LatencySeries = Query{Name: "latency_series",
-	Text: `SELECT max("ttft_p50_s") AS "ttft_p50_s", max("ttft_p90_s") AS "ttft_p90_s", max("ttft_p99_s") AS "ttft_p99_s", max("itl_p50_s") AS "itl_p50_s", max("itl_p90_s") AS "itl_p90_s", max("itl_p99_s") AS "itl_p99_s", min("slo_attainment_lo") AS "slo_attainment_lo", min("slo_attainment_hi") AS "slo_attainment_hi", mean("goodput_rps_lo") AS "goodput_rps_lo" FROM ` + rawServer + ` ` + serverWhere + ` GROUP BY time($__interval), "host", "server" fill(none)`}
+	Text: "SELECT " + list(same("max", schema.FieldTTFTP50), same("max", schema.FieldTTFTP90), same("max", schema.FieldTTFTP99),
+		same("max", schema.FieldITLP50), same("max", schema.FieldITLP90), same("max", schema.FieldITLP99),
+		same("min", schema.FieldSLOAttainmentLo), same("min", schema.FieldSLOAttainmentHi), same("mean", schema.FieldGoodputRPSLo)) +
+		" FROM " + rawServer + " " + serverWhere + perInterval + ids(schema.TagHost, schema.TagServer) + " fill(none)"}
 
 // CeilingSeries is each server's decode ceiling over time: MBU, the
 // ceiling and the observed rate it bounds (means over the interval of the

@@ -45,6 +45,8 @@ type Report struct {
 	// CurveSkipped counts the windows the operating curve left out, by
 	// reason (NaN, negative or absurd values).
 	CurveSkipped map[string]int `json:"operating_curve_skipped,omitempty"`
+	// LatencyNote says why the servers have no latency (a rollup level).
+	LatencyNote string `json:"latency_note,omitempty"`
 	// Lost is each server's throughput below its decode ceiling, most
 	// lost GPU-hours first; servers none of whose windows had a ceiling
 	// last. LostTokens and LostGPUHours are the fleet's (absent when no
@@ -127,6 +129,9 @@ type ServerReport struct {
 	// OperatingCurve is the server's curves: one per model, engine, GPU
 	// set and kind of window (analysis/curve).
 	OperatingCurve []curve.Curve `json:"operating_curve,omitempty"`
+	// Latency is what the server's users felt (raw windows that carry
+	// latency fields).
+	Latency *ServerLatency `json:"latency,omitempty"`
 }
 
 // Point is one interval of a server's series; negative is absent.
@@ -270,7 +275,7 @@ func (b *builder) build(o Options) error {
 		}
 	}
 	b.waste()
-	for _, step := range []func() error{b.efficiency, b.serverSeries, b.fleet, b.suspects, b.lost, func() error { return b.operatingCurve(o.floor()) }} {
+	for _, step := range []func() error{b.efficiency, b.serverSeries, b.fleet, b.suspects, b.latency, b.lost, func() error { return b.operatingCurve(o.floor()) }} {
 		if err := step(); err != nil {
 			return err
 		}
@@ -740,6 +745,7 @@ func findings(r *Report) []string {
 		out = append(out, fmt.Sprintf("server %s on %s was %s %d%% of the time: %s", w.s.Server, w.s.Host, w.state, pct(w.share), stateWhy[w.state]))
 	}
 	out = append(out, suspectFindings(r)...)
+	out = append(out, latencyFindings(r)...)
 	out = append(out, lostFindings(r)...)
 	var ranked []ServerReport
 	for _, s := range r.Servers {

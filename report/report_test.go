@@ -357,8 +357,8 @@ func TestReportOnAWeek(t *testing.T) {
 	if bytes.Contains(b, []byte("http://")) || bytes.Contains(b, []byte("https://")) || bytes.Contains(b, []byte("<script")) {
 		t.Error("the report loads something from outside itself")
 	}
-	if n := bytes.Count(b, []byte("<svg")); n != 4+3*(5+1) {
-		t.Errorf("%d charts, want 4 of the fleet and 5 per server and its operating curve", n)
+	if n := bytes.Count(b, []byte("<svg")); n != 4+3*(5+1)+3 {
+		t.Errorf("%d charts, want 4 of the fleet, 5 per server and its operating curve, and qwen's 3 of latency", n)
 	}
 	shot := filepath.Join(dir, "report.png")
 	screenshot(t, html, shot)
