@@ -70,7 +70,7 @@ func (e *Encoder) appendTyped(dst []byte, measurement string, tags []Tag, fs fie
 	// The measurement and keys are schema's, in order, and start makes
 	// every tag value one line protocol carries (TagValue): the library's
 	// checks of them would find nothing, at 3-8 ms of a 30,000-window
-	// replay (bench/RESULTS.md, round 6). TestWindowsEncodeAsTheirPoints
+	// replay (bench/HISTORY.md, round 6). TestWindowsEncodeAsTheirPoints
 	// holds the lines and errors to what the checking encoder makes of the
 	// same points.
 	e.enc.SetLax(true)

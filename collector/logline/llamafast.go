@@ -169,7 +169,7 @@ func countDigits(b []byte, i int) int {
 
 // keyArena makes the keys "slot N task M" of a busy llama-server log, a
 // new one each line, in shared blocks: a string each cost more than
-// reading the line's figures (bench/RESULTS.md, issue 16, round 6). A
+// reading the line's figures (bench/HISTORY.md, issue 16, round 6). A
 // strings.Builder never writes over what its String returned, so a key
 // stays valid when its block is left for a new one; a key kept for long
 // pins its block, so Stream copies the keys of progress lines, the only

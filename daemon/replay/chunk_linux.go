@@ -8,7 +8,7 @@ const mappedChunk = 8 << 20
 
 // mapChunk maps anonymous memory the kernel may back with huge pages. A
 // long log's records are written once into fresh memory, where a page
-// fault per 4 KiB cost about 13 % of a replay's CPU (bench/RESULTS.md,
+// fault per 4 KiB cost about 13 % of a replay's CPU (bench/HISTORY.md,
 // issue 16, round 6). Kernels from 6.7 place such a mapping on huge page
 // boundaries; in older ones three of its four 2 MiB pieces are. ok is
 // false when nothing could be mapped: the caller then takes heap memory.

@@ -8,7 +8,7 @@
 // with a P per core and the other packages' initialisers then spread
 // their allocations and threads over them: the same call from main left
 // `tpsmon version` at 32-34 ms of CPU, and from here, before those
-// initialisers run, at 23 (bench/RESULTS.md, round 8). It imports only
+// initialisers run, at 23 (bench/HISTORY.md, round 8). It imports only
 // runtime and syscall so that it is among the first packages initialised.
 package maxprocs
 
