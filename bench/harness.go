@@ -35,6 +35,10 @@ type harness struct {
 	// profile, when set, is where tpsmon's CPU and allocation profiles of
 	// S1's steady state go (read from its /debug/pprof/).
 	profile string
+	// scrape, when set, has tpsmon serve /metrics in S1, read every
+	// window as a Prometheus would: "windows" with the joined windows'
+	// gauges on it (http.window_metrics), "nowindows" without.
+	scrape string
 }
 
 func (h *harness) runs(side string) bool { return slices.Contains(h.sides, side) }

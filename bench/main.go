@@ -40,6 +40,7 @@ func main() {
 	out := flag.String("out", "bench/RESULTS.md", "where the results go")
 	sides := flag.String("sides", "tpsmon,telegraf", "S1: which daemons run (a single side for profiling)")
 	profile := flag.String("profile", "", "S1: write tpsmon's CPU and allocation profiles of the steady state to this folder (numbers taken with it are not for RESULTS.md)")
+	scrape := flag.String("scrape", "", "S1: tpsmon serves /metrics and the harness reads it every window, with its joined windows on it (windows) or without (nowindows)")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
 
@@ -48,7 +49,10 @@ func main() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(work)
-	h := &harness{work: work, sides: strings.Split(*sides, ","), profile: *profile}
+	if *scrape != "" && *scrape != "windows" && *scrape != "nowindows" {
+		log.Fatalf("-scrape %q: want windows or nowindows", *scrape)
+	}
+	h := &harness{work: work, sides: strings.Split(*sides, ","), profile: *profile, scrape: *scrape}
 	if h.profile != "" {
 		if err := os.MkdirAll(h.profile, 0o755); err != nil {
 			log.Fatal(err)

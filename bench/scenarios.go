@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"log"
 	"math"
 	"net"
@@ -201,11 +202,17 @@ func (h *harness) s1(d time.Duration, runs int) (string, error) {
 			if h.profile != "" && name == "tpsmon" {
 				pprofAddr = freePort()
 			}
-			p, err := h.startS1(name, run, base, smi, logPath, db, pprofAddr)
+			scrapeAddr := ""
+			if h.scrape != "" && name == "tpsmon" {
+				scrapeAddr = freePort()
+			}
+			p, err := h.startS1(name, run, base, smi, logPath, db, pprofAddr, scrapeAddr)
 			if err != nil {
 				return "", err
 			}
+			stopScrape := scrapeMetrics(scrapeAddr, 10*time.Second)
 			sd, err := h.measureS1(p, name, run, d, base, logPath, db, pprofAddr)
+			stopScrape()
 			if err != nil {
 				return "", err
 			}
@@ -216,11 +223,14 @@ func (h *harness) s1(d time.Duration, runs int) (string, error) {
 }
 
 // startS1 starts one side of S1 on its own database; pprofAddr, when set,
-// is where tpsmon serves its profiles.
-func (h *harness) startS1(name string, run int, base, smi, logPath, db, pprofAddr string) (*proc, error) {
+// is where tpsmon serves its profiles, scrapeAddr its /metrics (h.scrape).
+func (h *harness) startS1(name string, run int, base, smi, logPath, db, pprofAddr, scrapeAddr string) (*proc, error) {
 	httpConf := `{listen: ""}`
-	if pprofAddr != "" {
+	switch {
+	case pprofAddr != "":
 		httpConf = fmt.Sprintf("{listen: %q, pprof: true}", pprofAddr)
+	case scrapeAddr != "":
+		httpConf = fmt.Sprintf("{listen: %q, window_metrics: %t}", scrapeAddr, h.scrape == "windows")
 	}
 	if name == "tpsmon" {
 		cfg := filepath.Join(h.work, "tpsmon-s1.yaml")
@@ -568,3 +578,34 @@ RSS first %.1f MiB, last %.1f MiB, highest %.1f MiB; highest 30 s CPU share %.2f
 
 // lastRSS is the process's RSS at its end, from the last sample taken.
 func (p *proc) lastRSS() int64 { return p.rssSeen }
+
+// scrapeMetrics reads http://addr/metrics every interval, as a Prometheus
+// scraping tpsmon once a window would, until the returned stop is called;
+// with no addr it does nothing. What it reads is thrown away: the cost
+// measured is the daemon's.
+func scrapeMetrics(addr string, every time.Duration) (stop func()) {
+	if addr == "" {
+		return func() {}
+	}
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				resp, err := http.Get("http://" + addr + "/metrics")
+				if err != nil {
+					log.Printf("scraping tpsmon's /metrics: %v", err)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
+}
