@@ -82,11 +82,21 @@ func LiveWindow(s Server, w Window) (Live, bool) {
 		return Live{}, false
 	}
 	var l Live
+	// The batch is the window's running requests, or the batch its steps
+	// decoded when that is larger: running is a mean of sampled gauges, and
+	// in a window the server spent partly idle (or between two samples) it
+	// can read 0.2 where every step decoded one sequence; a ceiling at 0.2
+	// sequences would sit below the tokens the steps made (seen live: 124
+	// tok/s against a "ceiling" of 113).
+	batch := w.Running
+	if w.StepsPerS > 0 {
+		batch = max(batch, w.SystemTPS/(w.StepsPerS*s.load(1, 0).TokensPerStep))
+	}
 	context := 0.0
 	if s.KVTokens > 0 && w.KVUsage >= 0 && s.Model.HasKV() {
-		context, l.KVCounted = w.KVUsage*s.KVTokens/w.Running, true
+		context, l.KVCounted = w.KVUsage*s.KVTokens/batch, true
 	}
-	load := s.load(w.Running, context)
+	load := s.load(batch, context)
 	c, err := Compute(s.Model, s.GPU, load)
 	if err != nil {
 		return Live{}, false
@@ -94,7 +104,7 @@ func LiveWindow(s Server, w Window) (Live, bool) {
 	l.CeilingTPS = c.SystemTPS
 	l.StepsPerS = w.StepsPerS
 	if l.StepsPerS < 0 {
-		l.StepsPerS = w.SystemTPS / (w.Running * load.TokensPerStep)
+		l.StepsPerS = w.SystemTPS / (batch * load.TokensPerStep)
 	}
 	l.MBU = c.Bytes * l.StepsPerS / (s.GPU.PeakBWGBps * 1e9)
 	return l, true

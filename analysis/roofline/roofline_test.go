@@ -208,6 +208,16 @@ func TestLiveWindow(t *testing.T) {
 	// The engine's own step count wins over tokens ÷ running.
 	l, _ = LiveWindow(s, Window{Running: 4, SystemTPS: 400, KVUsage: 0.5, StepsPerS: 120})
 	near(t, "engine steps mbu", l.MBU, bytes*120/3350e9, 1e-9)
+	// A window the server spent mostly idle: its gauges' mean reads 0.2
+	// running, but its 124 steps/s made 124 tokens/s, one sequence a step.
+	// The ceiling is that of the batch the steps decoded, so never below
+	// the tokens they made (at 0.2 sequences it read 113 tok/s live).
+	l, _ = LiveWindow(s, Window{Running: 0.2, SystemTPS: 124, KVUsage: -1, StepsPerS: 124})
+	near(t, "idle window's ceiling", l.CeilingTPS, 3350e9/16e9, 1e-9)
+	if l.CeilingTPS < 124 {
+		t.Errorf("idle window: ceiling %v below the 124 tok/s its steps made", l.CeilingTPS)
+	}
+	near(t, "idle window's mbu", l.MBU, 16e9*124/3350e9, 1e-9)
 	// KV occupancy unknown: weights only, said.
 	l, ok = LiveWindow(s, Window{Running: 4, SystemTPS: 400, KVUsage: -1, StepsPerS: -1})
 	if !ok || l.KVCounted {

