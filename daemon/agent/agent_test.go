@@ -110,11 +110,16 @@ func TestRunAgainstRealInfluxDB(t *testing.T) {
 			continue
 		}
 		full++
+		// The simulator counts its tokens when it answers, tpsmon stamps
+		// the scrape when it reads it: on a loaded 2-core CI machine the two
+		// drift apart by 10-15 ms at a window's edge, 3-4 tokens at this
+		// rate (CI: 246.79 in a 1 s window). 2 %, 5 tokens, holds that and
+		// still fails a window that loses or doubles a scrape's tokens.
 		tps := influxtest.Num(t, r[schema.FieldSystemTPS])
-		if math.Abs(tps-rate)/rate > 0.01 {
-			t.Errorf("window %v: system_tps %.2f, want %v within 1%%", ts, tps, rate)
+		if math.Abs(tps-rate)/rate > 0.02 {
+			t.Errorf("window %v: system_tps %.2f, want %v within 2%%", ts, tps, rate)
 		}
-		if math.Abs(tokens-rate) > 3 {
+		if math.Abs(tokens-rate) > 5 {
 			t.Errorf("window %v: tokens %v, want %v", ts, tokens, rate)
 		}
 		if r[schema.FieldState] != schema.StateOK || influxtest.Num(t, r[schema.FieldRunning]) != 10 || influxtest.Num(t, r[schema.FieldKVCacheUsage]) != 0.5 {
