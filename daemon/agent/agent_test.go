@@ -113,13 +113,14 @@ func TestRunAgainstRealInfluxDB(t *testing.T) {
 		// The simulator counts its tokens when it answers, tpsmon stamps
 		// the scrape when it reads it: on a loaded 2-core CI machine the two
 		// drift apart by 10-15 ms at a window's edge, 3-4 tokens at this
-		// rate (CI: 246.79 in a 1 s window). 2 %, 5 tokens, holds that and
-		// still fails a window that loses or doubles a scrape's tokens.
+		// rate, and the two edges of a window drift apart (CI: 246.79 and
+		// 245.07 in a 1 s window). 3 %, 8 tokens, holds that and still
+		// fails a window that loses or doubles a scrape's 25 tokens.
 		tps := influxtest.Num(t, r[schema.FieldSystemTPS])
-		if math.Abs(tps-rate)/rate > 0.02 {
-			t.Errorf("window %v: system_tps %.2f, want %v within 2%%", ts, tps, rate)
+		if math.Abs(tps-rate)/rate > 0.03 {
+			t.Errorf("window %v: system_tps %.2f, want %v within 3%%", ts, tps, rate)
 		}
-		if math.Abs(tokens-rate) > 5 {
+		if math.Abs(tokens-rate) > 8 {
 			t.Errorf("window %v: tokens %v, want %v", ts, tokens, rate)
 		}
 		if r[schema.FieldState] != schema.StateOK || influxtest.Num(t, r[schema.FieldRunning]) != 10 || influxtest.Num(t, r[schema.FieldKVCacheUsage]) != 0.5 {
@@ -128,10 +129,10 @@ func TestRunAgainstRealInfluxDB(t *testing.T) {
 		if e := influxtest.Num(t, r[schema.FieldEnergyJ]); math.Abs(e-600) > 6 {
 			t.Errorf("window %v: energy_j %v, want 600 (2 GPUs x 300 W x 1 s)", ts, e)
 		}
-		if tpj := influxtest.Num(t, r[schema.FieldTokensPerJoule]); math.Abs(tpj-rate/600) > 0.01 {
+		if tpj := influxtest.Num(t, r[schema.FieldTokensPerJoule]); math.Abs(tpj-rate/600) > 0.03*rate/600 {
 			t.Errorf("window %v: tokens_per_joule %v", ts, tpj)
 		}
-		if influxtest.Num(t, r[schema.FieldGPUUtil]) != 80 || influxtest.Num(t, r[schema.FieldPowerW]) != 600 || influxtest.Num(t, r[schema.FieldTPSPerGPU]) < rate/2*0.99 {
+		if influxtest.Num(t, r[schema.FieldGPUUtil]) != 80 || influxtest.Num(t, r[schema.FieldPowerW]) != 600 || influxtest.Num(t, r[schema.FieldTPSPerGPU]) < rate/2*0.97 {
 			t.Errorf("window %v: gpu fields %v", ts, r)
 		}
 	}
