@@ -539,24 +539,7 @@ func startInflux(cfg *config.Config, log *slog.Logger, version string) (out *sin
 	// time), not cut off and sent again: a store that keeps every sample
 	// would hold it twice.
 	sender := &sink.Sender{Spool: sp, W: in, Log: log, StaleAfter: max(30*time.Minute, 3*cfg.Window), Drain: stopTimeout / 2}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { sender.Run(ctx); close(done) }()
-	stop = func() {
-		deadline := time.Now().Add(stopTimeout)
-		cancel()
-		<-done
-		fctx, fcancel := context.WithDeadline(context.Background(), deadline)
-		defer fcancel()
-		if err := sender.Flush(fctx); err != nil {
-			st := sp.Stats()
-			log.Warn("points left in the spool for the next start", "points", st.Points, "err", err)
-		}
-		h := sender.Health()
-		log.Info("influx sender stopped", "points_sent", h.Sent, "points_dropped", sp.Stats().Dropped)
-		sp.Close()
-		in.Close()
-	}
+	stop = runSender(sender, log, "influx", in.Close)
 	sw := sink.NewSpoolWriter(sp, sender)
 	sw.SetProfile(sink.Profile(cfg.Sink.Influx.Profile))
 	return sw, stop, nil
@@ -582,28 +565,35 @@ func startOTLP(cfg *config.Config, log *slog.Logger, version string) (out *sink.
 	// store that keeps every sample would hold it twice.
 	sender := &sink.Sender{Spool: sp, W: w, Name: "OTLP receiver", Log: log.With("sink", "otlp"),
 		StaleAfter: max(30*time.Minute, 3*cfg.Window), Drain: stopTimeout / 2}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { sender.Run(ctx); close(done) }()
-	stop = func() {
-		deadline := time.Now().Add(stopTimeout)
-		cancel()
-		<-done
-		fctx, fcancel := context.WithDeadline(context.Background(), deadline)
-		defer fcancel()
-		if err := sender.Flush(fctx); err != nil {
-			log.Warn("OTLP points left in the spool for the next start", "points", sp.Stats().Points, "err", err)
-		}
-		h := sender.Health()
-		log.Info("otlp sender stopped", "points_sent", h.Sent, "points_dropped", sp.Stats().Dropped)
-		sp.Close()
-		w.Close()
-	}
+	stop = runSender(sender, log, "otlp", w.Close)
 	// The numeric profile whatever sink.influx.profile says: OTLP
 	// carries numbers only.
 	sw := sink.NewSpoolWriter(sp, sender)
 	sw.SetProfile(sink.ProfileNumeric)
 	return sw, stop, nil
+}
+
+// runSender starts s draining its spool and returns its stop: the sender
+// stops, the rest of the stop's time flushes what the spool holds (what
+// does not go stays for the next start), then the spool and the store's
+// client close.
+func runSender(s *sink.Sender, log *slog.Logger, store string, closeClient func()) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	return func() {
+		deadline := time.Now().Add(stopTimeout)
+		cancel()
+		<-done
+		fctx, fcancel := context.WithDeadline(context.Background(), deadline)
+		defer fcancel()
+		if err := s.Flush(fctx); err != nil {
+			log.Warn("points left in the spool for the next start", "sink", store, "points", s.Spool.Stats().Points, "err", err)
+		}
+		log.Info(store+" sender stopped", "points_sent", s.Health().Sent, "points_dropped", s.Spool.Stats().Dropped)
+		s.Spool.Close()
+		closeClient()
+	}
 }
 
 // otlpSpoolDir is the OTLP spool, in the state directory.
