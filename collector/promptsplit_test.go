@@ -21,6 +21,8 @@ func TestPromptSplitInvariant(t *testing.T) {
 		counted bool    // PromptTokens counts them all (else: the computed ones)
 	}{
 		{"vllm_v1_split_written.prom", 100000, true},
+		// A real 0.27.1 page: 656 prompt tokens, all computed.
+		{"vllm_v0271_cpu_capture_48_streams.prom", 656, true},
 		// vLLM's own Rust frontend test: one request of 2 prompt tokens.
 		{"vllm_rust_frontend_generate_test.prom", 2, true},
 		{"llamacpp_cached_prompt_real.prom", 14 + 14, false},
@@ -80,6 +82,12 @@ func TestSpeculationAndWaitingRead(t *testing.T) {
 		{"vllm_spec_decode_created_pr41916.prom",
 			map[sample.Counter]float64{sample.SpecDrafts: 6491797, sample.SpecDraftTokens: 6491797},
 			nil, []sample.Gauge{sample.Awake, sample.WaitingCapacity}, []sample.Counter{sample.SpecAccepted, sample.PromptCached}},
+		// A real 0.27.1 page: 32 waiting, all for capacity; awake.
+		{"vllm_v0271_cpu_capture_48_streams.prom",
+			map[sample.Counter]float64{sample.PromptComputed: 656, sample.PromptCached: 0, sample.PromptExternal: 0},
+			map[sample.Gauge]float64{sample.WaitingCapacity: 32, sample.WaitingDeferred: 0, sample.Waiting: 32, sample.Awake: 1},
+			[]sample.Gauge{sample.SpecAcceptRate, sample.SpecAcceptLength},
+			[]sample.Counter{sample.SpecDrafts, sample.SpecDraftTokens, sample.SpecAccepted}},
 		// Newer vLLM's fully-awake gauge, averaged over its engines.
 		{"vllm_fully_awake_test_sleep_state.prom", nil,
 			map[sample.Gauge]float64{sample.Awake: 0.5}, nil, nil},
