@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/tpsmon/tpsmon/sample"
@@ -13,7 +14,8 @@ import (
 // "excluding cached tokens"), so all is computed + cached, which the
 // captured server's two requests' timings (prompt_n + cache_n) confirm;
 // SGLang's real-time split is all on its own, and the completion-time
-// prompt counter agrees once requests have completed.
+// prompt counter agrees once requests have completed. Where vLLM's page
+// also prints prompt_tokens_cached_total, cached + external is it.
 func TestPromptSplitInvariant(t *testing.T) {
 	tests := []struct {
 		file    string
@@ -41,6 +43,22 @@ func TestPromptSplitInvariant(t *testing.T) {
 			if sum != tt.all {
 				t.Errorf("computed %v + cached %v + external %v = %v, want all %v", s.Counter[sample.PromptComputed],
 					s.Counter[sample.PromptCached], s.Counter[sample.PromptExternal], sum, tt.all)
+			}
+			// vLLM's own cached total (local + external) where the page has
+			// it: the split's cached and transferred tokens must make it up.
+			page, err := ParsePage(strings.NewReader(readFixture(t, tt.file)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ss, ok := page["vllm:prompt_tokens_cached_total"]; ok {
+				var total float64
+				for _, x := range ss {
+					total += x.value
+				}
+				if got := s.Counter[sample.PromptCached] + s.Counter[sample.PromptExternal]; got != total {
+					t.Errorf("cached %v + external %v = %v, the page's prompt_tokens_cached_total %v",
+						s.Counter[sample.PromptCached], s.Counter[sample.PromptExternal], got, total)
+				}
 			}
 			want := tt.all
 			if !tt.counted {
