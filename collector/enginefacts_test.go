@@ -151,3 +151,18 @@ func TestLoggedModelLines(t *testing.T) {
 		}
 	}
 }
+
+// Whatever a start-up line holds, reading it ends, and a model it says is
+// a value between matching quotes of at most maxLoggedValue bytes.
+func FuzzStartupLine(f *testing.F) {
+	for _, l := range strings.Split(readFixture(f, "vllm_sglang_model_lines.log"), "\n") {
+		f.Add(l)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		var e EngineFacts
+		VLLMFactLine(line, &e)
+		if len(e.LoggedModel) > maxLoggedValue || (e.LoggedModel != "" && !strings.Contains(line, e.LoggedModel)) {
+			t.Errorf("%q: model %q", line, e.LoggedModel)
+		}
+	})
+}
