@@ -54,6 +54,11 @@ func TestVLLMFacts(t *testing.T) {
 	if !ok || e.KVTokens != 27000*16 || e.KVTokensFrom != "cache_config_info" || e.KVDtype != "fp8_e4m3" {
 		t.Errorf("cache_config_info: %+v, %v", e, ok)
 	}
+	// A real 0.27.1 page: 2730 blocks of 128, which its own
+	// kv_cache_size_tokens label says is 349440 tokens.
+	if e, ok := CacheConfigInfo([]byte(readFixture(t, "vllm_v0271_cpu_capture_48_streams.prom"))); !ok || e.KVTokens != 349440 || e.KVDtype != "" {
+		t.Errorf("cache_config_info of the real 0.27.1 page: %+v, %v; want 349440 KV tokens, dtype auto (unsaid)", e, ok)
+	}
 	if _, ok := CacheConfigInfo([]byte(readFixture(t, "v1_two_engines.prom"))); ok {
 		t.Error("a page without cache_config_info said one")
 	}
