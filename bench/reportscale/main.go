@@ -46,13 +46,25 @@ func run() error {
 	days := flag.Int("days", 90, "days of hourly and daily rollups")
 	rawWindow := flag.Duration("raw-window", time.Minute, "window length of the last day's raw windows")
 	results := flag.String("results", "bench/RESULTS.md", "file whose report-scale section is rewritten")
+	keep := flag.String("keep", "", "InfluxDB data directory kept between runs: loaded the first time, read as it is after (same flags, same UTC day)")
 	flag.Parse()
 
-	dir, err := os.MkdirTemp("", "reportscale")
-	if err != nil {
-		return err
+	dir := *keep
+	loaded := false
+	if dir == "" {
+		d, err := os.MkdirTemp("", "reportscale")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	} else {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		_, err := os.Stat(filepath.Join(dir, "loaded"))
+		loaded = err == nil
 	}
-	defer os.RemoveAll(dir)
 	base, stop, err := startInflux(dir)
 	if err != nil {
 		return err
@@ -82,27 +94,36 @@ func run() error {
 		fmt.Fprintf(os.Stderr, "loaded %s: %d points in %v\n", what, n, d.Round(time.Second))
 		return nil
 	}
-	if err := load(fmt.Sprintf("daily rollups, %d days", *days), db+"/tpsmon_1d", func(e func(*write.Point) error) error {
-		return fleet.Rollups(end.Add(-span), end, 24*time.Hour, "_1d", e)
-	}); err != nil {
-		return err
-	}
-	if err := load(fmt.Sprintf("hourly rollups, %d days", *days), db+"/tpsmon_1h", func(e func(*write.Point) error) error {
-		return fleet.Rollups(end.Add(-span), end, time.Hour, "_1h", e)
-	}); err != nil {
-		return err
-	}
-	if err := load(fmt.Sprintf("raw %v windows, 1 day", *rawWindow), db, func(e func(*write.Point) error) error {
-		return fleet.Raw(end.Add(-24*time.Hour), end, *rawWindow, e)
-	}); err != nil {
-		return err
+	if !loaded {
+		if err := load(fmt.Sprintf("daily rollups, %d days", *days), db+"/tpsmon_1d", func(e func(*write.Point) error) error {
+			return fleet.Rollups(end.Add(-span), end, 24*time.Hour, "_1d", e)
+		}); err != nil {
+			return err
+		}
+		if err := load(fmt.Sprintf("hourly rollups, %d days", *days), db+"/tpsmon_1h", func(e func(*write.Point) error) error {
+			return fleet.Rollups(end.Add(-span), end, time.Hour, "_1h", e)
+		}); err != nil {
+			return err
+		}
+		if err := load(fmt.Sprintf("raw %v windows, 1 day", *rawWindow), db, func(e func(*write.Point) error) error {
+			return fleet.Raw(end.Add(-24*time.Hour), end, *rawWindow, e)
+		}); err != nil {
+			return err
+		}
+		if *keep != "" {
+			if err := os.WriteFile(filepath.Join(dir, "loaded"), []byte(strings.Join(loads, "\n")+"\n"), 0o644); err != nil {
+				return err
+			}
+		}
+	} else if b, err := os.ReadFile(filepath.Join(dir, "loaded")); err == nil {
+		loads = strings.Split(strings.TrimSpace(string(b)), "\n")
 	}
 
 	var rows []string
 	for _, r := range []struct {
 		name string
 		span time.Duration
-	}{{"24 h", 24 * time.Hour}, {"30 d", 30 * 24 * time.Hour}, {"90 d", 90 * 24 * time.Hour}} {
+	}{{"24 h", 24 * time.Hour}, {"7 d", 7 * 24 * time.Hour}, {"30 d", 30 * 24 * time.Hour}, {"90 d", 90 * 24 * time.Hour}} {
 		if r.span > span && r.span > 24*time.Hour {
 			continue
 		}
