@@ -14,7 +14,7 @@ import (
 func (b *builder) lost() error {
 	by := map[string]*Lost{}
 	var order []string
-	err := b.rows(LostThroughput, "", func(tags map[string]string, row map[string]any) error {
+	err := b.totalRows(LostThroughput, "", func(tags map[string]string, row map[string]any) error {
 		k := tags[schema.TagHost] + "\x00" + tags[schema.TagServer]
 		l, ok := by[k]
 		if !ok {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tpsmon/tpsmon/analysis/curve"
@@ -170,6 +171,10 @@ type Options struct {
 	// PerUserFloor is the per-user TPS objective of the operating point;
 	// 0: DefaultPerUserFloor, negative: no operating point.
 	PerUserFloor float64
+	// OneLevel reads the totals from the level's own series alone, not
+	// the coarser rollups' whole periods: slower, the same numbers up to
+	// float rounding (what the fast path is checked against).
+	OneLevel bool
 }
 
 // builder holds one Build's state.
@@ -187,6 +192,66 @@ type builder struct {
 	stateSecs map[string]float64
 	byState   map[string]map[string]float64
 	gpuEnergy float64 // joules of every GPU
+	// pre holds answers fetched ahead (prefetch), by query text: the
+	// steps take them in their own order, so the report is built by one
+	// goroutine in one order however the queries finished.
+	pre map[string]answer
+	// parts split the range for the totals (rangeParts); nil: one.
+	parts []Filter
+}
+
+// answer is one query's result, fetched ahead.
+type answer struct {
+	series []influxql.Series
+	err    error
+}
+
+// InFlight is how many queries a report keeps in flight at once: enough
+// to overlap InfluxDB's work with the network and our decoding, few
+// enough not to swamp a server that others query too.
+const InFlight = 4
+
+// fetch is one query a report will run: its name and rendered text.
+type fetch struct{ name, text string }
+
+// prefetch runs the queries concurrently, at most InFlight at once, and
+// keeps their answers for the steps (an error too, for the step that
+// runs the query to return in its turn).
+func (b *builder) prefetch(fs []fetch) {
+	out := make([]answer, len(fs))
+	sem := make(chan struct{}, InFlight)
+	var wg sync.WaitGroup
+	for i, f := range fs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			s, err := b.c.Query(withName(b.ctx, f.name), f.text)
+			out[i] = answer{s, err}
+		}()
+	}
+	wg.Wait()
+	if b.pre == nil {
+		b.pre = map[string]answer{}
+	}
+	for i, f := range fs {
+		b.pre[f.text] = out[i]
+	}
+}
+
+// query runs one rendered query, or takes its answer fetched ahead.
+func (b *builder) query(name, text string) ([]influxql.Series, error) {
+	a, ok := b.pre[text]
+	if ok {
+		delete(b.pre, text) // the step owns it now; its memory goes with it
+	} else {
+		a.series, a.err = b.c.Query(withName(b.ctx, name), text)
+	}
+	if a.err != nil {
+		return nil, fmt.Errorf("%s: %w", name, a.err)
+	}
+	return a.series, nil
 }
 
 func (b *builder) run(q Query, state string) ([]influxql.Series, error) {
@@ -194,11 +259,56 @@ func (b *builder) run(q Query, state string) ([]influxql.Series, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := b.c.Query(b.ctx, text)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", q.Name, err)
+	return b.query(q.Name, text)
+}
+
+// fetches are the queries build will run, rendered, the longest first
+// (so that the last to finish is a short one); a query that does not
+// render is left to its step, which returns the error.
+func (b *builder) fetches() []fetch {
+	type qs struct {
+		q     Query
+		state string
 	}
-	return s, nil
+	var list []qs
+	raw := b.f.Level == "" || b.f.Level == Raw
+	if raw {
+		list = append(list, qs{q: CurveWindows}, qs{q: LatencyBuckets}, qs{q: AttainmentBuckets})
+	}
+	list = append(list, qs{q: FleetGPU}, qs{q: ServerSeries})
+	for _, st := range States {
+		list = append(list, qs{StateTrend, st})
+	}
+	list = append(list, qs{q: UnusedTrend}, qs{q: FleetTokens})
+	if raw {
+		list = append(list, qs{q: MissedWindows}, qs{q: SuspectWindows})
+	}
+	var out []fetch
+	add := func(f Filter, x qs) {
+		if text, err := f.Render(x.q, x.state); err == nil {
+			out = append(out, fetch{x.q.Name, text})
+		}
+	}
+	totals := []qs{{q: LostThroughput}, {q: GPUTime}, {q: GPUIdle}, {q: ServerTotals}}
+	for _, st := range States {
+		totals = append(totals, qs{StateTime, st})
+	}
+	for _, part := range b.totalParts() {
+		for _, x := range totals {
+			add(part, x)
+		}
+	}
+	for _, x := range list {
+		add(b.f, x)
+	}
+	if !raw {
+		for _, part := range curveParts(b.f) {
+			if text, err := part.Render(CurveCells, ""); err == nil {
+				out = append(out, fetch{CurveCells.Name, text})
+			}
+		}
+	}
+	return out
 }
 
 // rows runs q for state and hands each row of each series, with the
@@ -261,6 +371,11 @@ func Build(ctx context.Context, c querier, f Filter, o Options) (*Report, error)
 	b := &builder{ctx: ctx, c: c, f: f, r: r, lens: map[string]map[string]time.Duration{},
 		servers: map[string]*ServerReport{}, gpus: map[string]*GPUReport{},
 		stateSecs: map[string]float64{}, byState: map[string]map[string]float64{}}
+	if !o.OneLevel {
+		if p := rangeParts(ctx, c, f); len(p) > 1 || p[0].Level != f.Level {
+			b.parts = p
+		}
+	}
 	if err := b.build(o); err != nil {
 		return nil, err
 	}
@@ -269,6 +384,7 @@ func Build(ctx context.Context, c querier, f Filter, o Options) (*Report, error)
 
 // build runs the report's queries in turn, each filling its part.
 func (b *builder) build(o Options) error {
+	b.prefetch(b.fetches())
 	for _, step := range []func() error{b.stateTime, b.gpuTime, b.gpuIdle} {
 		if err := step(); err != nil {
 			return err
@@ -323,7 +439,7 @@ func (b *builder) gpu(tags map[string]string) *GPUReport {
 func (b *builder) stateTime() error {
 	serverSecs := map[string]float64{}
 	for _, st := range States {
-		err := b.rows(StateTime, st, func(tags map[string]string, row map[string]any) error {
+		err := b.totalRows(StateTime, st, func(tags map[string]string, row map[string]any) error {
 			secs, err := b.seconds(schema.Server, tags[schema.TagHost], row)
 			if err != nil {
 				return err
@@ -359,19 +475,28 @@ func (b *builder) stateTime() error {
 func (b *builder) gpuTime() error {
 	var gpuSecs float64
 	unused := map[string]float64{}
-	err := b.rows(GPUTime, "", func(tags map[string]string, row map[string]any) error {
+	err := b.totalRows(GPUTime, "", func(tags map[string]string, row map[string]any) error {
 		g := b.gpu(tags)
 		n, _ := influxql.Num(row[colWindows])
 		secs, err := b.seconds(schema.GPU, g.Host, row)
 		if err != nil {
 			return err
 		}
+		// Parts of the range weigh their mean by their windows (a
+		// rollup's mean is over its windows).
+		util, _ := influxql.Num(row[schema.FieldUtil])
+		if g.Windows > 0 && int(n) > 0 {
+			util = (g.MeanUtil*float64(g.Windows) + util*n) / (float64(g.Windows) + n)
+		}
+		if int(n) > 0 || g.Windows == 0 {
+			g.MeanUtil = util
+		}
 		g.Windows += int(n)
 		g.Hours += secs / 3600
-		g.MeanUtil, _ = influxql.Num(row[schema.FieldUtil])
-		g.EnergyJ, _ = influxql.Num(row[schema.FieldEnergyJ])
+		e, _ := influxql.Num(row[schema.FieldEnergyJ])
+		g.EnergyJ += e
 		gpuSecs += secs
-		b.gpuEnergy += g.EnergyJ
+		b.gpuEnergy += e
 		if g.Server == "" {
 			unused[g.Host+"\x00\x00"+g.GPU+"\x00"+g.UUID] += secs / 3600
 			b.stateSecs[Unused] += secs
@@ -388,14 +513,23 @@ func (b *builder) gpuTime() error {
 
 // gpuIdle reads each GPU's share of idle windows.
 func (b *builder) gpuIdle() error {
-	return b.rows(GPUIdle, "", func(tags map[string]string, row map[string]any) error {
+	idle := map[*GPUReport]float64{}
+	var order []*GPUReport
+	err := b.totalRows(GPUIdle, "", func(tags map[string]string, row map[string]any) error {
 		g := b.gpu(tags)
 		n, _ := influxql.Num(row[colIdleWindows])
-		if g.Windows > 0 {
-			g.IdleShare = n / float64(g.Windows)
+		if _, ok := idle[g]; !ok {
+			order = append(order, g)
 		}
+		idle[g] += n
 		return nil
 	})
+	for _, g := range order {
+		if g.Windows > 0 {
+			g.IdleShare = idle[g] / float64(g.Windows)
+		}
+	}
+	return err
 }
 
 // suspects counts each server's suspect windows by rule; rollups do not
@@ -456,27 +590,49 @@ func (b *builder) waste() {
 // tokens per GPU-hour and per joule, per server and in all.
 func (b *builder) efficiency() error {
 	r := b.r
-	err := b.rows(TokensPerJoule, "", func(tags map[string]string, row map[string]any) error {
-		if v, ok := influxql.Num(row[schema.FieldTokensPerJoule]); ok {
-			b.server(tags).TokensPerJoule = &v
+	type sums struct {
+		tokens, energy       float64
+		hasTokens, hasEnergy bool
+	}
+	by := map[*ServerReport]*sums{}
+	var order []*ServerReport
+	err := b.totalRows(ServerTotals, "", func(tags map[string]string, row map[string]any) error {
+		sr := b.server(tags)
+		s := by[sr]
+		if s == nil {
+			s = &sums{}
+			by[sr] = s
+			order = append(order, sr)
+		}
+		if v, ok := influxql.Num(row[schema.FieldTokens]); ok {
+			s.tokens += v
+			s.hasTokens = true
+		}
+		if e, ok := influxql.Num(row[schema.FieldEnergyJ]); ok {
+			s.energy += e
+			s.hasEnergy = true
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	err = b.rows(Ranking, "", func(tags map[string]string, row map[string]any) error {
-		sr := b.server(tags)
-		sr.Tokens, _ = influxql.Num(row[schema.FieldTokens])
+	for _, sr := range order {
+		s := by[sr]
+		if s.hasTokens && s.hasEnergy {
+			// InfluxQL's division by zero is 0: TokensPerJoule's answer.
+			v := 0.0
+			if s.energy != 0 {
+				v = s.tokens / s.energy
+			}
+			sr.TokensPerJoule = &v
+		}
+		sr.Tokens = s.tokens
 		r.Tokens += sr.Tokens
 		if sr.GPUHours > 0 {
 			v := sr.Tokens / sr.GPUHours
 			sr.TokensPerGPUHour = &v
 		}
-		return nil
-	})
-	if err != nil {
-		return err
 	}
 	if r.GPUHours > 0 {
 		v := r.Tokens / r.GPUHours

@@ -148,11 +148,13 @@ func run() error {
 				}
 			}
 		}()
+		var tr report.Trace
+		tctx := report.WithTrace(ctx, &tr)
 		t0 := time.Now()
-		f, err := report.Plan(ctx, c, report.Filter{From: end.Add(-r.span), To: end})
+		f, err := report.Plan(tctx, c, report.Filter{From: end.Add(-r.span), To: end})
 		var rep *report.Report
 		if err == nil {
-			rep, err = report.Build(ctx, c, f, report.Options{Prices: map[string]float64{"*": 2.5}})
+			rep, err = report.Build(tctx, c, f, report.Options{Prices: map[string]float64{"*": 2.5}})
 		}
 		elapsed := time.Since(t0)
 		close(done)
@@ -173,8 +175,14 @@ func run() error {
 		if err := report.WriteHTML(&html, rep); err != nil {
 			return err
 		}
-		rows = append(rows, fmt.Sprintf("| %s | %s, %s buckets | %.1f s | %.2f s (%d curves) | %.0f MiB | %.0f MiB | %d | %d | %.0f | %d KiB |", r.name, f.Level, f.Interval,
-			elapsed.Seconds(), curveTime.Seconds(), len(curves), float64(peak.Load())/(1<<20), float64(after.TotalAlloc-before.TotalAlloc)/(1<<20),
+		busy := tr.InfluxBusy()
+		var decode time.Duration
+		for _, q := range tr.ByName() {
+			decode += q.Decode
+			fmt.Fprintf(os.Stderr, "  %-20s influx %6.2f s  decode %5.2f s  %7d KiB\n", q.Name, q.Influx.Seconds(), q.Decode.Seconds(), q.Bytes/1024)
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %s, %s buckets | %.1f s | %.1f s (%.0f %%) | %.2f s | %d | %.2f s (%d curves) | %.0f MiB | %.0f MiB | %d | %d | %.0f | %d KiB |", r.name, f.Level, f.Interval,
+			elapsed.Seconds(), busy.Seconds(), 100*busy.Seconds()/elapsed.Seconds(), decode.Seconds(), len(tr.Queries), curveTime.Seconds(), len(curves), float64(peak.Load())/(1<<20), float64(after.TotalAlloc-before.TotalAlloc)/(1<<20),
 			len(rep.Servers), len(rep.GPUs), rep.GPUHours, html.Len()/1024))
 		fmt.Fprintf(os.Stderr, "report %s: %v, of which the operating curve alone %v\n", r.name, elapsed.Round(10*time.Millisecond), curveTime.Round(10*time.Millisecond))
 	}
@@ -189,8 +197,8 @@ Taken %s on %d CPU cores, %s; InfluxDB 1.8.10 on loopback, started by the harnes
 |---|---|---|---|
 %s
 
-| range | series read | time (Plan + Build) | operating curve alone | peak Go heap | allocated | servers | GPUs | GPU-hours | HTML |
-|---|---|---|---|---|---|---|---|---|---|
+| range | series read | time (Plan + Build) | InfluxDB busy (share) | decoding | queries | operating curve alone | peak Go heap | allocated | servers | GPUs | GPU-hours | HTML |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|
 %s
 <!-- /report-scale -->
 `, *hosts, *gpus, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), *hosts, *gpus, *days, *rawWindow,
