@@ -77,8 +77,8 @@ func TestFastPathEqualsOneLevel(t *testing.T) {
 	}
 
 	for _, tc := range []struct {
-		name     string
-		f        report.Filter
+		name    string
+		f       report.Filter
 		coarser string // the rollup the fast path must read
 		// fastReads and slowReads are how many queries read it: each
 		// total of the fast path's (lost, GPU time, idle, server totals,

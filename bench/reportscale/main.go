@@ -73,10 +73,24 @@ func run() error {
 	const db = "tpsmon"
 	c := report.NewClient(base, db, "", 10*time.Minute)
 	ctx := context.Background()
-	for _, q := range []string{`CREATE DATABASE "tpsmon"`, `CREATE RETENTION POLICY "tpsmon_1h" ON "tpsmon" DURATION 0s REPLICATION 1`,
-		`CREATE RETENTION POLICY "tpsmon_1d" ON "tpsmon" DURATION 0s REPLICATION 1`} {
+	// The rollups' retention policies as shipped (their shard durations
+	// are most of what a long range costs InfluxDB).
+	rps, err := os.ReadFile(filepath.Join("packaging", "influxdb", "retention.influxql"))
+	if err != nil {
+		return fmt.Errorf("run from the repository's root: %w", err)
+	}
+	stmts := []string{`CREATE DATABASE "tpsmon"`}
+	for _, l := range strings.Split(string(rps), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "--") {
+			stmts = append(stmts, l)
+		}
+	}
+	for _, q := range stmts {
+		if loaded {
+			break // made by the run that loaded the data
+		}
 		if _, err := c.Query(ctx, q); err != nil {
-			return err
+			return fmt.Errorf("%s: %w", q, err)
 		}
 	}
 	fleet := fleetsim.Fleet{Hosts: *hosts, GPUs: *gpus, Unused: 2, Model: "NVIDIA H100 80GB HBM3"}
