@@ -49,6 +49,15 @@ func TestDialectsOnFixtures(t *testing.T) {
 		// V1's step histogram: its count is the engine's steps.
 		{"vllm_v1_steps_cache_written.prom", want{"vllm", "meta-llama/Llama-3.1-8B-Instruct",
 			map[sample.Counter]float64{sample.GenerationTokens: 52000, sample.Iterations: 3400}, map[sample.Gauge]float64{sample.Running: 16}}},
+		// A real 0.27.1 page: why requests wait, the sleep state and the
+		// prompt's split, each as the page states it; _created gauges ignored.
+		{"vllm_v0271_cpu_capture_48_streams.prom", want{"vllm", "Qwen/Qwen2.5-0.5B-Instruct",
+			map[sample.Counter]float64{sample.GenerationTokens: 807, sample.PromptTokens: 656, sample.Preemptions: 0,
+				sample.ITLSum: 17.33309237821959, sample.ITLCount: 790, sample.FinishedRequests: 1, sample.AbortedRequests: 0,
+				sample.PromptComputed: 656, sample.PromptCached: 0, sample.PromptExternal: 0,
+				sample.PrefixQueries: 656, sample.PrefixHits: 0, sample.Iterations: 57},
+			map[sample.Gauge]float64{sample.Running: 16, sample.Waiting: 32, sample.KVUsage: 0.0058629534628068525,
+				sample.WaitingCapacity: 32, sample.WaitingDeferred: 0, sample.Awake: 1}}},
 		{"v1_two_engines.prom", want{"vllm", "Qwen/Qwen3-8B",
 			// Engines are summed; the 0.11 ITL name wins over the old one.
 			map[sample.Counter]float64{sample.GenerationTokens: 1500, sample.PromptTokens: 6000, sample.Preemptions: 4, sample.ITLSum: 24.75 + 9.9, sample.ITLCount: 1485},

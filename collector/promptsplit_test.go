@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/tpsmon/tpsmon/sample"
@@ -13,7 +14,8 @@ import (
 // "excluding cached tokens"), so all is computed + cached, which the
 // captured server's two requests' timings (prompt_n + cache_n) confirm;
 // SGLang's real-time split is all on its own, and the completion-time
-// prompt counter agrees once requests have completed.
+// prompt counter agrees once requests have completed. Where vLLM's page
+// also prints prompt_tokens_cached_total, cached + external is it.
 func TestPromptSplitInvariant(t *testing.T) {
 	tests := []struct {
 		file    string
@@ -21,6 +23,8 @@ func TestPromptSplitInvariant(t *testing.T) {
 		counted bool    // PromptTokens counts them all (else: the computed ones)
 	}{
 		{"vllm_v1_split_written.prom", 100000, true},
+		// A real 0.27.1 page: 656 prompt tokens, all computed.
+		{"vllm_v0271_cpu_capture_48_streams.prom", 656, true},
 		// vLLM's own Rust frontend test: one request of 2 prompt tokens.
 		{"vllm_rust_frontend_generate_test.prom", 2, true},
 		{"llamacpp_cached_prompt_real.prom", 14 + 14, false},
@@ -39,6 +43,22 @@ func TestPromptSplitInvariant(t *testing.T) {
 			if sum != tt.all {
 				t.Errorf("computed %v + cached %v + external %v = %v, want all %v", s.Counter[sample.PromptComputed],
 					s.Counter[sample.PromptCached], s.Counter[sample.PromptExternal], sum, tt.all)
+			}
+			// vLLM's own cached total (local + external) where the page has
+			// it: the split's cached and transferred tokens must make it up.
+			page, err := ParsePage(strings.NewReader(readFixture(t, tt.file)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ss, ok := page["vllm:prompt_tokens_cached_total"]; ok {
+				var total float64
+				for _, x := range ss {
+					total += x.value
+				}
+				if got := s.Counter[sample.PromptCached] + s.Counter[sample.PromptExternal]; got != total {
+					t.Errorf("cached %v + external %v = %v, the page's prompt_tokens_cached_total %v",
+						s.Counter[sample.PromptCached], s.Counter[sample.PromptExternal], got, total)
+				}
 			}
 			want := tt.all
 			if !tt.counted {
@@ -80,6 +100,12 @@ func TestSpeculationAndWaitingRead(t *testing.T) {
 		{"vllm_spec_decode_created_pr41916.prom",
 			map[sample.Counter]float64{sample.SpecDrafts: 6491797, sample.SpecDraftTokens: 6491797},
 			nil, []sample.Gauge{sample.Awake, sample.WaitingCapacity}, []sample.Counter{sample.SpecAccepted, sample.PromptCached}},
+		// A real 0.27.1 page: 32 waiting, all for capacity; awake.
+		{"vllm_v0271_cpu_capture_48_streams.prom",
+			map[sample.Counter]float64{sample.PromptComputed: 656, sample.PromptCached: 0, sample.PromptExternal: 0},
+			map[sample.Gauge]float64{sample.WaitingCapacity: 32, sample.WaitingDeferred: 0, sample.Waiting: 32, sample.Awake: 1},
+			[]sample.Gauge{sample.SpecAcceptRate, sample.SpecAcceptLength},
+			[]sample.Counter{sample.SpecDrafts, sample.SpecDraftTokens, sample.SpecAccepted}},
 		// Newer vLLM's fully-awake gauge, averaged over its engines.
 		{"vllm_fully_awake_test_sleep_state.prom", nil,
 			map[sample.Gauge]float64{sample.Awake: 0.5}, nil, nil},

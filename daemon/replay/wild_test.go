@@ -7,11 +7,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tpsmon/tpsmon/analysis"
+	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/window"
 )
 
@@ -53,6 +55,15 @@ type wildWant struct {
 	Running    *wildRange `json:"running,omitempty"`
 	Waiting    *wildRange `json:"waiting,omitempty"`
 	KV         *wildRange `json:"kv,omitempty"`
+	// Why requests wait and whether the engine is awake (vLLM
+	// num_requests_waiting_by_reason, engine_sleep_state): the windows'
+	// means of the engine's gauges.
+	WaitingCapacity *wildRange `json:"waiting_capacity,omitempty"`
+	WaitingDeferred *wildRange `json:"waiting_deferred,omitempty"`
+	Awake           *wildRange `json:"awake,omitempty"`
+	// NotStates are verdicts no window may have (sleeping on an engine
+	// the page says is awake, kv_bound where the memory is free).
+	NotStates []string `json:"not_states,omitempty"`
 	// Has names fields that some window must carry (per_user_tps,
 	// prompt_tokens, ...), for excerpts whose values are not stated.
 	Has []string `json:"has,omitempty"`
@@ -182,6 +193,11 @@ func checkWild(t *testing.T, want wildWant, engine string, ws []analysis.ServerW
 			has[f] = has[f] || ok
 		}
 	}
+	for _, w := range ws {
+		if slices.Contains(want.NotStates, w.State) {
+			t.Errorf("window %s: state %s, which the excerpt rules out", w.Start.Format(time.TimeOnly), w.State)
+		}
+	}
 	for _, f := range want.Has {
 		if !has[f] {
 			t.Errorf("no window has %s", f)
@@ -209,6 +225,9 @@ func checkWild(t *testing.T, want wildWant, engine string, ws []analysis.ServerW
 		{"running", want.Running, func(w analysis.ServerWindow) window.Opt[float64] { return w.Running }},
 		{"waiting", want.Waiting, func(w analysis.ServerWindow) window.Opt[float64] { return w.Waiting }},
 		{"kv", want.KV, func(w analysis.ServerWindow) window.Opt[float64] { return w.KVCacheUsage }},
+		{"waiting_capacity", want.WaitingCapacity, func(w analysis.ServerWindow) window.Opt[float64] { return w.Gauges[sample.WaitingCapacity] }},
+		{"waiting_deferred", want.WaitingDeferred, func(w analysis.ServerWindow) window.Opt[float64] { return w.Gauges[sample.WaitingDeferred] }},
+		{"awake", want.Awake, func(w analysis.ServerWindow) window.Opt[float64] { return w.Gauges[sample.Awake] }},
 	} {
 		if r.want != nil {
 			r.want.check(t, r.name, ws, r.get)
