@@ -9,9 +9,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -46,6 +48,7 @@ func run() error {
 	days := flag.Int("days", 90, "days of hourly and daily rollups")
 	rawWindow := flag.Duration("raw-window", time.Minute, "window length of the last day's raw windows")
 	results := flag.String("results", "bench/RESULTS.md", "file whose report-scale section is rewritten")
+	check := flag.Bool("check", false, "build each report again from the level's own series alone (report.Options.OneLevel) and compare the JSON")
 	keep := flag.String("keep", "", "InfluxDB data directory kept between runs: loaded the first time, read as it is after (same flags, same UTC day)")
 	flag.Parse()
 
@@ -185,6 +188,17 @@ func run() error {
 			return fmt.Errorf("curve %s: %w", r.name, err)
 		}
 		curveTime := time.Since(t1)
+		if *check {
+			one, err := report.Build(ctx, c, f, report.Options{Prices: map[string]float64{"*": 2.5}, OneLevel: true})
+			if err != nil {
+				return fmt.Errorf("one-level report %s: %w", r.name, err)
+			}
+			n, worst, other, err := compareJSON(rep, one)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "report %s against one level: %d numbers, largest relative difference %.2g, %d other differences\n", r.name, n, worst, other)
+		}
 		var html strings.Builder
 		if err := report.WriteHTML(&html, rep); err != nil {
 			return err
@@ -218,6 +232,64 @@ Taken %s on %d CPU cores, %s; InfluxDB 1.8.10 on loopback, started by the harnes
 `, *hosts, *gpus, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), *hosts, *gpus, *days, *rawWindow,
 		strings.Join(loads, "\n"), strings.Join(rows, "\n"))
 	return rewriteSection(*results, section)
+}
+
+// compareJSON compares two reports' JSON: how many numbers, the largest
+// relative difference between two of them, and how many other values
+// (strings, lengths, keys) differ.
+func compareJSON(a, b *report.Report) (n int, worst float64, other int, err error) {
+	var x, y any
+	for _, p := range []struct {
+		r   *report.Report
+		dst *any
+	}{{a, &x}, {b, &y}} {
+		j, err := json.Marshal(p.r)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if err := json.Unmarshal(j, p.dst); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	var walk func(a, b any)
+	walk = func(a, b any) {
+		switch u := a.(type) {
+		case map[string]any:
+			v, ok := b.(map[string]any)
+			if !ok || len(u) != len(v) {
+				other++
+				return
+			}
+			for k := range u {
+				walk(u[k], v[k])
+			}
+		case []any:
+			v, ok := b.([]any)
+			if !ok || len(u) != len(v) {
+				other++
+				return
+			}
+			for i := range u {
+				walk(u[i], v[i])
+			}
+		case float64:
+			v, ok := b.(float64)
+			if !ok {
+				other++
+				return
+			}
+			n++
+			if d := math.Abs(u-v) / math.Max(1, math.Max(math.Abs(u), math.Abs(v))); d > worst {
+				worst = d
+			}
+		default:
+			if a != b {
+				other++
+			}
+		}
+	}
+	walk(x, y)
+	return n, worst, other, nil
 }
 
 // rewriteSection replaces the report-scale section of path, or appends it.
