@@ -577,7 +577,7 @@ func (b *builder) waste() {
 		}
 		sort.Slice(sh.By, func(i, j int) bool {
 			x, y := sh.By[i], sh.By[j]
-			if x.GPUHours != y.GPUHours {
+			if rankKey(x.GPUHours) != rankKey(y.GPUHours) {
 				return x.GPUHours > y.GPUHours
 			}
 			return x.Host+x.Server+x.GPU < y.Host+y.Server+y.GPU
@@ -847,6 +847,18 @@ var stateWhy = map[string]string{
 
 func pct(v float64) int { return int(math.Round(100 * v)) }
 
+// rankKey is v to 10 significant digits, what rankings compare: sums of
+// the same windows added in another order (per period, then across
+// periods) differ in their last digits, and equal servers must tie, and
+// fall to their names, whichever way the sums were taken.
+func rankKey(v float64) float64 {
+	if v == 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+		return v
+	}
+	p := math.Pow(10, 9-math.Floor(math.Log10(math.Abs(v))))
+	return math.Round(v*p) / p
+}
+
 // maxPerKind is how many findings of one kind are spelled out; the rest
 // are counted in one more line.
 const maxPerKind = 5
@@ -859,7 +871,9 @@ func findings(r *Report) []string {
 			idle = append(idle, g)
 		}
 	}
-	sort.SliceStable(idle, func(a, b int) bool { return idle[a].IdleShare*idle[a].Hours > idle[b].IdleShare*idle[b].Hours })
+	sort.SliceStable(idle, func(a, b int) bool {
+		return rankKey(idle[a].IdleShare*idle[a].Hours) > rankKey(idle[b].IdleShare*idle[b].Hours)
+	})
 	for i, g := range idle {
 		if i == maxPerKind {
 			var hours float64
@@ -892,7 +906,9 @@ func findings(r *Report) []string {
 			bad = append(bad, w)
 		}
 	}
-	sort.SliceStable(bad, func(a, b int) bool { return bad[a].share*bad[a].s.GPUHours > bad[b].share*bad[b].s.GPUHours })
+	sort.SliceStable(bad, func(a, b int) bool {
+		return rankKey(bad[a].share*bad[a].s.GPUHours) > rankKey(bad[b].share*bad[b].s.GPUHours)
+	})
 	for i, w := range bad {
 		if i == maxPerKind {
 			out = append(out, fmt.Sprintf("%d more servers spent a quarter of the time or more in a state other than ok", len(bad)-i))
@@ -909,7 +925,9 @@ func findings(r *Report) []string {
 			ranked = append(ranked, s)
 		}
 	}
-	sort.Slice(ranked, func(a, b int) bool { return *ranked[a].TokensPerGPUHour < *ranked[b].TokensPerGPUHour })
+	sort.SliceStable(ranked, func(a, b int) bool {
+		return rankKey(*ranked[a].TokensPerGPUHour) < rankKey(*ranked[b].TokensPerGPUHour)
+	})
 	if len(ranked) > 1 {
 		lo, hi := ranked[0], ranked[len(ranked)-1]
 		out = append(out, fmt.Sprintf("lowest tokens per GPU-hour: %s on %s with %.0f, against %.0f for %s on %s",

@@ -251,31 +251,37 @@ func compareJSON(a, b *report.Report) (n int, worst float64, other int, err erro
 			return 0, 0, 0, err
 		}
 	}
-	var walk func(a, b any)
-	walk = func(a, b any) {
+	var walk func(path string, a, b any)
+	differ := func(path string, a, b any) {
+		if other < 5 {
+			fmt.Fprintf(os.Stderr, "  %s: %.200v vs %.200v\n", path, a, b)
+		}
+		other++
+	}
+	walk = func(path string, a, b any) {
 		switch u := a.(type) {
 		case map[string]any:
 			v, ok := b.(map[string]any)
 			if !ok || len(u) != len(v) {
-				other++
+				differ(path, a, b)
 				return
 			}
 			for k := range u {
-				walk(u[k], v[k])
+				walk(path+"."+k, u[k], v[k])
 			}
 		case []any:
 			v, ok := b.([]any)
 			if !ok || len(u) != len(v) {
-				other++
+				differ(path, a, b)
 				return
 			}
 			for i := range u {
-				walk(u[i], v[i])
+				walk(fmt.Sprintf("%s[%d]", path, i), u[i], v[i])
 			}
 		case float64:
 			v, ok := b.(float64)
 			if !ok {
-				other++
+				differ(path, a, b)
 				return
 			}
 			n++
@@ -284,11 +290,11 @@ func compareJSON(a, b *report.Report) (n int, worst float64, other int, err erro
 			}
 		default:
 			if a != b {
-				other++
+				differ(path, a, b)
 			}
 		}
 	}
-	walk(x, y)
+	walk("", x, y)
 	return n, worst, other, nil
 }
 
