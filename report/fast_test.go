@@ -15,6 +15,7 @@ import (
 	"github.com/tpsmon/tpsmon/internal/influxql"
 	"github.com/tpsmon/tpsmon/report"
 	"github.com/tpsmon/tpsmon/rollup"
+	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sim/fleetsim"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/testkit/influxtest"
@@ -82,22 +83,23 @@ func TestFastPathEqualsOneLevel(t *testing.T) {
 		coarser string // the rollup the fast path must read
 		// fastReads and slowReads are how many queries read it: each
 		// total of the fast path's (lost, GPU time, idle, server totals,
-		// eight states), and the curve's of both paths at the hourly
-		// level (it reads whole days of cells from the daily rollup).
+		// every state's time in one), and the curve's of both paths at
+		// the hourly level (it reads whole days of cells from the daily
+		// rollup).
 		fastReads, slowReads int
 	}{
 		// Raw level, ragged ends: raw 05:20-06:00, hourly 06:00-07:00
 		// of the next day, raw to 07:40.
 		{"raw, ragged ends", report.Filter{From: day.Add(5*time.Hour + 20*time.Minute), To: day.Add(31*time.Hour + 40*time.Minute), Interval: 10 * time.Minute, Level: report.Raw},
-			`"tpsmon_1h".`, 12, 0},
+			`"tpsmon_1h".`, 5, 0},
 		// Raw level, past the rollups: hourly to 03:00 of the third day,
 		// raw windows after.
 		{"raw, not yet rolled up", report.Filter{From: day.Add(30 * time.Hour), To: end, Interval: 10 * time.Minute, Level: report.Raw},
-			`"tpsmon_1h".`, 12, 0},
+			`"tpsmon_1h".`, 5, 0},
 		// Hourly level: hourly 03:00-24:00, the second day daily, hourly
 		// 00:00-03:00 of the third.
 		{"hourly, whole day inside", report.Filter{From: day.Add(3 * time.Hour), To: day.Add(51 * time.Hour), Interval: 6 * time.Hour, Level: report.Hourly},
-			`"tpsmon_1d".`, 13, 1},
+			`"tpsmon_1d".`, 6, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			build := func(o report.Options) (*report.Report, *recorder) {
@@ -139,6 +141,81 @@ func TestFastPathEqualsOneLevel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStatesInOneQuery: on rollups, the one query of every state's
+// fields gives each state's time as its own query does, exactly.
+func TestStatesInOneQuery(t *testing.T) {
+	t.Parallel()
+	base := influxtest.URL(t)
+	db := influxtest.CreateDB(t, base, "states")
+	for _, rp := range []string{"tpsmon_1h", "tpsmon_1d"} {
+		influxtest.Query(t, base, db, fmt.Sprintf(`CREATE RETENTION POLICY "%s" ON "%s" DURATION 0s REPLICATION 1`, rp, db))
+	}
+	fleet := fleetsim.Fleet{Hosts: 3, GPUs: 4, Unused: 2, Model: "H100"}
+	day := time.Date(2026, 11, 10, 0, 0, 0, 0, time.UTC)
+	writeRaw(t, base, db, func(e func(*write.Point) error) error { return fleet.Raw(day, day.Add(26*time.Hour), 2*time.Minute, e) })
+	if _, err := rollupJob(t, base, db).Run(context.Background(), day.Add(26*time.Hour+10*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	c := report.NewClient(base, db, "", 30*time.Second)
+	for _, f := range []report.Filter{
+		{From: day, To: day.Add(26 * time.Hour), Interval: 2 * time.Hour, Level: report.Hourly},
+		{From: day, To: day.Add(48 * time.Hour), Interval: 24 * time.Hour, Level: report.Daily},
+	} {
+		for _, qs := range [][2]report.Query{{report.StateTime, report.StateTimeAll}, {report.StateTrend, report.StateTrendAll}} {
+			// each state's own query: state|tags|time -> windows, seconds
+			own := map[string]string{}
+			for _, st := range report.States {
+				for k, v := range stateCells(t, c, f, qs[0], st, func(col string) string { return col }) {
+					own[st+"|"+k] = v
+				}
+			}
+			all := map[string]string{}
+			for _, st := range report.States {
+				for k, v := range stateCells(t, c, f, qs[1], "", func(col string) string { return schema.RollupField(st, col) }) {
+					all[st+"|"+k] = v
+				}
+			}
+			if len(own) == 0 {
+				t.Fatalf("%s at %s: no rows", qs[0].Name, f.Level)
+			}
+			if len(own) != len(all) {
+				t.Errorf("%s at %s: %d rows of the states' own queries, %d of the one", qs[0].Name, f.Level, len(own), len(all))
+			}
+			for k, v := range own {
+				if all[k] != v {
+					t.Errorf("%s at %s, %s: %s, in one query %q", qs[0].Name, f.Level, k, v, all[k])
+				}
+			}
+		}
+	}
+}
+
+// stateCells runs q and keys each row with a window by its tags and
+// time: its windows and seconds as text, read from the columns col names
+// (a state's own query names them windows and seconds).
+func stateCells(t *testing.T, c *report.Client, f report.Filter, q report.Query, state string, col func(string) string) map[string]string {
+	t.Helper()
+	text, err := f.Render(q, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	series, err := c.Query(context.Background(), text)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, text)
+	}
+	out := map[string]string{}
+	for _, s := range series {
+		for _, row := range s.Rows() {
+			w, sec := row[col(schema.FieldWindows)], row[col(schema.FieldSeconds)]
+			if w == nil && sec == nil {
+				continue
+			}
+			out[fmt.Sprint(s.Tags, row["time"])] = fmt.Sprint(w, " ", sec)
+		}
+	}
+	return out
 }
 
 // compare lists where two decoded JSON values differ: numbers by more

@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tpsmon/tpsmon/internal/influxql"
@@ -97,6 +98,80 @@ func rolledUpTo(ctx context.Context, c querier, level string, from, to time.Time
 		}
 	}
 	return newest, nil
+}
+
+// Each state's time is one query per state on raw windows (a field to
+// match), but on rollups every state's fields are in one point: one
+// query reads them all, for a part (StateTime) or the range (StateTrend).
+var (
+	allStateTime = func() string {
+		var sel []string
+		for _, st := range States {
+			w, s := schema.RollupField(st, schema.FieldWindows), schema.RollupField(st, schema.FieldSeconds)
+			sel = append(sel, same("sum", w), same("sum", s))
+		}
+		return list(sel...)
+	}()
+	StateTimeAll  = Query{Name: "state_time_all", Rollup: strings.Replace(StateTime.Rollup, "SELECT "+stateTime+" ", "SELECT "+allStateTime+" ", 1)}
+	StateTrendAll = Query{Name: "state_trend_all", Rollup: strings.Replace(StateTrend.Rollup, "SELECT "+stateTime+" ", "SELECT "+allStateTime+" ", 1)}
+)
+
+// queryState is a query and the $state it is rendered for.
+type queryState struct {
+	q     Query
+	state string
+}
+
+// stateQueries are the queries of each state's time over f: q per state
+// on raw windows, all (one) on rollups.
+func stateQueries(f Filter, q, all Query) []queryState {
+	if f.Level != "" && f.Level != Raw {
+		return []queryState{{all, ""}}
+	}
+	var out []queryState
+	for _, st := range States {
+		out = append(out, queryState{q, st})
+	}
+	return out
+}
+
+// stateRows hands each state's rows over each part to each, as q's rows
+// (windows, seconds, timed, time) whichever query read them.
+func (b *builder) stateRows(parts []Filter, q, all Query, each func(st string, tags map[string]string, row map[string]any) error) error {
+	for _, part := range parts {
+		for _, x := range stateQueries(part, q, all) {
+			text, err := part.Render(x.q, x.state)
+			if err != nil {
+				return err
+			}
+			series, err := b.query(x.q.Name, text)
+			if err != nil {
+				return err
+			}
+			for _, s := range series {
+				for _, row := range s.Rows() {
+					if x.state != "" {
+						if err := each(x.state, s.Tags, row); err != nil {
+							return err
+						}
+						continue
+					}
+					for _, st := range States {
+						w, okW := row[schema.RollupField(st, schema.FieldWindows)]
+						sec, okS := row[schema.RollupField(st, schema.FieldSeconds)]
+						if (!okW || w == nil) && (!okS || sec == nil) {
+							continue // no window in st: no row of st's own query
+						}
+						r := map[string]any{"time": row["time"], colWindows: w, colSeconds: sec, colTimed: w}
+						if err := each(st, s.Tags, r); err != nil {
+							return err
+						}
+					}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // totalRows runs a totals query over each part of the range, in time

@@ -266,19 +266,14 @@ func (b *builder) run(q Query, state string) ([]influxql.Series, error) {
 // (so that the last to finish is a short one); a query that does not
 // render is left to its step, which returns the error.
 func (b *builder) fetches() []fetch {
-	type qs struct {
-		q     Query
-		state string
-	}
+	type qs = queryState
 	var list []qs
 	raw := b.f.Level == "" || b.f.Level == Raw
 	if raw {
 		list = append(list, qs{q: CurveWindows}, qs{q: LatencyBuckets}, qs{q: AttainmentBuckets})
 	}
 	list = append(list, qs{q: FleetGPU}, qs{q: ServerSeries})
-	for _, st := range States {
-		list = append(list, qs{StateTrend, st})
-	}
+	list = append(list, stateQueries(b.f, StateTrend, StateTrendAll)...)
 	list = append(list, qs{q: UnusedTrend}, qs{q: FleetTokens})
 	if raw {
 		list = append(list, qs{q: MissedWindows}, qs{q: SuspectWindows})
@@ -289,12 +284,11 @@ func (b *builder) fetches() []fetch {
 			out = append(out, fetch{x.q.Name, text})
 		}
 	}
-	totals := []qs{{q: LostThroughput}, {q: GPUTime}, {q: GPUIdle}, {q: ServerTotals}}
-	for _, st := range States {
-		totals = append(totals, qs{StateTime, st})
-	}
 	for _, part := range b.totalParts() {
-		for _, x := range totals {
+		for _, x := range []qs{{q: LostThroughput}, {q: GPUTime}, {q: GPUIdle}, {q: ServerTotals}} {
+			add(part, x)
+		}
+		for _, x := range stateQueries(part, StateTime, StateTimeAll) {
 			add(part, x)
 		}
 	}
@@ -438,27 +432,25 @@ func (b *builder) gpu(tags map[string]string) *GPUReport {
 // state.
 func (b *builder) stateTime() error {
 	serverSecs := map[string]float64{}
-	for _, st := range States {
-		err := b.totalRows(StateTime, st, func(tags map[string]string, row map[string]any) error {
-			secs, err := b.seconds(schema.Server, tags[schema.TagHost], row)
-			if err != nil {
-				return err
-			}
-			sr := b.server(tags)
-			sr.StateShare[st] += secs
-			serverSecs[sr.Host+"/"+sr.Server] += secs
-			g := secs * float64(gpuCount(tags[schema.TagGPUs]))
-			sr.GPUHours += g / 3600
-			b.stateSecs[st] += g
-			if b.byState[st] == nil {
-				b.byState[st] = map[string]float64{}
-			}
-			b.byState[st][sr.Host+"\x00"+sr.Server] += g / 3600
-			return nil
-		})
+	err := b.stateRows(b.totalParts(), StateTime, StateTimeAll, func(st string, tags map[string]string, row map[string]any) error {
+		secs, err := b.seconds(schema.Server, tags[schema.TagHost], row)
 		if err != nil {
 			return err
 		}
+		sr := b.server(tags)
+		sr.StateShare[st] += secs
+		serverSecs[sr.Host+"/"+sr.Server] += secs
+		g := secs * float64(gpuCount(tags[schema.TagGPUs]))
+		sr.GPUHours += g / 3600
+		b.stateSecs[st] += g
+		if b.byState[st] == nil {
+			b.byState[st] = map[string]float64{}
+		}
+		b.byState[st][sr.Host+"\x00"+sr.Server] += g / 3600
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	for k, s := range b.servers {
 		for st := range s.StateShare {
@@ -782,18 +774,16 @@ func (b *builder) fleetGPU(f *fleetSums) error {
 // servers' GPUs take their server's state, and GPUs that served none are
 // unused.
 func (b *builder) fleetStates(f *fleetSums) error {
-	for _, st := range States {
-		err := b.rows(StateTrend, st, func(tags map[string]string, row map[string]any) error {
-			secs, err := b.seconds(schema.Server, tags[schema.TagHost], row)
-			if err != nil {
-				return err
-			}
-			f.at(row).StateGPUHours[st] += secs * float64(gpuCount(tags[schema.TagGPUs])) / 3600
-			return nil
-		})
+	err := b.stateRows([]Filter{b.f}, StateTrend, StateTrendAll, func(st string, tags map[string]string, row map[string]any) error {
+		secs, err := b.seconds(schema.Server, tags[schema.TagHost], row)
 		if err != nil {
 			return err
 		}
+		f.at(row).StateGPUHours[st] += secs * float64(gpuCount(tags[schema.TagGPUs])) / 3600
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return b.rows(UnusedTrend, "", func(tags map[string]string, row map[string]any) error {
 		secs, err := b.seconds(schema.GPU, tags[schema.TagHost], row)
