@@ -215,29 +215,44 @@ const InFlight = 4
 type fetch struct{ name, text string }
 
 // prefetch runs the queries concurrently, at most InFlight at once, and
-// keeps their answers for the steps (an error too, for the step that
-// runs the query to return in its turn).
-func (b *builder) prefetch(fs []fetch) {
+// keeps their answers for the steps. The first error cancels the rest
+// and is the report's: with InfluxDB down or hung, one timeout, not one
+// per query.
+func (b *builder) prefetch(fs []fetch) error {
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
 	out := make([]answer, len(fs))
 	sem := make(chan struct{}, InFlight)
 	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
 	for i, f := range fs {
-		wg.Add(1)
 		sem <- struct{}{}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			s, err := b.c.Query(withName(b.ctx, f.name), f.text)
+			s, err := b.c.Query(withName(ctx, f.name), f.text)
+			if err != nil {
+				once.Do(func() { first = fmt.Errorf("%s: %w", f.name, err); cancel() })
+			}
 			out[i] = answer{s, err}
 		}()
 	}
 	wg.Wait()
+	if first != nil {
+		return first
+	}
 	if b.pre == nil {
 		b.pre = map[string]answer{}
 	}
 	for i, f := range fs {
 		b.pre[f.text] = out[i]
 	}
+	return nil
 }
 
 // query runs one rendered query, or takes its answer fetched ahead.
@@ -378,7 +393,9 @@ func Build(ctx context.Context, c querier, f Filter, o Options) (*Report, error)
 
 // build runs the report's queries in turn, each filling its part.
 func (b *builder) build(o Options) error {
-	b.prefetch(b.fetches())
+	if err := b.prefetch(b.fetches()); err != nil {
+		return err
+	}
 	for _, step := range []func() error{b.stateTime, b.gpuTime, b.gpuIdle} {
 		if err := step(); err != nil {
 			return err
