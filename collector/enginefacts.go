@@ -39,6 +39,12 @@ type EngineFacts struct {
 	KVTokensFrom      string
 	KVDtype           string
 	WeightBytesPerGPU float64
+	// vLLM's and SGLang's start-up lines: the model as the server was
+	// given it (a directory, a file or a Hugging Face repo id, as
+	// logged: escapes are kept, for the reader to refuse), the line that
+	// said it, and the revision and download directory said with it.
+	// daemon/modelfacts finds and reads it.
+	LoggedModel, LoggedModelFrom, LoggedRevision, LoggedDownloadDir string
 }
 
 // Said reports whether e says anything.
@@ -129,9 +135,12 @@ var (
 	vllmKVRE      = regexp.MustCompile(`GPU KV cache size: ([0-9,]+) tokens`)
 )
 
-// VLLMFactLine reads one vLLM log line into e, and reports whether it
-// was one of the lines that say a fact.
+// VLLMFactLine reads one vLLM (or SGLang) start-up log line into e, and
+// reports whether it was one of the lines that say a fact.
 func VLLMFactLine(line string, e *EngineFacts) bool {
+	if loggedModelLine(line, e) {
+		return true
+	}
 	if m := vllmWeightsRE.FindStringSubmatch(line); m != nil {
 		if v, err := strconv.ParseFloat(m[1], 64); err == nil && v > 0 {
 			e.WeightBytesPerGPU = v * (1 << 30)
@@ -185,4 +194,78 @@ func getJSON(ctx context.Context, client *http.Client, base, path string, parse 
 		return EngineFacts{}, fmt.Errorf("%s: HTTP %s", path, resp.Status)
 	}
 	return parse(bufio.NewReader(resp.Body))
+}
+
+// The start-up lines that name the model the server loads, each with the
+// key of the model (Python's repr of the engine's arguments), of its
+// revision and of its download directory in that line's syntax.
+var modelLines = []struct {
+	mark, from     string
+	models         []string
+	rev, downloads string
+}{
+	// vLLM V0 and V1: "Initializing a V1 LLM engine (v0.8.3) with
+	// config: model='/models/x', speculative_config=None, ...".
+	{"with config: model=", "vLLM engine config", []string{"with config: model="}, ", revision=", ", download_dir="},
+	// vLLM ≥ 0.9: "non-default args: {'model_tag': 'x', 'model': 'x'}".
+	{"non-default args: {", "vLLM non-default args", []string{"'model': ", "'model_tag': "}, "'revision': ", "'download_dir': "},
+	// vLLM < 0.9: "args: Namespace(subparser='serve', model_tag=...,
+	// model='x', ...)".
+	{"args: Namespace(", "vLLM args", []string{", model=", "model_tag="}, ", revision=", ", download_dir="},
+	// SGLang: "server_args=ServerArgs(model_path='x', tokenizer_path=...".
+	{"server_args=ServerArgs(", "SGLang server_args", []string{"ServerArgs(model_path="}, ", revision=", ", download_dir="},
+}
+
+// loggedModelLine reads the model a start-up line names into e.
+func loggedModelLine(line string, e *EngineFacts) bool {
+	for _, m := range modelLines {
+		i := strings.Index(line, m.mark)
+		if i < 0 {
+			continue
+		}
+		args := line[i:]
+		var model string
+		for _, k := range m.models {
+			if v, ok := pyStringAfter(args, k); ok && v != "" {
+				model = v
+				break
+			}
+		}
+		if model == "" {
+			return false
+		}
+		rev, _ := pyStringAfter(args, m.rev)
+		dl, _ := pyStringAfter(args, m.downloads)
+		e.LoggedModel, e.LoggedModelFrom, e.LoggedRevision, e.LoggedDownloadDir = model, m.from, rev, dl
+		return true
+	}
+	return false
+}
+
+// maxLoggedValue bounds a logged path or name: longer is not one.
+const maxLoggedValue = 4096
+
+// pyStringAfter reads the Python string literal right after key in s,
+// as written between its quotes (escapes kept); ok is false where key is
+// absent, the value is not a string (None) or its closing quote is
+// missing (a cut line).
+func pyStringAfter(s, key string) (v string, ok bool) {
+	i := strings.Index(s, key)
+	if i < 0 {
+		return "", false
+	}
+	s = s[i+len(key):]
+	if s == "" || (s[0] != '\'' && s[0] != '"') {
+		return "", false
+	}
+	q := s[0]
+	for j := 1; j < len(s) && j <= maxLoggedValue+1; j++ {
+		switch s[j] {
+		case '\\':
+			j++ // the escaped character does not close
+		case q:
+			return s[1:j], true
+		}
+	}
+	return "", false
 }

@@ -108,3 +108,61 @@ func TestScrapeTellsEngineFacts(t *testing.T) {
 		}
 	}
 }
+
+// The start-up lines in which vLLM and SGLang name the model they load,
+// in their formats across versions (testdata, each line with its source):
+// the model as given, the line that said it, and the revision and
+// download directory said with it. A None, a cut line or a line that
+// names no path says nothing; an escape is kept for the reader to refuse.
+func TestLoggedModelLines(t *testing.T) {
+	const (
+		v1   = "vLLM engine config"
+		args = "vLLM non-default args"
+	)
+	want := []EngineFacts{
+		{LoggedModel: "/workspace/models/models--Qwen--Qwen2-0.5B", LoggedModelFrom: v1},
+		{LoggedModel: "/home/cmq/.cache/huggingface/hub/models--facebook--opt-125m/snapshots/27dcfa74d334bc871f3234de431e71c6eeba5dd6", LoggedModelFrom: v1},
+		{LoggedModel: "/mnt/tenant-home_speed/Model/Qwen/Qwen2.5-7B-Instruct", LoggedModelFrom: v1},
+		{LoggedModel: "google/gemma-3-1b-it", LoggedModelFrom: v1},
+		{LoggedModel: "/mnt/models", LoggedModelFrom: v1},
+		{LoggedModel: "/home/EvilCalf/PULSE/PULSE-7bv5/", LoggedModelFrom: v1},
+		{LoggedModel: "Qwen/Qwen2.5-0.5B-Instruct", LoggedModelFrom: args},
+		{LoggedModel: "meta-llama/Llama-3.2-1B-Instruct", LoggedModelFrom: "vLLM args"},
+		{LoggedModel: "/mnt/data/Qwen3-Coder-30B-A3B-Instruct/", LoggedModelFrom: "SGLang server_args"},
+		{LoggedModel: "meta-llama/Llama-3.1-8B-Instruct", LoggedModelFrom: args, LoggedRevision: "0e9e39f249a16976918f6564b8830bc894c89659", LoggedDownloadDir: "/data/hf"},
+		{LoggedModel: "/models/o'neil-7b", LoggedModelFrom: v1},
+		{LoggedModel: `/models/it\'s`, LoggedModelFrom: v1},
+		{}, {}, {},
+	}
+	var lines []string
+	for _, l := range strings.Split(readFixture(t, "vllm_sglang_model_lines.log"), "\n") {
+		if l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines in the fixture, %d expected", len(lines), len(want))
+	}
+	for i, l := range lines {
+		var e EngineFacts
+		said := VLLMFactLine(l, &e)
+		if e != want[i] || said != want[i].Said() {
+			t.Errorf("line %d %.90q…:\n got %+v (%v)\nwant %+v", i+1, l, e, said, want[i])
+		}
+	}
+}
+
+// Whatever a start-up line holds, reading it ends, and a model it says is
+// a value between matching quotes of at most maxLoggedValue bytes.
+func FuzzStartupLine(f *testing.F) {
+	for _, l := range strings.Split(readFixture(f, "vllm_sglang_model_lines.log"), "\n") {
+		f.Add(l)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		var e EngineFacts
+		VLLMFactLine(line, &e)
+		if len(e.LoggedModel) > maxLoggedValue || (e.LoggedModel != "" && !strings.Contains(line, e.LoggedModel)) {
+			t.Errorf("%q: model %q", line, e.LoggedModel)
+		}
+	})
+}

@@ -17,8 +17,15 @@ type Interval struct {
 	Running, Waiting, KV    float64
 	Preemptions             float64
 	// Request marks one request's own span: it adds one to the running
-	// concurrency for its duration.
+	// concurrency for its duration, or from HeldStart where Held says the
+	// server held it before Start.
 	Request bool
+	// Held is how long before End a Request's server held it, in seconds:
+	// a llama.cpp request's slot from its selection, whose prompt and set-up
+	// come before the first token its tokens' span (Start, End] starts
+	// from. It counts in running over (End − Held, End]; no more than
+	// End − Start (0 and unknown, -1, included): over (Start, End].
+	Held float64
 	// Observed says the source was watching all through the interval
 	// (a log line's own interval); spread-back tokens are not.
 	Observed bool
@@ -82,7 +89,16 @@ func (b TTFTBasis) String() string {
 func Unknown(start, end time.Time) Interval {
 	return Interval{Start: start, End: end, Tokens: -1, PromptTokens: -1, UserTokens: -1, UserSeconds: -1,
 		Running: -1, Waiting: -1, KV: -1, Preemptions: -1, TTFT: -1, TPOT: -1, E2E: -1, Queue: -1, Output: -1,
-		SpecDrafted: -1, SpecAccepted: -1, PromptCached: -1}
+		SpecDrafted: -1, SpecAccepted: -1, PromptCached: -1, Held: -1}
+}
+
+// HeldStart is when a Request began to count in running: Held seconds
+// before End where that is before Start, else Start.
+func (iv Interval) HeldStart() time.Time {
+	if h := iv.End.Add(-time.Duration(iv.Held * float64(time.Second))); iv.Held > 0 && h.Before(iv.Start) {
+		return h
+	}
+	return iv.Start
 }
 
 // Hole returns the hole a refused line leaves over (start, end]: its
@@ -112,7 +128,7 @@ func CheckInterval(iv Interval) (Discard, bool) {
 		unknownOrIn(iv.UserSeconds, MaxRequests*secs) && unknownOrIn(iv.Preemptions, tok) &&
 		unknownOrIn(iv.SpecDrafted, tok) && unknownOrIn(iv.SpecAccepted, iv.SpecDrafted) && unknownOrIn(iv.PromptCached, tok) &&
 		unknownOrIn(iv.Running, MaxRequests) && unknownOrIn(iv.Waiting, MaxRequests) && unknownOrIn(iv.KV, 1) &&
-		InRange(iv.Start) && InRange(iv.End) && !iv.End.Before(iv.Start) && span <= MaxIntervalSpan {
+		unknownOrIn(iv.Held, MaxIntervalSpan.Seconds()) && InRange(iv.Start) && InRange(iv.End) && !iv.End.Before(iv.Start) && span <= MaxIntervalSpan {
 		return Discard{}, true
 	}
 	return intervalDiscard(iv, secs, tok)
@@ -136,6 +152,7 @@ func intervalDiscard(iv Interval, secs, tok float64) (Discard, bool) {
 		{"running", iv.Running, MaxRequests},
 		{"waiting", iv.Waiting, MaxRequests},
 		{"kv_cache_usage", iv.KV, 1},
+		{"held", iv.Held, MaxIntervalSpan.Seconds()},
 	} {
 		if f.v == -1 {
 			continue

@@ -34,6 +34,7 @@ func TestCheckIntervalFastPathAgrees(t *testing.T) {
 		func(iv *Interval) *float64 { return &iv.Running },
 		func(iv *Interval) *float64 { return &iv.Waiting },
 		func(iv *Interval) *float64 { return &iv.KV },
+		func(iv *Interval) *float64 { return &iv.Held },
 	}
 	checked, refused := 0, 0
 	for _, sp := range spans {
@@ -58,5 +59,28 @@ func TestCheckIntervalFastPathAgrees(t *testing.T) {
 	}
 	if refused == 0 || refused == checked {
 		t.Fatalf("%d of %d refused: the cases do not test both verdicts", refused, checked)
+	}
+}
+
+// TestHeldStart: a request counts in running from Held seconds before its
+// end where that is before its start, else from its start.
+func TestHeldStart(t *testing.T) {
+	end := time.Date(2026, 12, 1, 20, 17, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		held float64
+		want time.Duration // before end
+	}{
+		{-1, 2 * time.Second},
+		{0, 2 * time.Second},
+		{1.5, 2 * time.Second},
+		{2, 2 * time.Second},
+		{2.25, 2250 * time.Millisecond},
+		{0.013 + 2, 2013 * time.Millisecond},
+	} {
+		iv := Unknown(end.Add(-2*time.Second), end)
+		iv.Held = tc.held
+		if got := end.Sub(iv.HeldStart()); got != tc.want {
+			t.Errorf("held %v s over a 2 s span: from %v before its end, want %v", tc.held, got, tc.want)
+		}
 	}
 }

@@ -23,8 +23,9 @@ type ivSums struct {
 	hasCached bool
 	// Overlap-weighted gauges: sum of value*seconds, and the seconds.
 	run, runW, wait, waitW, kv, kvW float64
-	// reqSec is the seconds of requests' own spans in the window: divided
-	// by the covered time, the mean concurrency.
+	// reqSec is the seconds of requests' own spans in the window, each
+	// from when its server held it (Interval.HeldStart): divided by the
+	// covered time, the mean concurrency.
 	reqSec float64
 	n      int
 }
@@ -55,6 +56,11 @@ func overlap(a, b, s, e time.Time) (float64, float64) {
 
 // add spreads one interval over [s, e).
 func (r *ivSums) add(iv sample.Interval, s, e time.Time) {
+	if iv.Request {
+		// From when its server took it, which may be before its tokens.
+		held, _ := overlap(iv.HeldStart(), iv.End, s, e)
+		r.reqSec += held
+	}
 	sec, f := overlap(iv.Start, iv.End, s, e)
 	if f == 0 {
 		return
@@ -108,9 +114,6 @@ func (r *ivSums) add(iv sample.Interval, s, e time.Time) {
 	if iv.KV >= 0 {
 		r.kv += iv.KV * w
 		r.kvW += w
-	}
-	if iv.Request {
-		r.reqSec += sec
 	}
 }
 

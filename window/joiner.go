@@ -412,14 +412,20 @@ func (j *Joiner) addInterval(st *serverState, iv sample.Interval) bool {
 	if iv.Observed {
 		k = 1
 	}
-	first := Start(iv.Start, j.cfg.Window)
+	// A request counts in running from when its server took it, which may
+	// be windows before its tokens' span (a llama.cpp prompt and slot).
+	from := iv.Start
+	if iv.Request {
+		from = iv.HeldStart()
+	}
+	first := Start(from, j.cfg.Window)
 	if first.Before(j.next) {
 		first = j.next
 	}
 	for w := first; !w.After(iv.End); w = w.Add(j.cfg.Window) {
 		e := w.Add(j.cfg.Window)
 		if w.Equal(iv.End) && iv.End.After(iv.Start) {
-			break // (Start, End] ends exactly at this window's start
+			break // (Start, End] ends exactly at this window's start, and so does its held part
 		}
 		a := st.lastAcc
 		if a == nil || w != st.lastW {
@@ -430,7 +436,7 @@ func (j *Joiner) addInterval(st *serverState, iv sample.Interval) bool {
 			st.lastW, st.lastAcc = w, a
 		}
 		if iv.Observed {
-			lo, hi := iv.Start, iv.End
+			lo, hi := from, iv.End
 			if lo.Before(w) {
 				lo = w
 			}

@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"strings"
 )
+
+// maxConfigJSON bounds a config.json: a model's is kilobytes, the
+// largest (label maps, multimodal sub-configs) under a megabyte.
+const maxConfigJSON = 8 << 20
 
 // dtypeBytes are the sizes of the dtypes config.json and safetensors name.
 var dtypeBytes = map[string]float64{
@@ -64,9 +67,9 @@ func first(ps ...*float64) float64 {
 // count (give it, or a weights file); it gives the KV shape, experts,
 // dtype and the input embedding's size when untied.
 func ReadConfig(path string) (Facts, error) {
-	b, err := os.ReadFile(path)
+	b, err := readSmall(path, "config.json", maxConfigJSON)
 	if err != nil {
-		return Facts{}, fmt.Errorf("%w: %w", ErrBadFile, err)
+		return Facts{}, err
 	}
 	f, err := parseConfig(b)
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -150,5 +152,55 @@ func TestSafetensorsBad(t *testing.T) {
 	p := write("model.safetensors.index.json", []byte(`{"weight_map":{"w":"../../etc/passwd"}}`))
 	if _, err := ReadSafetensorsIndex(p); !errors.Is(err, ErrBadFile) {
 		t.Errorf("shard outside: %v", err)
+	}
+}
+
+// Files that are not what their names say are refused with what they
+// are, never read into a number: a FIFO (whose open would wait for a
+// writer), a device, a config.json or index bigger than any, one cut
+// short, a link loop where a model directory's file should be (not taken
+// for one absent).
+func TestHostileFiles(t *testing.T) {
+	dir := t.TempDir()
+	at := func(name string) string { return filepath.Join(dir, name) }
+	sparse := func(name string, size int64) string {
+		f, err := os.Create(at(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := f.Truncate(size); err != nil {
+			t.Fatal(err)
+		}
+		return at(name)
+	}
+	if err := syscall.Mkfifo(at("fifo.safetensors"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(at("config.json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(at("cut.json"), []byte(`{"num_hidden_layers": 32, "num_attention_he`), 0o600)
+	loopDir := at("loop")
+	os.Mkdir(loopDir, 0o700)
+	os.Symlink(filepath.Join(loopDir, "config.json"), filepath.Join(loopDir, "config.json"))
+	os.Symlink(filepath.Join(dir, "self.gguf"), filepath.Join(dir, "self.gguf"))
+	os.Symlink("/dev/zero", at("zero.gguf"))
+	for _, c := range []struct {
+		name, path, want string
+	}{
+		{"FIFO safetensors", at("fifo.safetensors"), "named pipe"},
+		{"FIFO config.json", at("config.json"), "named pipe"},
+		{"a device", at("zero.gguf"), "character device"},
+		{"huge config.json", sparse("big.json", maxConfigJSON+1), "more than any config.json"},
+		{"huge index", sparse("model.safetensors.index.json", maxSafetensorsIndex+1), "more than any safetensors index"},
+		{"cut config.json", at("cut.json"), "unexpected end of JSON input"},
+		{"a link loop in a directory", loopDir, "too many levels of symbolic links"},
+		{"a link loop", at("self.gguf"), "too many levels of symbolic links"},
+	} {
+		f, err := Read(c.path)
+		if !errors.Is(err, ErrBadFile) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %+v, %v; want an error saying %q", c.name, f, err, c.want)
+		}
 	}
 }

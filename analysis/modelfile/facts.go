@@ -11,12 +11,16 @@
 package modelfile
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/tpsmon/tpsmon/analysis/roofline"
+	"github.com/tpsmon/tpsmon/internal/statefile"
 )
 
 // Facts are what one file says of a model. Zero is unknown.
@@ -136,23 +140,32 @@ func Read(path string) (Facts, error) {
 func readDir(dir string) (Facts, error) {
 	var f Facts
 	cfg := filepath.Join(dir, "config.json")
-	if _, err := os.Stat(cfg); err == nil {
+	idx := filepath.Join(dir, "model.safetensors.index.json")
+	one := filepath.Join(dir, "model.safetensors")
+	has := map[string]bool{}
+	for _, p := range []string{cfg, idx, one} {
+		// A file there that cannot be looked at (a link loop, a directory
+		// the user may not search) is said, not taken for one absent.
+		var err error
+		if has[p], err = exists(p); err != nil {
+			return Facts{}, err
+		}
+	}
+	if has[cfg] {
 		c, err := ReadConfig(cfg)
 		if err != nil {
 			return Facts{}, err
 		}
 		f = c
 	}
-	idx := filepath.Join(dir, "model.safetensors.index.json")
-	one := filepath.Join(dir, "model.safetensors")
 	switch {
-	case exists(idx):
+	case has[idx]:
 		w, err := ReadSafetensorsIndex(idx)
 		if err != nil {
 			return Facts{}, err
 		}
 		return f.Over(w), nil
-	case exists(one):
+	case has[one]:
 		w, err := ReadSafetensors(one)
 		if err != nil {
 			return Facts{}, err
@@ -165,7 +178,46 @@ func readDir(dir string) (Facts, error) {
 	return f, nil
 }
 
-func exists(p string) bool {
+// exists says whether p is there; an error is one other than its absence.
+func exists(p string) (bool, error) {
 	_, err := os.Stat(p)
-	return err == nil
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: %w", ErrBadFile, err)
+}
+
+// openRegular opens a model file only if it is a regular file: a FIFO
+// named where a model is expected would hold the read until someone
+// writes it, a device would never end.
+func openRegular(path string) (*os.File, int64, error) {
+	f, st, err := statefile.OpenRegular(path)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %w", ErrBadFile, err)
+	}
+	return f, st.Size(), nil
+}
+
+// readSmall reads a JSON file of at most limit bytes (what names it
+// says what it is); a bigger one is refused, not read.
+func readSmall(path, what string, limit int64) ([]byte, error) {
+	f, size, err := openRegular(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if size > limit {
+		return nil, fmt.Errorf("%w: %s: %d bytes, more than any %s (%d MiB)", ErrBadFile, path, size, what, limit>>20)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadFile, path, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w: %s: grew past %d MiB while read", ErrBadFile, path, limit>>20)
+	}
+	return b, nil
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strings"
 )
 
@@ -195,16 +194,12 @@ func (g *ggufReader) value(t uint32, depth int) any {
 // ReadGGUF reads a GGUF file's header: its architecture keys and tensor
 // table, not its weights.
 func ReadGGUF(path string) (Facts, error) {
-	f, err := os.Open(path)
+	f, size, err := openRegular(path)
 	if err != nil {
-		return Facts{}, fmt.Errorf("%w: %w", ErrBadFile, err)
+		return Facts{}, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return Facts{}, fmt.Errorf("%w: %w", ErrBadFile, err)
-	}
-	facts, err := parseGGUF(f, st.Size())
+	facts, err := parseGGUF(f, size)
 	if err != nil {
 		return Facts{}, fmt.Errorf("%s: %w", path, err)
 	}

@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 )
 
 const maxSafetensorsHeader = 100 << 20 // the format's own limit
+
+// maxSafetensorsIndex bounds a model.safetensors.index.json: the largest
+// (DeepSeek-V3's, ninety thousand tensors) are some megabytes.
+const maxSafetensorsIndex = 64 << 20
 
 type stTensor struct {
 	DType   string   `json:"dtype"`
@@ -51,9 +54,9 @@ func ReadSafetensors(path string) (Facts, error) {
 // ReadSafetensorsIndex reads every shard a model.safetensors.index.json
 // names (their headers only).
 func ReadSafetensorsIndex(path string) (Facts, error) {
-	b, err := os.ReadFile(path)
+	b, err := readSmall(path, "safetensors index", maxSafetensorsIndex)
 	if err != nil {
-		return Facts{}, fmt.Errorf("%w: %w", ErrBadFile, err)
+		return Facts{}, err
 	}
 	var idx struct {
 		WeightMap map[string]string `json:"weight_map"`
@@ -94,16 +97,12 @@ type stAcc struct {
 func newSTAcc() *stAcc { return &stAcc{experts: map[string]bool{}} }
 
 func (a *stAcc) add(path string) error {
-	f, err := os.Open(path)
+	f, size, err := openRegular(path)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrBadFile, err)
+		return err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrBadFile, err)
-	}
-	if err := a.parse(f, st.Size()); err != nil {
+	if err := a.parse(f, size); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil

@@ -210,3 +210,53 @@ servers:
 		}
 	}
 }
+
+// check names the model a vLLM server logged as the ceiling's source
+// where it reads it (a model directory), and says why not where it does
+// not (a repo id in no hub cache searched): no ceiling, the reason said.
+func TestCheckSaysTheLoggedModel(t *testing.T) {
+	model, _ := filepath.Abs(filepath.Join("..", "..", "daemon", "modelfacts", "testdata", "tiny-llama"))
+	page, err := os.ReadFile(filepath.Join("..", "..", "collector", "testdata", "vllm_v1_steps_cache_written.prom"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vllm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(page) }))
+	defer vllm.Close()
+	dir, hub := t.TempDir(), t.TempDir()
+	logLine := func(m string) string {
+		return "(EngineCore_DP0 pid=7) INFO 12-11 00:06:40 [core.py:93] Initializing a V1 LLM engine (v0.11.0) with config: model='" + m +
+			"', speculative_config=None, tokenizer='" + m + "', revision=None, download_dir=None, load_format=auto\n" +
+			"(EngineCore_DP0 pid=7) INFO 12-11 00:06:53 [kv_cache_utils.py:1286] GPU KV cache size: 4,000 tokens\n"
+	}
+	local, repo := filepath.Join(dir, "local.log"), filepath.Join(dir, "repo.log")
+	os.WriteFile(local, []byte(logLine(model)), 0o600)
+	os.WriteFile(repo, []byte(logLine("meta-llama/Llama-3.1-8B-Instruct")), 0o600)
+	p := filepath.Join(dir, "tpsmon.yaml")
+	os.WriteFile(p, []byte(fmt.Sprintf(`gpu: {backend: none}
+servers:
+  - name: vlocal
+    engine: vllm
+    metrics_url: %[1]s/metrics
+    log: {file: %[2]s}
+    roofline: {peak_bw_gbps: 3350}
+  - name: vrepo
+    engine: vllm
+    metrics_url: %[1]s/metrics
+    log: {file: %[3]s}
+    roofline: {peak_bw_gbps: 3350, hf_hub_dirs: [%[4]s]}
+`, vllm.URL, local, repo, hub)), 0o600)
+	out, err := runCLI(t, "check", "-c", p)
+	if err != nil {
+		t.Fatalf("check: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		`ok    server vlocal: decode ceiling from model from the engine's log (vLLM engine config model "` + model + `"); KV capacity 4000 tokens from the engine (log)`,
+		"(1.45e+03 parameters streamed, 2.9e-06 GB)",
+		`note  server vrepo: no decode ceiling (mbu, ceiling_tps): no model facts`,
+		`vLLM engine config "meta-llama/Llama-3.1-8B-Instruct"): a Hugging Face repo id in no hub cache searched (` + hub,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+}

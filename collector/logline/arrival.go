@@ -41,9 +41,14 @@ const (
 	clockWall
 )
 
-// arrival is when a request came, as far as the log says.
+// arrival is when a request came, as far as the log says, and when the
+// server's loop took it into a slot (its "selected slot" line, else its
+// launch): where it starts to count in running, as llama.cpp's own
+// requests_processing counts it (a request waiting for a slot is not
+// running).
 type arrival struct {
 	at     clock
+	slot   clock
 	basis  sample.TTFTBasis
 	prompt time.Duration // its prompt line's eval time; -1: not read yet
 }
@@ -103,13 +108,13 @@ func (p *Parser) llamaArrival(line []byte) bool {
 		// 1) first, then itself: a child shares the request's HTTP line,
 		// which its parent takes.
 		child := bytes.HasPrefix(line[i+len(llamaLaunchMark):], []byte("1"))
-		at := arrival{at: c, basis: sample.TTFTSlot}
+		at := arrival{at: c, slot: c, basis: sample.TTFTSlot}
 		if s, ok := a.sel[slot]; ok && s.kind == c.kind && s.t <= c.t {
-			at.at = s
+			at.at, at.slot = s, s
 		}
 		if len(a.http) > 0 {
 			if h := a.http[0]; h.kind == c.kind && h.t <= c.t {
-				at = arrival{at: h, basis: sample.TTFTHTTP}
+				at.at, at.basis = h, sample.TTFTHTTP
 			}
 			if !child {
 				a.http = a.http[1:]
@@ -198,6 +203,7 @@ func (p *Parser) llamaTTFT(r *Record, line []byte) {
 	}
 	delete(a.byKey, r.Key)
 	c := p.lineClock(line)
+	r.InSlot = inSlot(at, c, r.Duration)
 	if c.kind != at.at.kind {
 		return
 	}
@@ -206,4 +212,27 @@ func (p *Parser) llamaTTFT(r *Record, line []byte) {
 		return // not this request's arrival
 	}
 	r.TTFT, r.TTFTBasis = ttft, at.basis
+}
+
+// llamaProgressSlot gives a running request's progress record (read from
+// line) its time in its slot so far: what its first progress line counts
+// in running before the tokens it dates.
+func (p *Parser) llamaProgressSlot(r *Record, line []byte) {
+	if at, ok := p.arr.byKey[r.Key]; ok {
+		r.InSlot = inSlot(at, p.lineClock(line), 0)
+	}
+}
+
+// inSlot is the time from a request's slot to c, a line of it after
+// decoding for d (and its prompt, where read), never less than that
+// (stamps a relay read late in a burst can make it so); -1 where the
+// stamps do not time it.
+func inSlot(at arrival, c clock, d time.Duration) time.Duration {
+	if c.kind == 0 || c.kind != at.slot.kind || c.t < at.slot.t {
+		return -1
+	}
+	if at.prompt >= 0 {
+		d += at.prompt
+	}
+	return max(time.Duration(c.t-at.slot.t), d)
 }

@@ -319,8 +319,13 @@ func (p *Parser) finish(r Record, line []byte) (Record, bool) {
 	if !r.Time.IsZero() && r.Time.After(p.lastDate) {
 		p.lastDate = r.Time
 	}
-	if r.Kind == Request && r.Engine == engine.LlamaCpp && len(p.arr.byKey) > 0 {
-		p.llamaTTFT(&r, line)
+	if r.Engine == engine.LlamaCpp && len(p.arr.byKey) > 0 {
+		switch r.Kind {
+		case Request:
+			p.llamaTTFT(&r, line)
+		case Progress:
+			p.llamaProgressSlot(&r, line)
+		}
 	}
 	if p.id.Engine == "" {
 		p.id.Engine = r.Engine

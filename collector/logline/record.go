@@ -98,12 +98,18 @@ type Record struct {
 	// unknown; its prompt line's Duration is the prefill then).
 	TTFT      time.Duration
 	TTFTBasis sample.TTFTBasis
+	// InSlot is a llama.cpp request's time in its slot by its line (eval
+	// or progress): since the server's loop took it ("selected slot",
+	// else its launch), timed by the log's own stamps; negative: unknown.
+	// It counts in running from there (Stream): its prompt and the slot's
+	// set-up come before the first token its eval time counts from.
+	InSlot time.Duration
 }
 
 func newRecord(k Kind, engine string) Record {
 	return Record{Kind: k, Engine: engine, GenTPS: -1, PromptTPS: -1, Tokens: -1, PromptTokens: -1,
 		UserTPS: -1, SinceStartTPS: -1, Running: -1, Waiting: -1, KV: -1, Preemptions: -1, Iterations: -1,
-		TPOT: -1, Total: -1, Queue: -1, Drafted: -1, Accepted: -1, Cached: -1, TTFT: -1}
+		TPOT: -1, Total: -1, Queue: -1, Drafted: -1, Accepted: -1, Cached: -1, TTFT: -1, InSlot: -1}
 }
 
 // valid tells whether the figures a record's kind needs were read.

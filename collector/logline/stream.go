@@ -201,6 +201,9 @@ func (s *Stream) progressed(r *Record, t time.Time) (sample.Interval, bool) {
 		d := time.Duration(r.Tokens / rate * float64(time.Second))
 		iv = sample.Unknown(t.Add(-d), t)
 		iv.Tokens = r.Tokens
+		if r.InSlot > d {
+			iv.Held = r.InSlot.Seconds() // its slot since before its first token
+		}
 	default:
 		return sample.Interval{}, false
 	}
@@ -221,8 +224,19 @@ func (s *Stream) request(r *Record, t time.Time) sample.Interval {
 		}
 		return iv
 	}
+	prompt, hasPrompt := s.prompts[r.Key]
 	s.latencies(&iv, r)
 	iv.Tokens = r.Tokens
+	// It held its slot before the first token its eval time counts from:
+	// since the slot was taken where the stamps say, else for its prompt's
+	// processing (llama.cpp's total time).
+	held := r.InSlot
+	if held < 0 && hasPrompt && r.Key != "" {
+		held = r.Duration + prompt
+	}
+	if held > r.Duration {
+		iv.Held = held.Seconds()
+	}
 	iv.Running = r.Running // an engine step's scheduled requests (TensorRT-LLM); -1 else
 	if r.UserTPS > 0 {
 		iv.UserTokens, iv.UserSeconds = r.UserTPS*r.Duration.Seconds(), r.Duration.Seconds()
@@ -234,6 +248,7 @@ func (s *Stream) request(r *Record, t time.Time) sample.Interval {
 		if p.t.After(iv.Start) && p.t.Before(t) {
 			iv.Start = p.t
 		}
+		iv.Held = -1 // its first progress line counted the slot before its tokens
 		iv.Tokens = max(0, r.Tokens-p.tokens)
 		iv.UserTokens, iv.UserSeconds = iv.Tokens, t.Sub(iv.Start).Seconds()
 	}

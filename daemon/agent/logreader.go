@@ -99,6 +99,12 @@ type logReader struct {
 	// them (a busy log's other lines would pay for it) until the log
 	// names another engine or model (a restart).
 	serving bool
+	// facts are what the start-up lines of one read said of the model,
+	// handed over with the read (factsSaid): a log's head says the model,
+	// its weights and its KV capacity in one message, so the daemon says
+	// the ceiling's source once, not once a line.
+	facts     collector.EngineFacts
+	factsSaid bool
 }
 
 // newLogReader is the reader of server s's log lines, which hands what
@@ -211,18 +217,27 @@ func (r *logReader) peek(head []byte) {
 		r.factLine(l)
 	}
 	r.named()
+	r.handFacts()
 }
 
-// factLine hands on what a vLLM start-up line says of the model (its
-// weights per GPU, its KV capacity): the decode ceiling's facts where the
-// configuration gives none. It reads lines only until the server serves.
+// factLine hands on what a vLLM or SGLang start-up line says of the
+// model (the path or repo id it loads, its weights per GPU, its KV
+// capacity): the decode ceiling's facts where the configuration gives
+// none. It reads lines only until the server serves.
 func (r *logReader) factLine(text []byte) {
-	if !bytes.Contains(text, []byte(" GiB")) && !bytes.Contains(text, []byte("KV cache size: ")) {
+	if !bytes.Contains(text, []byte(" GiB")) && !bytes.Contains(text, []byte("KV cache size: ")) && !bytes.Contains(text, []byte("model")) {
 		return
 	}
-	var f collector.EngineFacts
-	if collector.VLLMFactLine(string(text), &f) {
-		r.send(engineFactsMsg{server: r.name, facts: f})
+	if collector.VLLMFactLine(string(text), &r.facts) {
+		r.factsSaid = true
+	}
+}
+
+// handFacts sends what the start-up lines read said of the model.
+func (r *logReader) handFacts() {
+	if r.factsSaid {
+		r.send(engineFactsMsg{server: r.name, facts: r.facts})
+		r.facts, r.factsSaid = collector.EngineFacts{}, false
 	}
 }
 
@@ -237,6 +252,7 @@ func (r *logReader) handOver() {
 // flush ends a read: what it said is handed over, and its lines taken.
 func (r *logReader) flush() {
 	r.handOver()
+	r.handFacts()
 	r.last = r.read
 }
 

@@ -263,6 +263,11 @@ func mergeEngineFacts(old, now collector.EngineFacts) collector.EngineFacts {
 	if now.WeightBytesPerGPU > 0 {
 		old.WeightBytesPerGPU = now.WeightBytesPerGPU
 	}
+	if now.LoggedModel != "" {
+		// What one start-up line says of the model goes together.
+		old.LoggedModel, old.LoggedModelFrom, old.LoggedRevision, old.LoggedDownloadDir =
+			now.LoggedModel, now.LoggedModelFrom, now.LoggedRevision, now.LoggedDownloadDir
+	}
 	return old
 }
 

@@ -48,6 +48,8 @@ func TestConfigBounds(t *testing.T) {
 		{"floor 95", "slo: {ttft: 2s, floor: 95}\n", []string{"slo.floor", "[0, 1]"}},
 		{"floor without objective", "slo: {floor: 0.9}\n", []string{"slo.floor", "without an objective"}},
 		{"server's negative e2e", "servers: [{name: s, metrics_url: \"http://127.0.0.1:8000/metrics\", slo: {e2e: -1s}}]\n", []string{"servers[0].slo.e2e", "negative"}},
+		{"relative hub cache", "servers: [{name: s, metrics_url: \"http://127.0.0.1:8000/metrics\", roofline: {hf_hub_dirs: [hf/hub]}}]\n", []string{"servers[0].roofline.hf_hub_dirs", `"hf/hub"`, "absolute"}},
+		{"hub cache with ..", "servers: [{name: s, metrics_url: \"http://127.0.0.1:8000/metrics\", roofline: {hf_hub_dirs: [/srv/../root]}}]\n", []string{"servers[0].roofline.hf_hub_dirs", "without a .. element"}},
 		{"server's unknown slo key", "servers: [{name: s, metrics_url: \"http://127.0.0.1:8000/metrics\", slo: {tfft: 1s}}]\n", []string{"tfft"}},
 	}
 	for _, tc := range tests {

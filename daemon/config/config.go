@@ -124,6 +124,11 @@ type RooflineConfig struct {
 	// Speculative is the mean tokens a sequence gains per decode step
 	// (0: 1, no speculative decoding).
 	Speculative float64 `mapstructure:"speculative"`
+	// HFHubDirs are Hugging Face hub caches (absolute directories of
+	// models--owner--name/) searched first for a repo id the server logged
+	// as its model (vLLM, SGLang); then its logged download_dir and
+	// tpsmon's HF_HUB_CACHE / HF_HOME conventions.
+	HFHubDirs []string `mapstructure:"hf_hub_dirs"`
 }
 
 // LogSourceConfig names a server's log.
@@ -612,6 +617,11 @@ func (r *RooflineConfig) Validate(at string) error {
 	}
 	if r.Speculative != 0 && r.Speculative < 1 {
 		return fmt.Errorf("%s.speculative: %v tokens a step is less than 1", at, r.Speculative)
+	}
+	for _, d := range r.HFHubDirs {
+		if !filepath.IsAbs(d) || slices.Contains(strings.Split(d, "/"), "..") {
+			return fmt.Errorf("%s.hf_hub_dirs: %q is not an absolute path without a .. element", at, d)
+		}
 	}
 	return nil
 }

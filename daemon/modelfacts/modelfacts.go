@@ -126,6 +126,10 @@ func overlay(m *roofline.Model, f modelfile.Facts, r config.RooflineConfig) {
 func WithEngine(s config.ServerConfig, e collector.EngineFacts) (*roofline.Server, string, error) {
 	r := &s.Roofline
 	var src []string
+	// logged is how the model the server logged was found, loggedErr why
+	// it was not: said with what its reading gives or lacks.
+	var logged string
+	var loggedErr error
 	switch {
 	case s.ModelFile != "" || r.ParamsB > 0:
 		src = append(src, "model from the configuration")
@@ -139,24 +143,19 @@ func WithEngine(s config.ServerConfig, e collector.EngineFacts) (*roofline.Serve
 	case e.ModelPath != "" && readable(e.ModelPath):
 		s.ModelFile = e.ModelPath
 		src = append(src, "model from the engine (/props model_path "+e.ModelPath+")")
-	case e.Params > 0:
-		r.ParamsB = e.Params / 1e9
-		if e.SizeBytes > 0 {
-			r.BytesPerWeight = e.SizeBytes / e.Params
+	default:
+		if e.LoggedModel != "" {
+			path, how, err := LoggedModel(e, HubDirs(r.HFHubDirs, e))
+			if err == nil {
+				s.ModelFile, logged = path, how
+				src = append(src, "model from the engine's log ("+how+")")
+				break
+			}
+			loggedErr = err
 		}
-		why := ""
-		if e.ModelPath != "" {
-			why = ", its model_path " + e.ModelPath + " not readable here"
+		if e.Params > 0 {
+			src = append(src, metaModel(r, e))
 		}
-		embed := ""
-		if r.EmbedParamsB == 0 && e.NEmbd > 0 && e.NVocab > 0 {
-			// The input embedding is gathered, not streamed; tied to the
-			// LM head it would be streamed, which the meta does not say:
-			// taken as untied, the ceiling stays an upper bound.
-			r.EmbedParamsB = float64(e.NEmbd) * float64(e.NVocab) / 1e9
-			embed = fmt.Sprintf("; input embedding n_embd × n_vocab = %.4g not streamed (if tied to the LM head, the ceiling is an upper bound)", r.EmbedParamsB*1e9)
-		}
-		src = append(src, fmt.Sprintf("model from the engine (/v1/models meta: n_params %.4g, size %.4g B%s%s; no architecture, so the KV is not counted)", e.Params, e.SizeBytes, why, embed))
 	}
 	if r.KVTokens == 0 && e.KVTokens > 0 {
 		r.KVTokens = e.KVTokens
@@ -169,13 +168,45 @@ func WithEngine(s config.ServerConfig, e collector.EngineFacts) (*roofline.Serve
 		}
 	}
 	srv, err := Server(s)
-	if err != nil {
-		if errors.Is(err, ErrNoModel) && e.Said() {
-			err = fmt.Errorf("%w (the engine said no model path readable here nor a parameter count)", err)
-		}
+	switch {
+	case err == nil:
+	case logged != "":
+		// The files the server logged do not give a ceiling: no fact is
+		// taken from them, and the configuration's error is not theirs.
+		return nil, "", fmt.Errorf("%w: %s: %w", ErrNoModel, logged, err)
+	case errors.Is(err, ErrNoModel) && loggedErr != nil:
+		return nil, "", fmt.Errorf("%w; %w", err, loggedErr)
+	case errors.Is(err, ErrNoModel) && e.Said():
+		return nil, "", fmt.Errorf("%w (the engine said no model path readable here nor a parameter count)", err)
+	default:
 		return nil, "", err
 	}
+	if loggedErr != nil {
+		src = append(src, loggedErr.Error())
+	}
 	return srv, strings.Join(src, "; "), nil
+}
+
+// metaModel sets r's model from llama-server's /v1/models meta, and
+// says so.
+func metaModel(r *config.RooflineConfig, e collector.EngineFacts) string {
+	r.ParamsB = e.Params / 1e9
+	if e.SizeBytes > 0 {
+		r.BytesPerWeight = e.SizeBytes / e.Params
+	}
+	why := ""
+	if e.ModelPath != "" {
+		why = ", its model_path " + e.ModelPath + " not readable here"
+	}
+	embed := ""
+	if r.EmbedParamsB == 0 && e.NEmbd > 0 && e.NVocab > 0 {
+		// The input embedding is gathered, not streamed; tied to the
+		// LM head it would be streamed, which the meta does not say:
+		// taken as untied, the ceiling stays an upper bound.
+		r.EmbedParamsB = float64(e.NEmbd) * float64(e.NVocab) / 1e9
+		embed = fmt.Sprintf("; input embedding n_embd × n_vocab = %.4g not streamed (if tied to the LM head, the ceiling is an upper bound)", r.EmbedParamsB*1e9)
+	}
+	return fmt.Sprintf("model from the engine (/v1/models meta: n_params %.4g, size %.4g B%s%s; no architecture, so the KV is not counted)", e.Params, e.SizeBytes, why, embed)
 }
 
 // tpOf is the GPUs a server is configured with, or its roofline.tp; 0

@@ -173,7 +173,8 @@ func (c *checker) ceiling(s config.ServerConfig, specs map[string]roofline.Spec,
 }
 
 // maxLogHead is how much of a server's log check reads for the engine's
-// start-up lines (vLLM's weights and KV capacity).
+// start-up lines (vLLM's weights and KV capacity, the model vLLM or
+// SGLang loads).
 const maxLogHead = 4 << 20
 
 // logFacts adds what the start of server s's log file says of the model
@@ -197,6 +198,10 @@ func logFacts(s config.ServerConfig, f collector.EngineFacts) collector.EngineFa
 			}
 			if line.WeightBytesPerGPU > 0 {
 				f.WeightBytesPerGPU = line.WeightBytesPerGPU
+			}
+			if line.LoggedModel != "" {
+				f.LoggedModel, f.LoggedModelFrom, f.LoggedRevision, f.LoggedDownloadDir =
+					line.LoggedModel, line.LoggedModelFrom, line.LoggedRevision, line.LoggedDownloadDir
 			}
 		}
 	}

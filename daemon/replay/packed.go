@@ -18,8 +18,10 @@ import (
 // page faults. Past a log's first 256 KiB its chunks are mapped memory the
 // kernel may back with huge pages (mapChunk): a fault per 2 MiB, not per
 // 4 KiB. A record is about 23 bytes for a vLLM stat line and 33 for a
-// llama.cpp request, pointer-free (the GC does not scan it), and reads back
-// exactly, time zones included.
+// llama.cpp request (8 more where it says how long its slot held it:
+// 39.5 to 43.5 bytes a record on the sweep recording's log),
+// pointer-free (the GC does not scan it), and reads back exactly, time
+// zones included.
 //
 // A record: a flags byte; the end as seconds since the previous record's
 // end (zigzag varint), its nanoseconds and its zone (an index into locs);
@@ -67,7 +69,7 @@ const (
 const (
 	pkChunk     = 64 << 10
 	heapChunks  = 256 << 10
-	pkMaxRecord = 1 + 2*binary.MaxVarintLen64 + 2*binary.MaxVarintLen64 + 2*binary.MaxVarintLen64 + 2 + 8*9 + 2 + 8*5 + 2 + 8*3
+	pkMaxRecord = 1 + 2*binary.MaxVarintLen64 + 2*binary.MaxVarintLen64 + 2*binary.MaxVarintLen64 + 2 + 8*9 + 2 + 8*6 + 2 + 8*3
 )
 
 func (p *packed) len() int { return p.n }
@@ -222,10 +224,10 @@ func readValues(b []byte, vs []*float64) []byte {
 	return b
 }
 
-// latencies are a request's own latencies, which only request records
-// carry (pkLatency).
-func latencies(iv *sample.Interval) [5]*float64 {
-	return [5]*float64{&iv.TTFT, &iv.TPOT, &iv.E2E, &iv.Queue, &iv.Output}
+// latencies are a request's own latencies and how long its server held
+// it (Held), which only request records carry (pkLatency).
+func latencies(iv *sample.Interval) [6]*float64 {
+	return [6]*float64{&iv.TTFT, &iv.TPOT, &iv.E2E, &iv.Queue, &iv.Output, &iv.Held}
 }
 
 // tallies are a speculation tally's or a cache reuse's counts, which only

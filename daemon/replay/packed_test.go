@@ -43,6 +43,7 @@ func TestPackedReadsBackExactly(t *testing.T) {
 	ivs = append(ivs, spec, cached)
 	// Requests' own latencies, with each TTFT basis.
 	ivs[0].TTFT, ivs[0].TPOT, ivs[0].E2E, ivs[0].Output, ivs[0].TTFTBasis = 0.0136, 0.0024, 0.164, 64, sample.TTFTHTTP
+	ivs[0].Held = 1.0174 // its slot since before its first token
 	ivs[2].TTFT, ivs[2].Queue, ivs[2].TTFTBasis = 0.25, 0, sample.TTFTSlot
 	ivs[4].TTFT, ivs[4].TTFTBasis = 0.00892, sample.TTFTPrefill
 	var p packed

@@ -417,10 +417,10 @@ func (b *batcher) flush() error {
 }
 
 // begin is when an input's observation begins: a log line's interval
-// starts before the line.
+// starts before the line, a request's from its slot (HeldStart).
 func (in timed) begin() time.Time {
-	if in.log != nil && in.log.Start.Before(in.t) {
-		return in.log.Start
+	if in.log != nil && in.log.HeldStart().Before(in.t) {
+		return in.log.HeldStart()
 	}
 	return in.t
 }
@@ -721,7 +721,7 @@ func readLog(path, engineName string, loc *time.Location, year int, startedAt ti
 		timed++
 		if iv, ok := st.Interval(pr.Record, pr.Time); ok {
 			out.ivs.add(iv)
-			out.watched.add(iv.Start, iv.End)
+			out.watched.add(iv.HeldStart(), iv.End) // a request's lines speak from its slot on
 		}
 	}}
 	r := bufio.NewReaderSize(f, 64<<10)

@@ -3,6 +3,7 @@ package vllmsim
 import (
 	"math"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,5 +56,22 @@ func TestProfileCycle(t *testing.T) {
 		if got := p(start.Add(time.Duration(tc.sec * float64(time.Second)))); got != tc.want {
 			t.Errorf("load at %vs = %v, want %v", tc.sec, got, tc.want)
 		}
+	}
+}
+
+// The start-up lines say the model, the weights and the KV capacity as
+// tpsmon's collector reads vLLM's own.
+func TestStartupLogSaysTheModel(t *testing.T) {
+	var b strings.Builder
+	if _, err := (Startup{Model: "/models/tiny", WeightsGiB: 1.5, KVTokens: 1234567, At: time.Unix(0, 0).UTC()}).WriteTo(&b); err != nil {
+		t.Fatal(err)
+	}
+	var e collector.EngineFacts
+	for _, l := range strings.Split(b.String(), "\n") {
+		collector.VLLMFactLine(l, &e)
+	}
+	want := collector.EngineFacts{LoggedModel: "/models/tiny", LoggedModelFrom: "vLLM engine config", WeightBytesPerGPU: 1.5 * (1 << 30), KVTokens: 1234567, KVTokensFrom: "log"}
+	if e != want {
+		t.Errorf("facts %+v, want %+v", e, want)
 	}
 }

@@ -40,6 +40,7 @@ var llamaRecordings = []struct {
 	{name: "llamacpp-bursts", minLoaded: 6, truth: requestArrivals("llamacpp-bursts")},
 	{name: "llamacpp-onefour2", minLoaded: 5, truth: requestArrivals("llamacpp-onefour2")},
 	{name: "llamacpp-mixed", minLoaded: 3, truth: requestArrivals("llamacpp-mixed")},
+	{name: "llamacpp-mixed2", minLoaded: 10, truth: requestArrivals("llamacpp-mixed2")},
 }
 
 func compact(t *testing.T, name string) tokentruth.Arrivals {
