@@ -277,9 +277,10 @@ func (b *builder) run(q Query, state string) ([]influxql.Series, error) {
 	return b.query(q.Name, text)
 }
 
-// fetches are the queries build will run, rendered, the longest first
-// (so that the last to finish is a short one); a query that does not
-// render is left to its step, which returns the error.
+// fetches are the queries build will run, rendered, in about the order
+// its steps take them (the totals of each part, then the series per
+// interval); a query that does not render is left to its step, which
+// returns the error.
 func (b *builder) fetches() []fetch {
 	type qs = queryState
 	var list []qs
