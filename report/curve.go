@@ -100,9 +100,9 @@ func (b *builder) readCurve() (*curve.Builder, error) {
 			if err != nil {
 				return nil, err
 			}
-			series, err := b.c.Query(b.ctx, text)
+			series, err := b.query(CurveCells.Name, text)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", CurveCells.Name, err)
+				return nil, err
 			}
 			for _, s := range series {
 				for _, row := range s.Rows() {

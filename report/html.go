@@ -76,12 +76,14 @@ func newView(r *Report) (*view, error) {
 		}
 		return *s.TokensPerGPUHour
 	}
-	sort.SliceStable(servers, func(i, j int) bool { return rate(servers[i]) < rate(servers[j]) })
+	sort.SliceStable(servers, func(i, j int) bool { return rankKey(rate(servers[i])) < rankKey(rate(servers[j])) })
 	v.WorstServers, v.MoreServers = headOf(servers, maxRows)
 
 	// Worst GPUs: most GPU-hours idle (under 5 %).
 	gpus := append([]GPUReport{}, r.GPUs...)
-	sort.SliceStable(gpus, func(i, j int) bool { return gpus[i].IdleShare*gpus[i].Hours > gpus[j].IdleShare*gpus[j].Hours })
+	sort.SliceStable(gpus, func(i, j int) bool {
+		return rankKey(gpus[i].IdleShare*gpus[i].Hours) > rankKey(gpus[j].IdleShare*gpus[j].Hours)
+	})
 	v.WorstGPUs, v.MoreGPUs = headOf(gpus, maxRows)
 	v.LostRows, v.MoreLost = headOf(r.Lost, maxRows)
 

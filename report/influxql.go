@@ -43,13 +43,16 @@ func (c *Client) Query(ctx context.Context, q string) ([]influxql.Series, error)
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Token "+c.Token)
 	}
+	sent := time.Now()
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("influx query: %w", err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	answered := time.Now()
 	series, err := influxql.Decode(body)
+	record(ctx, sent, answered, time.Now(), len(body))
 	if errors.Is(err, influxql.ErrUndecodable) {
 		return nil, fmt.Errorf("influx query: HTTP %s: %.200s", resp.Status, body)
 	}

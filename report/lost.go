@@ -14,7 +14,7 @@ import (
 func (b *builder) lost() error {
 	by := map[string]*Lost{}
 	var order []string
-	err := b.rows(LostThroughput, "", func(tags map[string]string, row map[string]any) error {
+	err := b.totalRows(LostThroughput, "", func(tags map[string]string, row map[string]any) error {
 		k := tags[schema.TagHost] + "\x00" + tags[schema.TagServer]
 		l, ok := by[k]
 		if !ok {
@@ -75,20 +75,26 @@ func (b *builder) lost() error {
 		}
 		r.Lost = append(r.Lost, *l)
 	}
-	sort.SliceStable(r.Lost, func(i, j int) bool {
-		x, y := r.Lost[i], r.Lost[j]
+	sortLost(r.Lost)
+	return nil
+}
+
+// sortLost ranks servers by lost GPU-hours, then lost tokens, then name;
+// servers without a ceiling last.
+func sortLost(ls []Lost) {
+	sort.SliceStable(ls, func(i, j int) bool {
+		x, y := ls[i], ls[j]
 		if (x.LostGPUHours == nil) != (y.LostGPUHours == nil) {
 			return x.LostGPUHours != nil
 		}
-		if x.LostGPUHours != nil && *x.LostGPUHours != *y.LostGPUHours {
+		if x.LostGPUHours != nil && rankKey(*x.LostGPUHours) != rankKey(*y.LostGPUHours) {
 			return *x.LostGPUHours > *y.LostGPUHours
 		}
-		if x.LostTokens != nil && *x.LostTokens != *y.LostTokens {
+		if x.LostTokens != nil && rankKey(*x.LostTokens) != rankKey(*y.LostTokens) {
 			return *x.LostTokens > *y.LostTokens
 		}
 		return x.Host+"/"+x.Server < y.Host+"/"+y.Server
 	})
-	return nil
 }
 
 // lostFindings names the servers that lost the most below their ceiling,

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tpsmon/tpsmon/analysis/curve"
@@ -170,6 +171,10 @@ type Options struct {
 	// PerUserFloor is the per-user TPS objective of the operating point;
 	// 0: DefaultPerUserFloor, negative: no operating point.
 	PerUserFloor float64
+	// OneLevel reads the totals from the level's own series alone, not
+	// the coarser rollups' whole periods: slower, the same numbers up to
+	// float rounding (what the fast path is checked against).
+	OneLevel bool
 }
 
 // builder holds one Build's state.
@@ -187,6 +192,81 @@ type builder struct {
 	stateSecs map[string]float64
 	byState   map[string]map[string]float64
 	gpuEnergy float64 // joules of every GPU
+	// pre holds answers fetched ahead (prefetch), by query text: the
+	// steps take them in their own order, so the report is built by one
+	// goroutine in one order however the queries finished.
+	pre map[string]answer
+	// parts split the range for the totals (rangeParts); nil: one.
+	parts []Filter
+}
+
+// answer is one query's result, fetched ahead.
+type answer struct {
+	series []influxql.Series
+	err    error
+}
+
+// InFlight is how many queries a report keeps in flight at once: enough
+// to overlap InfluxDB's work with the network and our decoding, few
+// enough not to swamp a server that others query too.
+const InFlight = 4
+
+// fetch is one query a report will run: its name and rendered text.
+type fetch struct{ name, text string }
+
+// prefetch runs the queries concurrently, at most InFlight at once, and
+// keeps their answers for the steps. The first error cancels the rest
+// and is the report's: with InfluxDB down or hung, one timeout, not one
+// per query.
+func (b *builder) prefetch(fs []fetch) error {
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	out := make([]answer, len(fs))
+	sem := make(chan struct{}, InFlight)
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for i, f := range fs {
+		sem <- struct{}{}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			s, err := b.c.Query(withName(ctx, f.name), f.text)
+			if err != nil {
+				once.Do(func() { first = fmt.Errorf("%s: %w", f.name, err); cancel() })
+			}
+			out[i] = answer{s, err}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	if b.pre == nil {
+		b.pre = map[string]answer{}
+	}
+	for i, f := range fs {
+		b.pre[f.text] = out[i]
+	}
+	return nil
+}
+
+// query runs one rendered query, or takes its answer fetched ahead.
+func (b *builder) query(name, text string) ([]influxql.Series, error) {
+	a, ok := b.pre[text]
+	if ok {
+		delete(b.pre, text) // the step owns it now; its memory goes with it
+	} else {
+		a.series, a.err = b.c.Query(withName(b.ctx, name), text)
+	}
+	if a.err != nil {
+		return nil, fmt.Errorf("%s: %w", name, a.err)
+	}
+	return a.series, nil
 }
 
 func (b *builder) run(q Query, state string) ([]influxql.Series, error) {
@@ -194,11 +274,51 @@ func (b *builder) run(q Query, state string) ([]influxql.Series, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := b.c.Query(b.ctx, text)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", q.Name, err)
+	return b.query(q.Name, text)
+}
+
+// fetches are the queries build will run, rendered, in about the order
+// its steps take them (the totals of each part, then the series per
+// interval); a query that does not render is left to its step, which
+// returns the error.
+func (b *builder) fetches() []fetch {
+	type qs = queryState
+	var list []qs
+	raw := b.f.Level == "" || b.f.Level == Raw
+	if raw {
+		list = append(list, qs{q: CurveWindows}, qs{q: LatencyBuckets}, qs{q: AttainmentBuckets})
 	}
-	return s, nil
+	list = append(list, qs{q: FleetGPU}, qs{q: ServerSeries})
+	list = append(list, stateQueries(b.f, StateTrend, StateTrendAll)...)
+	list = append(list, qs{q: UnusedTrend}, qs{q: FleetTokens})
+	if raw {
+		list = append(list, qs{q: MissedWindows}, qs{q: SuspectWindows})
+	}
+	var out []fetch
+	add := func(f Filter, x qs) {
+		if text, err := f.Render(x.q, x.state); err == nil {
+			out = append(out, fetch{x.q.Name, text})
+		}
+	}
+	for _, part := range b.totalParts() {
+		for _, x := range []qs{{q: LostThroughput}, {q: GPUTime}, {q: GPUIdle}, {q: ServerTotals}} {
+			add(part, x)
+		}
+		for _, x := range stateQueries(part, StateTime, StateTimeAll) {
+			add(part, x)
+		}
+	}
+	for _, x := range list {
+		add(b.f, x)
+	}
+	if !raw {
+		for _, part := range curveParts(b.f) {
+			if text, err := part.Render(CurveCells, ""); err == nil {
+				out = append(out, fetch{CurveCells.Name, text})
+			}
+		}
+	}
+	return out
 }
 
 // rows runs q for state and hands each row of each series, with the
@@ -261,6 +381,11 @@ func Build(ctx context.Context, c querier, f Filter, o Options) (*Report, error)
 	b := &builder{ctx: ctx, c: c, f: f, r: r, lens: map[string]map[string]time.Duration{},
 		servers: map[string]*ServerReport{}, gpus: map[string]*GPUReport{},
 		stateSecs: map[string]float64{}, byState: map[string]map[string]float64{}}
+	if !o.OneLevel {
+		if p := rangeParts(ctx, c, f); len(p) > 1 || p[0].Level != f.Level {
+			b.parts = p
+		}
+	}
 	if err := b.build(o); err != nil {
 		return nil, err
 	}
@@ -269,6 +394,9 @@ func Build(ctx context.Context, c querier, f Filter, o Options) (*Report, error)
 
 // build runs the report's queries in turn, each filling its part.
 func (b *builder) build(o Options) error {
+	if err := b.prefetch(b.fetches()); err != nil {
+		return err
+	}
 	for _, step := range []func() error{b.stateTime, b.gpuTime, b.gpuIdle} {
 		if err := step(); err != nil {
 			return err
@@ -322,27 +450,25 @@ func (b *builder) gpu(tags map[string]string) *GPUReport {
 // state.
 func (b *builder) stateTime() error {
 	serverSecs := map[string]float64{}
-	for _, st := range States {
-		err := b.rows(StateTime, st, func(tags map[string]string, row map[string]any) error {
-			secs, err := b.seconds(schema.Server, tags[schema.TagHost], row)
-			if err != nil {
-				return err
-			}
-			sr := b.server(tags)
-			sr.StateShare[st] += secs
-			serverSecs[sr.Host+"/"+sr.Server] += secs
-			g := secs * float64(gpuCount(tags[schema.TagGPUs]))
-			sr.GPUHours += g / 3600
-			b.stateSecs[st] += g
-			if b.byState[st] == nil {
-				b.byState[st] = map[string]float64{}
-			}
-			b.byState[st][sr.Host+"\x00"+sr.Server] += g / 3600
-			return nil
-		})
+	err := b.stateRows(b.totalParts(), StateTime, StateTimeAll, func(st string, tags map[string]string, row map[string]any) error {
+		secs, err := b.seconds(schema.Server, tags[schema.TagHost], row)
 		if err != nil {
 			return err
 		}
+		sr := b.server(tags)
+		sr.StateShare[st] += secs
+		serverSecs[sr.Host+"/"+sr.Server] += secs
+		g := secs * float64(gpuCount(tags[schema.TagGPUs]))
+		sr.GPUHours += g / 3600
+		b.stateSecs[st] += g
+		if b.byState[st] == nil {
+			b.byState[st] = map[string]float64{}
+		}
+		b.byState[st][sr.Host+"\x00"+sr.Server] += g / 3600
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	for k, s := range b.servers {
 		for st := range s.StateShare {
@@ -359,19 +485,28 @@ func (b *builder) stateTime() error {
 func (b *builder) gpuTime() error {
 	var gpuSecs float64
 	unused := map[string]float64{}
-	err := b.rows(GPUTime, "", func(tags map[string]string, row map[string]any) error {
+	err := b.totalRows(GPUTime, "", func(tags map[string]string, row map[string]any) error {
 		g := b.gpu(tags)
 		n, _ := influxql.Num(row[colWindows])
 		secs, err := b.seconds(schema.GPU, g.Host, row)
 		if err != nil {
 			return err
 		}
+		// Parts of the range weigh their mean by their windows (a
+		// rollup's mean is over its windows).
+		util, _ := influxql.Num(row[schema.FieldUtil])
+		if g.Windows > 0 && int(n) > 0 {
+			util = (g.MeanUtil*float64(g.Windows) + util*n) / (float64(g.Windows) + n)
+		}
+		if int(n) > 0 || g.Windows == 0 {
+			g.MeanUtil = util
+		}
 		g.Windows += int(n)
 		g.Hours += secs / 3600
-		g.MeanUtil, _ = influxql.Num(row[schema.FieldUtil])
-		g.EnergyJ, _ = influxql.Num(row[schema.FieldEnergyJ])
+		e, _ := influxql.Num(row[schema.FieldEnergyJ])
+		g.EnergyJ += e
 		gpuSecs += secs
-		b.gpuEnergy += g.EnergyJ
+		b.gpuEnergy += e
 		if g.Server == "" {
 			unused[g.Host+"\x00\x00"+g.GPU+"\x00"+g.UUID] += secs / 3600
 			b.stateSecs[Unused] += secs
@@ -388,14 +523,23 @@ func (b *builder) gpuTime() error {
 
 // gpuIdle reads each GPU's share of idle windows.
 func (b *builder) gpuIdle() error {
-	return b.rows(GPUIdle, "", func(tags map[string]string, row map[string]any) error {
+	idle := map[*GPUReport]float64{}
+	var order []*GPUReport
+	err := b.totalRows(GPUIdle, "", func(tags map[string]string, row map[string]any) error {
 		g := b.gpu(tags)
 		n, _ := influxql.Num(row[colIdleWindows])
-		if g.Windows > 0 {
-			g.IdleShare = n / float64(g.Windows)
+		if _, ok := idle[g]; !ok {
+			order = append(order, g)
 		}
+		idle[g] += n
 		return nil
 	})
+	for _, g := range order {
+		if g.Windows > 0 {
+			g.IdleShare = idle[g] / float64(g.Windows)
+		}
+	}
+	return err
 }
 
 // suspects counts each server's suspect windows by rule; rollups do not
@@ -443,7 +587,7 @@ func (b *builder) waste() {
 		}
 		sort.Slice(sh.By, func(i, j int) bool {
 			x, y := sh.By[i], sh.By[j]
-			if x.GPUHours != y.GPUHours {
+			if rankKey(x.GPUHours) != rankKey(y.GPUHours) {
 				return x.GPUHours > y.GPUHours
 			}
 			return x.Host+x.Server+x.GPU < y.Host+y.Server+y.GPU
@@ -456,27 +600,49 @@ func (b *builder) waste() {
 // tokens per GPU-hour and per joule, per server and in all.
 func (b *builder) efficiency() error {
 	r := b.r
-	err := b.rows(TokensPerJoule, "", func(tags map[string]string, row map[string]any) error {
-		if v, ok := influxql.Num(row[schema.FieldTokensPerJoule]); ok {
-			b.server(tags).TokensPerJoule = &v
+	type sums struct {
+		tokens, energy       float64
+		hasTokens, hasEnergy bool
+	}
+	by := map[*ServerReport]*sums{}
+	var order []*ServerReport
+	err := b.totalRows(ServerTotals, "", func(tags map[string]string, row map[string]any) error {
+		sr := b.server(tags)
+		s := by[sr]
+		if s == nil {
+			s = &sums{}
+			by[sr] = s
+			order = append(order, sr)
+		}
+		if v, ok := influxql.Num(row[schema.FieldTokens]); ok {
+			s.tokens += v
+			s.hasTokens = true
+		}
+		if e, ok := influxql.Num(row[schema.FieldEnergyJ]); ok {
+			s.energy += e
+			s.hasEnergy = true
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	err = b.rows(Ranking, "", func(tags map[string]string, row map[string]any) error {
-		sr := b.server(tags)
-		sr.Tokens, _ = influxql.Num(row[schema.FieldTokens])
+	for _, sr := range order {
+		s := by[sr]
+		if s.hasTokens && s.hasEnergy {
+			// InfluxQL's division by zero is 0: TokensPerJoule's answer.
+			v := 0.0
+			if s.energy != 0 {
+				v = s.tokens / s.energy
+			}
+			sr.TokensPerJoule = &v
+		}
+		sr.Tokens = s.tokens
 		r.Tokens += sr.Tokens
 		if sr.GPUHours > 0 {
 			v := sr.Tokens / sr.GPUHours
 			sr.TokensPerGPUHour = &v
 		}
-		return nil
-	})
-	if err != nil {
-		return err
 	}
 	if r.GPUHours > 0 {
 		v := r.Tokens / r.GPUHours
@@ -626,18 +792,16 @@ func (b *builder) fleetGPU(f *fleetSums) error {
 // servers' GPUs take their server's state, and GPUs that served none are
 // unused.
 func (b *builder) fleetStates(f *fleetSums) error {
-	for _, st := range States {
-		err := b.rows(StateTrend, st, func(tags map[string]string, row map[string]any) error {
-			secs, err := b.seconds(schema.Server, tags[schema.TagHost], row)
-			if err != nil {
-				return err
-			}
-			f.at(row).StateGPUHours[st] += secs * float64(gpuCount(tags[schema.TagGPUs])) / 3600
-			return nil
-		})
+	err := b.stateRows([]Filter{b.f}, StateTrend, StateTrendAll, func(st string, tags map[string]string, row map[string]any) error {
+		secs, err := b.seconds(schema.Server, tags[schema.TagHost], row)
 		if err != nil {
 			return err
 		}
+		f.at(row).StateGPUHours[st] += secs * float64(gpuCount(tags[schema.TagGPUs])) / 3600
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return b.rows(UnusedTrend, "", func(tags map[string]string, row map[string]any) error {
 		secs, err := b.seconds(schema.GPU, tags[schema.TagHost], row)
@@ -691,6 +855,18 @@ var stateWhy = map[string]string{
 
 func pct(v float64) int { return int(math.Round(100 * v)) }
 
+// rankKey is v to 10 significant digits, what rankings compare: sums of
+// the same windows added in another order (per period, then across
+// periods) differ in their last digits, and equal servers must tie, and
+// fall to their names, whichever way the sums were taken.
+func rankKey(v float64) float64 {
+	if v == 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+		return v
+	}
+	p := math.Pow(10, 9-math.Floor(math.Log10(math.Abs(v))))
+	return math.Round(v*p) / p
+}
+
 // maxPerKind is how many findings of one kind are spelled out; the rest
 // are counted in one more line.
 const maxPerKind = 5
@@ -703,7 +879,9 @@ func findings(r *Report) []string {
 			idle = append(idle, g)
 		}
 	}
-	sort.SliceStable(idle, func(a, b int) bool { return idle[a].IdleShare*idle[a].Hours > idle[b].IdleShare*idle[b].Hours })
+	sort.SliceStable(idle, func(a, b int) bool {
+		return rankKey(idle[a].IdleShare*idle[a].Hours) > rankKey(idle[b].IdleShare*idle[b].Hours)
+	})
 	for i, g := range idle {
 		if i == maxPerKind {
 			var hours float64
@@ -736,7 +914,9 @@ func findings(r *Report) []string {
 			bad = append(bad, w)
 		}
 	}
-	sort.SliceStable(bad, func(a, b int) bool { return bad[a].share*bad[a].s.GPUHours > bad[b].share*bad[b].s.GPUHours })
+	sort.SliceStable(bad, func(a, b int) bool {
+		return rankKey(bad[a].share*bad[a].s.GPUHours) > rankKey(bad[b].share*bad[b].s.GPUHours)
+	})
 	for i, w := range bad {
 		if i == maxPerKind {
 			out = append(out, fmt.Sprintf("%d more servers spent a quarter of the time or more in a state other than ok", len(bad)-i))
@@ -753,7 +933,9 @@ func findings(r *Report) []string {
 			ranked = append(ranked, s)
 		}
 	}
-	sort.Slice(ranked, func(a, b int) bool { return *ranked[a].TokensPerGPUHour < *ranked[b].TokensPerGPUHour })
+	sort.SliceStable(ranked, func(a, b int) bool {
+		return rankKey(*ranked[a].TokensPerGPUHour) < rankKey(*ranked[b].TokensPerGPUHour)
+	})
 	if len(ranked) > 1 {
 		lo, hi := ranked[0], ranked[len(ranked)-1]
 		out = append(out, fmt.Sprintf("lowest tokens per GPU-hour: %s on %s with %.0f, against %.0f for %s on %s",

@@ -9,9 +9,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -46,13 +48,26 @@ func run() error {
 	days := flag.Int("days", 90, "days of hourly and daily rollups")
 	rawWindow := flag.Duration("raw-window", time.Minute, "window length of the last day's raw windows")
 	results := flag.String("results", "bench/RESULTS.md", "file whose report-scale section is rewritten")
+	check := flag.Bool("check", false, "build each report again from the level's own series alone (report.Options.OneLevel) and compare the JSON")
+	keep := flag.String("keep", "", "InfluxDB data directory kept between runs: loaded the first time, read as it is after (same flags, same UTC day)")
 	flag.Parse()
 
-	dir, err := os.MkdirTemp("", "reportscale")
-	if err != nil {
-		return err
+	dir := *keep
+	loaded := false
+	if dir == "" {
+		d, err := os.MkdirTemp("", "reportscale")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	} else {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		_, err := os.Stat(filepath.Join(dir, "loaded"))
+		loaded = err == nil
 	}
-	defer os.RemoveAll(dir)
 	base, stop, err := startInflux(dir)
 	if err != nil {
 		return err
@@ -61,10 +76,24 @@ func run() error {
 	const db = "tpsmon"
 	c := report.NewClient(base, db, "", 10*time.Minute)
 	ctx := context.Background()
-	for _, q := range []string{`CREATE DATABASE "tpsmon"`, `CREATE RETENTION POLICY "tpsmon_1h" ON "tpsmon" DURATION 0s REPLICATION 1`,
-		`CREATE RETENTION POLICY "tpsmon_1d" ON "tpsmon" DURATION 0s REPLICATION 1`} {
+	// The rollups' retention policies as shipped (their shard durations
+	// are most of what a long range costs InfluxDB).
+	rps, err := os.ReadFile(filepath.Join("packaging", "influxdb", "retention.influxql"))
+	if err != nil {
+		return fmt.Errorf("run from the repository's root: %w", err)
+	}
+	stmts := []string{`CREATE DATABASE "tpsmon"`}
+	for _, l := range strings.Split(string(rps), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "--") {
+			stmts = append(stmts, l)
+		}
+	}
+	for _, q := range stmts {
+		if loaded {
+			break // made by the run that loaded the data
+		}
 		if _, err := c.Query(ctx, q); err != nil {
-			return err
+			return fmt.Errorf("%s: %w", q, err)
 		}
 	}
 	fleet := fleetsim.Fleet{Hosts: *hosts, GPUs: *gpus, Unused: 2, Model: "NVIDIA H100 80GB HBM3"}
@@ -82,27 +111,36 @@ func run() error {
 		fmt.Fprintf(os.Stderr, "loaded %s: %d points in %v\n", what, n, d.Round(time.Second))
 		return nil
 	}
-	if err := load(fmt.Sprintf("daily rollups, %d days", *days), db+"/tpsmon_1d", func(e func(*write.Point) error) error {
-		return fleet.Rollups(end.Add(-span), end, 24*time.Hour, "_1d", e)
-	}); err != nil {
-		return err
-	}
-	if err := load(fmt.Sprintf("hourly rollups, %d days", *days), db+"/tpsmon_1h", func(e func(*write.Point) error) error {
-		return fleet.Rollups(end.Add(-span), end, time.Hour, "_1h", e)
-	}); err != nil {
-		return err
-	}
-	if err := load(fmt.Sprintf("raw %v windows, 1 day", *rawWindow), db, func(e func(*write.Point) error) error {
-		return fleet.Raw(end.Add(-24*time.Hour), end, *rawWindow, e)
-	}); err != nil {
-		return err
+	if !loaded {
+		if err := load(fmt.Sprintf("daily rollups, %d days", *days), db+"/tpsmon_1d", func(e func(*write.Point) error) error {
+			return fleet.Rollups(end.Add(-span), end, 24*time.Hour, "_1d", e)
+		}); err != nil {
+			return err
+		}
+		if err := load(fmt.Sprintf("hourly rollups, %d days", *days), db+"/tpsmon_1h", func(e func(*write.Point) error) error {
+			return fleet.Rollups(end.Add(-span), end, time.Hour, "_1h", e)
+		}); err != nil {
+			return err
+		}
+		if err := load(fmt.Sprintf("raw %v windows, 1 day", *rawWindow), db, func(e func(*write.Point) error) error {
+			return fleet.Raw(end.Add(-24*time.Hour), end, *rawWindow, e)
+		}); err != nil {
+			return err
+		}
+		if *keep != "" {
+			if err := os.WriteFile(filepath.Join(dir, "loaded"), []byte(strings.Join(loads, "\n")+"\n"), 0o644); err != nil {
+				return err
+			}
+		}
+	} else if b, err := os.ReadFile(filepath.Join(dir, "loaded")); err == nil {
+		loads = strings.Split(strings.TrimSpace(string(b)), "\n")
 	}
 
 	var rows []string
 	for _, r := range []struct {
 		name string
 		span time.Duration
-	}{{"24 h", 24 * time.Hour}, {"30 d", 30 * 24 * time.Hour}, {"90 d", 90 * 24 * time.Hour}} {
+	}{{"24 h", 24 * time.Hour}, {"7 d", 7 * 24 * time.Hour}, {"30 d", 30 * 24 * time.Hour}, {"90 d", 90 * 24 * time.Hour}} {
 		if r.span > span && r.span > 24*time.Hour {
 			continue
 		}
@@ -127,11 +165,13 @@ func run() error {
 				}
 			}
 		}()
+		var tr report.Trace
+		tctx := report.WithTrace(ctx, &tr)
 		t0 := time.Now()
-		f, err := report.Plan(ctx, c, report.Filter{From: end.Add(-r.span), To: end})
+		f, err := report.Plan(tctx, c, report.Filter{From: end.Add(-r.span), To: end})
 		var rep *report.Report
 		if err == nil {
-			rep, err = report.Build(ctx, c, f, report.Options{Prices: map[string]float64{"*": 2.5}})
+			rep, err = report.Build(tctx, c, f, report.Options{Prices: map[string]float64{"*": 2.5}})
 		}
 		elapsed := time.Since(t0)
 		close(done)
@@ -148,12 +188,29 @@ func run() error {
 			return fmt.Errorf("curve %s: %w", r.name, err)
 		}
 		curveTime := time.Since(t1)
+		if *check {
+			one, err := report.Build(ctx, c, f, report.Options{Prices: map[string]float64{"*": 2.5}, OneLevel: true})
+			if err != nil {
+				return fmt.Errorf("one-level report %s: %w", r.name, err)
+			}
+			n, worst, other, err := compareJSON(rep, one)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "report %s against one level: %d numbers, largest relative difference %.2g, %d other differences\n", r.name, n, worst, other)
+		}
 		var html strings.Builder
 		if err := report.WriteHTML(&html, rep); err != nil {
 			return err
 		}
-		rows = append(rows, fmt.Sprintf("| %s | %s, %s buckets | %.1f s | %.2f s (%d curves) | %.0f MiB | %.0f MiB | %d | %d | %.0f | %d KiB |", r.name, f.Level, f.Interval,
-			elapsed.Seconds(), curveTime.Seconds(), len(curves), float64(peak.Load())/(1<<20), float64(after.TotalAlloc-before.TotalAlloc)/(1<<20),
+		busy := tr.InfluxBusy()
+		var decode time.Duration
+		for _, q := range tr.ByName() {
+			decode += q.Decode
+			fmt.Fprintf(os.Stderr, "  %-20s influx %6.2f s  decode %5.2f s  %7d KiB\n", q.Name, q.Influx.Seconds(), q.Decode.Seconds(), q.Bytes/1024)
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %s, %s buckets | %.1f s | %.1f s (%.0f %%) | %.2f s | %d | %.2f s (%d curves) | %.0f MiB | %.0f MiB | %d | %d | %.0f | %d KiB |", r.name, f.Level, f.Interval,
+			elapsed.Seconds(), busy.Seconds(), 100*busy.Seconds()/elapsed.Seconds(), decode.Seconds(), len(tr.Queries), curveTime.Seconds(), len(curves), float64(peak.Load())/(1<<20), float64(after.TotalAlloc-before.TotalAlloc)/(1<<20),
 			len(rep.Servers), len(rep.GPUs), rep.GPUHours, html.Len()/1024))
 		fmt.Fprintf(os.Stderr, "report %s: %v, of which the operating curve alone %v\n", r.name, elapsed.Round(10*time.Millisecond), curveTime.Round(10*time.Millisecond))
 	}
@@ -168,13 +225,77 @@ Taken %s on %d CPU cores, %s; InfluxDB 1.8.10 on loopback, started by the harnes
 |---|---|---|---|
 %s
 
-| range | series read | time (Plan + Build) | operating curve alone | peak Go heap | allocated | servers | GPUs | GPU-hours | HTML |
-|---|---|---|---|---|---|---|---|---|---|
+| range | series read | time (Plan + Build) | InfluxDB busy (share) | decoding | queries | operating curve alone | peak Go heap | allocated | servers | GPUs | GPU-hours | HTML |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|
 %s
 <!-- /report-scale -->
 `, *hosts, *gpus, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), *hosts, *gpus, *days, *rawWindow,
 		strings.Join(loads, "\n"), strings.Join(rows, "\n"))
 	return rewriteSection(*results, section)
+}
+
+// compareJSON compares two reports' JSON: how many numbers, the largest
+// relative difference between two of them, and how many other values
+// (strings, lengths, keys) differ.
+func compareJSON(a, b *report.Report) (n int, worst float64, other int, err error) {
+	var x, y any
+	for _, p := range []struct {
+		r   *report.Report
+		dst *any
+	}{{a, &x}, {b, &y}} {
+		j, err := json.Marshal(p.r)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if err := json.Unmarshal(j, p.dst); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	var walk func(path string, a, b any)
+	differ := func(path string, a, b any) {
+		if other < 5 {
+			fmt.Fprintf(os.Stderr, "  %s: %.200v vs %.200v\n", path, a, b)
+		}
+		other++
+	}
+	walk = func(path string, a, b any) {
+		switch u := a.(type) {
+		case map[string]any:
+			v, ok := b.(map[string]any)
+			if !ok || len(u) != len(v) {
+				differ(path, a, b)
+				return
+			}
+			for k := range u {
+				walk(path+"."+k, u[k], v[k])
+			}
+		case []any:
+			v, ok := b.([]any)
+			if !ok || len(u) != len(v) {
+				differ(path, a, b)
+				return
+			}
+			for i := range u {
+				walk(fmt.Sprintf("%s[%d]", path, i), u[i], v[i])
+			}
+		case float64:
+			v, ok := b.(float64)
+			if !ok {
+				differ(path, a, b)
+				return
+			}
+			n++
+			if d := math.Abs(u-v) / math.Max(1, math.Max(math.Abs(u), math.Abs(v))); d > worst {
+				worst = d
+			}
+		default:
+			if a != b {
+				differ(path, a, b)
+			}
+		}
+	}
+	walk("", x, y)
+	return n, worst, other, nil
 }
 
 // rewriteSection replaces the report-scale section of path, or appends it.
