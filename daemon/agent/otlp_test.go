@@ -20,8 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	metricpb "go.opentelemetry.io/proto/otlp/metrics/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tpsmon/tpsmon/analysis"
@@ -72,7 +71,7 @@ func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 		body = zr
 	}
 	b, _ := io.ReadAll(body)
-	var req colmetricpb.ExportMetricsServiceRequest
+	var req metricpb.MetricsData
 	if err := proto.Unmarshal(b, &req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -357,13 +356,13 @@ func TestWindowMetricsMatchOTLP(t *testing.T) {
 		t.Fatal(err)
 	}
 	pushed := map[string]float64{}
-	for _, m := range rm.ScopeMetrics[0].Metrics {
-		for _, dp := range m.Data.(metricdata.Gauge[float64]).DataPoints {
+	for _, m := range rm.GetScopeMetrics()[0].GetMetrics() {
+		for _, dp := range m.GetGauge().GetDataPoints() {
 			ls := map[string]string{}
-			for _, kv := range dp.Attributes.ToSlice() {
-				ls[string(kv.Key)] = kv.Value.AsString()
+			for _, kv := range dp.GetAttributes() {
+				ls[kv.GetKey()] = kv.GetValue().GetStringValue()
 			}
-			pushed[otlpKey(m.Name, ls, dp.Time.Unix())] = dp.Value
+			pushed[otlpKey(m.GetName(), ls, time.Unix(0, int64(dp.GetTimeUnixNano())).Unix())] = dp.GetAsDouble()
 		}
 	}
 	for k, v := range prom {

@@ -1,28 +1,53 @@
 package otlp
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/influxdata/line-protocol/v2/lineprotocol"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/sdk/instrumentation"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	"go.opentelemetry.io/otel/sdk/resource"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	metricpb "go.opentelemetry.io/proto/otlp/metrics/v1"
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sink"
 )
 
-// Scope names tpsmon's metrics in OTLP.
-var Scope = instrumentation.Scope{Name: "github.com/tpsmon/tpsmon/sink/otlp"}
+// scopeName names tpsmon's metrics in OTLP (the instrumentation scope).
+const scopeName = "github.com/tpsmon/tpsmon/sink/otlp"
 
-// Resource is the resource every export carries: service.name tpsmon
+// newResource is the resource every export carries: service.name tpsmon
 // only. The host, server and GPU are each point's attributes, as they are
 // the /metrics gauges' labels; a version here would start new series in
 // stores that make resource attributes labels at every upgrade.
-var Resource = resource.NewSchemaless(attribute.String("service.name", "tpsmon"))
+func newResource() *resourcepb.Resource {
+	return &resourcepb.Resource{Attributes: []*commonpb.KeyValue{stringKV("service.name", "tpsmon")}}
+}
+
+func newScope() *commonpb.InstrumentationScope {
+	return &commonpb.InstrumentationScope{Name: scopeName}
+}
+
+func stringKV(k, v string) *commonpb.KeyValue {
+	return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v}}}
+}
+
+// attrSet returns kvs sorted by key, a key given twice once with its last
+// value: a point's attributes are a set, and receivers that make them
+// labels want each name once.
+func attrSet(kvs []*commonpb.KeyValue) []*commonpb.KeyValue {
+	out := slices.Clone(kvs)
+	slices.SortStableFunc(out, func(a, b *commonpb.KeyValue) int { return cmp.Compare(a.Key, b.Key) })
+	for i := len(out) - 1; i > 0; i-- {
+		if out[i-1].Key == out[i].Key {
+			out = slices.Delete(out, i-1, i) // keep the later one
+		}
+	}
+	return out
+}
 
 // Decode turns numeric-profile line protocol (sink.ProfileNumeric) into
 // OTLP gauges: each field of a point is a data point of the metric
@@ -33,12 +58,11 @@ var Resource = resource.NewSchemaless(attribute.String("service.name", "tpsmon")
 // names it: the batch is refused, never exported without it. A numeric
 // field without a name is left out, as /metrics leaves it out
 // (TestWindowMetricsNameEveryField keeps there none).
-func Decode(lines []byte) (*metricdata.ResourceMetrics, int, error) {
+func Decode(lines []byte) (*metricpb.ResourceMetrics, int, error) {
 	dec := lineprotocol.NewDecoderWithBytes(lines)
-	gauges := map[string]int{} // index in metrics by name
-	var metrics []metricdata.Metrics
-	var points [][]metricdata.DataPoint[float64] // of metrics[i]
-	var kvs []attribute.KeyValue
+	gauges := map[string]*metricpb.Gauge{}
+	var metrics []*metricpb.Metric
+	var kvs []*commonpb.KeyValue
 	n := 0
 	for line := 1; dec.Next(); line++ {
 		bad := func(err error) error { return fmt.Errorf("point %d: %w", line, err) }
@@ -59,7 +83,7 @@ func Decode(lines []byte) (*metricdata.ResourceMetrics, int, error) {
 			if k == nil {
 				break
 			}
-			kvs = append(kvs, attribute.String(string(k), string(v)))
+			kvs = append(kvs, stringKV(string(k), string(v)))
 		}
 		type field struct {
 			key string
@@ -98,9 +122,14 @@ func Decode(lines []byte) (*metricdata.ResourceMetrics, int, error) {
 		if t.IsZero() {
 			return nil, 0, bad(errors.New("no timestamp: a window's point has its start"))
 		}
-		// One set of the tags for every field of the line; a one-hot
-		// field's adds its label.
-		base := attribute.NewSet(kvs...)
+		if t.Before(time.Unix(0, 0)) {
+			return nil, 0, bad(fmt.Errorf("timestamp %s: before 1970, which OTLP cannot carry", t.UTC().Format(time.RFC3339)))
+		}
+		ns := uint64(t.UnixNano())
+		// One set of the tags for every field of the line (the data
+		// points share it: it is only read); a one-hot field's adds its
+		// label.
+		base := attrSet(kvs)
 		for _, f := range fs {
 			wm, ok := sink.WindowMetricOf(measurement, f.key)
 			if !ok {
@@ -108,28 +137,26 @@ func Decode(lines []byte) (*metricdata.ResourceMetrics, int, error) {
 			}
 			attrs := base
 			if key, value := wm.Label(); key != "" {
-				attrs = attribute.NewSet(append(kvs[:len(kvs):len(kvs)], attribute.String(key, value))...)
+				attrs = attrSet(append(kvs[:len(kvs):len(kvs)], stringKV(key, value)))
 			}
 			name := wm.FullName()
-			i, ok := gauges[name]
+			g, ok := gauges[name]
 			if !ok {
-				i = len(metrics)
-				gauges[name] = i
+				g = &metricpb.Gauge{}
+				gauges[name] = g
 				// No Unit: the name carries it, and receivers that
 				// translate OTLP to Prometheus names would add it again.
-				metrics = append(metrics, metricdata.Metrics{Name: name, Description: wm.Help()})
-				points = append(points, nil)
+				metrics = append(metrics, &metricpb.Metric{Name: name, Description: wm.Help(),
+					Data: &metricpb.Metric_Gauge{Gauge: g}})
 			}
-			points[i] = append(points[i], metricdata.DataPoint[float64]{Attributes: attrs, Time: t, Value: wm.Value(f.v)})
+			g.DataPoints = append(g.DataPoints, &metricpb.NumberDataPoint{Attributes: attrs, TimeUnixNano: ns,
+				Value: &metricpb.NumberDataPoint_AsDouble{AsDouble: wm.Value(f.v)}})
 		}
 		n++
 	}
 	if err := dec.Err(); err != nil {
 		return nil, 0, err
 	}
-	for i := range metrics {
-		metrics[i].Data = metricdata.Gauge[float64]{DataPoints: points[i]}
-	}
-	return &metricdata.ResourceMetrics{Resource: Resource,
-		ScopeMetrics: []metricdata.ScopeMetrics{{Scope: Scope, Metrics: metrics}}}, n, nil
+	return &metricpb.ResourceMetrics{Resource: newResource(),
+		ScopeMetrics: []*metricpb.ScopeMetrics{{Scope: newScope(), Metrics: metrics}}}, n, nil
 }

@@ -2,15 +2,19 @@
 // protobuf) metrics receiver: a sink.Writer that turns a spooled batch of
 // numeric-profile line protocol into OTLP gauges, one per field, named as
 // the /metrics window gauges are (sink.WindowMetricOf), each point
-// stamped with its window's start. It sends through the OpenTelemetry Go
-// SDK's exporter with the exporter's own retries off: the sink.Sender that
-// drains the spool retries, backs off and quarantines, so a batch stays
-// in the spool until the receiver takes it.
+// stamped with its window's start. It posts the request itself, with the
+// official OTLP message types and net/http, not through the OpenTelemetry
+// SDK's exporter: that one brings the SDK and, by the collector service's
+// package, all of gRPC into the daemon. It never retries: the sink.Sender
+// that drains the spool retries, backs off and quarantines, so a batch
+// stays in the spool until the receiver takes it.
 package otlp
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,11 +22,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	metricpb "go.opentelemetry.io/proto/otlp/metrics/v1"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tpsmon/tpsmon/internal/redact"
@@ -113,9 +117,12 @@ func EndpointURL(endpoint string) (string, error) {
 
 // Writer exports spooled batches; it is a sink.Writer.
 type Writer struct {
-	exp *otlpmetrichttp.Exporter
-	hc  *http.Client
-	url string // redacted, for errors
+	hc        *http.Client
+	endpoint  string // the URL requests go to
+	url       string // redacted, for errors
+	headers   map[string]string
+	userAgent string
+	gzip      bool
 }
 
 // op names an export in errors and the log.
@@ -139,30 +146,10 @@ func New(cfg Config) (*Writer, error) {
 	if tc != nil {
 		tr.TLSClientConfig = tc
 	}
-	hc := &http.Client{Transport: &observer{next: tr, userAgent: cfg.UserAgent}, Timeout: cfg.Timeout}
-	opts := []otlpmetrichttp.Option{
-		otlpmetrichttp.WithEndpointURL(u),
-		otlpmetrichttp.WithHTTPClient(hc),
-		// The Sender retries, backs off and keeps the batch; a retry
-		// inside the exporter would hold it past sink.otlp.timeout and
-		// hide the answer.
-		otlpmetrichttp.WithRetry(otlpmetrichttp.RetryConfig{Enabled: false}),
-		// Explicit, so that OTEL_EXPORTER_OTLP_* variables do not add
-		// to what the configuration says.
-		otlpmetrichttp.WithHeaders(headers),
-		otlpmetrichttp.WithCompression(otlpmetrichttp.NoCompression),
-	}
-	if cfg.GZip {
-		opts = append(opts, otlpmetrichttp.WithCompression(otlpmetrichttp.GzipCompression))
-	}
-	if cfg.Timeout > 0 {
-		opts = append(opts, otlpmetrichttp.WithTimeout(cfg.Timeout))
-	}
-	exp, err := otlpmetrichttp.New(context.Background(), opts...)
-	if err != nil {
-		return nil, fmt.Errorf("otlp exporter: %w", err)
-	}
-	return &Writer{exp: exp, hc: hc, url: redact.URL(u)}, nil
+	// Timeout bounds each request, its answer read too; the proxy
+	// variables apply as for any HTTP client (DefaultTransport's).
+	hc := &http.Client{Transport: tr, Timeout: cfg.Timeout}
+	return &Writer{hc: hc, endpoint: u, url: redact.URL(u), headers: headers, userAgent: cfg.UserAgent, gzip: cfg.GZip}, nil
 }
 
 // Write exports the points of lines (numeric-profile line protocol) in
@@ -180,32 +167,144 @@ func (w *Writer) Write(ctx context.Context, lines []byte) error {
 	if n == 0 {
 		return nil
 	}
-	var a answer
-	err = w.exp.Export(context.WithValue(ctx, answerKey{}, &a), rm)
-	return w.classify(ctx, err, &a)
+	return w.export(ctx, rm)
 }
 
-func (w *Writer) classify(ctx context.Context, err error, a *answer) error {
-	switch s := a.status; {
-	case !a.sent && err != nil && ctx.Err() == nil:
-		// Refused before a request was made: the exporter's size bound
-		// (64 MiB of protobuf). Smaller halves pass.
-		return &sink.WriteError{Op: op, Status: http.StatusRequestEntityTooLarge, Err: err}
-	case s >= 200 && s < 300 && a.rejected > 0:
+// Probe sends an export of no points: the receiver answers as it would
+// a batch, so the endpoint, the headers and TLS are checked and nothing
+// is stored.
+func (w *Writer) Probe(ctx context.Context) error {
+	return w.export(ctx, &metricpb.ResourceMetrics{Resource: newResource(),
+		ScopeMetrics: []*metricpb.ScopeMetrics{{Scope: newScope()}}})
+}
+
+// Close closes the writer's idle connections.
+func (w *Writer) Close() {
+	w.hc.CloseIdleConnections()
+}
+
+// maxRequest bounds a request's protobuf (before gzip): a bigger batch is
+// refused as a receiver's 413 would refuse it, without sending, and the
+// Sender splits it. Receivers' own bounds are smaller still (the OTel
+// Collector's default is 20 MiB); this one keeps one outsized backlog
+// from being held in memory twice.
+const maxRequest = 64 << 20
+
+// Request encodes the ExportMetricsServiceRequest that carries rm: its
+// field 1 (resource_metrics) is rm, length-prefixed. The envelope is
+// written here so that the collector service's package, which brings
+// gRPC with its stubs, stays out of the binary.
+func Request(rm *metricpb.ResourceMetrics) ([]byte, error) {
+	size := proto.Size(rm)
+	b := make([]byte, 0, protowire.SizeTag(1)+protowire.SizeBytes(size))
+	b = protowire.AppendTag(b, 1, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(size))
+	return proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(b, rm)
+}
+
+// gzips keeps the compressors between requests: a flate writer is some
+// hundreds of KiB, one a request would be garbage every window.
+var gzips = sync.Pool{New: func() any { return gzip.NewWriter(nil) }}
+
+func compress(b []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.Grow(len(b) / 4)
+	zw := gzips.Get().(*gzip.Writer)
+	defer gzips.Put(zw)
+	zw.Reset(&buf)
+	if _, err := zw.Write(b); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// export posts rm and classifies the answer.
+func (w *Writer) export(ctx context.Context, rm *metricpb.ResourceMetrics) error {
+	body, err := Request(rm)
+	if err != nil {
+		return &sink.WriteError{Op: op, Content: true, Err: fmt.Errorf("encode the request: %w", err)}
+	}
+	if len(body) > maxRequest {
+		return &sink.WriteError{Op: op, Status: http.StatusRequestEntityTooLarge,
+			Err: fmt.Errorf("%d bytes of protobuf, over the %d a request may carry", len(body), maxRequest)}
+	}
+	if w.gzip {
+		if body, err = compress(body); err != nil {
+			return &sink.WriteError{Op: op, Err: fmt.Errorf("gzip: %w", err)}
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return &sink.WriteError{Op: op, Err: fmt.Errorf("%s: %w", w.url, err)}
+	}
+	if w.userAgent != "" {
+		req.Header.Set("User-Agent", w.userAgent)
+	}
+	for k, v := range w.headers {
+		req.Header.Set(k, v)
+	}
+	// After the configured headers: the body is what these say.
+	req.Header.Set("Content-Type", "application/x-protobuf")
+	if w.gzip {
+		req.Header.Set("Content-Encoding", "gzip")
+	}
+	resp, err := w.hc.Do(req)
+	if err != nil {
+		// url.Error repeats the URL unredacted; ours is redacted.
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err
+		}
+		return &sink.WriteError{Op: op, Retry: true, Err: fmt.Errorf("%s: %w", w.url, err)}
+	}
+	defer resp.Body.Close()
+	return w.classify(resp)
+}
+
+// maxAnswer bounds the success body read for a partial success;
+// maxMessage what an error's body adds to the error.
+const (
+	maxAnswer  = 4 << 20
+	maxMessage = 512
+)
+
+func (w *Writer) classify(resp *http.Response) error {
+	s := resp.StatusCode
+	if s >= 200 && s < 300 {
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+		if err != nil {
+			// The receiver has the points, or will not say: sending
+			// them again would store them twice where it has them.
+			return nil
+		}
+		if resp.Header.Get("Content-Type") != "application/x-protobuf" || len(body) == 0 {
+			return nil
+		}
+		rejected, message, err := PartialSuccess(body)
+		if err != nil || rejected <= 0 {
+			return nil
+		}
 		// The receiver kept the others: the Sender splits the batch and
 		// resends them (the same points at the same times) until the
 		// refused ones are alone, and quarantines those.
 		return &sink.WriteError{Op: op, Status: s, Content: true,
-			Err: fmt.Errorf("%s: partial success, %d points rejected: %s", w.url, a.rejected, a.message)}
-	case s >= 200 && s < 300:
-		return nil
-	case err == nil:
-		return nil
-	case s == 0:
-		return &sink.WriteError{Op: op, Retry: true, Err: err}
+			Err: fmt.Errorf("%s: partial success, %d points rejected: %s", w.url, rejected, message)}
 	}
-	we := &sink.WriteError{Op: op, Status: a.status, After: a.after, Err: err}
-	switch s := a.status; {
+	text, _ := io.ReadAll(io.LimitReader(resp.Body, maxMessage))
+	io.Copy(io.Discard, io.LimitReader(resp.Body, maxAnswer)) // so the connection is kept
+	msg := string(text)
+	if resp.Header.Get("Content-Type") == "application/x-protobuf" {
+		// OTLP's error body: a google.rpc.Status, its message field 2.
+		msg = statusMessage(text)
+	}
+	err := fmt.Errorf("%s: %s", w.url, resp.Status)
+	if msg = strings.TrimSpace(strings.ToValidUTF8(msg, "?")); msg != "" {
+		err = fmt.Errorf("%s: %s: %s", w.url, resp.Status, msg)
+	}
+	we := &sink.WriteError{Op: op, Status: s, After: retryAfter(resp.Header.Get("Retry-After")), Err: err}
+	switch {
 	case s == http.StatusTooManyRequests, s >= 500:
 		we.Retry = true
 	case s == http.StatusUnauthorized, s == http.StatusForbidden, s == http.StatusNotFound:
@@ -217,78 +316,82 @@ func (w *Writer) classify(ctx context.Context, err error, a *answer) error {
 	return we
 }
 
-// Probe sends an export of no points: the receiver answers as it would
-// a batch, so the endpoint, the headers and TLS are checked and nothing
-// is stored.
-func (w *Writer) Probe(ctx context.Context) error {
-	var a answer
-	err := w.exp.Export(context.WithValue(ctx, answerKey{}, &a),
-		&metricdata.ResourceMetrics{Resource: Resource, ScopeMetrics: []metricdata.ScopeMetrics{{Scope: Scope}}})
-	return w.classify(ctx, err, &a)
-}
-
-// Close shuts the exporter down and closes its connections.
-func (w *Writer) Close() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	w.exp.Shutdown(ctx)
-	w.hc.CloseIdleConnections()
-}
-
-// answer is what the receiver said to one export, as the exporter's
-// errors do not carry it: the status, Retry-After, and the points a
-// partial success rejected.
-type answer struct {
-	sent     bool
-	status   int
-	after    time.Duration
-	rejected int64
-	message  string
-}
-
-type answerKey struct{}
-
-// observer notes the receiver's answer in the request context's answer,
-// and names tpsmon in the User-Agent.
-type observer struct {
-	next      http.RoundTripper
-	userAgent string
-}
-
-// maxAnswer bounds the success body read for a partial success (the
-// exporter's own bound is 4 MiB).
-const maxAnswer = 4 << 20
-
-func (o *observer) RoundTrip(req *http.Request) (*http.Response, error) {
-	a, _ := req.Context().Value(answerKey{}).(*answer)
-	if o.userAgent != "" {
-		req = req.Clone(req.Context())
-		req.Header.Set("User-Agent", o.userAgent+" "+req.Header.Get("User-Agent"))
+// retryAfter reads a Retry-After header, seconds or a date; 0 when there
+// is none or it cannot be read. The Sender waits at least this long
+// before it sends again.
+func retryAfter(v string) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
 	}
-	resp, err := o.next.RoundTrip(req)
-	if a == nil {
-		return resp, err
+	if secs, err := strconv.Atoi(v); err == nil {
+		return time.Duration(max(secs, 0)) * time.Second
 	}
-	a.sent = true
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
+}
+
+// PartialSuccess reads an ExportMetricsServiceResponse: its
+// partial_success (field 1), rejected_data_points (1) and error_message
+// (2). A field given twice merges as protobuf merges it: the last wins.
+func PartialSuccess(b []byte) (rejected int64, message string, err error) {
+	err = eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if num != 1 || typ != protowire.BytesType {
+			return nil
+		}
+		return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
+			switch {
+			case num == 1 && typ == protowire.VarintType:
+				x, _ := protowire.ConsumeVarint(v)
+				rejected = int64(x)
+			case num == 2 && typ == protowire.BytesType:
+				message = string(v)
+			}
+			return nil
+		})
+	})
 	if err != nil {
-		return resp, err
+		return 0, "", fmt.Errorf("export response: %w", err)
 	}
-	a.status = resp.StatusCode
-	if v := resp.Header.Get("Retry-After"); v != "" {
-		if secs, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && secs > 0 {
-			a.after = time.Duration(secs) * time.Second
-		} else if t, err := http.ParseTime(v); err == nil {
-			a.after = max(time.Until(t), 0)
+	return rejected, message, nil
+}
+
+// statusMessage returns the message (field 2) of a google.rpc.Status, ""
+// when b is none (it may be cut at maxMessage).
+func statusMessage(b []byte) string {
+	var msg string
+	eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if num == 2 && typ == protowire.BytesType {
+			msg = string(v)
 		}
-	}
-	if resp.StatusCode/100 == 2 && resp.Header.Get("Content-Type") == "application/x-protobuf" {
-		body, rerr := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
-		resp.Body.Close()
-		resp.Body = io.NopCloser(bytes.NewReader(body))
-		var r colmetricpb.ExportMetricsServiceResponse
-		if rerr == nil && proto.Unmarshal(body, &r) == nil && r.PartialSuccess != nil {
-			a.rejected, a.message = r.PartialSuccess.GetRejectedDataPoints(), r.PartialSuccess.GetErrorMessage()
+		return nil
+	})
+	return msg
+}
+
+// eachField calls f with each field of the message b: its number, wire
+// type and value (a varint's bytes; a length-delimited field's content).
+func eachField(b []byte, f func(protowire.Number, protowire.Type, []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
 		}
+		b = b[n:]
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return fmt.Errorf("field %d: %w", num, protowire.ParseError(m))
+		}
+		v := b[:m]
+		if typ == protowire.BytesType {
+			v, _ = protowire.ConsumeBytes(v)
+		}
+		if err := f(num, typ, v); err != nil {
+			return err
+		}
+		b = b[m:]
 	}
-	return resp, nil
+	return nil
 }

@@ -13,9 +13,8 @@ import (
 	"time"
 
 	"github.com/influxdata/line-protocol/v2/lineprotocol"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	metricpb "go.opentelemetry.io/proto/otlp/metrics/v1"
 
 	"github.com/tpsmon/tpsmon/analysis"
 	"github.com/tpsmon/tpsmon/schema"
@@ -218,8 +217,11 @@ func TestExportMatchesLineProtocol(t *testing.T) {
 		if h, o := r.header.Get("Authorization"), r.header.Get("X-Scope-Orgid"); h != "Bearer t0ken" || o != "a" {
 			t.Errorf("Authorization %q, X-Scope-OrgID %q", h, o)
 		}
-		if ua := r.header.Get("User-Agent"); !strings.HasPrefix(ua, "tpsmon/test OTel Go") {
+		if ua := r.header.Get("User-Agent"); ua != "tpsmon/test" {
 			t.Errorf("User-Agent %q", ua)
+		}
+		if ce := r.header.Get("Content-Encoding"); gz != (ce == "gzip") || gz != (r.wire < r.raw) {
+			t.Errorf("gzip %v: Content-Encoding %q, %d bytes sent of %d", gz, ce, r.wire, r.raw)
 		}
 		t.Logf("gzip %v: %d points of 2 windows in %d request", gz, len(want), r.requests)
 	}
@@ -248,7 +250,7 @@ func TestClassify(t *testing.T) {
 		{status: 504, retry: true},
 	} {
 		r := newReceiver(t)
-		r.answer = func(*colmetricpb.ExportMetricsServiceRequest) (int, int64) { return c.status, c.rejected }
+		r.answer = func(*metricpb.MetricsData) (int, int64) { return c.status, c.rejected }
 		w := newWriter(t, r.srv.URL+"/", Config{})
 		err := w.Write(context.Background(), numericLP(t, windows(0, 1)))
 		if c.ok {
@@ -294,7 +296,7 @@ func TestProbe(t *testing.T) {
 	if got, bad := r.got(); len(got) != 0 || len(bad) != 0 || r.requests != 1 {
 		t.Errorf("probe stored %v (%v), %d requests", got, bad, r.requests)
 	}
-	r.answer = func(*colmetricpb.ExportMetricsServiceRequest) (int, int64) { return http.StatusUnauthorized, 0 }
+	r.answer = func(*metricpb.MetricsData) (int, int64) { return http.StatusUnauthorized, 0 }
 	var we *sink.WriteError
 	if err := w.Probe(context.Background()); !errors.As(err, &we) || we.Status != http.StatusUnauthorized {
 		t.Errorf("probe refused: %v", err)
@@ -328,7 +330,7 @@ func openSpooled(t *testing.T, dir string, w sink.Writer) *spooled {
 func TestOutageLosesNothing(t *testing.T) {
 	r := newReceiver(t)
 	down := true
-	r.answer = func(*colmetricpb.ExportMetricsServiceRequest) (int, int64) {
+	r.answer = func(*metricpb.MetricsData) (int, int64) {
 		if down {
 			return http.StatusServiceUnavailable, 0
 		}
@@ -381,7 +383,7 @@ func TestOutageLosesNothing(t *testing.T) {
 func TestRestartKeepsTheSpool(t *testing.T) {
 	r := newReceiver(t)
 	up := false
-	r.answer = func(*colmetricpb.ExportMetricsServiceRequest) (int, int64) {
+	r.answer = func(*metricpb.MetricsData) (int, int64) {
 		if !up {
 			return http.StatusBadGateway, 0
 		}
@@ -437,22 +439,23 @@ func TestBadLinesQuarantined(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		bad    []byte
-		answer func(*colmetricpb.ExportMetricsServiceRequest) (int, int64)
+		answer func(*metricpb.MetricsData) (int, int64)
 		reason string
 	}{
 		{name: "not line protocol", bad: []byte("tpsmon_server,host=h state_code=\n"), reason: "point 1"},
 		{name: "string field", bad: []byte("tpsmon_server,host=h,server=s state=\"ok\" 1700000000000\n"), reason: "field state is a string"},
 		{name: "other measurement", bad: []byte("cpu,host=h v=1 1700000000000\n"), reason: `measurement "cpu"`},
 		{name: "no timestamp", bad: []byte("tpsmon_gpu,host=h,uuid=x power_w=1\n"), reason: "no timestamp"},
+		{name: "tag not UTF-8", bad: []byte("tpsmon_gpu,host=h\xff,uuid=x power_w=1 1700000000000\n"), reason: "invalid utf-8"},
 		{name: "400", bad: refused, reason: "HTTP 400",
-			answer: func(req *colmetricpb.ExportMetricsServiceRequest) (int, int64) {
+			answer: func(req *metricpb.MetricsData) (int, int64) {
 				if hasServer(req, "refused") {
 					return http.StatusBadRequest, 0
 				}
 				return 0, 0
 			}},
 		{name: "partial success", bad: refused, reason: "partial success",
-			answer: func(req *colmetricpb.ExportMetricsServiceRequest) (int, int64) {
+			answer: func(req *metricpb.MetricsData) (int, int64) {
 				if hasServer(req, "refused") {
 					return 0, 5
 				}
@@ -503,8 +506,8 @@ func TestDecodeLeavesNothingOut(t *testing.T) {
 	}
 	fields := countFields(lines)
 	dps := 0
-	for _, m := range rm.ScopeMetrics[0].Metrics {
-		dps += len(m.Data.(metricdata.Gauge[float64]).DataPoints)
+	for _, m := range rm.GetScopeMetrics()[0].GetMetrics() {
+		dps += len(m.GetGauge().GetDataPoints())
 	}
 	if dps != fields || fields < 3*30 {
 		t.Errorf("%d data points of %d fields", dps, fields)

@@ -12,8 +12,9 @@ import (
 	"sync"
 	"testing"
 
-	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	metricpb "go.opentelemetry.io/proto/otlp/metrics/v1"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -25,7 +26,7 @@ type receiver struct {
 	mu  sync.Mutex
 	// answer returns the status (0: 200) and, for a 200, the points a
 	// partial success rejects; nil: 200 for everything.
-	answer   func(req *colmetricpb.ExportMetricsServiceRequest) (status int, rejected int64)
+	answer   func(req *metricpb.MetricsData) (status int, rejected int64)
 	points   map[string][]float64 // by pointKey; more than one value: sent twice
 	requests int
 	header   http.Header // of the last request
@@ -84,7 +85,11 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 		r.fail(w, err.Error())
 		return
 	}
-	var req colmetricpb.ExportMetricsServiceRequest
+	// MetricsData is ExportMetricsServiceRequest on the wire (field 1,
+	// repeated ResourceMetrics): read with it, the request is checked by
+	// the official types without the collector service's package, which
+	// would bring gRPC into go.mod.
+	var req metricpb.MetricsData
 	if hr.URL.Path != DefaultPath || hr.Header.Get("Content-Type") != "application/x-protobuf" {
 		r.fail(w, "path "+hr.URL.Path+", content type "+hr.Header.Get("Content-Type"))
 		return
@@ -110,10 +115,8 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 	if rejected > 0 {
 		// A partial success keeps nothing here: the test's points are
 		// all or none per request.
-		resp, _ := proto.Marshal(&colmetricpb.ExportMetricsServiceResponse{PartialSuccess: &colmetricpb.ExportMetricsPartialSuccess{
-			RejectedDataPoints: rejected, ErrorMessage: "refused by the test"}})
 		w.Header().Set("Content-Type", "application/x-protobuf")
-		w.Write(resp)
+		w.Write(exportResponse(rejected, "refused by the test"))
 		return
 	}
 	for _, rm := range req.GetResourceMetrics() {
@@ -139,8 +142,7 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 		}
 	}
 	w.Header().Set("Content-Type", "application/x-protobuf")
-	resp, _ := proto.Marshal(&colmetricpb.ExportMetricsServiceResponse{})
-	w.Write(resp)
+	w.Write(exportResponse(0, ""))
 }
 
 func (r *receiver) fail(w http.ResponseWriter, why string) {
@@ -162,7 +164,7 @@ func (r *receiver) got() (map[string][]float64, []string) {
 }
 
 // hasServer tells whether a request holds a point of server.
-func hasServer(req *colmetricpb.ExportMetricsServiceRequest, server string) bool {
+func hasServer(req *metricpb.MetricsData, server string) bool {
 	for _, rm := range req.GetResourceMetrics() {
 		for _, sm := range rm.GetScopeMetrics() {
 			for _, m := range sm.GetMetrics() {
@@ -177,6 +179,22 @@ func hasServer(req *colmetricpb.ExportMetricsServiceRequest, server string) bool
 		}
 	}
 	return false
+}
+
+// exportResponse encodes an ExportMetricsServiceResponse: partial_success
+// (1) holding rejected_data_points (1) and error_message (2); none for a
+// full success, an empty message as receivers send it.
+func exportResponse(rejected int64, message string) []byte {
+	if rejected == 0 && message == "" {
+		return nil
+	}
+	var ps []byte
+	ps = protowire.AppendTag(ps, 1, protowire.VarintType)
+	ps = protowire.AppendVarint(ps, uint64(rejected))
+	ps = protowire.AppendTag(ps, 2, protowire.BytesType)
+	ps = protowire.AppendString(ps, message)
+	b := protowire.AppendTag(nil, 1, protowire.BytesType)
+	return protowire.AppendBytes(b, ps)
 }
 
 type countingReader struct {
