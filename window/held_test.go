@@ -78,3 +78,47 @@ func TestJoinerRunningFromHeld(t *testing.T) {
 		})
 	}
 }
+
+// A request's prompt tokens spread over its slot before its first token,
+// where it was held there, and over its decode otherwise: a prefill that
+// fills a window shows its prompt there, not in the window of its tokens.
+func TestJoinerPromptOverItsSlot(t *testing.T) {
+	req := func(from, to, held, prompt float64) sample.Interval {
+		iv := sample.Unknown(at(from), at(to))
+		iv.Tokens, iv.PromptTokens, iv.Held, iv.Request = 10, prompt, held, true
+		return iv
+	}
+	tests := []struct {
+		name string
+		iv   sample.Interval
+		want [2]int64 // prompt tokens of the windows at 10 s and 20 s
+	}{
+		{"no slot time: over its decode", req(18, 22, -1, 100), [2]int64{50, 50}},
+		{"prefill 15..21 s, decode 21..25 s", req(21, 25, 10, 600), [2]int64{500, 100}},
+		{"prefill and decode in one window (none in the other: absent)", req(22, 28, 8, 600), [2]int64{-1, 600}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			j := New(Config{Window: 10 * time.Second, Grace: 5 * time.Second, MaxGap: 2500 * time.Millisecond, Start: at(10)},
+				[]Server{{Name: "llm", Engine: "llamacpp", Source: schema.SourceLog}})
+			for s := 0; s <= 40; s++ {
+				j.Watch("llm", at(float64(s)))
+			}
+			j.AddLog("llm", tc.iv)
+			var got [2]int64
+			for _, c := range servers(j.Close(at(40))) {
+				for i := range got {
+					if c.Start.Equal(at(float64(10 + 10*i))) {
+						got[i] = -1
+						if c.PromptTokens.OK {
+							got[i] = c.PromptTokens.V
+						}
+					}
+				}
+			}
+			if got != tc.want {
+				t.Errorf("prompt tokens of the windows at 10 s and 20 s: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

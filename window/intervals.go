@@ -56,12 +56,24 @@ func overlap(a, b, s, e time.Time) (float64, float64) {
 
 // add spreads one interval over [s, e).
 func (r *ivSums) add(iv sample.Interval, s, e time.Time) {
+	sec, f := overlap(iv.Start, iv.End, s, e)
+	promptF := f
 	if iv.Request {
 		// From when its server took it, which may be before its tokens.
-		held, _ := overlap(iv.HeldStart(), iv.End, s, e)
+		hs := iv.HeldStart()
+		held, _ := overlap(hs, iv.End, s, e)
 		r.reqSec += held
+		if hs.Before(iv.Start) && iv.PromptTokens >= 0 {
+			// Its prompt was evaluated in its slot before its first
+			// token: its prompt tokens spread over that, not over its
+			// decode (a 198 s prefill's windows read no prompt at all).
+			_, promptF = overlap(hs, iv.Start, s, e)
+			if f == 0 && promptF > 0 {
+				r.prompt += iv.PromptTokens * promptF
+				r.hasPrmpt = true
+			}
+		}
 	}
-	sec, f := overlap(iv.Start, iv.End, s, e)
 	if f == 0 {
 		return
 	}
@@ -84,7 +96,7 @@ func (r *ivSums) add(iv sample.Interval, s, e time.Time) {
 		r.hasTok = true
 	}
 	if iv.PromptTokens >= 0 {
-		r.prompt += iv.PromptTokens * f
+		r.prompt += iv.PromptTokens * promptF
 		r.hasPrmpt = true
 	}
 	if iv.PromptCached >= 0 {

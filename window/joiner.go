@@ -101,6 +101,9 @@ type serverState struct {
 	// an idle server, not a missing one.
 	watched timeline
 	ivCum   float64 // running total of interval tokens, for rounding
+	// promptCum is ivCum's for prompt tokens: a long prefill's prompt
+	// spreads over many windows, which must add up to its line's count.
+	promptCum float64
 	// engineNamed says the engine tag was detected, not configured.
 	engineNamed bool
 	hists       [sample.NumHists]histTrack
@@ -1074,7 +1077,7 @@ func (j *Joiner) fromLog(m *measured, st *serverState, iv ivSums, logCover time.
 	m.rateTokens, m.tokenSecs = m.tokens, logCover.Seconds()
 	if iv.hasPrmpt {
 		m.prompt = j.bound(iv.prompt)
-		m.promptInt, m.hasPrompt = int64(math.Round(m.prompt)), true
+		m.promptInt, m.hasPrompt = runningRound(&st.promptCum, m.prompt), true
 		m.ratePrompt, m.promptSecs = m.prompt, logCover.Seconds()
 	}
 	if iv.hasPreempt {
@@ -1138,10 +1141,14 @@ func (j *Joiner) bound(tokens float64) float64 {
 
 // roundTokens turns fractional interval tokens into integers through a
 // running total, so consecutive windows add up to the whole.
-func (st *serverState) roundTokens(t float64) int64 {
-	before := math.Round(st.ivCum)
-	st.ivCum += t
-	return int64(math.Round(st.ivCum) - before)
+func (st *serverState) roundTokens(t float64) int64 { return runningRound(&st.ivCum, t) }
+
+// runningRound adds t to the running total *cum and returns the integer
+// part the total gained.
+func runningRound(cum *float64, t float64) int64 {
+	before := math.Round(*cum)
+	*cum += t
+	return int64(math.Round(*cum) - before)
 }
 
 // label is the gpu tag: the index, with the MIG instance after a slash.

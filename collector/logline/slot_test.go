@@ -121,14 +121,19 @@ func TestLlamaSlotSpan(t *testing.T) {
 					continue
 				}
 				iv, ok := s.Interval(r, at)
+				if r.Tokens < 0 {
+					// A prompt line's tokens go out on its request's eval
+					// line, whose span is its slot's.
+					if ok {
+						t.Errorf("%s: a prompt line gave an interval of its own: %+v", r.Key, iv)
+					}
+					continue
+				}
 				if !ok {
 					t.Fatalf("%s: refused", l)
 				}
-				if r.Tokens < 0 {
-					if iv.Request {
-						t.Errorf("%s: a prompt line counts in running: its request's eval line does", r.Key)
-					}
-					continue
+				if iv.PromptTokens < 0 {
+					t.Errorf("%s: the eval line carries no prompt tokens of its prompt line", r.Key)
 				}
 				want, ok := tc.want[r.Key]
 				if !ok {

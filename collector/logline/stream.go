@@ -32,12 +32,20 @@ type Stream struct {
 	lastOf     *time.Time
 	aggregated bool
 	progress   map[string]progress
-	// prompts holds llama.cpp's prompt lines' times until their request's
-	// eval line, by key: the request's time to first token.
-	prompts map[string]time.Duration
+	// prompts holds llama.cpp's prompt lines until their request's eval
+	// line, by key: the request's time to first token, and its prompt
+	// tokens, which go out on the request's span (they were evaluated in
+	// its slot before its first token, not where the line is stamped: at
+	// the request's end, with its eval line).
+	prompts map[string]prompted
 	// cached holds the llama.cpp tasks whose cache reuse was counted,
 	// until their prompt line.
 	cached map[string]bool
+}
+
+type prompted struct {
+	dur    time.Duration
+	tokens float64
 }
 
 type progress struct {
@@ -96,7 +104,7 @@ func (s *Stream) init() {
 		s.progress = map[string]progress{}
 	}
 	if s.prompts == nil || len(s.prompts) > maxTracked {
-		s.prompts = map[string]time.Duration{}
+		s.prompts = map[string]prompted{}
 	}
 	if s.cached == nil || len(s.cached) > maxTracked {
 		s.cached = map[string]bool{}
@@ -118,7 +126,7 @@ func (s *Stream) interval(r *Record, t time.Time) (sample.Interval, bool) {
 	case Progress:
 		return s.progressed(r, t)
 	case Request:
-		return s.request(r, t), true
+		return s.request(r, t)
 	case Iteration:
 		return s.iteration(r, t)
 	case Cached:
@@ -214,19 +222,32 @@ func (s *Stream) progressed(r *Record, t time.Time) (sample.Interval, bool) {
 
 // request is a finished request's span, less what its progress lines
 // already counted.
-func (s *Stream) request(r *Record, t time.Time) sample.Interval {
+func (s *Stream) request(r *Record, t time.Time) (sample.Interval, bool) {
 	iv := sample.Unknown(t.Add(-r.Duration), t)
 	if r.PromptTokens >= 0 {
-		iv.PromptTokens = r.PromptTokens
-		if r.Key != "" {
-			s.prompts[strings.Clone(r.Key)] = r.Duration
-			delete(s.cached, r.Key)
+		if r.Key == "" {
+			iv.PromptTokens = r.PromptTokens
+			return iv, true
 		}
-		return iv
+		if old, ok := s.prompts[r.Key]; ok && old.tokens >= 0 {
+			// A prompt line whose eval line never came: its tokens
+			// where it was stamped, as they would have been.
+			iv.PromptTokens = old.tokens
+			s.prompts[strings.Clone(r.Key)] = prompted{r.Duration, r.PromptTokens}
+			delete(s.cached, r.Key)
+			return iv, true
+		}
+		s.prompts[strings.Clone(r.Key)] = prompted{r.Duration, r.PromptTokens}
+		delete(s.cached, r.Key)
+		return sample.Interval{}, false
 	}
-	prompt, hasPrompt := s.prompts[r.Key]
+	p, hasPrompt := s.prompts[r.Key]
+	prompt := p.dur
 	s.latencies(&iv, r)
 	iv.Tokens = r.Tokens
+	if hasPrompt {
+		iv.PromptTokens = p.tokens
+	}
 	// It held its slot before the first token its eval time counts from:
 	// since the slot was taken where the stamps say, else for its prompt's
 	// processing (llama.cpp's total time).
@@ -252,7 +273,7 @@ func (s *Stream) request(r *Record, t time.Time) sample.Interval {
 		iv.Tokens = max(0, r.Tokens-p.tokens)
 		iv.UserTokens, iv.UserSeconds = iv.Tokens, t.Sub(iv.Start).Seconds()
 	}
-	return iv
+	return iv, true
 }
 
 // iteration is the tokens of the engine steps since the previous
@@ -292,10 +313,11 @@ func (s *Stream) latencies(iv *sample.Interval, r *Record) {
 	if r.Key == "" {
 		return
 	}
-	p, ok := s.prompts[r.Key]
+	pr, ok := s.prompts[r.Key]
 	if ok {
 		delete(s.prompts, r.Key)
 	}
+	p := pr.dur
 	if r.TTFT >= 0 {
 		p, ok = r.TTFT, true
 		iv.TTFTBasis = r.TTFTBasis

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"compress/gzip"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -62,7 +63,10 @@ func TestPromptSplitAgainstClient(t *testing.T) {
 		if pt != c {
 			t.Errorf("%v: prompt_tokens %v, want the computed %v", p.Time, pt, c)
 		}
-		if r, ok := p.num("prefix_hit_rate"); c+h > 0 && (!ok || r != h/(c+h)) {
+		// The rate is of the window's tokens before they are rounded to
+		// the integers written (a prompt spread over its slot's windows
+		// is fractional in each): within one token of theirs.
+		if r, ok := p.num("prefix_hit_rate"); c+h > 0 && (!ok || math.Abs(r-h/(c+h)) > 1/(c+h)) {
 			t.Errorf("%v: prefix_hit_rate %v (%v), want %v", p.Time, r, ok, h/(c+h))
 		}
 	}
