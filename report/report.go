@@ -747,11 +747,13 @@ func (b *builder) fleet() error {
 			return err
 		}
 	}
-	iv := b.f.Interval.Seconds()
 	for k, p := range f.pts {
 		tok := f.tokens[k]
-		if iv > 0 {
-			p.TPS = tok / iv
+		// Over the part of the bucket the range holds: a range's first
+		// and last buckets are ragged (a 40-minute edge of an hourly
+		// bucket read a third low over the whole hour).
+		if secs := b.bucketSeconds(p.Time); secs > 0 {
+			p.TPS = tok / secs
 		}
 		if p.GPUHours > 0 {
 			v := tok / p.GPUHours
@@ -765,6 +767,18 @@ func (b *builder) fleet() error {
 	}
 	sort.Slice(b.r.Fleet, func(i, j int) bool { return b.r.Fleet[i].Time.Before(b.r.Fleet[j].Time) })
 	return nil
+}
+
+// bucketSeconds is how much of the bucket starting at t the range holds.
+func (b *builder) bucketSeconds(t time.Time) float64 {
+	lo, hi := t, t.Add(b.f.Interval)
+	if lo.Before(b.f.From) {
+		lo = b.f.From
+	}
+	if !b.f.To.IsZero() && hi.After(b.f.To) {
+		hi = b.f.To
+	}
+	return hi.Sub(lo).Seconds()
 }
 
 // fleetTokens reads the fleet's tokens per interval.
