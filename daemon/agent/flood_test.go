@@ -150,12 +150,14 @@ func TestHTTPFloodLeavesScrapesAndProbes(t *testing.T) {
 	base := openFiles(t, pid)
 
 	// The flood, in waves; each connection is read until the daemon
-	// closes it, or the end of the test's patience.
+	// closes it, or the end of the test's patience: counted from its own
+	// dial, not the flood's start, since a loaded machine dials a wave
+	// of 100 in far more than the 250 ms between waves.
 	var wg sync.WaitGroup
-	closed := make(chan time.Duration, floodWaves*floodWave) // how long each was held
+	closed := make(chan time.Duration, floodWaves*floodWave) // how long each was held, from its dial
 	held := 0                                                // not closed by the daemon
 	var heldMu sync.Mutex
-	patience := time.Now().Add(floodWaves*floodEvery + 2*floodIdle + 2*time.Second)
+	const patience = 2*floodIdle + 2*time.Second
 	var conns []net.Conn
 	defer func() {
 		for _, c := range conns {
@@ -164,6 +166,7 @@ func TestHTTPFloodLeavesScrapesAndProbes(t *testing.T) {
 	}()
 	flood := func(wave int) {
 		for i := range floodWave {
+			at := time.Now()
 			c, err := net.DialTimeout("tcp", addr, time.Second)
 			if err != nil {
 				t.Errorf("wave %d: dial %d: %v", wave, i, err)
@@ -173,11 +176,10 @@ func TestHTTPFloodLeavesScrapesAndProbes(t *testing.T) {
 			if i%2 == 0 {
 				fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: tpsmon\r\n\r\n")
 			}
-			c.SetReadDeadline(patience)
+			c.SetReadDeadline(at.Add(patience))
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				at := time.Now()
 				_, err := io.Copy(io.Discard, c)
 				if errors.Is(err, os.ErrDeadlineExceeded) {
 					heldMu.Lock()
@@ -212,6 +214,7 @@ func TestHTTPFloodLeavesScrapesAndProbes(t *testing.T) {
 			failed = append(failed, resp.Status)
 		}
 	}
+	flooded := time.Since(start)
 	var during []string
 	for len(states) > 0 {
 		during = append(during, <-states)
@@ -220,15 +223,21 @@ func TestHTTPFloodLeavesScrapesAndProbes(t *testing.T) {
 	wg.Wait()
 	close(closed)
 	var longest time.Duration
-	n := 0
+	n, early := 0, 0
 	for d := range closed {
 		longest = max(longest, d)
 		n++
+		if d < floodIdle {
+			// Closed before any of its timeouts could end it (they start
+			// at the accept, after the dial): shed at the cap.
+			early++
+		}
 	}
 	after := openFiles(t, pid)
-	t.Logf("open files: %d before the flood, %d at most during it, %d after; %d connections closed by the daemon, "+
-		"the longest held %v, %d held past %v; /healthz failed %d of %d; windows %v",
-		base, peak, after, n, longest.Round(time.Millisecond), held, patience.Sub(start).Round(time.Millisecond), len(failed), probes, during)
+	t.Logf("open files: %d before the flood, %d at most during it, %d after; %d connections closed by the daemon "+
+		"(%d within %v of their dial), the longest held %v, %d held past %v; /healthz failed %d of %d; the flood took %v; windows %v",
+		base, peak, after, n, early, floodIdle, longest.Round(time.Millisecond), held, patience, len(failed), probes,
+		flooded.Round(time.Millisecond), during)
 
 	if peak > base+floodCap+6 { // and a scrape, a probe, one accepted to be closed
 		t.Errorf("%d files open during the flood, %d before: the cap of %d connections did not hold", peak, base, floodCap)
@@ -246,8 +255,8 @@ func TestHTTPFloodLeavesScrapesAndProbes(t *testing.T) {
 		}
 	}
 	if held > 0 {
-		t.Errorf("%d of %d connections still open %v after the flood began (idle and header timeouts %v)",
-			held, floodWaves*floodWave, patience.Sub(start).Round(time.Millisecond), floodIdle)
+		t.Errorf("%d of %d connections still open %v after their dial (idle and header timeouts %v)",
+			held, floodWaves*floodWave, patience, floodIdle)
 	}
 	if after > base+4 {
 		t.Errorf("%d files open after the flood, %d before", after, base)
@@ -276,8 +285,13 @@ func TestHTTPFloodLeavesScrapesAndProbes(t *testing.T) {
 		shed += v
 	}
 	t.Logf("shed at the cap, on /metrics: %v", shed)
-	if shed < float64(floodWaves*(floodWave-floodCap)) { // each wave passes the cap by this much
-		t.Errorf("/metrics counts %v connections shed at the cap, want at least %d", shed, floodWaves*(floodWave-floodCap))
+	// Every connection closed sooner than a timeout could close it was
+	// shed; how many that is depends on how fast the machine let the
+	// waves be dialed (each passes the cap by 68 when it comes within
+	// the timeouts), so the count is checked against what was seen.
+	if shed < float64(early) || shed > float64(floodWaves*floodWave) {
+		t.Errorf("/metrics counts %v connections shed at the cap, want at least the %d closed within %v of their dial, at most the %d dialed",
+			shed, early, floodIdle, floodWaves*floodWave)
 	}
 }
 
