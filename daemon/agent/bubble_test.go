@@ -52,13 +52,22 @@ func (ht handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 type notes struct {
 	mu   sync.Mutex
 	msgs []string
+	at   []time.Time // when each was told: the daemon's moment, not when a test looked
 }
 
 func (n *notes) send(state string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.msgs = append(n.msgs, state)
+	n.at = append(n.at, time.Now())
 	return nil
+}
+
+// told is when message i was told.
+func (n *notes) told(i int) time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.at[i]
 }
 
 func (n *notes) len() int {
