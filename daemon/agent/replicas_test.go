@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/tpsmon/tpsmon/collector"
 	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 	"github.com/tpsmon/tpsmon/sample"
@@ -36,18 +38,27 @@ const (
 )
 
 // hostileVLLM prints a vLLM page whose generation counter and waiting gauge
-// are what page says at the time since start (n counts pages from 0).
+// are what page says at the time since start (n counts pages from 0); a
+// zero start is the first page's time. served is when each page was made.
 type hostileVLLM struct {
-	start time.Time
-	page  func(since time.Duration, n int) (gen float64, waiting, kv string)
-	mu    sync.Mutex
-	n     int
+	start  time.Time
+	page   func(since time.Duration, n int) (gen float64, waiting, kv string)
+	mu     sync.Mutex
+	n      int
+	served []time.Time
 }
 
 func (h *hostileVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
-	gen, waiting, kv := h.page(time.Since(h.start), h.n)
+	now := time.Now()
+	if h.start.IsZero() {
+		h.start = now
+	}
+	gen, waiting, kv := h.page(now.Sub(h.start), h.n)
 	h.n++
+	if r.URL.Path == "/metrics" {
+		h.served = append(h.served, now)
+	}
 	h.mu.Unlock()
 	fmt.Fprintf(w, "vllm:generation_tokens_total{model_name=\"m\"} %s\n"+
 		"vllm:num_requests_running{model_name=\"m\"} 4\nvllm:num_requests_waiting{model_name=\"m\"} %s\n"+
@@ -284,11 +295,17 @@ func TestReplicasAgainstRealInfluxDB(t *testing.T) {
 	db := influxtest.CreateDB(t, base, "replicas")
 	const window = 500 * time.Millisecond
 	rng := rand.New(rand.NewPCG(28, 2))
-	h := &hostileVLLM{start: time.Now(), page: func(since time.Duration, n int) (float64, string, string) {
+	// The replica that stays: half the tokens until 3 s, all of them after.
+	left := func(since time.Duration) float64 {
+		return 5000 + hostileRate/2*min(since, 3*time.Second).Seconds() + hostileRate*max(0, since.Seconds()-3)
+	}
+	// From the daemon's first scrape: how soon a loaded machine starts
+	// the daemon does not move the episode towards its start.
+	h := &hostileVLLM{page: func(since time.Duration, n int) (float64, string, string) {
 		if since >= time.Second && since < 3*time.Second && rng.IntN(2) == 1 {
 			return 20000 + hostileRate/2*since.Seconds(), "1", "0.5"
 		}
-		return 5000 + hostileRate/2*min(since, 3*time.Second).Seconds() + hostileRate*max(0, since.Seconds()-3), "1", "0.5"
+		return left(since), "1", "0.5"
 	}}
 	srv := httptest.NewServer(h)
 	defer srv.Close()
@@ -298,13 +315,27 @@ func TestReplicasAgainstRealInfluxDB(t *testing.T) {
 		GPUs: []string{"auto"}, ScrapeInterval: 50 * time.Millisecond}}
 	cfg.Sink.Influx.URL, cfg.Sink.Influx.Bucket = base, db+"/autogen"
 	cfg.Sink.Spool.Dir = t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a := New(cfg, Options{Log: slog.New(slog.DiscardHandler), OpenGPU: func() (GPUSampler, error) { return gpusim.Steady{Start: h.start}, nil }})
-	if err := a.Run(ctx); err != nil {
+	client := collector.NewClient(5 * time.Second)
+	scrapes := &timedTransport{next: client.Transport}
+	client.Transport = scrapes
+	start := time.Now()
+	a := newAgent(cfg, Options{Log: slog.New(slog.DiscardHandler), OpenGPU: func() (GPUSampler, error) { return gpusim.Steady{Start: start}, nil }},
+		hooks{client: client})
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	// Stopped 2 s after the episode, by the pages served.
+	waitFor(t, "5 s of pages served", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.served) > 0 && h.served[len(h.served)-1].Sub(h.start) >= 5*time.Second
+	})
+	cancel()
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	series := influxtest.Query(t, base, db, `SELECT tokens, coverage FROM tpsmon_server WHERE "server" = 'llm' ORDER BY time`)
+	series := influxtest.QueryEpoch(t, base, db, `SELECT tokens, coverage FROM tpsmon_server WHERE "server" = 'llm' ORDER BY time`, "ms")
 	if len(series) != 1 {
 		t.Fatalf("%d series", len(series))
 	}
@@ -312,7 +343,15 @@ func TestReplicasAgainstRealInfluxDB(t *testing.T) {
 	if len(rows) < 6 {
 		t.Fatalf("%d windows written", len(rows))
 	}
-	perWindow := hostileRate * window.Seconds()
+	h.mu.Lock()
+	served, began := h.served, h.start
+	first, last := served[0], served[len(served)-1]
+	h.mu.Unlock()
+	// A scrape's time is the middle of its request: the page was made up
+	// to half the request's duration from it, which a loaded machine
+	// makes tens of milliseconds.
+	uncertain := scrapes.longest()
+	maxGap := 5 * cfg.Servers[0].ScrapeInterval / 2
 	holes := 0
 	var sum float64
 	for _, r := range rows {
@@ -324,13 +363,25 @@ func TestReplicasAgainstRealInfluxDB(t *testing.T) {
 		}
 		tok := influxtest.Num(t, r[schema.FieldTokens])
 		sum += tok
-		t.Logf("window %v: tokens %v coverage %v", r["time"], tok, r[schema.FieldCoverage])
-		if tok > perWindow*1.1 {
-			t.Errorf("window %v: %v tokens, the server made %v: %v", r["time"], tok, perWindow, rows)
+		ws := time.UnixMilli(int64(influxtest.Num(t, r["time"])))
+		// What the server made in the window, and before it back to the
+		// page before a silence longer than MaxGap that ends in it: the
+		// daemon puts a silence's tokens in the window of the scrape
+		// after it. A silence is judged by the pages' times, which are
+		// the scrapes' within the uncertainty.
+		from := heldFrom(served, ws, maxGap-uncertain)
+		made := hostileRate * ws.Add(window).Sub(from).Seconds()
+		t.Logf("window %s: tokens %v coverage %v; made %.1f from %s", ws.Format("15:04:05.000"), tok, r[schema.FieldCoverage],
+			made, from.Format("15:04:05.000"))
+		if bound := made*1.1 + hostileRate*uncertain.Seconds(); tok > bound {
+			t.Errorf("window %s: %v tokens, the server made %.1f (bound %.1f, scrapes uncertain by %v): %v",
+				ws.Format("15:04:05.000"), tok, made, bound, uncertain, rows)
 		}
 	}
-	if sum > hostileRate*5 {
-		t.Errorf("%v tokens in all, the server made at most %v", sum, hostileRate*5)
+	// In all, no more than the replica that stays counted while scraped
+	// (the running total is rounded: one token).
+	if truth := left(last.Sub(began)) - left(first.Sub(began)); sum > truth+1 {
+		t.Errorf("%v tokens in all, the replica followed counted %v while scraped", sum, truth)
 	}
 	if holes < 2 {
 		t.Errorf("%d windows say they saw less: %v", holes, rows)
@@ -338,4 +389,62 @@ func TestReplicasAgainstRealInfluxDB(t *testing.T) {
 	if got := discardsOf(a); got[sample.Suspect] == 0 {
 		t.Errorf("discards %v, want some %v", got, sample.Suspect)
 	}
+}
+
+// heldFrom is where the tokens of the window starting at ws may come
+// from: ws, or the page before ws when the first page at or after it came
+// more than gap after that one (the silence's tokens are held to the
+// next scrape).
+func heldFrom(served []time.Time, ws time.Time, gap time.Duration) time.Time {
+	for i, at := range served {
+		if at.Before(ws) {
+			continue
+		}
+		if i > 0 && at.Sub(served[i-1]) > gap {
+			return served[i-1]
+		}
+		return ws
+	}
+	return ws
+}
+
+// timedTransport is an http.RoundTripper that keeps the longest request,
+// from its start to its body's close.
+type timedTransport struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	max  time.Duration
+}
+
+func (tt *timedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	at := time.Now()
+	resp, err := tt.next.RoundTrip(r)
+	if err != nil {
+		tt.note(time.Since(at))
+		return nil, err
+	}
+	resp.Body = &timedBody{ReadCloser: resp.Body, done: func() { tt.note(time.Since(at)) }}
+	return resp, nil
+}
+
+func (tt *timedTransport) note(d time.Duration) {
+	tt.mu.Lock()
+	tt.max = max(tt.max, d)
+	tt.mu.Unlock()
+}
+
+func (tt *timedTransport) longest() time.Duration {
+	tt.mu.Lock()
+	defer tt.mu.Unlock()
+	return tt.max
+}
+
+type timedBody struct {
+	io.ReadCloser
+	done func()
+}
+
+func (b *timedBody) Close() error {
+	b.done()
+	return b.ReadCloser.Close()
 }
