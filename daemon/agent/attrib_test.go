@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,6 +117,8 @@ func runDaemonRole() error {
 		p, _ := strconv.Atoi(pid)
 		onGPU[n] = append(onGPU[n], gonvml.ProcessInfo{Pid: uint32(p)})
 	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	var rounds atomic.Int64
 	lib := dgxh100.New()
 	for i, d := range lib.Devices {
 		dev := d.(*server.Device)
@@ -133,19 +136,28 @@ func runDaemonRole() error {
 			return 0, nil, gonvml.ERROR_NOT_SUPPORTED
 		}
 		dev.GpmQueryDeviceSupportFunc = func() (gonvml.GpmSupport, gonvml.Return) { return gonvml.GpmSupport{}, gonvml.SUCCESS }
-		dev.GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) { return onGPU[i], gonvml.SUCCESS }
+		dev.GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
+			if i == 0 { // once an attribution round
+				log.Info(attribRound, "round", rounds.Add(1))
+			}
+			return onGPU[i], gonvml.SUCCESS
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	go func() { io.Copy(io.Discard, os.Stdin); cancel() }()
 	a := newAgent(cfg, Options{
-		Log:       slog.New(slog.NewJSONHandler(os.Stderr, nil)),
+		Log:       log,
 		OpenGPU:   func() (GPUSampler, error) { return nvml.Open(lib, nil) },
 		Outputs:   []WindowWriter{},
 		Listening: func(addr net.Addr) { fmt.Printf("listening %s\n", addr) },
 	}, hooks{attribEvery: 200 * time.Millisecond})
 	return a.Run(ctx)
 }
+
+// attribRound is the daemon role's log line for each attribution round
+// (its mock NVML asked for the processes on the GPUs).
+const attribRound = "test: attribution round"
 
 // identity is a user a process runs as, by setpriv.
 type identity struct {
@@ -349,8 +361,9 @@ func TestAttributionAsServiceUser(t *testing.T) {
 				t.Fatal("the daemon did not say where it listens")
 			}
 
-			// Every server placed or said unplaced, then a few more
-			// rounds (every 200 ms) to see it said once.
+			// Every server placed or said unplaced, then five more
+			// rounds (every 200 ms, as the daemon gets to them) to see
+			// it said once.
 			said := func(name string) []map[string]any {
 				if tt.by[name] == "" {
 					return log.with("GPUs of a server not attributed", name)
@@ -366,7 +379,12 @@ func TestAttributionAsServiceUser(t *testing.T) {
 					time.Sleep(50 * time.Millisecond)
 				}
 			}
-			time.Sleep(time.Second)
+			deadline = time.Now().Add(20 * time.Second)
+			for seen := len(log.msgs(attribRound)); len(log.msgs(attribRound)) < seen+5; time.Sleep(50 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d attribution rounds in 20 s", len(log.msgs(attribRound)))
+				}
+			}
 
 			for i, s := range tt.servers {
 				lines := said(s.name)
