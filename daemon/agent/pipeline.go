@@ -454,6 +454,13 @@ func (p *pipeline) run(ctx context.Context, cfg *config.Config, openGPU func() (
 			m.apply(l)
 		case <-tick.C:
 			tick.Next()
+			// What the sources handed over before this tick goes in before
+			// windows close: after a stall (a slow output, a descheduled
+			// process) select takes the tick or a waiting message at
+			// random, and one taken after the flush would be late.
+			for range len(msgs) {
+				(<-msgs).apply(l)
+			}
 			l.flush()
 		case rc := <-p.reconf:
 			src.stop()
