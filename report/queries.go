@@ -147,6 +147,13 @@ var (
 	FleetGPU    = Query{Name: "fleet_gpu",
 		Text:   "SELECT " + list(rawTime, same("sum", schema.FieldEnergyJ)) + " FROM " + rawGPU + " " + gpuWhere + perInterval + ids(schema.TagHost) + " fill(none)",
 		Rollup: "SELECT " + list(rollupTime, same("sum", schema.FieldEnergyJ)) + " FROM " + rollupGPU + " " + gpuWhere + perInterval + ids(schema.TagHost) + " fill(none)"}
+	// FleetEnergy and GPUTable are what the dashboard's panels draw of
+	// FleetGPU and GPUTime (the report's): a column fewer of 1,600 GPUs.
+	FleetEnergy = Query{Name: "fleet_energy",
+		Text: "SELECT " + same("sum", schema.FieldEnergyJ) + " FROM " + rawGPU + " " + gpuWhere + perInterval + ids(schema.TagHost) + " fill(none)"}
+	GPUTable = Query{Name: "gpu_table",
+		Text: "SELECT " + list(as("count", schema.FieldCoverage, colWindows), as("sum", schema.FieldWindowS, colSeconds), same("mean", schema.FieldUtil), same("sum", schema.FieldEnergyJ)) +
+			" FROM " + rawGPU + " " + gpuWhere + " GROUP BY " + ids(schema.TagHost, schema.TagGPU, schema.TagUUID, schema.TagName, schema.TagServer)}
 )
 
 // gpuReading is one reading of every GPU over time, fn of field per
@@ -293,12 +300,17 @@ func lostOf(inner, from string) string {
 // that stands for, and the time-weighted MBU (schema's lost_* fields).
 var LostThroughput = Query{Name: "lost_throughput", Text: lostOf(CeilingTerms, rawServer), Rollup: lostOf(lostRollup, rollupServer)}
 
-// Queries lists every query the dashboard runs, each shared with the
-// report or written like its own; ServerSeries, the report's, is read on
-// the dashboard a panel's columns at a time (ServerTPS, ...).
-var Queries = []Query{TokensPerJoule, Ranking, StateTimeline, StateTime, StateTrend, GPUTime, GPUIdle, UnusedGPUs,
-	UnusedTrend, FleetTokens, FleetGPU, GPUUtil, GPUSMActive, GPUMemUsed, GPUPower, GPUTemp, GPUSMClock, GPUThrottle, FleetTPS, FleetEfficiency, StateHoursTrend, UnusedHours, CurveWindows,
-	CurveFloor, ServerTPS, ServerPerUserTPS, ServerRequests, ServerGPUs, TTFTSeries, ITLSeries, SLOSeries, GoodputSeries, MBUSeries, CeilingSeries, LostThroughput}
+// Queries lists every query the dashboard and the report run: the
+// dashboard's panels each one of them, word for word, but ReportOnly.
+var Queries = []Query{ServerSeries, TokensPerJoule, Ranking, StateTimeline, StateTime, StateTrend, GPUTime, GPUIdle, UnusedGPUs,
+	UnusedTrend, FleetTokens, FleetGPU, FleetEnergy, GPUTable, GPUUtil, GPUSMActive, GPUMemUsed, GPUPower, GPUTemp, GPUSMClock, GPUThrottle,
+	FleetTPS, FleetEfficiency, StateHoursTrend, UnusedHours, CurveWindows, CurveFloor, ServerTPS, ServerPerUserTPS, ServerRequests,
+	ServerGPUs, TTFTSeries, ITLSeries, SLOSeries, GoodputSeries, MBUSeries, CeilingSeries, LostThroughput}
+
+// ReportOnly are the report's queries the dashboard reads a panel's
+// columns at a time instead (ServerTPS, ..., FleetEnergy, GPUTable): at
+// 200 hosts every column sent is InfluxDB's time.
+var ReportOnly = []Query{ServerSeries, FleetGPU, GPUTime}
 
 // SuspectWindows reads the raw windows a sanity rule doubted (their
 // suspect field), for the report alone: rollups do not carry the field.

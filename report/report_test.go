@@ -150,9 +150,16 @@ func TestDashboardFileIsGenerated(t *testing.T) {
 			used[tg.Query] = true
 		}
 	}
+	reportOnly := map[string]bool{}
+	for _, q := range ReportOnly {
+		reportOnly[q.Name] = true
+	}
 	for _, q := range Queries {
-		if !used[q.Text] && !used[q.Rollup] {
+		if !used[q.Text] && !used[q.Rollup] && !reportOnly[q.Name] {
 			t.Errorf("query %s is on no panel", q.Name)
+		}
+		if reportOnly[q.Name] && (used[q.Text] || used[q.Rollup]) {
+			t.Errorf("query %s is report-only but on a panel", q.Name)
 		}
 		delete(used, q.Text)
 		delete(used, q.Rollup)

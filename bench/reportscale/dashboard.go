@@ -145,8 +145,12 @@ type dashRow struct {
 	Series, Rows, Runs            int
 }
 
-// slowRun is a first run so slow that the harness does not repeat it.
-const slowRun = 10 * time.Second
+// slowRun is a first run so slow that the harness does not repeat it;
+// at queryCap it stops waiting (InfluxDB drops a query whose client left).
+const (
+	slowRun  = 10 * time.Second
+	queryCap = 30 * time.Second
+)
 
 // timeDashboard runs every target of the dashboard file path three times
 // against c, now being end, and returns a row per target.
@@ -252,7 +256,13 @@ func timeDashboard(ctx context.Context, c *report.Client, path string, end time.
 			var times []time.Duration
 			for len(times) < 3 {
 				var tr report.Trace
-				s, err := c.Query(report.WithTrace(ctx, &tr), q)
+				qctx, cancel := context.WithTimeout(report.WithTrace(ctx, &tr), queryCap)
+				s, err := c.Query(qctx, q)
+				cancel()
+				if errors.Is(err, context.DeadlineExceeded) {
+					times, row.Runs = []time.Duration{queryCap}, 0
+					break
+				}
 				if err != nil {
 					return nil, fmt.Errorf("panel %q: %w\n%s", p.Title, err, q)
 				}
@@ -266,7 +276,10 @@ func timeDashboard(ctx context.Context, c *report.Client, path string, end time.
 				}
 			}
 			slices.Sort(times)
-			row.Runs, row.Min, row.Median, row.Max = len(times), times[0], times[len(times)/2], times[len(times)-1]
+			row.Min, row.Median, row.Max = times[0], times[len(times)/2], times[len(times)-1]
+			if row.Median < queryCap {
+				row.Runs = len(times)
+			}
 			fmt.Fprintf(os.Stderr, "%-50.50s %6s %5s %-28s %7.0f ms %8d rows\n", row.Panel, row.Range, row.Interval, row.Query, ms(row.Median), row.Rows)
 			rows = append(rows, row)
 		}
@@ -281,6 +294,9 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // same panel's target of before, if timed.
 func dashTable(rows, before []dashRow) string {
 	timing := func(r dashRow) string {
+		if r.Runs == 0 {
+			return fmt.Sprintf("> %.0f (cut)", ms(queryCap))
+		}
 		if r.Runs == 1 {
 			return fmt.Sprintf("%.0f (1 run)", ms(r.Median))
 		}
