@@ -96,6 +96,15 @@ func TestFastPathEqualsOneLevel(t *testing.T) {
 		// raw windows after.
 		{"raw, not yet rolled up", report.Filter{From: day.Add(30 * time.Hour), To: end, Interval: 10 * time.Minute, Level: report.Raw},
 			`"tpsmon_1h".`, 5, 0},
+		// The same two at hourly buckets (what Plan gives a day or more
+		// of raw windows): the fleet's sums per bucket come from the
+		// same parts, 4 reads more (GPU time, every state's time in one,
+		// unused GPUs, tokens), and must equal the raw windows' buckets
+		// and each state's own query over them.
+		{"raw hourly buckets, ragged ends", report.Filter{From: day.Add(5*time.Hour + 20*time.Minute), To: day.Add(31*time.Hour + 40*time.Minute), Interval: time.Hour, Level: report.Raw},
+			`"tpsmon_1h".`, 9, 0},
+		{"raw hourly buckets, not yet rolled up", report.Filter{From: day.Add(30 * time.Hour), To: end, Interval: time.Hour, Level: report.Raw},
+			`"tpsmon_1h".`, 9, 0},
 		// Hourly level: hourly 03:00-24:00, the second day daily, hourly
 		// 00:00-03:00 of the third.
 		{"hourly, whole day inside", report.Filter{From: day.Add(3 * time.Hour), To: day.Add(51 * time.Hour), Interval: 6 * time.Hour, Level: report.Hourly},
@@ -121,6 +130,20 @@ func TestFastPathEqualsOneLevel(t *testing.T) {
 			}
 			if fast.GPUHours == 0 || len(fast.Servers) != 3 || len(fast.Lost) == 0 || fast.LostTokens == nil || fast.TokensPerJoule == nil {
 				t.Fatalf("the report is too empty to compare: %v GPU-hours, %d servers, %d lost", fast.GPUHours, len(fast.Servers), len(fast.Lost))
+			}
+			// The fleet's buckets must hold more than one state, and
+			// their GPU-hours must be there, for their sums to be tested.
+			states := map[string]bool{}
+			for _, p := range fast.Fleet {
+				if p.GPUHours == 0 {
+					t.Fatalf("fleet bucket %v has no GPU-hours", p.Time)
+				}
+				for st := range p.StateGPUHours {
+					states[st] = true
+				}
+			}
+			if len(fast.Fleet) < 2 || len(states) < 3 {
+				t.Fatalf("%d fleet buckets in %d states: too few to compare", len(fast.Fleet), len(states))
 			}
 			a, _ := json.Marshal(fast)
 			b, _ := json.Marshal(slow)

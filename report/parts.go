@@ -203,3 +203,40 @@ func (b *builder) totalParts() []Filter {
 	}
 	return b.parts
 }
+
+// trendParts split the range for the fleet's sums per interval (GPU
+// time and energy, tokens, time per state, unused GPUs) as totalParts
+// do, when every bucket lies whole in one part: buckets of whole periods
+// of the coarser rollup (hourly buckets of a raw range), which InfluxDB
+// aligns to the epoch as the parts' edges are. Finer buckets read the
+// level's own series over the range.
+func (b *builder) trendParts() []Filter {
+	co, ok := coarser[b.f.Level]
+	if b.parts == nil || !ok || b.f.Interval <= 0 || b.f.Interval%co.every != 0 {
+		return []Filter{b.f}
+	}
+	return b.parts
+}
+
+// trendRows runs a per-interval sums query over each of trendParts and
+// hands each row to each; rows of one bucket come from one part.
+func (b *builder) trendRows(q Query, each func(tags map[string]string, row map[string]any) error) error {
+	for _, part := range b.trendParts() {
+		text, err := part.Render(q, "")
+		if err != nil {
+			return err
+		}
+		series, err := b.query(q.Name, text)
+		if err != nil {
+			return err
+		}
+		for _, s := range series {
+			for _, row := range s.Rows() {
+				if err := each(s.Tags, row); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}

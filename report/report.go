@@ -288,9 +288,7 @@ func (b *builder) fetches() []fetch {
 	if raw {
 		list = append(list, qs{q: CurveWindows}, qs{q: LatencyBuckets}, qs{q: AttainmentBuckets})
 	}
-	list = append(list, qs{q: FleetGPU}, qs{q: ServerSeries})
-	list = append(list, stateQueries(b.f, StateTrend, StateTrendAll)...)
-	list = append(list, qs{q: UnusedTrend}, qs{q: FleetTokens})
+	list = append(list, qs{q: ServerSeries})
 	if raw {
 		list = append(list, qs{q: MissedWindows}, qs{q: SuspectWindows})
 	}
@@ -310,6 +308,11 @@ func (b *builder) fetches() []fetch {
 	}
 	for _, x := range list {
 		add(b.f, x)
+	}
+	for _, part := range b.trendParts() {
+		for _, x := range append([]qs{{q: FleetGPU}}, append(stateQueries(part, StateTrend, StateTrendAll), qs{q: UnusedTrend}, qs{q: FleetTokens})...) {
+			add(part, x)
+		}
 	}
 	if !raw {
 		for _, part := range curveParts(b.f) {
@@ -744,11 +747,13 @@ func (b *builder) fleet() error {
 			return err
 		}
 	}
-	iv := b.f.Interval.Seconds()
 	for k, p := range f.pts {
 		tok := f.tokens[k]
-		if iv > 0 {
-			p.TPS = tok / iv
+		// Over the part of the bucket the range holds: a range's first
+		// and last buckets are ragged (a 40-minute edge of an hourly
+		// bucket read a third low over the whole hour).
+		if secs := b.bucketSeconds(p.Time); secs > 0 {
+			p.TPS = tok / secs
 		}
 		if p.GPUHours > 0 {
 			v := tok / p.GPUHours
@@ -764,9 +769,21 @@ func (b *builder) fleet() error {
 	return nil
 }
 
+// bucketSeconds is how much of the bucket starting at t the range holds.
+func (b *builder) bucketSeconds(t time.Time) float64 {
+	lo, hi := t, t.Add(b.f.Interval)
+	if lo.Before(b.f.From) {
+		lo = b.f.From
+	}
+	if !b.f.To.IsZero() && hi.After(b.f.To) {
+		hi = b.f.To
+	}
+	return hi.Sub(lo).Seconds()
+}
+
 // fleetTokens reads the fleet's tokens per interval.
 func (b *builder) fleetTokens(f *fleetSums) error {
-	return b.rows(FleetTokens, "", func(_ map[string]string, row map[string]any) error {
+	return b.trendRows(FleetTokens, func(_ map[string]string, row map[string]any) error {
 		v, _ := influxql.Num(row[schema.FieldTokens])
 		f.tokens[f.at(row).Time.Unix()] += v
 		return nil
@@ -775,7 +792,7 @@ func (b *builder) fleetTokens(f *fleetSums) error {
 
 // fleetGPU reads the fleet's GPU-hours and energy per interval.
 func (b *builder) fleetGPU(f *fleetSums) error {
-	return b.rows(FleetGPU, "", func(tags map[string]string, row map[string]any) error {
+	return b.trendRows(FleetGPU, func(tags map[string]string, row map[string]any) error {
 		secs, err := b.seconds(schema.GPU, tags[schema.TagHost], row)
 		if err != nil {
 			return err
@@ -792,7 +809,7 @@ func (b *builder) fleetGPU(f *fleetSums) error {
 // servers' GPUs take their server's state, and GPUs that served none are
 // unused.
 func (b *builder) fleetStates(f *fleetSums) error {
-	err := b.stateRows([]Filter{b.f}, StateTrend, StateTrendAll, func(st string, tags map[string]string, row map[string]any) error {
+	err := b.stateRows(b.trendParts(), StateTrend, StateTrendAll, func(st string, tags map[string]string, row map[string]any) error {
 		secs, err := b.seconds(schema.Server, tags[schema.TagHost], row)
 		if err != nil {
 			return err
@@ -803,7 +820,7 @@ func (b *builder) fleetStates(f *fleetSums) error {
 	if err != nil {
 		return err
 	}
-	return b.rows(UnusedTrend, "", func(tags map[string]string, row map[string]any) error {
+	return b.trendRows(UnusedTrend, func(tags map[string]string, row map[string]any) error {
 		secs, err := b.seconds(schema.GPU, tags[schema.TagHost], row)
 		if err != nil {
 			return err

@@ -115,7 +115,7 @@ func TestReportRanges(t *testing.T) {
 		minPoints int
 	}{
 		{"10m", short, 10 * time.Minute, Raw, 5 * time.Second, 120},
-		{"24h", db, 24 * time.Hour, Raw, 10 * time.Minute, 144},
+		{"24h", db, 24 * time.Hour, Raw, time.Hour, 24},
 		{"30d", db, 30 * 24 * time.Hour, Hourly, 6 * time.Hour, 120},
 		{"90d", db, 90 * 24 * time.Hour, Daily, 24 * time.Hour, 90},
 	} {

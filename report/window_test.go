@@ -122,4 +122,18 @@ func TestFiveSecondWindowsWithoutConfig(t *testing.T) {
 		abs(first.GPUHours-4*5.0/60) > 1e-9 || abs(last.StateGPUHours[schema.StateIdle]-2*5.0/60) > 1e-9 {
 		t.Errorf("fleet first %+v last %+v", first, last)
 	}
+	// A range whose ends fall inside buckets: their tokens per second are
+	// over the part of them the range holds, not the whole bucket.
+	f, err = Plan(ctx, c, Filter{From: start.Add(90 * time.Second), To: start.Add(6*time.Hour - 100*time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err = Build(ctx, c, f, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if first, last := r.Fleet[0], r.Fleet[len(r.Fleet)-1]; abs(first.TPS-1200) > 1e-9 || abs(last.TPS-200) > 1e-9 ||
+		first.Time.Equal(start.Add(90*time.Second)) {
+		t.Errorf("ragged range, every %v: fleet first %v at %.3f tok/s, last %v at %.3f; want 1200 and 200 over the parts the range holds",
+			f.Interval, first.Time, first.TPS, last.Time, last.TPS)
+	}
 }

@@ -129,9 +129,14 @@ func checkSweepLatency(ctx context.Context, t *testing.T, c *report.Client, reqs
 	// requests' ends moved into later windows and its TTFT p90 is the
 	// stall (seen once: 1653 ms against the server's 93, on a machine at
 	// load 17, the client descheduled at the sweep's last window).
-	stalled := clientStalls(reqs, w, 500*time.Millisecond)
+	// The curve's bound (clientStall): a stall of 250-500 ms at a
+	// request's start shortens its client-side TPOT (its tokens then come
+	// in a burst), enough to move it across the objective (a window read
+	// attainment 0.077 by the client, 0 by the server, which logs its
+	// tokens as it makes them).
+	stalled := clientStalls(reqs, w, clientStall)
 	for at := range stalled {
-		t.Logf("window %v: the client received no token for over 500 ms while its requests were open (the machine stalled it): this window and the next not compared", at)
+		t.Logf("window %v: the client received no token for over %v while its requests were open (the machine stalled it): this window and the next not compared", at, clientStall)
 	}
 	for _, r := range rep.rows {
 		if r.cTTFT90 > 3*r.ttft90 && r.cTTFT90-r.ttft90 > 0.1 {

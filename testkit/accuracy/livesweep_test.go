@@ -168,6 +168,12 @@ func levelWindows(cws []curve.Window, from time.Time, w time.Duration, levels []
 	return "system/per-user tok/s " + strings.Join(out, ", ")
 }
 
+// clientStall is how long the client may read no token to any of its
+// streams while a request is open before the live sweep takes the machine
+// to have stalled it: its streams' gaps between tokens are 2-20 ms and a
+// first token waits at most a few hundred (TTFT p90 at 8 streams).
+const clientStall = 250 * time.Millisecond
+
 // TestLiveSweepCurve runs a real llama-server (8 slots) through 1, 2, 4,
 // 6 and 8 concurrent streams, tpsmon run writing its windows to a real
 // InfluxDB, and builds the report's operating curve from there: at every
@@ -188,7 +194,6 @@ func levelWindows(cws []curve.Window, from time.Time, w time.Duration, levels []
 // op's barrier for one descheduled), with one within about 2x at load
 // 9-12. About 3 minutes.
 func TestLiveSweepCurve(t *testing.T) {
-	const curveStall = 250 * time.Millisecond
 	dir := llamaServerDir(t)
 	logFile := filepath.Join(t.TempDir(), "server.log")
 	// -lv 4 and its stamps: the log times each request from its HTTP
@@ -293,13 +298,13 @@ sink:
 		table[l.streams] = row{tokens / s1.Sub(s0).Seconds(), sum / float64(len(decoding))}
 	}
 	// Windows in or just after one where the machine stalled the client
-	// (no token to any stream for curveStall) are left out of both sides'
+	// (no token to any stream for clientStall) are left out of both sides'
 	// curves: the server went on making tokens the client read late, in
 	// the next window, and held back its streams' next requests, so the
 	// two sides' windows no longer hold the same tokens or the same
 	// streams (CI: bin 8 read 9.5 % and 13.1 % above the client's with
 	// three of its six windows stalled, one server's windows binned at 7).
-	stalled := clientStalls(reqs, window, curveStall)
+	stalled := clientStalls(reqs, window, clientStall)
 	kept := func(at time.Time) bool { return !stalled[at.UTC()] }
 	cb := curve.NewBuilder()
 	for i, w := range clientWindows(reqs, from, to, window) {
@@ -310,7 +315,7 @@ sink:
 	clientCurve := func(floor float64) curve.Curve { return cb.Curves(curve.Options{Floor: floor})[0] }
 	for at := range stalled {
 		if !at.Before(from) && at.Before(to) {
-			t.Logf("window %v: the client read no token for over %v: left out of both curves", at, curveStall)
+			t.Logf("window %v: the client read no token for over %v: left out of both curves", at, clientStall)
 		}
 	}
 
