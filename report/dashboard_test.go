@@ -2,10 +2,13 @@ package report
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -185,4 +188,99 @@ func TestDashboardQueriesReturnWhatWasWritten(t *testing.T) {
 	if got := sum("1h|Fleet tokens per second", "tokens_per_second") * 3600; math.Abs(got-tokens) > 1e-5*tokens {
 		t.Errorf("fleet tokens/s × 3600 from the rollups: %v, raw tokens %v", got, tokens)
 	}
+}
+
+// TestDashboardRangesWereMeasured checks that every panel's default range
+// (the dashboard's, or the panel's relative time) is the one
+// bench/reportscale -dashboard timed it over at fleet scale, as written in
+// bench/RESULTS.md's dashboard section: a panel whose range changes
+// without being timed again fails here.
+func TestDashboardRangesWereMeasured(t *testing.T) {
+	b, err := Dashboard()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Time   struct{ From, To string }
+		Panels []struct {
+			Title, Type, TimeFrom, TimeShift string
+		}
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Time.To != "now" {
+		t.Fatalf("dashboard ends at %q, want now", d.Time.To)
+	}
+	res, err := os.ReadFile(filepath.Join("..", "bench", "RESULTS.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	measured := measuredRanges(t, string(res))
+	for _, p := range d.Panels {
+		if p.Type == "row" {
+			continue
+		}
+		want := strings.TrimPrefix(d.Time.From, "now-")
+		if p.TimeFrom != "" {
+			want = strings.TrimPrefix(p.TimeFrom, "now-")
+		}
+		if p.TimeShift != "" {
+			t.Errorf("panel %q: time shift %s, which the harness's table has no column for", p.Title, p.TimeShift)
+		}
+		span := grafanaSpan(t, want)
+		got, ok := measured[p.Title]
+		if !ok {
+			t.Errorf("panel %q is not in bench/RESULTS.md's dashboard table: run go run ./bench/reportscale -dashboard packaging/grafana/tpsmon.json", p.Title)
+			continue
+		}
+		if !slices.Contains(got, span) {
+			t.Errorf("panel %q: default range %s, measured over %v", p.Title, want, got)
+		}
+	}
+}
+
+// measuredRanges reads the panel and range columns of the dashboard
+// section's table.
+func measuredRanges(t *testing.T, results string) map[string][]time.Duration {
+	t.Helper()
+	const open, closing = "<!-- dashboard-scale", "<!-- /dashboard-scale -->"
+	i, j := strings.Index(results, open), strings.Index(results, closing)
+	if i < 0 || j < i {
+		t.Fatal("bench/RESULTS.md has no dashboard-scale section")
+	}
+	out := map[string][]time.Duration{}
+	for _, l := range strings.Split(results[i:j], "\n") {
+		cells := strings.Split(l, " | ")
+		if len(cells) < 3 || !strings.HasPrefix(l, "| ") || strings.HasPrefix(l, "| panel ") || strings.HasPrefix(l, "| loaded ") {
+			continue
+		}
+		title, span := strings.TrimPrefix(cells[0], "| "), cells[1]
+		if strings.Contains(span, " ") || strings.Contains(cells[2], "points/s") {
+			continue // shifted ranges, or the loads' table
+		}
+		if _, err := strconv.Atoi(span); err == nil {
+			continue // the loads' table: a count of points
+		}
+		out[title] = append(out[title], grafanaSpan(t, span))
+	}
+	if len(out) == 0 {
+		t.Fatal("bench/RESULTS.md's dashboard-scale section lists no panel")
+	}
+	return out
+}
+
+// grafanaSpan reads Grafana's and the harness's durations: 6h, 1d, 7d, 30m.
+func grafanaSpan(t *testing.T, s string) time.Duration {
+	t.Helper()
+	units := map[byte]time.Duration{'s': time.Second, 'm': time.Minute, 'h': time.Hour, 'd': 24 * time.Hour, 'w': 7 * 24 * time.Hour}
+	if len(s) < 2 {
+		t.Fatalf("range %q: want a number and s, m, h, d or w", s)
+	}
+	n, err := strconv.Atoi(s[:len(s)-1])
+	u, ok := units[s[len(s)-1]]
+	if err != nil || !ok {
+		t.Fatalf("range %q: want a number and s, m, h, d or w", s)
+	}
+	return time.Duration(n) * u
 }

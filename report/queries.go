@@ -147,15 +147,32 @@ var (
 	FleetGPU    = Query{Name: "fleet_gpu",
 		Text:   "SELECT " + list(rawTime, same("sum", schema.FieldEnergyJ)) + " FROM " + rawGPU + " " + gpuWhere + perInterval + ids(schema.TagHost) + " fill(none)",
 		Rollup: "SELECT " + list(rollupTime, same("sum", schema.FieldEnergyJ)) + " FROM " + rollupGPU + " " + gpuWhere + perInterval + ids(schema.TagHost) + " fill(none)"}
+	// FleetEnergy and GPUTable are what the dashboard's panels draw of
+	// FleetGPU and GPUTime (the report's): a column fewer of 1,600 GPUs.
+	FleetEnergy = Query{Name: "fleet_energy",
+		Text: "SELECT " + same("sum", schema.FieldEnergyJ) + " FROM " + rawGPU + " " + gpuWhere + perInterval + ids(schema.TagHost) + " fill(none)"}
+	GPUTable = Query{Name: "gpu_table",
+		Text: "SELECT " + list(as("count", schema.FieldCoverage, colWindows), as("sum", schema.FieldWindowS, colSeconds), same("mean", schema.FieldUtil), same("sum", schema.FieldEnergyJ)) +
+			" FROM " + rawGPU + " " + gpuWhere + " GROUP BY " + ids(schema.TagHost, schema.TagGPU, schema.TagUUID, schema.TagName, schema.TagServer)}
 )
+
+// gpuReading is one reading of every GPU over time, fn of field per
+// interval: each per-GPU panel draws one, and a query of all six would
+// read and send six times the points (1,600 GPUs: seconds, not one).
+func gpuReading(fn, field string) Query {
+	return Query{Name: "gpu_" + field,
+		Text: "SELECT " + same(fn, field) + " FROM " + rawGPU + " " + gpuWhere + perInterval + ids(schema.TagHost, schema.TagGPU, schema.TagUUID) + " fill(none)"}
+}
 
 // Per GPU, over time: the readings the daemon writes and the report
 // summarises.
 var (
-	GPUSeries = Query{Name: "gpu_series",
-		Text: "SELECT " + list(same("mean", schema.FieldUtil), same("mean", schema.FieldSMActive), same("max", schema.FieldMemUsedBytes),
-			same("mean", schema.FieldPowerW), same("max", schema.FieldTempC), same("mean", schema.FieldSMClockMHz)) +
-			" FROM " + rawGPU + " " + gpuWhere + perInterval + ids(schema.TagHost, schema.TagGPU, schema.TagUUID) + " fill(none)"}
+	GPUUtil     = gpuReading("mean", schema.FieldUtil)
+	GPUSMActive = gpuReading("mean", schema.FieldSMActive)
+	GPUMemUsed  = gpuReading("max", schema.FieldMemUsedBytes)
+	GPUPower    = gpuReading("mean", schema.FieldPowerW)
+	GPUTemp     = gpuReading("max", schema.FieldTempC)
+	GPUSMClock  = gpuReading("mean", schema.FieldSMClockMHz)
 	// GPUThrottle counts windows in which a GPU was throttled for any reason.
 	GPUThrottle = Query{Name: "gpu_throttle",
 		Text: "SELECT " + as("count", schema.FieldThrottle, colThrottled) + " FROM " + rawGPU + " " + gpuWhere + " AND " + id(schema.FieldThrottle) + " > 0" +
@@ -194,23 +211,40 @@ func stateHoursText() string {
 	return "SELECT " + list(sel...) + " FROM " + rollupServer + " " + serverWhere + " GROUP BY time($__interval) fill(none)"
 }
 
+// serverReading is each server over time, sel per interval: what one
+// dashboard panel draws. A panel reads only its own columns: at 200
+// servers the points a query sends cost InfluxDB most of its time.
+func serverReading(name string, sel ...string) Query {
+	return Query{Name: name, Text: "SELECT " + list(sel...) + " FROM " + rawServer + " " + serverWhere + perInterval + ids(schema.TagHost, schema.TagServer) + " fill(none)"}
+}
+
+// The servers' panels: rates, concurrency, their GPUs (ServerSeries, the
+// report's, reads them together).
+var (
+	ServerTPS        = serverReading("server_tps", same("mean", schema.FieldSystemTPS))
+	ServerPerUserTPS = serverReading("server_per_user_tps", same("mean", schema.FieldPerUserTPS))
+	ServerRequests   = serverReading("server_requests", same("mean", schema.FieldRunning), same("mean", schema.FieldWaiting))
+	ServerGPUs       = serverReading("server_gpus", same("mean", schema.FieldGPUUtil), same("mean", schema.FieldSMActive))
+)
+
 // What one user feels, per server over time (raw windows): the latency
 // quantiles (a mean of windows' quantiles is no quantile of the interval,
-// so the panels take the interval's worst window: max), and the
-// attainment's bounds.
-var LatencySeries = Query{Name: "latency_series",
-	Text: "SELECT " + list(same("max", schema.FieldTTFTP50), same("max", schema.FieldTTFTP90), same("max", schema.FieldTTFTP99),
-		same("max", schema.FieldITLP50), same("max", schema.FieldITLP90), same("max", schema.FieldITLP99),
-		same("min", schema.FieldSLOAttainmentLo), same("min", schema.FieldSLOAttainmentHi), same("mean", schema.FieldGoodputRPSLo)) +
-		" FROM " + rawServer + " " + serverWhere + perInterval + ids(schema.TagHost, schema.TagServer) + " fill(none)"}
+// so the panels take the interval's worst window: max), the attainment's
+// bounds (its lowest window) and goodput.
+var (
+	TTFTSeries    = serverReading("ttft_series", same("max", schema.FieldTTFTP50), same("max", schema.FieldTTFTP90), same("max", schema.FieldTTFTP99))
+	ITLSeries     = serverReading("itl_series", same("max", schema.FieldITLP50), same("max", schema.FieldITLP90), same("max", schema.FieldITLP99))
+	SLOSeries     = serverReading("slo_series", same("min", schema.FieldSLOAttainmentLo), same("min", schema.FieldSLOAttainmentHi))
+	GoodputSeries = serverReading("goodput_series", same("mean", schema.FieldGoodputRPSLo))
+)
 
-// CeilingSeries is each server's decode ceiling over time: MBU, the
-// ceiling and the observed rate it bounds (means over the interval of the
-// windows that carry them; the rollups' are already weighted by window
-// length).
-var CeilingSeries = both("ceiling_series",
-	list(same("mean", schema.FieldMBU), same("mean", schema.FieldCeilingTPS), same("mean", schema.FieldSystemTPS)),
-	rawServer, rollupServer, serverWhere+perInterval+ids(schema.TagHost, schema.TagServer)+" fill(none)")
+// Each server's decode ceiling over time: MBU, and the ceiling with the
+// observed rate it bounds (means over the interval of the windows that
+// carry them).
+var (
+	MBUSeries     = serverReading("mbu_series", same("mean", schema.FieldMBU))
+	CeilingSeries = serverReading("ceiling_series", same("mean", schema.FieldCeilingTPS), same("mean", schema.FieldSystemTPS))
+)
 
 // Columns of CeilingTerms beside the schema's rollup names.
 const (
@@ -266,10 +300,17 @@ func lostOf(inner, from string) string {
 // that stands for, and the time-weighted MBU (schema's lost_* fields).
 var LostThroughput = Query{Name: "lost_throughput", Text: lostOf(CeilingTerms, rawServer), Rollup: lostOf(lostRollup, rollupServer)}
 
-// Queries lists every query the dashboard and the report share.
+// Queries lists every query the dashboard and the report run: the
+// dashboard's panels each one of them, word for word, but ReportOnly.
 var Queries = []Query{ServerSeries, TokensPerJoule, Ranking, StateTimeline, StateTime, StateTrend, GPUTime, GPUIdle, UnusedGPUs,
-	UnusedTrend, FleetTokens, FleetGPU, GPUSeries, GPUThrottle, FleetTPS, FleetEfficiency, StateHoursTrend, UnusedHours, CurveWindows,
-	CurveFloor, LatencySeries, CeilingSeries, LostThroughput}
+	UnusedTrend, FleetTokens, FleetGPU, FleetEnergy, GPUTable, GPUUtil, GPUSMActive, GPUMemUsed, GPUPower, GPUTemp, GPUSMClock, GPUThrottle,
+	FleetTPS, FleetEfficiency, StateHoursTrend, UnusedHours, CurveWindows, CurveFloor, ServerTPS, ServerPerUserTPS, ServerRequests,
+	ServerGPUs, TTFTSeries, ITLSeries, SLOSeries, GoodputSeries, MBUSeries, CeilingSeries, LostThroughput}
+
+// ReportOnly are the report's queries the dashboard reads a panel's
+// columns at a time instead (ServerTPS, ..., FleetEnergy, GPUTable): at
+// 200 hosts every column sent is InfluxDB's time.
+var ReportOnly = []Query{ServerSeries, FleetGPU, GPUTime}
 
 // SuspectWindows reads the raw windows a sanity rule doubted (their
 // suspect field), for the report alone: rollups do not carry the field.

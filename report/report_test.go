@@ -150,9 +150,16 @@ func TestDashboardFileIsGenerated(t *testing.T) {
 			used[tg.Query] = true
 		}
 	}
+	reportOnly := map[string]bool{}
+	for _, q := range ReportOnly {
+		reportOnly[q.Name] = true
+	}
 	for _, q := range Queries {
-		if !used[q.Text] && !used[q.Rollup] {
+		if !used[q.Text] && !used[q.Rollup] && !reportOnly[q.Name] {
 			t.Errorf("query %s is on no panel", q.Name)
+		}
+		if reportOnly[q.Name] && (used[q.Text] || used[q.Rollup]) {
+			t.Errorf("query %s is report-only but on a panel", q.Name)
 		}
 		delete(used, q.Text)
 		delete(used, q.Rollup)
@@ -225,10 +232,15 @@ func TestDashboardQueriesOnAWeek(t *testing.T) {
 		}
 		return v
 	}
-	// Every raw query parses and returns a series per server or GPU
-	// (these older points carry no throttle field).
+	// Every raw query parses and returns a series per server or GPU, but
+	// those of the fields these older points lack (the GPUs' throttle
+	// and readings beyond util, MBU).
+	lacking := map[string]bool{}
+	for _, q := range []Query{GPUThrottle, GPUSMActive, GPUMemUsed, GPUPower, GPUTemp, GPUSMClock, MBUSeries} {
+		lacking[q.Name] = true
+	}
 	for _, q := range Queries {
-		if q.Text == "" || q.Name == GPUThrottle.Name {
+		if q.Text == "" || lacking[q.Name] {
 			continue
 		}
 		if n := len(run(q, schema.StateQueueBound)); n == 0 {

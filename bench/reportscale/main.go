@@ -2,7 +2,8 @@
 // real InfluxDB 1.8: it loads hourly and daily rollups for -days and raw
 // windows for the last day, then builds the report for 24 h (raw), 30 d
 // (hourly) and 90 d (daily), timing each and sampling the Go heap, and
-// writes the numbers into a section of bench/RESULTS.md.
+// writes the numbers into a section of bench/RESULTS.md. With -dashboard
+// it times the Grafana dashboard's panels instead (dashboard.go).
 //
 //	go run ./bench/reportscale -hosts 500 -gpus 8
 package main
@@ -50,6 +51,9 @@ func run() error {
 	results := flag.String("results", "bench/RESULTS.md", "file whose report-scale section is rewritten")
 	check := flag.Bool("check", false, "build each report again from the level's own series alone (report.Options.OneLevel) and compare the JSON")
 	keep := flag.String("keep", "", "InfluxDB data directory kept between runs: loaded the first time, read as it is after (same flags, same UTC day)")
+	dash := flag.String("dashboard", "", "instead of the report, time every panel target of this Grafana dashboard file (packaging/grafana/tpsmon.json) as Grafana runs it, now being the loaded data's end, and rewrite the dashboard section")
+	dashBefore := flag.String("dash-before", "", "with -dashboard: time this dashboard file too (an earlier version) and put its timings beside")
+	dashRaw := flag.Duration("dash-raw-window", 0, "with -keep and -dashboard: replace the kept last day of raw windows with windows this long, once (the daemon's default is 10s)")
 	flag.Parse()
 
 	dir := *keep
@@ -134,6 +138,55 @@ func run() error {
 		}
 	} else if b, err := os.ReadFile(filepath.Join(dir, "loaded")); err == nil {
 		loads = strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+
+	if *dash != "" {
+		if *dashRaw > 0 {
+			if *keep == "" {
+				return errors.New("-dash-raw-window needs -keep (else load with -raw-window)")
+			}
+			if err := denseRaw(ctx, c, base, dir, fleet, end, *dashRaw); err != nil {
+				return err
+			}
+			if b, err := os.ReadFile(filepath.Join(dir, "raw-"+dashRaw.String())); err == nil {
+				loads = append(loads, strings.TrimSpace(string(b)))
+			}
+		}
+		var before []dashRow
+		if *dashBefore != "" {
+			if before, err = timeDashboard(ctx, c, *dashBefore, end); err != nil {
+				return fmt.Errorf("%s: %w", *dashBefore, err)
+			}
+		}
+		rows, err := timeDashboard(ctx, c, *dash, end)
+		if err != nil {
+			return err
+		}
+		cmd := fmt.Sprintf("go run ./bench/reportscale -hosts %d -gpus %d -days %d -dashboard %s", *hosts, *gpus, *days, *dash)
+		if *dashBefore != "" {
+			cmd += " -dash-before " + *dashBefore
+		}
+		if *dashRaw > 0 {
+			cmd += fmt.Sprintf(" -keep DIR -dash-raw-window %v", *dashRaw)
+		}
+		section := fmt.Sprintf(`<!-- dashboard-scale: written by go run ./bench/reportscale -dashboard -->
+### Dashboard panels at fleet scale (%d hosts × %d GPUs)
+
+Taken %s on %d CPU cores; InfluxDB 1.8.10 on loopback. Command: `+"`%s`"+`.
+Every target of the dashboard file as Grafana runs it on opening: over the panel's default range (the dashboard's,
+or the panel's relative time) ending at the loaded data's end; $__interval the range over the panel's points (its
+maxDataPoints, else its width: %d px for 24 columns) rounded as Grafana rounds, at least the panel's min interval;
+variables at their defaults (All: .*). Time: InfluxDB's answer (sent to last byte), median of 3 runs (1 run if
+over %v).
+
+| loaded | points | time | points/s |
+|---|---|---|---|
+%s
+
+%s<!-- /dashboard-scale -->
+`, *hosts, *gpus, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), cmd, screenPx, slowRun,
+			strings.Join(loads, "\n"), dashTable(rows, before))
+		return rewriteSection(*results, "dashboard-scale", "report-scale", section)
 	}
 
 	var rows []string
@@ -231,7 +284,7 @@ Taken %s on %d CPU cores, %s; InfluxDB 1.8.10 on loopback, started by the harnes
 <!-- /report-scale -->
 `, *hosts, *gpus, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), *hosts, *gpus, *days, *rawWindow,
 		strings.Join(loads, "\n"), strings.Join(rows, "\n"))
-	return rewriteSection(*results, section)
+	return rewriteSection(*results, "report-scale", "", section)
 }
 
 // compareJSON compares two reports' JSON: how many numbers, the largest
@@ -298,17 +351,25 @@ func compareJSON(a, b *report.Report) (n int, worst float64, other int, err erro
 	return n, worst, other, nil
 }
 
-// rewriteSection replaces the report-scale section of path, or appends it.
-func rewriteSection(path, section string) error {
+// rewriteSection replaces the section named name of path; a new one goes
+// after the section named after (if there is one), else at the end.
+func rewriteSection(path, name, after, section string) error {
 	b, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	s := string(b)
-	const open, closing = "<!-- report-scale", "<!-- /report-scale -->\n"
+	open, closing := "<!-- "+name, "<!-- /"+name+" -->\n"
 	if i := strings.Index(s, open); i >= 0 {
 		if j := strings.Index(s[i:], closing); j >= 0 {
 			s = s[:i] + section + s[i+j+len(closing):]
+			return os.WriteFile(path, []byte(s), 0o644)
+		}
+	}
+	if after != "" {
+		if i := strings.Index(s, "<!-- /"+after+" -->\n"); i >= 0 {
+			i += len("<!-- /" + after + " -->\n")
+			s = s[:i] + "\n" + section + s[i:]
 			return os.WriteFile(path, []byte(s), 0o644)
 		}
 	}

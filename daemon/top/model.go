@@ -37,6 +37,8 @@ type serverRow struct {
 	// edge when the p90 is above its last one) and the attainment's bounds.
 	ttft90, ttft90Lo, itl90, itl90Lo float64
 	sloLo, sloHi                     float64
+	// ttftBasis is from when a log's TTFT counts (schema.FieldTTFTBasis).
+	ttftBasis string
 }
 
 // gpuRow is one GPU's last closed window, and its utilization now.
@@ -113,6 +115,7 @@ func build(w api.Windows) frame {
 			r.mbu = num(p, schema.FieldMBU)
 			r.history = append(r.history, r.tps)
 			r.ttft90, r.ttft90Lo = num(p, schema.FieldTTFTP90), num(p, schema.LoField(schema.FieldTTFTP90))
+			r.ttftBasis = p.String(schema.FieldTTFTBasis)
 			r.itl90, r.itl90Lo = num(p, schema.FieldITLP90), num(p, schema.LoField(schema.FieldITLP90))
 			r.sloLo, r.sloHi = num(p, schema.FieldSLOAttainmentLo), num(p, schema.FieldSLOAttainmentHi)
 			r.windows = append(r.windows, curveWindow(p))

@@ -306,6 +306,9 @@ func render(f frame, o Options) string {
 		if r.suspect != "" {
 			serverLines = append(serverLines, st.warn.Render(ansi.Truncate("suspect "+r.name+": "+r.suspect, width, "…")))
 		}
+		if why := ttftNarrow(r); why != "" {
+			serverLines = append(serverLines, st.dim.Render(ansi.Truncate("  "+r.name+": TTFT90 "+why, width, "…")))
+		}
 	}
 	gpuLines := table(fit(gpuColumns(nameW, st), width), gpus, st)
 
@@ -503,4 +506,20 @@ func keepIf[R any](rows []R, keep func(R) bool) []R {
 		}
 	}
 	return out
+}
+
+// ttftNarrow says when a server's TTFT, read from its log, counts from
+// later than the request's arrival (schema.FieldTTFTBasis), and what
+// would widen it; empty where it counts from the arrival or is unknown.
+func ttftNarrow(r serverRow) string {
+	if !(r.ttft90 >= 0) { // unknown is NaN
+		return ""
+	}
+	switch r.ttftBasis {
+	case "slot":
+		return "counts from the request's slot, not its arrival (llama.cpp logs the HTTP handler at -lv 4)"
+	case "prefill":
+		return "counts its prompt's evaluation only: the log says nothing of the request's arrival or queue"
+	}
+	return ""
 }

@@ -133,3 +133,30 @@ func TestSuspectAndSleeping(t *testing.T) {
 		t.Errorf("sleeping not shown in the full table:\n%s", all)
 	}
 }
+
+// TestTTFTBasisSaid: a TTFT a log counts from later than the request's
+// arrival says so under the table; one from the arrival, or from a
+// histogram (no basis), says nothing.
+func TestTTFTBasisSaid(t *testing.T) {
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	server := func(name, basis string) api.Point {
+		f := map[string]any{schema.FieldState: schema.StateOK, schema.FieldSystemTPS: 10.0, schema.FieldTTFTP90: 0.25}
+		if basis != "" {
+			f[schema.FieldTTFTBasis] = basis
+		}
+		return api.Point{Measurement: schema.Server, Time: at, Tags: map[string]string{schema.TagServer: name}, Fields: f}
+	}
+	w := api.Windows{Host: "n", Now: at.Add(12 * time.Second), WindowSeconds: 10,
+		Closed: []api.Point{server("s", "slot"), server("p", "prefill"), server("h", "http"), server("g", "")}}
+	got := Render(w, Options{Width: 160, Styles: plainStyles()})
+	for _, want := range []string{"s: TTFT90 counts from the request's slot", "p: TTFT90 counts its prompt's evaluation only"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("lacks %q:\n%s", want, got)
+		}
+	}
+	for _, not := range []string{"h: TTFT90", "g: TTFT90"} {
+		if strings.Contains(got, not) {
+			t.Errorf("says %q of a TTFT from the arrival or a histogram:\n%s", not, got)
+		}
+	}
+}

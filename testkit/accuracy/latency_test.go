@@ -188,6 +188,7 @@ func ttftWithin(t *testing.T, rep latencyReport, minClient float64, median bool)
 type latencyRow struct {
 	start            time.Time
 	level, n         int
+	border           int     // requests on the border of the objective (tokentruth.BorderBand)
 	ttft50, ttft90   float64 // tpsmon
 	cTTFT50, cTTFT90 float64 // client
 	itl50, itl90     float64
@@ -222,7 +223,7 @@ func compareLatency(pts []point, truth map[time.Time]*tokentruth.Latency, minReq
 			}
 			return math.NaN()
 		}
-		r := latencyRow{start: p.Time.UTC(), level: tr.Level, n: tr.Requests,
+		r := latencyRow{start: p.Time.UTC(), level: tr.Level, n: tr.Requests, border: tr.Borderline,
 			ttft50: num("ttft_p50_s"), ttft90: num("ttft_p90_s"), cTTFT50: q(tr.TTFT, 0.5), cTTFT90: q(tr.TTFT, 0.9),
 			itl50: num("itl_p50_s"), itl90: num("itl_p90_s"), cITL50: q(tr.TPOT, 0.5), cITL90: q(tr.TPOT, 0.9),
 			gap50: q(tr.Gaps, 0.5), gap90: q(tr.Gaps, 0.9), att: num("slo_attainment"), cAtt: tr.Attainment.Lo}

@@ -401,20 +401,57 @@ sink:
 		{"llm-m", c.all, 0.05, 0.005},
 		{"llm-l", c.done, 0.03, 0.005},
 	}
+	// The mean is over the windows the client read its tokens in as they
+	// came: in and just after a stall of the client (no token for
+	// clientStall), it read the server's tokens late (CI, at load 5-8:
+	// 578 tokens in a window against 1127 before it, and both sources
+	// 9.7 % and 15.9 % above it). The total is over all of them.
+	stalled := arrivalStalls(c.all.Sorted(), window, clientStall)
+	for at := range stalled {
+		t.Logf("window %v: the client read no token for over %v: left out of the mean", at, clientStall)
+	}
 	for _, cs := range cases {
-		rep := tokentruth.Compare(cs.truth.Sorted(), byServer[cs.server], window, loadedFrac)
+		truth := cs.truth.Sorted()
+		rep := tokentruth.Compare(truth, byServer[cs.server], window, loadedFrac)
 		t.Logf("%s:\n%s", cs.server, rep)
 		if rep.Loaded < 5 {
 			t.Errorf("%s: only %d loaded windows", cs.server, rep.Loaded)
 		}
-		if rep.MeanErr > cs.maxMean {
-			t.Errorf("%s: mean per-window error %.2f%%, want at most %.1f%%", cs.server, 100*rep.MeanErr, 100*cs.maxMean)
+		var kept []tokentruth.Window
+		for _, w := range byServer[cs.server] {
+			if !stalled[w.Start.UTC()] {
+				kept = append(kept, w)
+			}
+		}
+		mean := tokentruth.Compare(truth, kept, window, loadedFrac)
+		if mean.Loaded < 4 {
+			t.Errorf("%s: only %d loaded windows the client did not stall in", cs.server, mean.Loaded)
+		}
+		if mean.MeanErr > cs.maxMean {
+			t.Errorf("%s: mean per-window error %.2f%% over %d windows, want at most %.1f%%", cs.server, 100*mean.MeanErr, mean.Loaded, 100*cs.maxMean)
 		}
 		if rep.TotalErr() > cs.maxTotal {
 			t.Errorf("%s: total %.0f against %.0f arrived (%.2f%%), want within %.1f%%", cs.server, rep.Tokens, rep.Truth,
 				100*rep.TotalErr(), 100*cs.maxTotal)
 		}
 	}
+}
+
+// arrivalStalls returns the windows (of length w, in UTC) in or just
+// after a gap of more than gap between two of the client's token
+// arrivals (a sorted): with the load on, its streams' tokens come every
+// few milliseconds and a first token within tens.
+func arrivalStalls(a tokentruth.Arrivals, w, gap time.Duration) map[time.Time]bool {
+	out := map[time.Time]bool{}
+	for i := 1; i < len(a); i++ {
+		if a[i].Sub(a[i-1]) <= gap {
+			continue
+		}
+		for at := a[i-1].UTC().Truncate(w); !at.After(a[i].UTC().Truncate(w).Add(w)); at = at.Add(w) {
+			out[at] = true
+		}
+	}
+	return out
 }
 
 // checkCeiling holds a window to its decode ceiling: a server with a model

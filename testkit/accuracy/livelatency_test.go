@@ -175,11 +175,16 @@ func checkSweepLatency(ctx context.Context, t *testing.T, c *report.Client, reqs
 			continue // one request is 10 points or more
 		}
 		p90s++
-		// 5 points, or one request: a request that ends within
-		// milliseconds of the window's edge (its timing line, the
-		// client's last read) is on either side of it.
-		if tol := max(0.05, 1/float64(r.n)+1e-9); !(math.Abs(r.att-r.cAtt) <= tol) {
-			t.Errorf("window %v (level %d): attainment %.3f, client %.3f: more than %.1f points off", r.start, r.level, r.att, r.cAtt, 100*tol)
+		// 5 points, or one request and those on the objective's border:
+		// a request that ends within milliseconds of the window's edge
+		// (its timing line, the client's last read) is on either side of
+		// it, and one whose client-timed TPOT is within 5 % of the
+		// objective met it or not by the client's own reads (CI at load
+		// 5-8: attainment 1.000 against the client's 0.909 in a window of
+		// 22 requests under a 6 ms objective, whose ITL p90 read 5.279 ms
+		// against the client's 5.274).
+		if tol := max(0.05, float64(1+r.border)/float64(r.n)+1e-9); !(math.Abs(r.att-r.cAtt) <= tol) {
+			t.Errorf("window %v (level %d): attainment %.3f, client %.3f: more than %.1f points off (%d of %d requests on the border)", r.start, r.level, r.att, r.cAtt, 100*tol, r.border, r.n)
 		}
 	}
 	for _, l := range []int{1, 4, 8} {

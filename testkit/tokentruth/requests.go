@@ -96,6 +96,24 @@ type Latency struct {
 	TTFT, TPOT []float64
 	Gaps       []float64
 	Attainment latency.Attainment
+	// Borderline counts the requests whose TTFT, TPOT or end-to-end time
+	// lies within BorderBand of an objective given: the client's own reads
+	// move a value that much, so such a request may have met it or not.
+	Borderline int
+}
+
+// BorderBand is how near an objective, relatively, a client-timed value
+// is on the border: a 380 ms decode read 20 ms late (a loaded machine's
+// stall of the client) is 5 % slower.
+const BorderBand = 0.05
+
+// borderline says whether one of a request's values lies within
+// BorderBand of its objective.
+func borderline(r latency.Request, o latency.Objective) bool {
+	near := func(v float64, obj time.Duration) bool {
+		return obj > 0 && !math.IsNaN(v) && math.Abs(v-obj.Seconds()) <= BorderBand*obj.Seconds()
+	}
+	return near(r.TTFT, o.TTFT) || near(r.TPOT, o.TPOT) || near(r.E2E, o.E2E)
 }
 
 // Quantile returns the exact q-quantile of xs (latency.FromValues).
@@ -129,6 +147,9 @@ func Windows(reqs []Request, w time.Duration, o latency.Objective) map[time.Time
 			lr.TPOT = v
 		}
 		byWin[l.Start] = append(byWin[l.Start], lr)
+		if r.OK && borderline(lr, o) {
+			l.Borderline++
+		}
 		for i := 1; i < len(r.Arrivals); i++ {
 			g := get(r.Arrivals[i])
 			g.Gaps = append(g.Gaps, r.Arrivals[i].Sub(r.Arrivals[i-1]).Seconds())

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/tpsmon/tpsmon/analysis/latency"
 )
 
 // TestAtScrapes holds the scrape-instant reading to its definition: the
@@ -41,5 +43,26 @@ func TestAtScrapes(t *testing.T) {
 				t.Fatalf("got %+v, want %v tokens", ws, c.want)
 			}
 		})
+	}
+}
+
+// TestBorderline: a request whose client-timed TPOT is within 5 % of the
+// objective is on its border, either side; one further off, or one that
+// failed, is not.
+func TestBorderline(t *testing.T) {
+	at := time.Date(2026, 12, 2, 8, 0, 1, 0, time.UTC)
+	req := func(tpot time.Duration, ok bool) Request {
+		r := Request{Start: at, OK: ok, Level: 1}
+		for i := range 11 {
+			r.Arrivals = append(r.Arrivals, at.Add(10*time.Millisecond+time.Duration(i)*tpot))
+		}
+		r.End = r.Arrivals[len(r.Arrivals)-1]
+		return r
+	}
+	reqs := []Request{req(5700*time.Microsecond, true), req(6290*time.Microsecond, true), req(5600*time.Microsecond, true),
+		req(6400*time.Microsecond, true), req(6000*time.Microsecond, false)}
+	ws := Windows(reqs, 10*time.Second, latency.Objective{TPOT: 6 * time.Millisecond})
+	if l := ws[at.Truncate(10*time.Second)]; l == nil || l.Requests != 5 || l.Borderline != 2 {
+		t.Errorf("window %+v: want 5 requests, 2 on the border (5.7 and 6.29 ms of 6)", l)
 	}
 }
