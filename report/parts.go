@@ -177,7 +177,13 @@ func (b *builder) stateRows(parts []Filter, q, all Query, each func(st string, t
 // totalRows runs a totals query over each part of the range, in time
 // order, and hands each row to each: the steps add the parts up.
 func (b *builder) totalRows(q Query, state string, each func(tags map[string]string, row map[string]any) error) error {
-	for _, part := range b.totalParts() {
+	return b.partRows(b.totalParts(), q, state, each)
+}
+
+// partRows runs q for state over each of parts, in order, and hands each
+// row of each series, with the series' tags, to each.
+func (b *builder) partRows(parts []Filter, q Query, state string, each func(tags map[string]string, row map[string]any) error) error {
+	for _, part := range parts {
 		text, err := part.Render(q, state)
 		if err != nil {
 			return err
@@ -186,12 +192,8 @@ func (b *builder) totalRows(q Query, state string, each func(tags map[string]str
 		if err != nil {
 			return err
 		}
-		for _, s := range series {
-			for _, row := range s.Rows() {
-				if err := each(s.Tags, row); err != nil {
-					return err
-				}
-			}
+		if err := eachRow(series, each); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -221,22 +223,5 @@ func (b *builder) trendParts() []Filter {
 // trendRows runs a per-interval sums query over each of trendParts and
 // hands each row to each; rows of one bucket come from one part.
 func (b *builder) trendRows(q Query, each func(tags map[string]string, row map[string]any) error) error {
-	for _, part := range b.trendParts() {
-		text, err := part.Render(q, "")
-		if err != nil {
-			return err
-		}
-		series, err := b.query(q.Name, text)
-		if err != nil {
-			return err
-		}
-		for _, s := range series {
-			for _, row := range s.Rows() {
-				if err := each(s.Tags, row); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return nil
+	return b.partRows(b.trendParts(), q, "", each)
 }

@@ -331,6 +331,12 @@ func (b *builder) rows(q Query, state string, each func(tags map[string]string, 
 	if err != nil {
 		return err
 	}
+	return eachRow(series, each)
+}
+
+// eachRow hands each row of each series, with the series' tags, to each;
+// an error from each ends it.
+func eachRow(series []influxql.Series, each func(tags map[string]string, row map[string]any) error) error {
 	for _, s := range series {
 		for _, row := range s.Rows() {
 			if err := each(s.Tags, row); err != nil {
