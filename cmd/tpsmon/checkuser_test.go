@@ -41,14 +41,8 @@ func TestCheckAsRootSaysFailedOnce(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(tpsmonbin.Path(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	bin := filepath.Join(dir, "tpsmon")
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	tpsmonbin.Install(t, tpsmonbin.Path(t), bin)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -31,6 +31,7 @@ import (
 	"github.com/tpsmon/tpsmon/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/testkit/loopback"
 	"github.com/tpsmon/tpsmon/testkit/testparallel"
+	"github.com/tpsmon/tpsmon/testkit/tpsmonbin"
 )
 
 // The attribution test runs this test binary again in other roles, as
@@ -281,14 +282,12 @@ func TestAttributionAsServiceUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	self, err := os.ReadFile("/proc/self/exe")
+	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "agent.test")
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	tpsmonbin.Install(t, self, bin)
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
