@@ -44,6 +44,7 @@ const (
 	colMissed     = "missed"    // windows under the floor
 	colExactWins  = "exact_windows"
 	colSLOWindows = "slo_windows"
+	colBasis      = "basis"
 	suffixMedian  = "_median"
 	suffixMax     = "_max"
 	suffixMin     = "_min"
@@ -102,6 +103,12 @@ var (
 			schema.FieldSLORequests, schema.FieldTTFTP90, schema.FieldITLP90, schema.FieldQueueP99) +
 			" FROM " + rawServer + " " + serverWhere + " AND " + id(schema.FieldSLOMissPhase) + " =~ /./ GROUP BY " + ids(schema.TagHost, schema.TagServer) +
 			fmt.Sprintf(" ORDER BY time DESC LIMIT %d", MaxMissed)}
+	// TTFTBases are the bases each server's TTFT counted from, of those
+	// that leave part of the user's wait out (schema.TTFTNarrowed): only
+	// per-request log lines have the field, so it reads few points.
+	TTFTBases = Query{Name: "ttft_bases",
+		Text: "SELECT distinct(" + id(schema.FieldTTFTBasis) + ") AS " + id(colBasis) + " FROM " + rawServer + " " + serverWhere +
+			" AND " + id(schema.FieldTTFTBasis) + " != 'http' GROUP BY " + ids(schema.TagHost, schema.TagServer)}
 )
 
 // ServerLatency is what one server's users felt over the range.
@@ -123,6 +130,9 @@ type ServerLatency struct {
 	MissedOmitted int            `json:"missed_omitted,omitempty"`
 	// MissedByPhase counts the listed windows by the phase blamed.
 	MissedByPhase map[string]int `json:"missed_by_phase,omitempty"`
+	// TTFTNarrowed lists the bases (schema.FieldTTFTBasis) of windows
+	// whose TTFT left part of the user's wait out: "slot", "prefill".
+	TTFTNarrowed []string `json:"ttft_narrowed_bases,omitempty"`
 }
 
 // LatencyPoint is one bucket of a server's latency.
@@ -257,6 +267,21 @@ func (b *builder) latency() error {
 			s.Latency = &ServerLatency{}
 		}
 		s.Latency.Missed = append(s.Latency.Missed, missedWindow(row))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	err = b.rows(TTFTBases, "", func(tags map[string]string, row map[string]any) error {
+		basis, _ := row[colBasis].(string)
+		if schema.TTFTNarrowed(basis) == "" {
+			return nil
+		}
+		s := b.server(tags)
+		if s.Latency == nil {
+			s.Latency = &ServerLatency{}
+		}
+		s.Latency.TTFTNarrowed = append(s.Latency.TTFTNarrowed, basis)
 		return nil
 	})
 	if err != nil {
@@ -419,6 +444,7 @@ func (l *ServerLatency) add(p LatencyPoint) {
 func (l *ServerLatency) finish() {
 	sort.Slice(l.Series, func(i, j int) bool { return l.Series[i].Time.Before(l.Series[j].Time) })
 	sort.SliceStable(l.Missed, func(i, j int) bool { return l.Missed[i].Time.After(l.Missed[j].Time) })
+	slices.Sort(l.TTFTNarrowed)
 	l.MissedOmitted = max(0, l.MissedWindows-len(l.Missed))
 	for _, m := range l.Missed {
 		if l.MissedByPhase == nil {
@@ -556,6 +582,9 @@ func newLatencyView(l *ServerLatency) *latencyView {
 	v.Note = "Latency charts: each line is the median window's quantile in the bucket (a window's p90 is of its own requests), not the quantile of the bucket's requests; the band is where the p90 of all the bucket's requests lies, between its lowest and highest window's."
 	if interp > 0 {
 		v.Note += " From histograms a window's quantile is interpolated inside the bucket that holds it, and the band runs to that bucket's edges; a bucket with a window above the last edge has no band."
+	}
+	for _, basis := range l.TTFTNarrowed {
+		v.Note += fmt.Sprintf(" In some or all windows its TTFT %s.", schema.TTFTNarrowed(basis))
 	}
 	if a := l.Attainment; a != nil && a.Requests > 0 {
 		v.Attainment = a.String()

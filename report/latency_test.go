@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"html/template"
 	"math"
 	"os"
 	"path/filepath"
@@ -28,6 +29,7 @@ type latWin struct {
 	exact, lo, hi, requests float64
 	phase                   string
 	queueP99                float64
+	basis                   string // ttft_basis; "" none
 }
 
 var latStart = time.Date(2026, 11, 5, 0, 0, 0, 0, time.UTC)
@@ -57,7 +59,9 @@ func bucketOf(v float64) (float64, float64) {
 //     bound only); windows 40-49 under the floor for queueing, 50-52 for
 //     decode;
 //   - h/req, from request lines: exact values, exact attainment, 1.0
-//     except windows 30-54 (0.5, under the floor: prefill).
+//     except windows 30-54 (0.5, under the floor: prefill); TTFT from the
+//     prompt's evaluation in windows 0-9, the slot in 10-19, the HTTP
+//     handler after.
 func latencyWindows() map[string][]latWin {
 	nan := math.NaN()
 	out := map[string][]latWin{}
@@ -85,7 +89,13 @@ func latencyWindows() map[string][]latWin {
 		}
 		out["hist"] = append(out["hist"], h)
 
-		r := latWin{t: t, source: "requests", q: map[string][3]float64{}, exact: 1, requests: 5, queueP99: nan}
+		r := latWin{t: t, source: "requests", q: map[string][3]float64{}, exact: 1, requests: 5, queueP99: nan, basis: "http"}
+		switch {
+		case i < 10:
+			r.basis = "prefill"
+		case i < 20:
+			r.basis = "slot"
+		}
 		ttft := 0.3
 		if i >= 30 && i < 55 {
 			ttft, r.exact, r.phase = 1.2, 0.5, "prefill"
@@ -129,6 +139,9 @@ func writeLatency(t *testing.T, base, db string, wins map[string][]latWin) {
 			put(schema.FieldQueueP99, w.queueP99)
 			if w.phase != "" {
 				f[schema.FieldSLOMissPhase] = w.phase
+			}
+			if w.basis != "" {
+				f[schema.FieldTTFTBasis] = w.basis
 			}
 			p := write.NewPoint(schema.Server, map[string]string{schema.TagHost: "h", schema.TagServer: server, schema.TagGPUs: "0", schema.TagEngine: "vllm"}, f, w.t)
 			if buf, err = enc.AppendWrite(buf, p); err != nil {
@@ -307,6 +320,10 @@ func TestReportLatency(t *testing.T) {
 		val(q.Missed[0].Exact) != 0.5 || val(q.Missed[0].TTFTP90) != 1.2 {
 		t.Errorf("req missed: %d, %d listed, %d omitted, latest %+v", q.MissedWindows, len(q.Missed), q.MissedOmitted, q.Missed[0])
 	}
+	// Only the bases that leave part of the wait out, each once.
+	if !slices.Equal(q.TTFTNarrowed, []string{"prefill", "slot"}) || h.TTFTNarrowed != nil {
+		t.Errorf("TTFT bases narrowed: req %q, want prefill and slot; hist %q, want none", q.TTFTNarrowed, h.TTFTNarrowed)
+	}
 	found := strings.Join(r.Findings, "\n")
 	for _, want := range []string{"server hist on h was under its SLO floor in 13 windows (the time went to queue in 10, decode in 3); 75.3–90.8% of 758 requests met the objectives (bounds: histograms) over the range",
 		"server req on h was under its SLO floor in 25 windows (of the latest 20, the time went to prefill in 20); 79.2% of 300 requests met the objectives over the range"} {
@@ -325,7 +342,9 @@ func TestReportLatency(t *testing.T) {
 	}
 	out.Close()
 	page, _ := os.ReadFile(html)
-	for _, want := range []string{"Time to first token", "Inter-token latency", "SLO attainment", "5 more windows under the floor", "interpolated"} {
+	for _, want := range []string{"Time to first token", "Inter-token latency", "SLO attainment", "5 more windows under the floor", "interpolated",
+		template.HTMLEscapeString("In some or all windows its TTFT " + schema.TTFTNarrowed("slot")),
+		template.HTMLEscapeString("In some or all windows its TTFT " + schema.TTFTNarrowed("prefill"))} {
 		if !strings.Contains(string(page), want) {
 			t.Errorf("page lacks %q", want)
 		}

@@ -290,7 +290,7 @@ func (b *builder) fetches() []fetch {
 	}
 	list = append(list, qs{q: ServerSeries})
 	if raw {
-		list = append(list, qs{q: MissedWindows}, qs{q: SuspectWindows})
+		list = append(list, qs{q: MissedWindows}, qs{q: TTFTBases}, qs{q: SuspectWindows})
 	}
 	var out []fetch
 	add := func(f Filter, x qs) {

@@ -342,3 +342,17 @@ var (
 // NumericField names the 0/1 field of one value of a string field in the
 // numeric profile: "state_idle", "suspect_gpu_idle".
 func NumericField(field, value string) string { return field + "_" + value }
+
+// TTFTNarrowed says what a TTFT of the given basis (FieldTTFTBasis)
+// leaves out of the wait a user saw, and what would widen it; empty for
+// "http" (only the connection and the request's reading are left out)
+// and for a basis it does not know.
+func TTFTNarrowed(basis string) string {
+	switch basis {
+	case "slot":
+		return "counts from the request's slot, not its arrival (llama.cpp logs the HTTP handler at -lv 4)"
+	case "prefill":
+		return "counts its prompt's evaluation only: the log says nothing of the request's arrival or queue"
+	}
+	return ""
+}

@@ -515,11 +515,5 @@ func ttftNarrow(r serverRow) string {
 	if !(r.ttft90 >= 0) { // unknown is NaN
 		return ""
 	}
-	switch r.ttftBasis {
-	case "slot":
-		return "counts from the request's slot, not its arrival (llama.cpp logs the HTTP handler at -lv 4)"
-	case "prefill":
-		return "counts its prompt's evaluation only: the log says nothing of the request's arrival or queue"
-	}
-	return ""
+	return schema.TTFTNarrowed(r.ttftBasis)
 }
