@@ -184,6 +184,7 @@ var SGLang = Dialect{
 		sample.CompletionTokens:   refs("sglang:generation_tokens_total"),
 		sample.CompletionSeconds:  refs("sglang:e2e_request_latency_seconds_sum"),
 		sample.CompletionRequests: refs("sglang:e2e_request_latency_seconds_count"),
+		sample.AbortedRequests:    refs("sglang:num_aborted_requests_total"),
 		// The real-time split (newest); prompt_tokens_total counts at
 		// completion, so the split is all prompt tokens on its own.
 		sample.PromptComputed: refs(`sglang:realtime_tokens_total{mode="prefill_compute"}`),
@@ -216,6 +217,10 @@ var TGI = Dialect{
 		sample.CompletionTokens:   refs("tgi_request_generated_tokens_sum"),
 		sample.CompletionSeconds:  refs("tgi_request_inference_duration_sum"),
 		sample.CompletionRequests: refs("tgi_request_inference_duration_count"),
+		// Every err label summed (validation, overloaded, generation,
+		// incomplete, dropped…): requests that failed, which the
+		// histograms, observed on success only, leave out.
+		sample.AbortedRequests: refs("tgi_request_failure"),
 	},
 	Gauges: [sample.NumGauges][]Ref{
 		sample.Running:     refs("tgi_batch_current_size"),

@@ -84,7 +84,7 @@ func TestDialectsOnFixtures(t *testing.T) {
 		{"nv_trt_llm_v1_and_base_triton_readme.prom", want{"triton", "tensorrt_llm", nil, map[sample.Gauge]float64{sample.Waiting: 0}}},
 		{"tgi_written.prom", want{"tgi", "",
 			map[sample.Counter]float64{sample.PromptTokens: 5000, sample.CompletionTokens: 12000, sample.CompletionSeconds: 300, sample.CompletionRequests: 40,
-				sample.ITLSum: 1.2, sample.ITLCount: 40},
+				sample.ITLSum: 1.2, sample.ITLCount: 40, sample.AbortedRequests: 3 + 2},
 			map[sample.Gauge]float64{sample.Running: 6, sample.Waiting: 3, sample.GenRequests: 6}}},
 		{"lmdeploy_written.prom", want{"lmdeploy", "internlm/internlm2_5-7b-chat",
 			map[sample.Counter]float64{sample.GenerationTokens: 3000, sample.PromptTokens: 9000, sample.ITLSum: 30, sample.ITLCount: 3000},
@@ -94,7 +94,7 @@ func TestDialectsOnFixtures(t *testing.T) {
 			map[sample.Gauge]float64{sample.Running: 3, sample.Waiting: 0, sample.KVUsage: 0.5}}},
 		{"sglang_tp_ranks_written.prom", want{"sglang", "qwen",
 			// tp_rank 1 sees the same batch and is never added; dp ranks are.
-			map[sample.Counter]float64{sample.GenerationTokens: 300, sample.PromptComputed: 999},
+			map[sample.Counter]float64{sample.GenerationTokens: 300, sample.PromptComputed: 999, sample.AbortedRequests: 4},
 			map[sample.Gauge]float64{sample.Running: 10, sample.GenRate: 700}}},
 	}
 	for _, tt := range tests {

@@ -39,6 +39,10 @@ type Interval struct {
 	TTFT, TPOT, E2E, Queue float64
 	// TTFTBasis says from when TTFT counts (and E2E, which starts there).
 	TTFTBasis TTFTBasis
+	// Failed marks a request that errored (a TGI request span's ERROR
+	// line): a miss for every latency objective, in the window it ended
+	// in. It carries nothing else.
+	Failed bool
 	// Output is a Request's whole output (Tokens is what no progress line
 	// counted before it); negative: unknown.
 	Output float64

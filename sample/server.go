@@ -36,7 +36,9 @@ const (
 	// busy-slot decodes, one token each.
 	Decodes
 	// FinishedRequests counts the requests the engine finished, whatever
-	// their reason; AbortedRequests those of them it aborted.
+	// their reason; AbortedRequests those it aborted or that failed
+	// (vLLM's finished_reason "abort", SGLang's aborted requests, TGI's
+	// failures): misses, whether or not its histograms observed them.
 	FinishedRequests
 	AbortedRequests
 	// The prompt's tokens by where their KV came from, where the engine

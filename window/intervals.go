@@ -56,6 +56,9 @@ func overlap(a, b, s, e time.Time) (float64, float64) {
 
 // add spreads one interval over [s, e).
 func (r *ivSums) add(iv sample.Interval, s, e time.Time) {
+	if iv.Failed {
+		return // a request's outcome, kept by addRequest
+	}
 	sec, f := overlap(iv.Start, iv.End, s, e)
 	promptF := f
 	if iv.Request {

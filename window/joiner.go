@@ -449,7 +449,7 @@ func (j *Joiner) addInterval(st *serverState, iv sample.Interval) bool {
 			a.cover = addCover(a.cover, lo, hi)
 		}
 		a.sums[k].add(iv, w, e)
-		if iv.Request && (iv.End.Before(e) || iv.End.Equal(e) && iv.End.After(iv.Start)) {
+		if (iv.Request || iv.Failed) && (iv.End.Before(e) || iv.End.Equal(e) && iv.End.After(iv.Start)) {
 			a.addRequest(iv) // the window its line ended in
 		}
 	}

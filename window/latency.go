@@ -53,6 +53,7 @@ type RequestTimes struct {
 	TTFT, TPOT, E2E, Queue float64
 	Tokens                 float64          // output tokens
 	TTFTBasis              sample.TTFTBasis // from when TTFT (and E2E) count
+	Failed                 bool             // errored or aborted: a miss
 }
 
 // histTrack follows one histogram of one server: its last reading, and
@@ -190,11 +191,11 @@ func (j *Joiner) addLatencies(st *serverState, s sample.Server) {
 // addRequest keeps a finished request's latencies for the window its
 // line ended in.
 func (a *windowAcc) addRequest(iv sample.Interval) {
-	if iv.TTFT < 0 && iv.TPOT < 0 && iv.E2E < 0 && iv.Queue < 0 {
+	if !iv.Failed && iv.TTFT < 0 && iv.TPOT < 0 && iv.E2E < 0 && iv.Queue < 0 {
 		return
 	}
 	a.reqs = append(a.reqs, RequestTimes{TTFT: iv.TTFT, TPOT: iv.TPOT, E2E: iv.E2E, Queue: iv.Queue, Tokens: iv.Output,
-		TTFTBasis: iv.TTFTBasis})
+		TTFTBasis: iv.TTFTBasis, Failed: iv.Failed})
 }
 
 // latency closes what a server's sources said of latencies in [s, e).

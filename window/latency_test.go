@@ -112,3 +112,42 @@ func TestRequestsInTheirEndWindow(t *testing.T) {
 		t.Fatalf("requests by window: %v", got)
 	}
 }
+
+// TestFailedRequestInItsWindow: a failed request (a TGI error line) is a
+// request of the window it ended in, and adds no
+// token, no running request and no observed time.
+func TestFailedRequestInItsWindow(t *testing.T) {
+	j := New(Config{Window: 10 * time.Second, Grace: 5 * time.Second, MaxGap: 2500 * time.Millisecond, Start: at(0)},
+		[]Server{{Name: "tgi", Engine: "tgi", Source: "log"}})
+	ok := sample.Unknown(at(1), at(4))
+	ok.Tokens, ok.Output, ok.Request, ok.TPOT, ok.Observed = 30, 30, true, 0.1, true
+	j.AddLog("tgi", ok)
+	for _, s := range []float64{5, 15} {
+		failed := sample.Unknown(at(s), at(s))
+		failed.Failed = true
+		j.AddLog("tgi", failed)
+	}
+	ws := servers(j.Flush(at(100)))
+	var fails []int
+	for _, w := range ws[:2] {
+		n := 0
+		for _, r := range w.Latency.Requests {
+			if r.Failed {
+				n++
+				if r.TTFT != -1 || r.TPOT != -1 || r.E2E != -1 || r.Tokens != -1 {
+					t.Errorf("failed request %+v: no times or tokens wanted", r)
+				}
+			}
+		}
+		fails = append(fails, n)
+	}
+	if fails[0] != 1 || fails[1] != 1 || len(ws[0].Latency.Requests) != 2 {
+		t.Fatalf("failed requests by window %v, first window's requests %d: want [1 1] and 2", fails, len(ws[0].Latency.Requests))
+	}
+	if got := ws[0].Tokens; !got.OK || got.V != 30 {
+		t.Errorf("first window's tokens %+v, want 30", got)
+	}
+	if got := ws[1].Tokens; got.OK && got.V != 0 {
+		t.Errorf("second window holds only a failure: no tokens wanted, got %+v", got)
+	}
+}

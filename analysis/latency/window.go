@@ -152,7 +152,7 @@ func (s *Summary) fromRequests(rs []window.RequestTimes, o Objective) {
 			tps[i] = 1 / tpot[i]
 		}
 		decode[i] = e2e[i] - ttft[i]
-		reqs[i] = Request{TTFT: ttft[i], TPOT: tpot[i], E2E: e2e[i], OutputTokens: known(r.Tokens)}
+		reqs[i] = Request{TTFT: ttft[i], TPOT: tpot[i], E2E: e2e[i], OutputTokens: known(r.Tokens), Failed: r.Failed}
 	}
 	for i, q := range TTFTQ {
 		s.TTFT[i] = FromValues(ttft, q)

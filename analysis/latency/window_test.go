@@ -34,6 +34,11 @@ func TestSummarize(t *testing.T) {
 		{"too few for a p90", window.Latency{Hists: [sample.NumHists]window.HistWindow{sample.HistTTFT: h(2, 5, 5)}}, SourceHistogram, false, 1, ""},
 		{"requests", window.Latency{Requests: []window.RequestTimes{
 			{TTFT: 0.5, TPOT: 0.01, E2E: 2, Queue: -1, Tokens: 100}, {TTFT: 1.5, TPOT: 0.01, E2E: 3, Queue: -1, Tokens: 100}}}, SourceRequests, false, 0.5, ""},
+		// A request that failed is a miss, and no value of the quantiles.
+		{"a failed request", window.Latency{Requests: []window.RequestTimes{
+			{TTFT: 0.5, TPOT: 0.01, E2E: 2, Queue: -1, Tokens: 100}, {TTFT: -1, TPOT: -1, E2E: -1, Queue: -1, Tokens: -1, Failed: true}}}, SourceRequests, false, 0.5, ""},
+		{"only failed requests", window.Latency{Requests: []window.RequestTimes{
+			{TTFT: -1, TPOT: -1, E2E: -1, Queue: -1, Tokens: -1, Failed: true}}}, SourceRequests, false, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := Summarize(tc.l, o, 10)

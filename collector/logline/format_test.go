@@ -10,7 +10,7 @@ import (
 // line carries, as parsed.
 func format(r Record) string {
 	var b strings.Builder
-	kinds := map[Kind]string{Stat: "stat", Request: "request", Progress: "progress", Batch: "batch", Iteration: "iteration", Spec: "spec", Cached: "cached"}
+	kinds := map[Kind]string{Stat: "stat", Request: "request", Progress: "progress", Batch: "batch", Iteration: "iteration", Spec: "spec", Cached: "cached", Cancelled: "cancelled", Failed: "failed"}
 	b.WriteString(kinds[r.Kind])
 	f := func(name string, v float64) {
 		if v >= 0 {

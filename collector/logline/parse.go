@@ -108,7 +108,7 @@ var needles = map[string][]needle{
 	engine.SGLang:   {{"Decode batch", 'D'}, {"Prefill batch", 'P'}},
 	engine.LlamaCpp: {{"eval time", 'v'}, {"slot print_timing: id", ':'}, {`"print_timings"`, '"'}, {"stop: cancel task, id_task = ", 'k'},
 		{"draft acceptance = ", 'f'}, {"memory_seq_rm [", '['}},
-	engine.TGI:    {{"time_per_token=", '='}},
+	engine.TGI:    {{"time_per_token=", '='}, {" text_generation_router", '_'}},
 	engine.TRTLLM: {{`{"Active Request Count":`, 'A'}, {"iter = ", '='}},
 }
 
@@ -224,7 +224,12 @@ func indexAnchored(b []byte, text string, off int) int {
 	return -1
 }
 
-var ansi = lazy(`\x1b\[[0-9;]*[A-Za-z]`)
+var (
+	ansi = lazy(`\x1b\[[0-9;]*[A-Za-z]`)
+	// syslogANSI is a colour code as rsyslog escapes its ESC byte ("#033").
+	syslogANSI = lazy(`#033\[[0-9;]*[A-Za-z]`)
+	syslogESC  = []byte("#033[")
+)
 
 // Parse reads one line (without its newline). ok is false for lines that
 // carry no throughput.
@@ -235,6 +240,9 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 	}
 	if bytes.IndexByte(line, 0x1b) >= 0 {
 		line = ansi.ReplaceAll(line, nil)
+	}
+	if bytes.Contains(line, syslogESC) {
+		line = syslogANSI.ReplaceAll(line, nil)
 	}
 	if p.identifying() {
 		p.identify(line)
@@ -826,9 +834,19 @@ func (p *Parser) llamaJSON(line []byte) (Record, bool) {
 
 var tgiSuccess = lazy(`(\w+)\{(?:parameters=.*? )?total_time="([^"]+)" validation_time="([^"]+)" queue_time="([^"]+)" inference_time="([^"]+)" time_per_token="([^"]+)"[^}]*\}: text_generation_router::server: \S+: Success`)
 
+// tgiFailure is an ERROR line of the router's inference or HTTP code:
+// the span chain before its target says whose it is.
+var (
+	tgiFailure = lazy(`\bERROR (\S.*?): text_generation_router(?:_v\d+)?::(?:infer|server)\S*: \S+: `)
+	// tgiRequestSpan is a request handler's span in the chain (the
+	// batch loop's errors are in batch{…} spans, not a request's: each
+	// of its requests then logs its own failure).
+	tgiRequestSpan = lazy(`(?:^|:)(?:generate|generate_stream|chat_completions|completions|compat_generate)(?:\{|:|$)`)
+)
+
 func (p *Parser) tgi(s string) (Record, bool) {
 	if !strings.Contains(s, "Success") || !strings.Contains(s, "time_per_token=") {
-		return Record{}, false
+		return p.tgiFailed(s)
 	}
 	m := tgiSuccess.FindStringSubmatch(s)
 	if m == nil {
@@ -856,6 +874,21 @@ func (p *Parser) tgi(s string) (Record, bool) {
 		r.Queue = queue
 	}
 	return r, true
+}
+
+// tgiFailed reads a request's failure: TGI logs one ERROR line in the
+// request's span when its validation fails, its generation fails (the
+// backend's error, sent to each request of the batch) or comes out
+// incomplete, and counts it in tgi_request_failure.
+func (p *Parser) tgiFailed(s string) (Record, bool) {
+	if !strings.Contains(s, "ERROR") {
+		return Record{}, false
+	}
+	m := tgiFailure.FindStringSubmatch(s)
+	if m == nil || !tgiRequestSpan.MatchString(m[1]) {
+		return Record{}, false
+	}
+	return newRecord(Failed, engine.TGI), true
 }
 
 // --- LMDeploy --------------------------------------------------------------

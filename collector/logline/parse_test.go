@@ -178,6 +178,12 @@ var wantRecords = map[string][]string{
 	"tgi_success_span_chat_completions.log": {
 		"request tokens=20 dur=734.172108ms user=27.2416 key=\"chat_completions\" t=2024-12-10T21:50:03.47801Z",
 	},
+	// A request's own ERROR line is its failure (the first escaped by
+	// syslog); the batch loop's errors are no request's.
+	"tgi_request_errors_issues.log": {
+		"failed t=2024-04-07T02:20:36.58803Z",
+		"failed t=2025-03-12T09:36:06.501161Z",
+	},
 	"tgi_success_span_generate.log": {
 		"request tokens=14 dur=610.405028ms user=22.9356 key=\"generate\" t=2024-02-14T06:49:51.437631Z",
 	},

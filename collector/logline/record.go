@@ -42,6 +42,11 @@ const (
 	// ("memory_seq_rm [N, end)"), on the first such line of its task
 	// (later ones, one per prompt batch, count its own progress).
 	Cached
+	// Failed is a request that errored, a point event at its error line
+	// (TGI's ERROR line in a request's span: a validation error, a
+	// generation that failed or came out incomplete). It counts as a
+	// miss for every latency objective.
+	Failed
 )
 
 // Record is what one throughput line says. Numbers a line does not carry
@@ -123,7 +128,7 @@ func (r Record) valid() bool {
 		return r.Tokens >= 0
 	case Iteration:
 		return r.Iterations >= 0
-	case Cancelled:
+	case Cancelled, Failed:
 		return true
 	case Cached:
 		return r.Cached >= 0

@@ -137,6 +137,13 @@ func (s *Stream) interval(r *Record, t time.Time) (sample.Interval, bool) {
 		iv := sample.Unknown(t, t)
 		iv.PromptCached = r.Cached
 		return iv, true
+	case Failed:
+		// The request ended there, in error: a miss. (A llama.cpp
+		// cancelled task is not one: the server stops tasks whose
+		// client got every token too, llamacpp-real/run1.)
+		iv := sample.Unknown(t, t)
+		iv.Failed = true
+		return iv, true
 	case Spec:
 		iv := sample.Unknown(t, t)
 		iv.SpecDrafted, iv.SpecAccepted = r.Drafted, r.Accepted

@@ -52,8 +52,10 @@ const (
 	pkHole    // a refused line's stretch (sample.Hole)
 	pkLatency // a request's own latencies follow the values (latencies)
 	pkTally   // speculation or cache counts follow (tallies)
-	// The two bits above are the request's sample.TTFTBasis.
+	// The two bits above are the request's sample.TTFTBasis, or
+	// pkFailed (sample.Interval.Failed), which no basis is.
 	pkBasisShift = iota
+	pkFailed     = 3
 )
 
 // Kinds of a value.
@@ -104,8 +106,12 @@ func (p *packed) add(iv sample.Interval) {
 	for _, v := range lat {
 		hasLat = hasLat || *v != -1
 	}
-	if hasLat {
-		flags |= pkLatency | byte(iv.TTFTBasis)<<pkBasisShift
+	if hasLat || iv.Failed {
+		basis := byte(iv.TTFTBasis)
+		if iv.Failed {
+			basis = pkFailed
+		}
+		flags |= pkLatency | basis<<pkBasisShift
 	}
 	tal := tallies(&iv)
 	hasTal := false
@@ -125,7 +131,7 @@ func (p *packed) add(iv sample.Interval) {
 	}
 	vs := values(&iv)
 	b = appendValues(b, vs[:])
-	if hasLat {
+	if flags&pkLatency != 0 {
 		b = appendValues(b, lat[:])
 	}
 	if hasTal {
@@ -356,10 +362,14 @@ func (r *pkReader) peek() *sample.Interval {
 	vs := values(iv)
 	b = readValues(b, vs[:])
 	lat := latencies(iv)
-	iv.TTFTBasis = 0
+	iv.TTFTBasis, iv.Failed = 0, false
 	if flags&pkLatency != 0 {
 		b = readValues(b, lat[:])
-		iv.TTFTBasis = sample.TTFTBasis(flags >> pkBasisShift & 3)
+		if basis := flags >> pkBasisShift & 3; basis == pkFailed {
+			iv.Failed = true
+		} else {
+			iv.TTFTBasis = sample.TTFTBasis(basis)
+		}
 	} else {
 		for _, v := range lat {
 			*v = -1

@@ -46,6 +46,10 @@ func TestPackedReadsBackExactly(t *testing.T) {
 	ivs[0].Held = 1.0174 // its slot since before its first token
 	ivs[2].TTFT, ivs[2].Queue, ivs[2].TTFTBasis = 0.25, 0, sample.TTFTSlot
 	ivs[4].TTFT, ivs[4].TTFTBasis = 0.00892, sample.TTFTPrefill
+	// A failed request, with and without latencies of its own.
+	failed, failedTimed := sample.Unknown(at, at), sample.Unknown(at.Add(-time.Second), at)
+	failed.Failed, failedTimed.Failed, failedTimed.E2E = true, true, 0.75
+	ivs = append(ivs, failed, failedTimed)
 	var p packed
 	for _, x := range ivs {
 		p.add(x)
@@ -87,7 +91,7 @@ func same(a, b sample.Interval) bool {
 		}
 	}
 	return a.Start == b.Start && a.End == b.End && a.Request == b.Request && a.Observed == b.Observed &&
-		a.Hole == b.Hole && a.TTFTBasis == b.TTFTBasis
+		a.Hole == b.Hole && a.TTFTBasis == b.TTFTBasis && a.Failed == b.Failed
 }
 
 // Many records across chunks, heap and mapped ones, read by two readers

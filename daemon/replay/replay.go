@@ -718,6 +718,15 @@ func readLog(path, engineName string, loc *time.Location, year int, startedAt ti
 		if pr.Kind == logline.Cancelled {
 			return
 		}
+		if pr.Kind == logline.Failed {
+			// A request's miss, in the window it ended in: it times
+			// nothing, but the log was read there.
+			if iv, ok := st.Interval(pr.Record, pr.Time); ok {
+				out.ivs.add(iv)
+				out.watched.add(iv.Start, iv.End)
+			}
+			return
+		}
 		timed++
 		if iv, ok := st.Interval(pr.Record, pr.Time); ok {
 			out.ivs.add(iv)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/analysis"
+	"github.com/tpsmon/tpsmon/analysis/latency"
 	"github.com/tpsmon/tpsmon/sample"
 	"github.com/tpsmon/tpsmon/schema"
 	"github.com/tpsmon/tpsmon/sim/logsim"
@@ -514,5 +515,48 @@ func TestSGLangGenThroughputOnlyPerUser(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatalf("no window at the page's 400 tok/s (warnings: %s)", warn.String())
+	}
+}
+
+// TestReplayTGIFailuresAreMisses: a request's own ERROR line (its
+// generation failed, its input was refused) counts in its window as a
+// request that met no objective, and nothing else; the batch loop's error
+// is no request. The lines are in the shapes of the real ones in
+// collector/logline/testdata (tgi_success_span_*.log,
+// tgi_request_errors_issues.log), written at the times the test needs.
+func TestReplayTGIFailuresAreMisses(t *testing.T) {
+	var out closed
+	o := Options{LogFile: "testdata/tgi_failed_requests.log", Engine: "auto", Year: 2026,
+		Window: 10 * time.Second, Server: "s", Host: "h", TZ: "UTC"}
+	o.Facts.SLO.Objective = latency.Objective{TPOT: 50 * time.Millisecond}
+	if err := Run(context.Background(), o, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	got := map[int]analysis.ServerWindow{}
+	for _, c := range out {
+		for _, w := range c.Servers {
+			got[w.Start.Second()] = w
+		}
+	}
+	for _, tc := range []struct {
+		start         int // seconds after 10:00
+		requests, met float64
+		tokens        int64
+		attainment    float64
+	}{
+		{0, 4, 2, 50 + 25 + 40, 0.5}, // 20 and 25 ms met, 80 ms and the failure did not
+		{10, 2, 1, 50, 0.5},          // the refused input is a miss
+	} {
+		w, ok := got[tc.start]
+		if !ok {
+			t.Fatalf("window 10:00:%02d not written", tc.start)
+		}
+		a := w.Latency.Attainment
+		if !a.OK || !a.Exact || a.Requests != tc.requests || a.Lo != tc.attainment || a.MetLo != tc.met {
+			t.Errorf("window 10:00:%02d: attainment %+v, want %g of %g requests exactly", tc.start, a, tc.attainment, tc.requests)
+		}
+		if w.Tokens != window.Some(tc.tokens) {
+			t.Errorf("window 10:00:%02d: tokens %+v, want %d", tc.start, w.Tokens, tc.tokens)
+		}
 	}
 }
