@@ -226,7 +226,13 @@ func checkSweepLatency(ctx context.Context, t *testing.T, c *report.Client, reqs
 // the client's requests (tokentruth.LoadRequests), gzipped, and when the
 // server started (its log's stamps count from it).
 func recordSweep(t *testing.T, logFile string, started time.Time, reqs []tokentruth.Request) {
-	dir := os.Getenv("TPSMON_RECORD_SWEEP")
+	recordLive(t, "TPSMON_RECORD_SWEEP", logFile, started, reqs)
+}
+
+// recordLive writes a live run as recordSweep does, when env names a
+// directory.
+func recordLive(t *testing.T, env, logFile string, started time.Time, reqs []tokentruth.Request) {
+	dir := os.Getenv(env)
 	if dir == "" {
 		return
 	}
@@ -266,7 +272,7 @@ func recordSweep(t *testing.T, logFile string, started time.Time, reqs []tokentr
 	if err := os.WriteFile(filepath.Join(dir, "started-at.txt"), []byte(started.UTC().Format(time.RFC3339Nano)+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("recorded the sweep in %s", dir)
+	t.Logf("recorded the run in %s", dir)
 }
 
 // clientStalls returns the windows (of length w, in UTC) in which the

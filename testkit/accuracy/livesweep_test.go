@@ -35,10 +35,15 @@ type request struct {
 
 // sweepStream streams completions back to back until end, as one user.
 func sweepStream(ctx context.Context, base string, stream int, end time.Time) ([]request, error) {
-	sizes := []int{64, 96, 128, 192}
+	return streamCompletions(ctx, base, stream, end, []int{64, 96, 128, 192}, func(int) string { return "Tell me a story about a monitor of tokens" })
+}
+
+// streamCompletions streams completions back to back until end, as one
+// user: the i-th of the sizes' output lengths in turn, prompt(i) each.
+func streamCompletions(ctx context.Context, base string, stream int, end time.Time, sizes []int, prompt func(i int) string) ([]request, error) {
 	var out []request
 	for i := 0; time.Now().Before(end); i++ {
-		body, _ := json.Marshal(map[string]any{"prompt": "Tell me a story about a monitor of tokens", "n_predict": sizes[(i+stream)%len(sizes)],
+		body, _ := json.Marshal(map[string]any{"prompt": prompt(i), "n_predict": sizes[(i+stream)%len(sizes)],
 			"stream": true, "ignore_eos": true, "temperature": 1.0, "cache_prompt": false})
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/completion", bytes.NewReader(body))
 		if err != nil {
