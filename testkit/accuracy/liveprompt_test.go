@@ -36,8 +36,8 @@ func longPrompt(stream, i int) string {
 // line) is 10-20 %; with prompts of about 400 tokens the prefill is most
 // of it. The same server as the sweep's: -lv 4 with its stamps (ttft_basis
 // http), one thread, 8 slots; 1, 4 and 8 streams for 7 windows each, short
-// outputs (16-64 tokens) so that a window holds the 10 requests a p90
-// needs. Held against the client (send to first arrival) at each level
+// outputs (8-32 tokens) so that a window holds the 10 requests a p90
+// needs even on a machine loaded by other tests. Held against the client (send to first arrival) at each level
 // by the median window (a window the loaded machine stalled the client
 // in says nothing of tpsmon, and the sweep's stall rule, no token for
 // 250 ms, would take every prefill of these prompts for one): TTFT p50
@@ -87,7 +87,7 @@ sink:
 		time.Sleep(time.Until(l.start.Add(-lead)))
 		for s := prev; s < l.streams; s++ {
 			wg.Go(func() {
-				got, err := streamCompletions(ctx, llama, s, last, []int{16, 32, 48, 64}, func(i int) string { return longPrompt(s, i) })
+				got, err := streamCompletions(ctx, llama, s, last, []int{8, 16, 24, 32}, func(i int) string { return longPrompt(s, i) })
 				mu.Lock()
 				defer mu.Unlock()
 				reqs = append(reqs, got...)
