@@ -35,6 +35,18 @@ func (c *closed) WriteWindows(cs []analysis.Closed) error {
 	return nil
 }
 
+// bySecond is the server windows written, by their start's second (the
+// tests' logs are all within one minute).
+func (c closed) bySecond() map[int]analysis.ServerWindow {
+	got := map[int]analysis.ServerWindow{}
+	for _, cw := range c {
+		for _, w := range cw.Servers {
+			got[w.Start.Second()] = w
+		}
+	}
+	return got
+}
+
 func TestWatchedSpans(t *testing.T) {
 	at := func(h float64) time.Time {
 		return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(h * float64(time.Hour)))
@@ -289,12 +301,7 @@ func TestReplayRefusedLineIsAHole(t *testing.T) {
 	if !strings.Contains(warn.String(), "1 throughput lines refused, tokens huge") {
 		t.Errorf("warnings %q do not name the refused line", warn.String())
 	}
-	got := map[int]analysis.ServerWindow{}
-	for _, c := range out {
-		for _, w := range c.Servers {
-			got[w.Start.Second()] = w
-		}
-	}
+	got := out.bySecond()
 	for _, tc := range []struct {
 		start    int // seconds after 10:00
 		tokens   int64
@@ -532,12 +539,7 @@ func TestReplayTGIFailuresAreMisses(t *testing.T) {
 	if err := Run(context.Background(), o, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	got := map[int]analysis.ServerWindow{}
-	for _, c := range out {
-		for _, w := range c.Servers {
-			got[w.Start.Second()] = w
-		}
-	}
+	got := out.bySecond()
 	for _, tc := range []struct {
 		start         int // seconds after 10:00
 		requests, met float64

@@ -6,7 +6,6 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -78,29 +77,11 @@ sink:
 		done = append(done, sweepLevel{n, start, start.Add(perLevel * window)})
 	}
 	last := done[len(done)-1].end
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var failed error
-	var reqs []request
-	prev := 0
-	for _, l := range done {
-		time.Sleep(time.Until(l.start.Add(-lead)))
-		for s := prev; s < l.streams; s++ {
-			wg.Go(func() {
-				got, err := streamCompletions(ctx, llama, s, last, []int{8, 16, 24, 32}, func(i int) string { return longPrompt(s, i) })
-				mu.Lock()
-				defer mu.Unlock()
-				reqs = append(reqs, got...)
-				if err != nil && failed == nil {
-					failed = err
-				}
-			})
-		}
-		prev = l.streams
-	}
-	wg.Wait()
-	if failed != nil {
-		t.Fatal(failed)
+	reqs, err := runLevels(done, lead, func(s int) ([]request, error) {
+		return streamCompletions(ctx, llama, s, last, []int{8, 16, 24, 32}, func(i int) string { return longPrompt(s, i) })
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	time.Sleep(window + 4*time.Second) // the last window closed and written
 	stop()

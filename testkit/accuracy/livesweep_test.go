@@ -83,6 +83,35 @@ func streamCompletions(ctx context.Context, base string, stream int, end time.Ti
 	return out, nil
 }
 
+// runLevels climbs the levels: lead before each level's start it starts
+// the streams that level adds, each running stream(s) until it returns,
+// and it gives every stream's requests once all have ended (the first
+// error, if one failed).
+func runLevels(levels []sweepLevel, lead time.Duration, stream func(s int) ([]request, error)) ([]request, error) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var failed error
+	var reqs []request
+	prev := 0
+	for _, l := range levels {
+		time.Sleep(time.Until(l.start.Add(-lead)))
+		for s := prev; s < l.streams; s++ {
+			wg.Go(func() {
+				got, err := stream(s)
+				mu.Lock()
+				defer mu.Unlock()
+				reqs = append(reqs, got...)
+				if err != nil && failed == nil {
+					failed = err
+				}
+			})
+		}
+		prev = l.streams
+	}
+	wg.Wait()
+	return reqs, failed
+}
+
 func overlap(a0, a1, b0, b1 time.Time) float64 {
 	lo, hi := a0, a1
 	if b0.After(lo) {
@@ -240,33 +269,13 @@ sink:
 		done = append(done, sweepLevel{n, start, start.Add(perLevel * window)})
 	}
 	last := done[len(done)-1].end
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var failed error
-	var reqs []request
-	prev := 0
-	for _, l := range done {
-		// A level's new streams start half a scrape before its edge: in its
-		// first window every stream is in flight, and the window before sees
-		// them in at most one gauge sample (+0.4 running at most, not enough
-		// to move it a bin).
-		time.Sleep(time.Until(l.start.Add(-scrape / 2)))
-		for s := prev; s < l.streams; s++ {
-			wg.Go(func() {
-				got, err := sweepStream(ctx, llama, s, last)
-				mu.Lock()
-				defer mu.Unlock()
-				reqs = append(reqs, got...)
-				if err != nil && failed == nil {
-					failed = err
-				}
-			})
-		}
-		prev = l.streams
-	}
-	wg.Wait()
-	if failed != nil {
-		t.Fatal(failed)
+	// A level's new streams start half a scrape before its edge: in its
+	// first window every stream is in flight, and the window before sees
+	// them in at most one gauge sample (+0.4 running at most, not enough
+	// to move it a bin).
+	reqs, err := runLevels(done, scrape/2, func(s int) ([]request, error) { return sweepStream(ctx, llama, s, last) })
+	if err != nil {
+		t.Fatal(err)
 	}
 	time.Sleep(window + 4*scrape) // the last window closed and written
 	stop()
