@@ -215,6 +215,77 @@ func TestStatesInOneQuery(t *testing.T) {
 	}
 }
 
+// TestLostTableIsLostThroughput: the dashboard's lost-throughput tables
+// (four columns) give what the report's query does, per server and GPU
+// set, from raw windows and from each rollup.
+func TestLostTableIsLostThroughput(t *testing.T) {
+	t.Parallel()
+	base := influxtest.URL(t)
+	db := influxtest.CreateDB(t, base, "losttable")
+	for _, rp := range []string{"tpsmon_1h", "tpsmon_1d"} {
+		influxtest.Query(t, base, db, fmt.Sprintf(`CREATE RETENTION POLICY "%s" ON "%s" DURATION 0s REPLICATION 1`, rp, db))
+	}
+	fleet := fleetsim.Fleet{Hosts: 3, GPUs: 4, Unused: 2, Model: "H100"}
+	day := time.Date(2026, 11, 10, 0, 0, 0, 0, time.UTC)
+	writeRaw(t, base, db, func(e func(*write.Point) error) error { return fleet.Raw(day, day.Add(26*time.Hour), 2*time.Minute, e) })
+	if _, err := rollupJob(t, base, db).Run(context.Background(), day.Add(26*time.Hour+10*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	c := report.NewClient(base, db, "", 30*time.Second)
+	cols := []string{schema.FieldLostTokens, schema.FieldLostSeconds, schema.FieldCeilingWindows, schema.FieldWindows}
+	cells := func(f report.Filter, q report.Query) map[string]float64 {
+		t.Helper()
+		text, err := f.Render(q, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		series, err := c.Query(context.Background(), text)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, text)
+		}
+		out := map[string]float64{}
+		for _, s := range series {
+			for _, row := range s.Rows() {
+				for _, col := range cols {
+					if v, ok := influxql.Num(row[col]); ok {
+						out[fmt.Sprint(s.Tags, " ", col)] = v
+					}
+				}
+			}
+		}
+		return out
+	}
+	for _, f := range []report.Filter{
+		{From: day.Add(time.Hour), To: day.Add(25 * time.Hour), Level: report.Raw},
+		{From: day, To: day.Add(26 * time.Hour), Level: report.Hourly},
+		{From: day, To: day.Add(48 * time.Hour), Level: report.Daily},
+	} {
+		want, got := cells(f, report.LostThroughput), cells(f, report.LostTable)
+		lost, without := 0, 0
+		for k, v := range want {
+			if strings.HasSuffix(k, " "+schema.FieldLostTokens) && v > 0 {
+				lost++
+			}
+			if strings.HasSuffix(k, " "+schema.FieldWindows) {
+				if v > want[strings.TrimSuffix(k, schema.FieldWindows)+schema.FieldCeilingWindows] {
+					without++
+				}
+			}
+		}
+		if lost == 0 || without == 0 {
+			t.Fatalf("%s: %d servers lost throughput, %d had windows without a ceiling: too few to compare", f.Level, lost, without)
+		}
+		if len(got) != len(want) {
+			t.Errorf("%s: %d cells, the report's query %d", f.Level, len(got), len(want))
+		}
+		for k, v := range want {
+			if g, ok := got[k]; !ok || math.Abs(g-v) > roundOff*math.Max(1, math.Abs(v)) {
+				t.Errorf("%s, %s: %v, the report's query %v", f.Level, k, g, v)
+			}
+		}
+	}
+}
+
 // stateCells runs q and keys each row with a window by its tags and
 // time: its windows and seconds as text, read from the columns col names
 // (a state's own query names them windows and seconds).

@@ -258,25 +258,29 @@ func x(expr, col string) string { return expr + " AS " + id(col) }
 // posPart is max(0, e): InfluxQL has abs() but no max of two values.
 func posPart(e string) string { return "((" + e + ") + abs(" + e + ")) / 2" }
 
-// CeilingTerms are the raw windows' terms of the lost throughput and the
-// time-weighted MBU and ceiling, one row per window, under the schema's
-// rollup names (package rollup sums them per period): a field missing
-// from a window leaves its terms null, so a window without a ceiling
-// counts only among windows.
-var CeilingTerms = func() string {
-	c, o, ws := id(schema.FieldCeilingTPS), id(schema.FieldSystemTPS), id(schema.FieldWindowS)
-	gap := c + " - " + o
-	return list(
-		x(posPart(gap)+" * "+ws, schema.FieldLostTokens),
-		x(posPart(o+" - "+c)+" * "+ws, schema.FieldAboveCeilingTokens),
-		x(posPart("1 - "+o+" / "+c)+" * "+ws, schema.FieldLostSeconds),
-		x(c+" * "+ws, ColCeilingTokens),
-		x(c+" * 0 + "+ws, schema.FieldCeilingSeconds),
-		x(c+" * 0 + "+ws+" * 0 + 1", schema.FieldCeilingWindows),
-		x(id(schema.FieldMBU)+" * "+ws, ColMBUWeighted),
-		x(id(schema.FieldMBU)+" * 0 + "+ws, schema.FieldMBUSeconds),
-		x(id(schema.FieldCoverage)+" * 0 + 1", schema.FieldWindows))
-}()
+// The raw windows' terms of the lost throughput and the time-weighted
+// MBU and ceiling, one row per window, under the schema's rollup names: a
+// field missing from a window leaves its terms null, so a window without
+// a ceiling counts only among windows.
+var (
+	ceilTPS, obsTPS, winS = id(schema.FieldCeilingTPS), id(schema.FieldSystemTPS), id(schema.FieldWindowS)
+	ceilGap               = ceilTPS + " - " + obsTPS
+
+	termLostTokens     = x(posPart(ceilGap)+" * "+winS, schema.FieldLostTokens)
+	termAboveCeiling   = x(posPart(obsTPS+" - "+ceilTPS)+" * "+winS, schema.FieldAboveCeilingTokens)
+	termLostSeconds    = x(posPart("1 - "+obsTPS+" / "+ceilTPS)+" * "+winS, schema.FieldLostSeconds)
+	termCeilingWindows = x(ceilTPS+" * 0 + "+winS+" * 0 + 1", schema.FieldCeilingWindows)
+	termWindows        = x(id(schema.FieldCoverage)+" * 0 + 1", schema.FieldWindows)
+)
+
+// CeilingTerms are every term, which package rollup sums per period.
+var CeilingTerms = list(termLostTokens, termAboveCeiling, termLostSeconds,
+	x(ceilTPS+" * "+winS, ColCeilingTokens),
+	x(ceilTPS+" * 0 + "+winS, schema.FieldCeilingSeconds),
+	termCeilingWindows,
+	x(id(schema.FieldMBU)+" * "+winS, ColMBUWeighted),
+	x(id(schema.FieldMBU)+" * 0 + "+winS, schema.FieldMBUSeconds),
+	termWindows)
 
 // lostRollup are the same terms from the rollups, which sum them per
 // period.
@@ -285,32 +289,47 @@ var lostRollup = list(id(schema.FieldLostTokens), id(schema.FieldAboveCeilingTok
 	id(schema.FieldCeilingWindows), x(id(schema.FieldMBU)+" * "+id(schema.FieldMBUSeconds), ColMBUWeighted),
 	id(schema.FieldMBUSeconds), id(schema.FieldWindows))
 
-// lostOf sums the terms over the range per server and GPU set.
-func lostOf(inner, from string) string {
+// lostOf sums the inner terms' columns (outer) over the range per server
+// and GPU set.
+func lostOf(outer, inner, from string) string {
 	by := ids(schema.TagHost, schema.TagServer, schema.TagGPUs)
-	return "SELECT " + list(same("sum", schema.FieldLostTokens), same("sum", schema.FieldAboveCeilingTokens), same("sum", schema.FieldLostSeconds),
-		same("sum", ColCeilingTokens), same("sum", schema.FieldCeilingSeconds), same("sum", schema.FieldCeilingWindows),
-		call("sum", ColMBUWeighted)+" / "+call("sum", schema.FieldMBUSeconds)+" AS "+id(schema.FieldMBU), same("sum", schema.FieldMBUSeconds),
-		same("sum", schema.FieldWindows)) +
-		" FROM (SELECT " + inner + " FROM " + from + " " + serverWhere + " GROUP BY " + by + ") WHERE $timeFilter GROUP BY " + by
+	return "SELECT " + outer + " FROM (SELECT " + inner + " FROM " + from + " " + serverWhere + " GROUP BY " + by + ") WHERE $timeFilter GROUP BY " + by
 }
 
 // LostThroughput is what each server's windows fell short of their
 // decode ceiling over the range, in one query: tokens, the share of time
 // that stands for, and the time-weighted MBU (schema's lost_* fields).
-var LostThroughput = Query{Name: "lost_throughput", Text: lostOf(CeilingTerms, rawServer), Rollup: lostOf(lostRollup, rollupServer)}
+var LostThroughput = Query{Name: "lost_throughput",
+	Text: lostOf(lostSums, CeilingTerms, rawServer), Rollup: lostOf(lostSums, lostRollup, rollupServer)}
+
+var lostSums = list(same("sum", schema.FieldLostTokens), same("sum", schema.FieldAboveCeilingTokens), same("sum", schema.FieldLostSeconds),
+	same("sum", ColCeilingTokens), same("sum", schema.FieldCeilingSeconds), same("sum", schema.FieldCeilingWindows),
+	call("sum", ColMBUWeighted)+" / "+call("sum", schema.FieldMBUSeconds)+" AS "+id(schema.FieldMBU), same("sum", schema.FieldMBUSeconds),
+	same("sum", schema.FieldWindows))
+
+// LostTable is what the dashboard's tables draw of LostThroughput: the
+// lost tokens and seconds and the windows with and without a ceiling,
+// the same sums of the same terms. Over raw windows InfluxDB computes
+// every term of every window: four instead of nine make the raw table
+// about twice as fast (bench/RESULTS.md).
+var LostTable = func() Query {
+	sums := list(same("sum", schema.FieldLostTokens), same("sum", schema.FieldLostSeconds), same("sum", schema.FieldCeilingWindows), same("sum", schema.FieldWindows))
+	return Query{Name: "lost_table",
+		Text:   lostOf(sums, list(termLostTokens, termLostSeconds, termCeilingWindows, termWindows), rawServer),
+		Rollup: lostOf(sums, ids(schema.FieldLostTokens, schema.FieldLostSeconds, schema.FieldCeilingWindows, schema.FieldWindows), rollupServer)}
+}()
 
 // Queries lists every query the dashboard and the report run: the
 // dashboard's panels each one of them, word for word, but ReportOnly.
 var Queries = []Query{ServerSeries, TokensPerJoule, Ranking, StateTimeline, StateTime, StateTrend, GPUTime, GPUIdle, UnusedGPUs,
 	UnusedTrend, FleetTokens, FleetGPU, FleetEnergy, GPUTable, GPUUtil, GPUSMActive, GPUMemUsed, GPUPower, GPUTemp, GPUSMClock, GPUThrottle,
 	FleetTPS, FleetEfficiency, StateHoursTrend, UnusedHours, CurveWindows, CurveFloor, ServerTPS, ServerPerUserTPS, ServerRequests,
-	ServerGPUs, TTFTSeries, ITLSeries, SLOSeries, GoodputSeries, MBUSeries, CeilingSeries, LostThroughput}
+	ServerGPUs, TTFTSeries, ITLSeries, SLOSeries, GoodputSeries, MBUSeries, CeilingSeries, LostThroughput, LostTable}
 
 // ReportOnly are the report's queries the dashboard reads a panel's
-// columns at a time instead (ServerTPS, ..., FleetEnergy, GPUTable): at
-// 200 hosts every column sent is InfluxDB's time.
-var ReportOnly = []Query{ServerSeries, FleetGPU, GPUTime}
+// columns at a time instead (ServerTPS, ..., FleetEnergy, GPUTable,
+// LostTable): at 200 hosts every column sent is InfluxDB's time.
+var ReportOnly = []Query{ServerSeries, FleetGPU, GPUTime, LostThroughput}
 
 // SuspectWindows reads the raw windows a sanity rule doubted (their
 // suspect field), for the report alone: rollups do not carry the field.
