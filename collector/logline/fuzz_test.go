@@ -61,7 +61,8 @@ func FuzzLlamaCPP(f *testing.F) {
 
 func FuzzTGI(f *testing.F) {
 	fuzzParser(f, "tgi",
-		`2024-12-10T21:50:03.478010Z  INFO chat_completions{total_time="735.200735ms" validation_time="955.594µs" queue_time="73.176µs" inference_time="734.172108ms" time_per_token="36.708605ms" seed="Some(13465365087046561476)"}: text_generation_router::server: router/src/server.rs:622: Success`)
+		`2024-12-10T21:50:03.478010Z  INFO chat_completions{total_time="735.200735ms" validation_time="955.594µs" queue_time="73.176µs" inference_time="734.172108ms" time_per_token="36.708605ms" seed="Some(13465365087046561476)"}: text_generation_router::server: router/src/server.rs:622: Success`,
+		`{"timestamp":"2024-12-10T21:50:03.47801Z","level":"INFO","message":"Success","target":"text_generation_router::server","span":{"inference_time":"734.172108ms","queue_time":"51.2µs","time_per_token":"36.708605ms","total_time":"735.9ms","name":"chat_completions"},"spans":[{"name":"chat_completions"}]}`)
 }
 
 func FuzzLMDeploy(f *testing.F) {

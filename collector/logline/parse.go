@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -108,7 +109,7 @@ var needles = map[string][]needle{
 	engine.SGLang:   {{"Decode batch", 'D'}, {"Prefill batch", 'P'}},
 	engine.LlamaCpp: {{"eval time", 'v'}, {"slot print_timing: id", ':'}, {`"print_timings"`, '"'}, {"stop: cancel task, id_task = ", 'k'},
 		{"draft acceptance = ", 'f'}, {"memory_seq_rm [", '['}},
-	engine.TGI:    {{"time_per_token=", '='}, {" text_generation_router", '_'}},
+	engine.TGI:    {{"time_per_token=", '='}, {" text_generation_router", '_'}, {`"target":"text_generation_router`, '_'}},
 	engine.TRTLLM: {{`{"Active Request Count":`, 'A'}, {"iter = ", '='}},
 }
 
@@ -834,6 +835,9 @@ func (p *Parser) llamaJSON(line []byte) (Record, bool) {
 
 var tgiSuccess = lazy(`(\w+)\{(?:parameters=.*? )?total_time="([^"]+)" validation_time="([^"]+)" queue_time="([^"]+)" inference_time="([^"]+)" time_per_token="([^"]+)"[^}]*\}: text_generation_router::server: \S+: Success`)
 
+// tgiRequestSpans are the request handlers' spans.
+var tgiRequestSpans = []string{"generate", "generate_stream", "chat_completions", "completions", "compat_generate"}
+
 // tgiFailure is an ERROR line of the router's inference or HTTP code:
 // the span chain before its target says whose it is.
 var (
@@ -841,10 +845,15 @@ var (
 	// tgiRequestSpan is a request handler's span in the chain (the
 	// batch loop's errors are in batch{…} spans, not a request's: each
 	// of its requests then logs its own failure).
-	tgiRequestSpan = lazy(`(?:^|:)(?:generate|generate_stream|chat_completions|completions|compat_generate)(?:\{|:|$)`)
+	tgiRequestSpan = lazy(`(?:^|:)(?:` + strings.Join(tgiRequestSpans, "|") + `)(?:\{|:|$)`)
+	// tgiFailureTarget is the same targets in a JSON line's own field.
+	tgiFailureTarget = lazy(`^text_generation_router(?:_v\d+)?::(?:infer|server)`)
 )
 
 func (p *Parser) tgi(s string) (Record, bool) {
+	if i := strings.Index(s, `{"`); i >= 0 && strings.Contains(s[i:], `"target":"text_generation_router`) {
+		return p.tgiJSON(s, s[i:])
+	}
 	if !strings.Contains(s, "Success") || !strings.Contains(s, "time_per_token=") {
 		return p.tgiFailed(s)
 	}
@@ -853,10 +862,16 @@ func (p *Parser) tgi(s string) (Record, bool) {
 		p.skip(SkipUnparsed, engine.TGI, []byte(s))
 		return Record{}, false
 	}
-	inf, err1 := time.ParseDuration(m[5])
-	tpt, err2 := time.ParseDuration(m[6])
+	return p.tgiSpan(s, m[1], m[2], m[4], m[5], m[6])
+}
+
+// tgiSpan reads a request's Success span: its name and the durations
+// TGI records in it, as Rust's Debug prints them ("611.286748ms").
+func (p *Parser) tgiSpan(line, name, total, queue, inference, perToken string) (Record, bool) {
+	inf, err1 := time.ParseDuration(inference)
+	tpt, err2 := time.ParseDuration(perToken)
 	if err1 != nil || err2 != nil || tpt <= 0 {
-		p.skip(SkipBadNumber, engine.TGI, []byte(s))
+		p.skip(SkipBadNumber, engine.TGI, []byte(line))
 		return Record{}, false
 	}
 	r := newRecord(Request, engine.TGI)
@@ -864,16 +879,64 @@ func (p *Parser) tgi(s string) (Record, bool) {
 	// divided by it.
 	r.Tokens = float64(int64(float64(inf)/float64(tpt) + 0.5))
 	r.Duration, r.UserTPS = inf, float64(time.Second)/float64(tpt)
-	r.Key = m[1]
+	r.Key = name
 	// TGI's time per token includes the prefill (inference over tokens).
 	r.TPOT = tpt
-	if total, err := time.ParseDuration(m[2]); err == nil && total >= 0 {
+	if total, err := time.ParseDuration(total); err == nil && total >= 0 {
 		r.Total = total
 	}
-	if queue, err := time.ParseDuration(m[4]); err == nil && queue >= 0 {
+	if queue, err := time.ParseDuration(queue); err == nil && queue >= 0 {
 		r.Queue = queue
 	}
 	return r, true
+}
+
+// tgiEvent is a line of the router's --json-output: tracing's JSON
+// layout with the event's fields flattened (message at the top; the
+// launcher's are under fields), the current span with its recorded
+// fields, and the chain of spans from the outermost.
+type tgiEvent struct {
+	Level   string `json:"level"`
+	Message string `json:"message"`
+	Target  string `json:"target"`
+	Span    struct {
+		Name           string `json:"name"`
+		TotalTime      string `json:"total_time"`
+		QueueTime      string `json:"queue_time"`
+		InferenceTime  string `json:"inference_time"`
+		TimePerToken   string `json:"time_per_token"`
+		ValidationTime string `json:"validation_time"`
+	} `json:"span"`
+	Spans []struct {
+		Name string `json:"name"`
+	} `json:"spans"`
+}
+
+// tgiJSON reads a --json-output line (obj, from its first brace: a
+// journald or docker prefix before it is the stamp's): the Success
+// event of a request's span as the text one, a request's own ERROR as
+// its failure. The router's other events are no request's.
+func (p *Parser) tgiJSON(line, obj string) (Record, bool) {
+	var ev tgiEvent
+	if err := json.Unmarshal([]byte(obj), &ev); err != nil {
+		p.skip(SkipUnparsed, engine.TGI, []byte(line))
+		return Record{}, false
+	}
+	switch {
+	case ev.Message == "Success" && ev.Level == "INFO" && ev.Target == "text_generation_router::server":
+		if ev.Span.TimePerToken == "" || ev.Span.InferenceTime == "" {
+			p.skip(SkipUnparsed, engine.TGI, []byte(line))
+			return Record{}, false
+		}
+		return p.tgiSpan(line, ev.Span.Name, ev.Span.TotalTime, ev.Span.QueueTime, ev.Span.InferenceTime, ev.Span.TimePerToken)
+	case ev.Level == "ERROR" && tgiFailureTarget.MatchString(ev.Target):
+		for _, sp := range ev.Spans {
+			if slices.Contains(tgiRequestSpans, sp.Name) {
+				return newRecord(Failed, engine.TGI), true
+			}
+		}
+	}
+	return Record{}, false
 }
 
 // tgiFailed reads a request's failure: TGI logs one ERROR line in the

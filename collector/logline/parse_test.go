@@ -184,6 +184,13 @@ var wantRecords = map[string][]string{
 		"failed t=2024-04-07T02:20:36.58803Z",
 		"failed t=2025-03-12T09:36:06.501161Z",
 	},
+	// --json-output: a request's refusal in its span (real), the
+	// launcher's and router's start-up (real: none), and the generate
+	// fixture's Success event in JSON, read as its text line is.
+	"tgi_json_output.log": {
+		"failed t=2024-10-25T22:35:49.174225Z",
+		"request tokens=14 dur=610.405028ms user=22.9356 key=\"generate\" t=2024-02-14T06:49:51.437631Z",
+	},
 	"tgi_success_span_generate.log": {
 		"request tokens=14 dur=610.405028ms user=22.9356 key=\"generate\" t=2024-02-14T06:49:51.437631Z",
 	},
@@ -243,6 +250,47 @@ var wantRecords = map[string][]string{
 		"spec drafted=195 accepted=78 t=2026-05-08T16:21:55Z",
 		"stat gen=0 prompt=0 run=0 wait=0 kv=0 key=\"engine 000\" t=2026-05-08T16:22:00Z",
 	},
+}
+
+// TestTGIJSON: --json-output lines behind the prefixes a log picks up
+// read as bare ones; errors outside a request's span, and a request
+// span's other events, are no request's.
+func TestTGIJSON(t *testing.T) {
+	const (
+		refused = `{"timestamp":"2024-10-25T22:35:49.174225Z","level":"ERROR","message":"too long","target":"text_generation_router::infer","filename":"router/src/infer/mod.rs","line_number":102,"span":{"name":"generate_stream"},"spans":[{"name":"vertex_compatibility"},{"name":"generate"},{"name":"generate_stream"}]}`
+		success = `{"timestamp":"2024-12-10T21:50:03.47801Z","level":"INFO","message":"Success","target":"text_generation_router::server","span":{"inference_time":"734.172108ms","queue_time":"51.2µs","time_per_token":"36.708605ms","total_time":"735.9ms","validation_time":"1.1ms","name":"chat_completions"},"spans":[{"name":"chat_completions"}]}`
+	)
+	for _, tc := range []struct {
+		name, line, want string
+	}{
+		{"bare", refused, "failed t=2024-10-25T22:35:49.174225Z"},
+		{"journald", "Oct 25 22:35:49 gpu-3 text-generation-launcher[812]: " + refused, "failed t=2024-10-25T22:35:49.174225Z"},
+		{"docker logs -t", "2024-12-10T21:50:03.478311012Z " + success, `request tokens=20 dur=734.172108ms user=27.2416 key="chat_completions" t=2024-12-10T21:50:03.478311012Z`},
+		{"kubectl logs --prefix", "[pod/tgi-0/tgi] " + success, `request tokens=20 dur=734.172108ms user=27.2416 key="chat_completions" t=2024-12-10T21:50:03.47801Z`},
+		{"the batch loop's error", `{"timestamp":"2025-05-26T10:46:35.221647Z","level":"ERROR","message":"Server error: Connection refused","target":"text_generation_router_v3::client","span":{"id":622,"size":1,"name":"prefill"},"spans":[{"batch_size":1,"name":"batch"},{"name":"prefill"},{"id":622,"size":1,"name":"prefill"}]}`, ""},
+		{"an error outside any span", `{"timestamp":"2025-05-26T10:46:35Z","level":"ERROR","message":"Shard 0 failed","target":"text_generation_router::server"}`, ""},
+		{"a request's debug output", `{"timestamp":"2024-12-10T21:50:03.47Z","level":"DEBUG","message":"Output: hi","target":"text_generation_router::server","span":{"name":"generate"},"spans":[{"name":"generate"}]}`, ""},
+		{"a Success of another target", `{"timestamp":"2024-12-10T21:50:03.47Z","level":"INFO","message":"Success","target":"text_generation_launcher","span":{"inference_time":"1s","time_per_token":"10ms","name":"generate"}}`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := NewParser("auto")
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Year, p.Timestamps = 2024, true
+			r, ok := p.Parse([]byte(tc.line))
+			got := ""
+			if ok {
+				got = format(r)
+			}
+			if got != tc.want {
+				t.Errorf("got  %s\nwant %s", got, tc.want)
+			}
+			if p.Skipped != 0 {
+				t.Errorf("skipped: %v", p.FirstSkip)
+			}
+		})
+	}
 }
 
 func TestParseFixtures(t *testing.T) {
