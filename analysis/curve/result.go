@@ -93,14 +93,17 @@ type Options struct {
 	// point.
 	Floor float64
 	// MinWindows is the fewest windows a bin needs to count for the
-	// operating point (default 3).
+	// operating point (default DefaultMinWindows).
 	MinWindows int
 }
+
+// DefaultMinWindows is Options.MinWindows when it is not set.
+const DefaultMinWindows = 3
 
 // Curves are the gathered curves, in key order.
 func (b *Builder) Curves(o Options) []Curve {
 	if o.MinWindows <= 0 {
-		o.MinWindows = 3
+		o.MinWindows = DefaultMinWindows
 	}
 	var out []Curve
 	for _, c := range b.curves {

@@ -546,7 +546,10 @@ sink:
 				h = *op.Headroom
 			}
 			line += fmt.Sprintf(" %s | %.2f |", op.Running, h)
-			if want > 0 && keptAt[want] < 2 {
+			// A bin of fewer windows than the curve's minimum is thin:
+			// neither tpsmon's curve nor the client's windows' may take
+			// it, so the table's level is not theirs to find.
+			if want > 0 && keptAt[want] < curve.DefaultMinWindows {
 				line += " (not compared: its level stalled)"
 				continue
 			}
