@@ -166,12 +166,13 @@ func TestFastPathEqualsOneLevel(t *testing.T) {
 	}
 }
 
-// TestStatesInOneQuery: on rollups, the one query of every state's
-// fields gives each state's time as its own query does, exactly.
-func TestStatesInOneQuery(t *testing.T) {
-	t.Parallel()
+// rolledUpDay writes 26 hours of a small simulated fleet's 2-minute
+// windows into a new database (name) and rolls them up, as the job would
+// 10 minutes after: a client of it, and the day the windows start.
+func rolledUpDay(t *testing.T, name string) (*report.Client, time.Time) {
+	t.Helper()
 	base := influxtest.URL(t)
-	db := influxtest.CreateDB(t, base, "states")
+	db := influxtest.CreateDB(t, base, name)
 	for _, rp := range []string{"tpsmon_1h", "tpsmon_1d"} {
 		influxtest.Query(t, base, db, fmt.Sprintf(`CREATE RETENTION POLICY "%s" ON "%s" DURATION 0s REPLICATION 1`, rp, db))
 	}
@@ -181,7 +182,14 @@ func TestStatesInOneQuery(t *testing.T) {
 	if _, err := rollupJob(t, base, db).Run(context.Background(), day.Add(26*time.Hour+10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	c := report.NewClient(base, db, "", 30*time.Second)
+	return report.NewClient(base, db, "", 30*time.Second), day
+}
+
+// TestStatesInOneQuery: on rollups, the one query of every state's
+// fields gives each state's time as its own query does, exactly.
+func TestStatesInOneQuery(t *testing.T) {
+	t.Parallel()
+	c, day := rolledUpDay(t, "states")
 	for _, f := range []report.Filter{
 		{From: day, To: day.Add(26 * time.Hour), Interval: 2 * time.Hour, Level: report.Hourly},
 		{From: day, To: day.Add(48 * time.Hour), Interval: 24 * time.Hour, Level: report.Daily},
@@ -220,18 +228,7 @@ func TestStatesInOneQuery(t *testing.T) {
 // set, from raw windows and from each rollup.
 func TestLostTableIsLostThroughput(t *testing.T) {
 	t.Parallel()
-	base := influxtest.URL(t)
-	db := influxtest.CreateDB(t, base, "losttable")
-	for _, rp := range []string{"tpsmon_1h", "tpsmon_1d"} {
-		influxtest.Query(t, base, db, fmt.Sprintf(`CREATE RETENTION POLICY "%s" ON "%s" DURATION 0s REPLICATION 1`, rp, db))
-	}
-	fleet := fleetsim.Fleet{Hosts: 3, GPUs: 4, Unused: 2, Model: "H100"}
-	day := time.Date(2026, 11, 10, 0, 0, 0, 0, time.UTC)
-	writeRaw(t, base, db, func(e func(*write.Point) error) error { return fleet.Raw(day, day.Add(26*time.Hour), 2*time.Minute, e) })
-	if _, err := rollupJob(t, base, db).Run(context.Background(), day.Add(26*time.Hour+10*time.Minute)); err != nil {
-		t.Fatal(err)
-	}
-	c := report.NewClient(base, db, "", 30*time.Second)
+	c, day := rolledUpDay(t, "losttable")
 	cols := []string{schema.FieldLostTokens, schema.FieldLostSeconds, schema.FieldCeilingWindows, schema.FieldWindows}
 	cells := func(f report.Filter, q report.Query) map[string]float64 {
 		t.Helper()
