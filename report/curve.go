@@ -100,15 +100,13 @@ func (b *builder) readCurve() (*curve.Builder, error) {
 			if err != nil {
 				return nil, err
 			}
-			series, err := b.query(CurveCells.Name, text)
+			err = b.seriesRows(CurveCells.Name, text, func(tags map[string]string, row map[string]any) error {
+				cells, _ := row[schema.FieldCells].(string)
+				r.Add(tags, cells) // a bad field is counted (bad_cell)
+				return nil
+			})
 			if err != nil {
 				return nil, err
-			}
-			for _, s := range series {
-				for _, row := range s.Rows() {
-					cells, _ := row[schema.FieldCells].(string)
-					r.Add(s.Tags, cells) // a bad field is counted (bad_cell)
-				}
 			}
 		}
 		r.Into(cb)

@@ -144,30 +144,25 @@ func (b *builder) stateRows(parts []Filter, q, all Query, each func(st string, t
 			if err != nil {
 				return err
 			}
-			series, err := b.query(x.q.Name, text)
-			if err != nil {
-				return err
-			}
-			for _, s := range series {
-				for _, row := range s.Rows() {
-					if x.state != "" {
-						if err := each(x.state, s.Tags, row); err != nil {
-							return err
-						}
-						continue
+			err = b.seriesRows(x.q.Name, text, func(tags map[string]string, row map[string]any) error {
+				if x.state != "" {
+					return each(x.state, tags, row)
+				}
+				for _, st := range States {
+					w, okW := row[schema.RollupField(st, schema.FieldWindows)]
+					sec, okS := row[schema.RollupField(st, schema.FieldSeconds)]
+					if (!okW || w == nil) && (!okS || sec == nil) {
+						continue // no window in st: no row of st's own query
 					}
-					for _, st := range States {
-						w, okW := row[schema.RollupField(st, schema.FieldWindows)]
-						sec, okS := row[schema.RollupField(st, schema.FieldSeconds)]
-						if (!okW || w == nil) && (!okS || sec == nil) {
-							continue // no window in st: no row of st's own query
-						}
-						r := map[string]any{"time": row["time"], colWindows: w, colSeconds: sec, colTimed: w}
-						if err := each(st, s.Tags, r); err != nil {
-							return err
-						}
+					r := map[string]any{"time": row["time"], colWindows: w, colSeconds: sec, colTimed: w}
+					if err := each(st, tags, r); err != nil {
+						return err
 					}
 				}
+				return nil
+			})
+			if err != nil {
+				return err
 			}
 		}
 	}
@@ -188,11 +183,7 @@ func (b *builder) partRows(parts []Filter, q Query, state string, each func(tags
 		if err != nil {
 			return err
 		}
-		series, err := b.query(q.Name, text)
-		if err != nil {
-			return err
-		}
-		if err := eachRow(series, each); err != nil {
+		if err := b.seriesRows(q.Name, text, each); err != nil {
 			return err
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"math"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tpsmon/tpsmon/analysis/curve"
@@ -192,89 +191,62 @@ type builder struct {
 	stateSecs map[string]float64
 	byState   map[string]map[string]float64
 	gpuEnergy float64 // joules of every GPU
-	// pre holds answers fetched ahead (prefetch), by query text: the
+	// ahead holds the queries opened before their steps read them: the
 	// steps take them in their own order, so the report is built by one
 	// goroutine in one order however the queries finished.
-	pre map[string]answer
+	ahead *ahead
 	// parts split the range for the totals (rangeParts); nil: one.
 	parts []Filter
 }
 
-// answer is one query's result, fetched ahead.
-type answer struct {
-	series []influxql.Series
-	err    error
-}
-
-// InFlight is how many queries a report keeps in flight at once: enough
-// to overlap InfluxDB's work with the network and our decoding, few
-// enough not to swamp a server that others query too.
+// InFlight is how many queries a report has InfluxDB run at once:
+// enough to overlap InfluxDB's work with the network and our decoding,
+// few enough not to swamp a server that others query too.
 const InFlight = 4
 
 // fetch is one query a report will run: its name and rendered text.
 type fetch struct{ name, text string }
 
-// prefetch runs the queries concurrently, at most InFlight at once, and
-// keeps their answers for the steps. The first error cancels the rest
-// and is the report's: with InfluxDB down or hung, one timeout, not one
-// per query.
-func (b *builder) prefetch(fs []fetch) error {
-	ctx, cancel := context.WithCancel(b.ctx)
-	defer cancel()
-	out := make([]answer, len(fs))
-	sem := make(chan struct{}, InFlight)
-	var wg sync.WaitGroup
-	var once sync.Once
-	var first error
-	for i, f := range fs {
-		sem <- struct{}{}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			s, err := b.c.Query(withName(ctx, f.name), f.text)
-			if err != nil {
-				once.Do(func() { first = fmt.Errorf("%s: %w", f.name, err); cancel() })
-			}
-			out[i] = answer{s, err}
-		}()
+// each runs one rendered query, or takes its answer opened ahead, and
+// hands its series to fn one at a time as they decode.
+func (b *builder) each(name, text string, fn func(influxql.Series) error) error {
+	var s stream
+	var ok bool
+	var err error
+	if b.ahead != nil {
+		s, ok, err = b.ahead.take(text)
 	}
-	wg.Wait()
-	if first != nil {
-		return first
+	if !ok && err == nil {
+		s, err = open(withName(b.ctx, name), b.c, text)
 	}
-	if b.pre == nil {
-		b.pre = map[string]answer{}
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
-	for i, f := range fs {
-		b.pre[f.text] = out[i]
+	var fnErr error
+	err = s.Each(func(x influxql.Series) error {
+		fnErr = fn(x)
+		return fnErr
+	})
+	switch {
+	case fnErr != nil:
+		return fnErr
+	case err != nil:
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	return nil
 }
 
-// query runs one rendered query, or takes its answer fetched ahead.
-func (b *builder) query(name, text string) ([]influxql.Series, error) {
-	a, ok := b.pre[text]
-	if ok {
-		delete(b.pre, text) // the step owns it now; its memory goes with it
-	} else {
-		a.series, a.err = b.c.Query(withName(b.ctx, name), text)
-	}
-	if a.err != nil {
-		return nil, fmt.Errorf("%s: %w", name, a.err)
-	}
-	return a.series, nil
-}
-
-func (b *builder) run(q Query, state string) ([]influxql.Series, error) {
-	text, err := b.f.Render(q, state)
-	if err != nil {
-		return nil, err
-	}
-	return b.query(q.Name, text)
+// seriesRows runs one rendered query and hands each row of each series,
+// with the series' tags, to each; an error from each ends it.
+func (b *builder) seriesRows(name, text string, each func(tags map[string]string, row map[string]any) error) error {
+	return b.each(name, text, func(s influxql.Series) error {
+		for _, row := range s.Rows() {
+			if err := each(s.Tags, row); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // fetches are the queries build will run, rendered, in about the order
@@ -327,24 +299,11 @@ func (b *builder) fetches() []fetch {
 // rows runs q for state and hands each row of each series, with the
 // series' tags, to each; an error from each ends it.
 func (b *builder) rows(q Query, state string, each func(tags map[string]string, row map[string]any) error) error {
-	series, err := b.run(q, state)
+	text, err := b.f.Render(q, state)
 	if err != nil {
 		return err
 	}
-	return eachRow(series, each)
-}
-
-// eachRow hands each row of each series, with the series' tags, to each;
-// an error from each ends it.
-func eachRow(series []influxql.Series, each func(tags map[string]string, row map[string]any) error) error {
-	for _, s := range series {
-		for _, row := range s.Rows() {
-			if err := each(s.Tags, row); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return b.seriesRows(q.Name, text, each)
 }
 
 // seconds turns a row of windows, seconds and timed (windows with a known
@@ -403,9 +362,8 @@ func Build(ctx context.Context, c querier, f Filter, o Options) (*Report, error)
 
 // build runs the report's queries in turn, each filling its part.
 func (b *builder) build(o Options) error {
-	if err := b.prefetch(b.fetches()); err != nil {
-		return err
-	}
+	b.ahead = openAhead(b.ctx, b.c, b.fetches())
+	defer b.ahead.close()
 	for _, step := range []func() error{b.stateTime, b.gpuTime, b.gpuIdle} {
 		if err := step(); err != nil {
 			return err
@@ -666,11 +624,11 @@ func (b *builder) efficiency() error {
 
 // serverSeries reads each server's rates per interval.
 func (b *builder) serverSeries() error {
-	series, err := b.run(ServerSeries, "")
+	text, err := b.f.Render(ServerSeries, "")
 	if err != nil {
 		return err
 	}
-	for _, s := range series {
+	return b.each(ServerSeries.Name, text, func(s influxql.Series) error {
 		sr := b.server(s.Tags)
 		for _, row := range s.Rows() {
 			t, _ := influxql.Num(row["time"])
@@ -683,8 +641,8 @@ func (b *builder) serverSeries() error {
 			}
 			sr.Series = append(sr.Series, p)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // collect puts the servers and GPUs into the report, in a stable order.

@@ -8,7 +8,9 @@ import (
 )
 
 // QueryTiming is one query of a report: InfluxDB's part (from sending it
-// to the last byte of the answer) and ours (decoding the answer).
+// to the first byte of its answer: InfluxDB 1.8 runs a query whole
+// before it sends it) and ours (reading the answer, decoding it and
+// handing its series to the step that sums them).
 type QueryTiming struct {
 	Name string
 	// Start is when it was sent, from the trace's start.
@@ -43,8 +45,10 @@ func withName(ctx context.Context, name string) context.Context {
 	return context.WithValue(ctx, nameKey{}, name)
 }
 
-// record notes one query's timing in ctx's trace, if it has one.
-func record(ctx context.Context, sent, answered, decoded time.Time, bytes int) {
+// record notes one query's timing in ctx's trace, if it has one: sent,
+// its answer begun (InfluxDB's part), then read from start to end (ours:
+// decoding, and the steps' work on each series as it decodes).
+func record(ctx context.Context, sent, began, start, end time.Time, bytes int) {
 	t, _ := ctx.Value(traceKey{}).(*Trace)
 	if t == nil {
 		return
@@ -52,7 +56,7 @@ func record(ctx context.Context, sent, answered, decoded time.Time, bytes int) {
 	name, _ := ctx.Value(nameKey{}).(string)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.Queries = append(t.Queries, QueryTiming{Name: name, Start: sent.Sub(t.t0), Influx: answered.Sub(sent), Decode: decoded.Sub(answered), Bytes: bytes})
+	t.Queries = append(t.Queries, QueryTiming{Name: name, Start: sent.Sub(t.t0), Influx: began.Sub(sent), Decode: end.Sub(start), Bytes: bytes})
 }
 
 // InfluxBusy is how long at least one query was waiting on InfluxDB: with

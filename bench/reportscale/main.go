@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"math"
 	"net"
 	"net/http"
@@ -50,7 +51,7 @@ func run() error {
 	rawWindow := flag.Duration("raw-window", time.Minute, "window length of the last day's raw windows")
 	results := flag.String("results", "bench/RESULTS.md", "file whose report-scale section is rewritten")
 	check := flag.Bool("check", false, "build each report again from the level's own series alone (report.Options.OneLevel) and compare the JSON")
-	keep := flag.String("keep", "", "InfluxDB data directory kept between runs: loaded the first time, read as it is after (same flags, same UTC day)")
+	keep := flag.String("keep", "", "InfluxDB data directory kept between runs: loaded the first time (ending at that day's start, UTC, kept in DIR/end), read as it is after (same flags)")
 	dash := flag.String("dashboard", "", "instead of the report, time every panel target of this Grafana dashboard file (packaging/grafana/tpsmon.json) as Grafana runs it, now being the loaded data's end, and rewrite the dashboard section")
 	dashBefore := flag.String("dash-before", "", "with -dashboard: time this dashboard file too (an earlier version) and put its timings beside")
 	dashRaw := flag.Duration("dash-raw-window", 0, "with -keep and -dashboard: replace the kept last day of raw windows with windows this long, once (the daemon's default is 10s)")
@@ -101,7 +102,10 @@ func run() error {
 		}
 	}
 	fleet := fleetsim.Fleet{Hosts: *hosts, GPUs: *gpus, Unused: 2, Model: "NVIDIA H100 80GB HBM3"}
-	end := time.Now().UTC().Truncate(24 * time.Hour)
+	end, err := dataEnd(dir, loaded)
+	if err != nil {
+		return err
+	}
 	span := time.Duration(*days) * 24 * time.Hour
 	var loads []string
 	load := func(what, bucket string, gen func(func(*write.Point) error) error) error {
@@ -457,4 +461,32 @@ func startInflux(dir string) (string, func(), error) {
 	}
 	stop()
 	return "", nil, errors.New("influxd did not answer /ping in 30 s")
+}
+
+// dataEnd is the end of the loaded data: the day's start (UTC) when it
+// is loaded now, else what the run that loaded it kept in dir/end (data
+// kept before that file was written ends on the day it was loaded:
+// "loaded"'s own time).
+func dataEnd(dir string, loaded bool) (time.Time, error) {
+	p := filepath.Join(dir, "end")
+	if !loaded {
+		end := time.Now().UTC().Truncate(24 * time.Hour)
+		return end, os.WriteFile(p, []byte(end.Format(time.RFC3339)+"\n"), 0o644)
+	}
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		st, err := os.Stat(filepath.Join(dir, "loaded"))
+		if err != nil {
+			return time.Time{}, err
+		}
+		return st.ModTime().UTC().Truncate(24 * time.Hour), nil
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	end, err := time.Parse(time.RFC3339, strings.TrimSpace(string(b)))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s: %w", p, err)
+	}
+	return end, nil
 }

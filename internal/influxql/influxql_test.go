@@ -3,8 +3,11 @@ package influxql
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"reflect"
+	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 func TestDecode(t *testing.T) {
@@ -20,6 +23,12 @@ func TestDecode(t *testing.T) {
 			[]Series{{Name: "tpsmon_server", Tags: map[string]string{"server": "a"}, Columns: []string{"time", "tokens", "state"},
 				Values: [][]any{{json.Number("1700000000"), json.Number("12345678901234567"), "ok"}}}}, nil, ""},
 		{"no series", `{"results":[{"statement_id":0}]}`, nil, nil, ""},
+		{"series null", `{"results":[{"statement_id":0,"series":null}]}`, nil, nil, ""},
+		{"keys in any order, unknown ones read past", `{"x":{"y":[1]},"results":[{"series":[{"values":[[1]],"name":"m","extra":true}],"statement_id":0,"partial":false}]}`,
+			[]Series{{Name: "m", Values: [][]any{{json.Number("1")}}}}, nil, ""},
+		{"series not a list", `{"results":[{"series":{"name":"m"}}]}`, nil, ErrUndecodable, ""},
+		{"a bad series", `{"results":[{"series":[{"name":"a"},{"name":7}]}]}`, nil, ErrUndecodable, ""},
+		{"error after series", `{"results":[{"statement_id":0,"series":[{"name":"a"}],"error":"partial: timeout"}]}`, nil, nil, "partial: timeout"},
 		{"no results", `{"results":[]}`, nil, nil, ""},
 		{"statement error", `{"results":[{"statement_id":0,"error":"database not found: x"}]}`, nil, nil, "database not found: x"},
 		{"request error", `{"error":"error parsing query: found EOF"}`, nil, nil, "error parsing query: found EOF"},
@@ -42,6 +51,40 @@ func TestDecode(t *testing.T) {
 				t.Errorf("got %#v\nwant %#v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestEachStreams: the series reach each one at a time, before the
+// answer is read to its end; each's error ends the reading as it is; a
+// failing reader is told from a bad answer.
+func TestEachStreams(t *testing.T) {
+	body := `{"results":[{"statement_id":0,"series":[{"name":"a"},{"name":"b"},{"name":"c"}]}]}`
+	// A reader that fails after the second series: the first two are
+	// handed on before the failure.
+	cut := strings.Index(body, `{"name":"c"`)
+	boom := errors.New("connection reset")
+	var names []string
+	err := Each(io.MultiReader(strings.NewReader(body[:cut]), iotest.ErrReader(boom)), func(s Series) error {
+		names = append(names, s.Name)
+		return nil
+	})
+	if !errors.Is(err, boom) || errors.Is(err, ErrUndecodable) {
+		t.Errorf("error %v, want the reader's, not undecodable", err)
+	}
+	if !reflect.DeepEqual(names, []string{"a", "b"}) {
+		t.Errorf("handed %v before the reader failed, want a and b", names)
+	}
+	stop := errors.New("enough")
+	names = nil
+	err = Each(strings.NewReader(body), func(s Series) error {
+		names = append(names, s.Name)
+		if s.Name == "b" {
+			return stop
+		}
+		return nil
+	})
+	if err != stop || !reflect.DeepEqual(names, []string{"a", "b"}) {
+		t.Errorf("each's error: got %v after %v, want it as it is after a and b", err, names)
 	}
 }
 
