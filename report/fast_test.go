@@ -36,10 +36,21 @@ type recorder struct {
 }
 
 func (r *recorder) Query(ctx context.Context, q string) ([]influxql.Series, error) {
+	r.note(q)
+	return r.c.Query(ctx, q)
+}
+
+// Open lets the report read the answers as they stream, as it reads
+// the Client's.
+func (r *recorder) Open(ctx context.Context, q string) (*report.Answer, error) {
+	r.note(q)
+	return r.c.Open(ctx, q)
+}
+
+func (r *recorder) note(q string) {
 	r.mu.Lock()
 	r.qs = append(r.qs, q)
 	r.mu.Unlock()
-	return r.c.Query(ctx, q)
 }
 
 // read counts the queries of what, but for the look-ups of the newest
