@@ -27,6 +27,12 @@ var (
 		Text: `SELECT "` + strings.Join(curve.RawFields, `", "`) + `" FROM ` + rawServer + ` ` + serverWhere + ` ` + curveGroup}
 	CurveCells = Query{Name: "curve_cells",
 		Rollup: fmt.Sprintf(`SELECT %q FROM `, schema.FieldCells) + rollupCurve + ` ` + serverWhere + ` ` + curveGroup}
+	// CurveSketches are the cells with their sketches, which a raw range
+	// reads for its rolled-up hours: quantiles within
+	// curve.SketchAccuracy and the frontier exact, where the cells alone
+	// would give means of each hour's quantiles.
+	CurveSketches = Query{Name: "curve_sketches",
+		Rollup: fmt.Sprintf(`SELECT %q, %q FROM `, schema.FieldCells, schema.FieldSketches) + rollupCurve + ` ` + serverWhere + ` ` + curveGroup}
 	// CurveFloor is the per-user floor as the dashboard's curve panel
 	// draws it: a point at the floor ($per_user_floor, the dashboard's
 	// variable; the report's default where the report renders it) at each
@@ -67,6 +73,13 @@ func (b *builder) operatingCurve(floor float64) error {
 // or cells left out by reason: what Build adds for them.
 func OperatingCurves(ctx context.Context, c querier, f Filter, floor float64) ([]curve.Curve, map[string]int, error) {
 	b := &builder{ctx: ctx, c: c, f: f, r: &Report{}, lens: map[string]map[string]time.Duration{}}
+	if f.Level == Raw || f.Level == "" {
+		b.parts = rangeParts(ctx, c, f)
+	}
+	var err error
+	if b.curveParts, err = b.curveRangeParts(); err != nil {
+		return nil, nil, err
+	}
 	cb, err := b.readCurve()
 	if err != nil {
 		return nil, nil, err
@@ -74,44 +87,75 @@ func OperatingCurves(ctx context.Context, c querier, f Filter, floor float64) ([
 	return cb.Curves(curve.Options{Floor: floor}), cb.Skipped, nil
 }
 
-// readCurve gathers the range's windows, or its rollup cells.
+// curvePart is one part of the range and the curve's query of it.
+type curvePart struct {
+	f Filter
+	q Query
+}
+
+// readCurve gathers the range's windows, or its rollup cells: a raw
+// range's rolled-up hours are read from the cells with their sketches.
 func (b *builder) readCurve() (*curve.Builder, error) {
 	cb := curve.NewBuilder()
-	if b.f.Level == Raw || b.f.Level == "" {
-		err := b.rows(CurveWindows, "", func(tags map[string]string, row map[string]any) error {
-			var secs float64
-			if _, ok := influxql.Num(row[schema.FieldWindowS]); !ok {
-				l, err := b.hostLength(tags[schema.TagHost])
-				if err != nil {
-					return err
-				}
-				secs = l
-			}
-			cb.Add(curve.WindowOf(tags, row, influxql.Num, secs))
-			return nil
-		})
+	r := curve.NewRanged()
+	for _, part := range b.curveParts {
+		text, err := part.f.Render(part.q, "")
 		if err != nil {
 			return nil, err
 		}
-	} else {
-		r := curve.NewRanged()
-		for _, part := range curveParts(b.f) {
-			text, err := part.Render(CurveCells, "")
-			if err != nil {
-				return nil, err
-			}
-			err = b.seriesRows(CurveCells.Name, text, func(tags map[string]string, row map[string]any) error {
-				cells, _ := row[schema.FieldCells].(string)
-				r.Add(tags, cells) // a bad field is counted (bad_cell)
+		if part.q.Name == CurveWindows.Name {
+			err = b.seriesRows(part.q.Name, text, func(tags map[string]string, row map[string]any) error {
+				var secs float64
+				if _, ok := influxql.Num(row[schema.FieldWindowS]); !ok {
+					l, err := b.hostLength(tags[schema.TagHost])
+					if err != nil {
+						return err
+					}
+					secs = l
+				}
+				cb.Add(curve.WindowOf(tags, row, influxql.Num, secs))
 				return nil
 			})
-			if err != nil {
-				return nil, err
-			}
+		} else {
+			err = b.seriesRows(part.q.Name, text, func(tags map[string]string, row map[string]any) error {
+				cells, _ := row[schema.FieldCells].(string)
+				sketches, _ := row[schema.FieldSketches].(string)
+				r.Add(tags, cells, sketches) // a bad field is counted (bad_cell)
+				return nil
+			})
 		}
-		r.Into(cb)
+		if err != nil {
+			return nil, err
+		}
 	}
+	r.Into(cb)
 	return cb, nil
+}
+
+// curveRangeParts splits the range for the operating curve: a raw range
+// as its totals are, its rolled-up hours read from the cells with their
+// sketches where the rollups have them; a rollup range as curveParts
+// does, from the cells.
+func (b *builder) curveRangeParts() ([]curvePart, error) {
+	var out []curvePart
+	if b.f.Level != Raw && b.f.Level != "" {
+		for _, f := range curveParts(b.f) {
+			out = append(out, curvePart{f, CurveCells})
+		}
+		return out, nil
+	}
+	parts, err := b.withField(b.totalParts(), schema.Curve, schema.FieldSketches)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range parts {
+		q := CurveWindows
+		if f.Level != b.f.Level {
+			q = CurveSketches
+		}
+		out = append(out, curvePart{f, q})
+	}
+	return out, nil
 }
 
 // hostLength is a host's window length in seconds, read from the spacing

@@ -12,6 +12,7 @@ import (
 
 	"github.com/influxdata/influxdb-client-go/v2/api/write"
 
+	"github.com/tpsmon/tpsmon/analysis/curve"
 	"github.com/tpsmon/tpsmon/internal/influxql"
 	"github.com/tpsmon/tpsmon/report"
 	"github.com/tpsmon/tpsmon/rollup"
@@ -100,22 +101,25 @@ func TestFastPathEqualsOneLevel(t *testing.T) {
 		fastReads, slowReads int
 	}{
 		// Raw level, ragged ends: raw 05:20-06:00, hourly 06:00-07:00
-		// of the next day, raw to 07:40.
+		// of the next day, raw to 07:40; the 5 totals, and the curve's
+		// cells with their sketches (and the first hour that has them).
 		{"raw, ragged ends", report.Filter{From: day.Add(5*time.Hour + 20*time.Minute), To: day.Add(31*time.Hour + 40*time.Minute), Interval: 10 * time.Minute, Level: report.Raw},
-			`"tpsmon_1h".`, 5, 0},
+			`"tpsmon_1h".`, 7, 0},
 		// Raw level, past the rollups: hourly to 03:00 of the third day,
 		// raw windows after.
 		{"raw, not yet rolled up", report.Filter{From: day.Add(30 * time.Hour), To: end, Interval: 10 * time.Minute, Level: report.Raw},
-			`"tpsmon_1h".`, 5, 0},
+			`"tpsmon_1h".`, 7, 0},
 		// The same two at hourly buckets (what Plan gives a day or more
 		// of raw windows): the fleet's sums per bucket come from the
 		// same parts, 4 reads more (GPU time, every state's time in one,
-		// unused GPUs, tokens), and must equal the raw windows' buckets
-		// and each state's own query over them.
+		// unused GPUs, tokens), and so do the servers' series and their
+		// latency (its buckets, their attainment, the first hour with
+		// them): 6 more. They must equal the raw windows' buckets and each
+		// state's own query over them.
 		{"raw hourly buckets, ragged ends", report.Filter{From: day.Add(5*time.Hour + 20*time.Minute), To: day.Add(31*time.Hour + 40*time.Minute), Interval: time.Hour, Level: report.Raw},
-			`"tpsmon_1h".`, 9, 0},
+			`"tpsmon_1h".`, 15, 0},
 		{"raw hourly buckets, not yet rolled up", report.Filter{From: day.Add(30 * time.Hour), To: end, Interval: time.Hour, Level: report.Raw},
-			`"tpsmon_1h".`, 9, 0},
+			`"tpsmon_1h".`, 15, 0},
 		// Hourly level: hourly 03:00-24:00, the second day daily, hourly
 		// 00:00-03:00 of the third.
 		{"hourly, whole day inside", report.Filter{From: day.Add(3 * time.Hour), To: day.Add(51 * time.Hour), Interval: 6 * time.Hour, Level: report.Hourly},
@@ -141,6 +145,14 @@ func TestFastPathEqualsOneLevel(t *testing.T) {
 			}
 			if fast.GPUHours == 0 || len(fast.Servers) != 3 || len(fast.Lost) == 0 || fast.LostTokens == nil || fast.TokensPerJoule == nil {
 				t.Fatalf("the report is too empty to compare: %v GPU-hours, %d servers, %d lost", fast.GPUHours, len(fast.Servers), len(fast.Lost))
+			}
+			for _, s := range fast.Servers {
+				if tc.f.Level == report.Raw && (s.Latency == nil || len(s.Latency.Series) < 2) || len(s.OperatingCurve) == 0 || len(s.OperatingCurve[0].Bins) < 3 {
+					t.Fatalf("server %s: too little latency or curve to compare: %+v, %d curves", s.Host, s.Latency, len(s.OperatingCurve))
+				}
+				if tc.f.Level == report.Raw && s.OperatingCurve[0].Exactness != curve.SketchExactness {
+					t.Errorf("server %s: the curve of a raw range's rolled-up hours is %q", s.Host, s.OperatingCurve[0].Exactness)
+				}
 			}
 			// The fleet's buckets must hold more than one state, and
 			// their GPU-hours must be there, for their sums to be tested.
@@ -354,14 +366,40 @@ func compare(path string, a, b any, out *[]string) {
 		}
 	case float64:
 		y, ok := b.(float64)
-		if !ok || math.Abs(x-y) > roundOff*math.Max(1, math.Max(math.Abs(x), math.Abs(y))) {
+		if !ok || math.Abs(x-y) > tolerance(path)*math.Max(1, math.Max(math.Abs(x), math.Abs(y))) {
 			*out = append(*out, fmt.Sprintf("%s: %v vs %v", path, a, b))
 		}
 	default:
-		if a != b {
+		switch {
+		case strings.HasSuffix(path, ".operating_point.note"):
+			// Its numbers are the fields beside it, compared as numbers.
+		case strings.HasSuffix(path, ".exactness") && a == curve.SketchExactness && b == "exact":
+			// The rolled-up hours' quantiles, from their sketches.
+		case a != b:
 			*out = append(*out, fmt.Sprintf("%s: %v vs %v", path, a, b))
 		}
 	}
+}
+
+// tolerance is how far a number of the fast path may lie from the one
+// level's, relative: roundOff, but on the operating curve read from
+// hourly cells and sketches where the one level reads every window: a
+// quantile (and the operating point's rates, and a headroom, a ratio of
+// two) within the sketches' accuracy, and the means and sums to the
+// cells' seven digits.
+func tolerance(path string) float64 {
+	if !strings.Contains(path, ".operating_curve[") || strings.Contains(path, ".frontier[") {
+		return roundOff
+	}
+	for _, q := range []string{".p10", ".median", ".p90", ".median_system_tps", ".operating_point.system_tps", ".operating_point.per_user_tps"} {
+		if strings.HasSuffix(path, q) {
+			return curve.SketchAccuracy
+		}
+	}
+	if strings.HasSuffix(path, ".headroom") {
+		return 2 * curve.SketchAccuracy
+	}
+	return 1e-6
 }
 
 func writeRaw(t *testing.T, base, bucket string, gen func(func(*write.Point) error) error) {

@@ -14,10 +14,9 @@ import (
 	"github.com/tpsmon/tpsmon/schema"
 )
 
-// What one user felt, per server over the range (raw windows only: the
-// rollups carry no latency field). Three queries per range, whatever the
-// number of servers: the buckets' aggregates, their attainment's sums, and
-// the latest windows under the SLO floor.
+// What one user felt, per server over the range. Three queries per
+// range, whatever the number of servers: the buckets' aggregates, their
+// attainment's sums, and the latest windows under the SLO floor.
 //
 // A window's quantile is the quantile of its own requests (or token
 // gaps). Windows' quantiles do not combine into the quantile of a
@@ -26,76 +25,111 @@ import (
 // lies between the lowest and the highest of its windows' (the quantile
 // of a mixture lies between its parts'), taken at their bucket edges
 // where they come from histograms.
+//
+// The hourly rollups carry the same aggregates of each hour's windows
+// (schema.LatencyRollup, AttainmentTerms), so a raw range charted in hourly
+// buckets reads its rolled-up hours from them, the same numbers: a
+// median of one hour's windows is the rollup's, medians of two periods
+// do not make one, and no coarser bucket reads them.
 
 // LatencyQuantiles are the quantile fields the report reads.
-var LatencyQuantiles = []string{schema.FieldTTFTP50, schema.FieldTTFTP90, schema.FieldITLP50, schema.FieldITLP90}
+var LatencyQuantiles = schema.LatencyRollupQuantiles
 
 // MaxMissed is how many of a server's windows under the SLO floor are
 // listed, the latest first; the rest are counted.
 const MaxMissed = 20
 
-// Columns of the latency queries' own.
+// Columns of the latency queries, which are also the rollup's field
+// names (schema.LatencyRollup, AttainmentTerms).
 const (
-	colLatWindows = "latency_windows"
-	colMetExact   = "met_exact" // requests that met the objectives, in exact windows
-	colReqExact   = "req_exact" // requests of exact windows
-	colMetLo      = "met_lo"    // requests that surely met them
-	colMetHi      = "met_hi"    // requests that may have
-	colMissed     = "missed"    // windows under the floor
-	colExactWins  = "exact_windows"
-	colSLOWindows = "slo_windows"
+	colLatWindows = schema.FieldLatencyWindows
+	colMetExact   = schema.FieldSLOMetExact      // requests that met the objectives, in exact windows
+	colReqExact   = schema.FieldSLORequestsExact // requests of exact windows
+	colMetLo      = schema.FieldSLOMetLo         // requests that surely met them
+	colMetHi      = schema.FieldSLOMetHi         // requests that may have
+	colMissed     = schema.FieldSLOMissedWindows // windows under the floor
+	colExactWins  = schema.FieldSLOExactWindows
+	colSLOWindows = schema.FieldSLOWindows
 	colBasis      = "basis"
-	suffixMedian  = "_median"
-	suffixMax     = "_max"
-	suffixMin     = "_min"
-	suffixN       = "_windows"
-	suffixLoMin   = "_lo_min"
-	suffixLoN     = "_lo_windows"
-	suffixHiMax   = "_hi_max"
-	suffixHiN     = "_hi_windows"
+	colLatPoints  = "latency_points" // rollup points in a bucket
+	suffixMedian  = schema.SuffixMedian
+	suffixMax     = schema.SuffixMax
+	suffixMin     = schema.SuffixMin
+	suffixN       = schema.SuffixN
+	suffixLoMin   = schema.SuffixLoMin
+	suffixLoN     = schema.SuffixLoN
+	suffixHiMax   = schema.SuffixHiMax
+	suffixHiN     = schema.SuffixHiN
 )
 
 // mul is "a" * "b" AS "col".
 func mul(a, b, col string) string { return id(a) + " * " + id(b) + " AS " + id(col) }
 
-// latencyBucketsText reads, per server and bucket, each quantile's
-// windows (median, worst, lowest, their bounds), the requests the
-// attainment is over and the windows under the floor: aggregates of the
-// raw fields, no subquery (one cost InfluxDB's storage answers).
-func latencyBucketsText() string {
-	sel := []string{as("count", schema.FieldLatencySource, colLatWindows), same("sum", schema.FieldSLORequests),
-		as("count", schema.FieldSLORequests, colSLOWindows), as("count", schema.FieldSLOAttainment, colExactWins),
-		as("count", schema.FieldSLOMissPhase, colMissed)}
-	for _, q := range LatencyQuantiles {
-		lo, hi := schema.LoField(q), schema.HiField(q)
-		sel = append(sel, as("median", q, q+suffixMedian), as("max", q, q+suffixMax), as("min", q, q+suffixMin), as("count", q, q+suffixN),
-			as("min", lo, q+suffixLoMin), as("count", lo, q+suffixLoN), as("max", hi, q+suffixHiMax), as("count", hi, q+suffixHiN))
+// latencyBucketsText reads schema.LatencyRollup per server and bucket
+// from the raw windows, or (rollup) each bucket's period's from the
+// rollup: counts and sums add, max and min are of the points', and a
+// median is the one point's (latencyPoint leaves it out of a bucket of
+// more points).
+func latencyBucketsText(rollup bool) string {
+	var sel []string
+	from := rawServer
+	if rollup {
+		from = rollupServer
+		sel = append(sel, as("count", colLatWindows, colLatPoints))
 	}
-	return "SELECT " + list(sel...) + " FROM " + rawServer + " " + serverWhere + perInterval + ids(schema.TagHost, schema.TagServer) + " fill(none)"
+	for _, a := range schema.LatencyRollup {
+		if !rollup {
+			sel = append(sel, as(a.Fn, a.Field, a.As))
+			continue
+		}
+		fn := a.Fn
+		switch fn {
+		case "count":
+			fn = "sum"
+		case "median":
+			fn = "max"
+		}
+		sel = append(sel, same(fn, a.As))
+	}
+	return "SELECT " + list(sel...) + " FROM " + from + " " + serverWhere + perInterval + ids(schema.TagHost, schema.TagServer) + " fill(none)"
 }
 
+// AttainmentTerms are the raw windows' terms of the attainment's sums:
+// an attainment times its requests, summed, is the requests-weighted
+// attainment, which InfluxQL has no aggregate for, so a subquery makes
+// the products. Package rollup sums them per period under the same names.
+var AttainmentTerms = list(mul(schema.FieldSLOAttainment, schema.FieldSLORequests, colMetExact),
+	// slo_requests where slo_attainment is there (null times 0 is null).
+	id(schema.FieldSLOAttainment)+" * 0 + "+id(schema.FieldSLORequests)+" AS "+id(colReqExact),
+	mul(schema.FieldSLOAttainmentLo, schema.FieldSLORequests, colMetLo),
+	mul(schema.FieldSLOAttainmentHi, schema.FieldSLORequests, colMetHi))
+
+// AttainmentCols are AttainmentTerms' columns.
+var AttainmentCols = []string{colMetExact, colReqExact, colMetLo, colMetHi}
+
 // attainmentBucketsText reads, per server and bucket, the requests that
-// met the objectives: an attainment times its requests, summed, is the
-// requests-weighted attainment, which InfluxQL has no aggregate for, so a
-// subquery makes the products. Only these four columns go through it: a
-// subquery of every latency field cost 5-10 times the plain aggregates.
-func attainmentBucketsText() string {
-	inner := list(mul(schema.FieldSLOAttainment, schema.FieldSLORequests, colMetExact),
-		// slo_requests where slo_attainment is there (null times 0 is null).
-		id(schema.FieldSLOAttainment)+" * 0 + "+id(schema.FieldSLORequests)+" AS "+id(colReqExact),
-		mul(schema.FieldSLOAttainmentLo, schema.FieldSLORequests, colMetLo),
-		mul(schema.FieldSLOAttainmentHi, schema.FieldSLORequests, colMetHi))
-	outer := list(same("sum", colMetExact), same("sum", colReqExact), same("sum", colMetLo), same("sum", colMetHi))
-	return "SELECT " + outer + " FROM (SELECT " + inner + " FROM " + rawServer + " " + serverWhere +
+// met the objectives: sums of AttainmentTerms over the raw windows (only
+// these four columns go through the subquery: one of every latency field
+// cost 5-10 times the plain aggregates), or of the rollup's sums.
+func attainmentBucketsText(rollup bool) string {
+	var outer []string
+	for _, c := range AttainmentCols {
+		outer = append(outer, same("sum", c))
+	}
+	if rollup {
+		return "SELECT " + list(outer...) + " FROM " + rollupServer + " " + serverWhere + perInterval + ids(schema.TagHost, schema.TagServer) + " fill(none)"
+	}
+	return "SELECT " + list(outer...) + " FROM (SELECT " + AttainmentTerms + " FROM " + rawServer + " " + serverWhere +
 		" GROUP BY " + ids(schema.TagHost, schema.TagServer) + ") WHERE $timeFilter" + perInterval + ids(schema.TagHost, schema.TagServer) + " fill(none)"
 }
 
 var (
-	// LatencyBuckets is each server's latency per bucket (raw windows).
-	LatencyBuckets = Query{Name: "latency_buckets", Text: latencyBucketsText()}
+	// LatencyBuckets is each server's latency per bucket; its Rollup is
+	// for buckets of one rollup period.
+	LatencyBuckets = Query{Name: "latency_buckets", Text: latencyBucketsText(false), Rollup: latencyBucketsText(true)}
 	// AttainmentBuckets is each server's requests that met the objectives
-	// per bucket (raw windows).
-	AttainmentBuckets = Query{Name: "attainment_buckets", Text: attainmentBucketsText()}
+	// per bucket.
+	AttainmentBuckets = Query{Name: "attainment_buckets", Text: attainmentBucketsText(false), Rollup: attainmentBucketsText(true)}
 	// MissedWindows are each server's latest windows under the SLO floor
 	// (slo_miss_phase set), MaxMissed at most.
 	MissedWindows = Query{Name: "missed_windows",
@@ -223,7 +257,8 @@ func (b *builder) latency() error {
 	}
 	// Buckets by server and time: the attainment's sums come apart.
 	pts := map[*ServerReport]map[int64]*LatencyPoint{}
-	err := b.rows(LatencyBuckets, "", func(tags map[string]string, row map[string]any) error {
+	parts := b.latParts
+	err := b.partRows(parts, LatencyBuckets, "", func(tags map[string]string, row map[string]any) error {
 		p, ok := latencyPoint(row)
 		if !ok {
 			return nil
@@ -238,7 +273,7 @@ func (b *builder) latency() error {
 	if err != nil {
 		return err
 	}
-	err = b.rows(AttainmentBuckets, "", func(tags map[string]string, row map[string]any) error {
+	err = b.partRows(parts, AttainmentBuckets, "", func(tags map[string]string, row map[string]any) error {
 		t, _ := influxql.Num(row["time"])
 		if p := pts[b.server(tags)][int64(t)]; p != nil && p.Attainment != nil {
 			a := p.Attainment
@@ -295,6 +330,18 @@ func (b *builder) latency() error {
 	return nil
 }
 
+// latencyParts split the range as trendParts do where each bucket is one
+// period of the coarser rollup (hourly buckets of a raw range): its
+// points then hold each bucket's aggregates, a median among them.
+// Rollups written before they carried latency have none: their hours
+// are read from the raw windows (withField).
+func (b *builder) latencyParts() ([]Filter, error) {
+	if co, ok := coarser[b.f.Level]; !ok || b.f.Interval != co.every {
+		return []Filter{b.f}, nil
+	}
+	return b.withField(b.trendParts(), schema.Server, colLatWindows)
+}
+
 // num reads a cell; absent (nil) unless a number.
 func num(row map[string]any, col string) *float64 {
 	if v, ok := influxql.Num(row[col]); ok && !math.IsNaN(v) {
@@ -322,8 +369,14 @@ func latencyPoint(row map[string]any) (LatencyPoint, bool) {
 	t, _ := influxql.Num(row["time"])
 	p := LatencyPoint{Time: time.Unix(int64(t), 0).UTC(), Windows: count(row, colLatWindows), MissedWindows: count(row, colMissed),
 		Quantiles: map[string]WindowQuantiles{}}
+	// A bucket of rollup points holds one median per point: the median of
+	// their windows is none of them (a server's tags changed within it).
+	oneMedian := count(row, colLatPoints) <= 1
 	for _, q := range LatencyQuantiles {
-		wq := WindowQuantiles{Windows: count(row, q+suffixN), WindowMedian: num(row, q+suffixMedian), WindowMax: num(row, q+suffixMax)}
+		wq := WindowQuantiles{Windows: count(row, q+suffixN), WindowMax: num(row, q+suffixMax)}
+		if oneMedian {
+			wq.WindowMedian = num(row, q+suffixMedian)
+		}
 		nLo, nHi := count(row, q+suffixLoN), count(row, q+suffixHiN)
 		// A window above the last edge has a lower bound and neither a
 		// value nor an upper bound (schema); one from request lines has

@@ -211,6 +211,51 @@ func (b *builder) trendParts() []Filter {
 	return b.parts
 }
 
+// withField narrows the rollup parts of parts to the periods from the
+// first whose points of measurement m carry field (rollups written
+// before a field was added lack it); the periods before are read from
+// the level's own series, as one part with the raw part before them.
+func (b *builder) withField(parts []Filter, m, field string) ([]Filter, error) {
+	var out []Filter
+	for _, p := range parts {
+		if p.Level == b.f.Level {
+			out = appendPart(out, p)
+			continue
+		}
+		s, err := b.c.Query(withName(b.ctx, "rolled_up_with"), fmt.Sprintf(`SELECT first(%q) FROM "tpsmon_%s"."%s_%s" WHERE time >= %dms AND time < %dms`,
+			field, p.Level, m, p.Level, p.From.UnixMilli(), p.To.UnixMilli()))
+		if err != nil {
+			return nil, fmt.Errorf("report: %s rollups: %w", p.Level, err)
+		}
+		from := p.To
+		if len(s) > 0 && len(s[0].Values) > 0 {
+			if v, ok := influxql.Num(s[0].Values[0][0]); ok {
+				from = time.Unix(int64(v), 0).UTC()
+			}
+		}
+		if from.After(p.From) {
+			own := p
+			own.Level, own.To = b.f.Level, from
+			out = appendPart(out, own)
+		}
+		if from.Before(p.To) {
+			p.From = from
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// appendPart appends p, joined to the last part when it is of the same
+// level and ends where p begins.
+func appendPart(parts []Filter, p Filter) []Filter {
+	if n := len(parts); n > 0 && parts[n-1].Level == p.Level && parts[n-1].To.Equal(p.From) {
+		parts[n-1].To = p.To
+		return parts
+	}
+	return append(parts, p)
+}
+
 // trendRows runs a per-interval sums query over each of trendParts and
 // hands each row to each; rows of one bucket come from one part.
 func (b *builder) trendRows(q Query, each func(tags map[string]string, row map[string]any) error) error {

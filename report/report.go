@@ -197,6 +197,11 @@ type builder struct {
 	ahead *ahead
 	// parts split the range for the totals (rangeParts); nil: one.
 	parts []Filter
+	// latParts and curveParts split it for the latency and the operating
+	// curve, from the rollups that carry them (latencyParts,
+	// curveRangeParts).
+	latParts   []Filter
+	curveParts []curvePart
 }
 
 // InFlight is how many queries a report has InfluxDB run at once:
@@ -255,15 +260,7 @@ func (b *builder) seriesRows(name, text string, each func(tags map[string]string
 // returns the error.
 func (b *builder) fetches() []fetch {
 	type qs = queryState
-	var list []qs
 	raw := b.f.Level == "" || b.f.Level == Raw
-	if raw {
-		list = append(list, qs{q: CurveWindows}, qs{q: LatencyBuckets}, qs{q: AttainmentBuckets})
-	}
-	list = append(list, qs{q: ServerSeries})
-	if raw {
-		list = append(list, qs{q: MissedWindows}, qs{q: TTFTBases}, qs{q: SuspectWindows})
-	}
 	var out []fetch
 	add := func(f Filter, x qs) {
 		if text, err := f.Render(x.q, x.state); err == nil {
@@ -278,8 +275,22 @@ func (b *builder) fetches() []fetch {
 			add(part, x)
 		}
 	}
-	for _, x := range list {
-		add(b.f, x)
+	if raw {
+		for _, part := range b.curveParts {
+			add(part.f, qs{q: part.q})
+		}
+		for _, part := range b.latParts {
+			add(part, qs{q: LatencyBuckets})
+			add(part, qs{q: AttainmentBuckets})
+		}
+	}
+	for _, part := range b.trendParts() {
+		add(part, qs{q: ServerSeries})
+	}
+	if raw {
+		for _, q := range []Query{MissedWindows, TTFTBases, SuspectWindows} {
+			add(b.f, qs{q: q})
+		}
 	}
 	for _, part := range b.trendParts() {
 		for _, x := range append([]qs{{q: FleetGPU}}, append(stateQueries(part, StateTrend, StateTrendAll), qs{q: UnusedTrend}, qs{q: FleetTokens})...) {
@@ -287,10 +298,8 @@ func (b *builder) fetches() []fetch {
 		}
 	}
 	if !raw {
-		for _, part := range curveParts(b.f) {
-			if text, err := part.Render(CurveCells, ""); err == nil {
-				out = append(out, fetch{CurveCells.Name, text})
-			}
+		for _, part := range b.curveParts {
+			add(part.f, qs{q: part.q})
 		}
 	}
 	return out
@@ -362,6 +371,13 @@ func Build(ctx context.Context, c querier, f Filter, o Options) (*Report, error)
 
 // build runs the report's queries in turn, each filling its part.
 func (b *builder) build(o Options) error {
+	var err error
+	if b.latParts, err = b.latencyParts(); err != nil {
+		return err
+	}
+	if b.curveParts, err = b.curveRangeParts(); err != nil {
+		return err
+	}
 	b.ahead = openAhead(b.ctx, b.c, b.fetches())
 	defer b.ahead.close()
 	for _, step := range []func() error{b.stateTime, b.gpuTime, b.gpuIdle} {
@@ -622,25 +638,21 @@ func (b *builder) efficiency() error {
 	return nil
 }
 
-// serverSeries reads each server's rates per interval.
+// serverSeries reads each server's rates per interval: a bucket of a
+// whole rolled-up period from its one rollup point, whose means are the
+// period's windows'.
 func (b *builder) serverSeries() error {
-	text, err := b.f.Render(ServerSeries, "")
-	if err != nil {
-		return err
-	}
-	return b.each(ServerSeries.Name, text, func(s influxql.Series) error {
-		sr := b.server(s.Tags)
-		for _, row := range s.Rows() {
-			t, _ := influxql.Num(row["time"])
-			p := Point{Time: time.Unix(int64(t), 0).UTC(), SystemTPS: -1, PerUserTPS: -1, Running: -1, GPUUtil: -1}
-			for col, dst := range map[string]*float64{schema.FieldSystemTPS: &p.SystemTPS, schema.FieldPerUserTPS: &p.PerUserTPS,
-				schema.FieldRunning: &p.Running, schema.FieldGPUUtil: &p.GPUUtil} {
-				if v, ok := influxql.Num(row[col]); ok {
-					*dst = v
-				}
+	return b.trendRows(ServerSeries, func(tags map[string]string, row map[string]any) error {
+		t, _ := influxql.Num(row["time"])
+		p := Point{Time: time.Unix(int64(t), 0).UTC(), SystemTPS: -1, PerUserTPS: -1, Running: -1, GPUUtil: -1}
+		for col, dst := range map[string]*float64{schema.FieldSystemTPS: &p.SystemTPS, schema.FieldPerUserTPS: &p.PerUserTPS,
+			schema.FieldRunning: &p.Running, schema.FieldGPUUtil: &p.GPUUtil} {
+			if v, ok := influxql.Num(row[col]); ok {
+				*dst = v
 			}
-			sr.Series = append(sr.Series, p)
 		}
+		sr := b.server(tags)
+		sr.Series = append(sr.Series, p)
 		return nil
 	})
 }

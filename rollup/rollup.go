@@ -249,6 +249,10 @@ type spec struct {
 	// perGPU names fields to write again times the point's GPUs: the
 	// field's name -> the GPU-seconds' name.
 	perGPU map[string]string
+	// aggsOnly: the spec writes its aggregates alone, no time fields, and
+	// only where one of them is not 0 (a period without latency writes
+	// none of the latency's).
+	aggsOnly bool
 }
 
 // field is the name time field f takes in s.
@@ -269,7 +273,7 @@ func (s spec) selectList() string {
 		}
 		sel = append(sel, fmt.Sprintf(`%s("%s") AS "%s"`, a.fn, a.field, a.as))
 	}
-	if s.inner != "" {
+	if s.inner != "" || s.aggsOnly {
 		return strings.Join(sel, ", ")
 	}
 	for _, x := range sel {
@@ -316,6 +320,14 @@ func (s spec) fields(row map[string]any, derived time.Duration, gpus int) map[st
 			out[gf] = v * float64(gpus)
 		}
 	}
+	if s.aggsOnly {
+		for _, v := range out {
+			if v != 0.0 {
+				return out
+			}
+		}
+		return nil
+	}
 	if s.inner != "" {
 		if n, ok := out[s.aggs[0].as].(float64); ok {
 			out[s.aggs[0].as] = int64(n)
@@ -361,7 +373,7 @@ var rollups = map[string][]spec{
 		// token-weighted hit rate.
 		same("sum", schema.FieldPromptComputedTokens), same("sum", schema.FieldPromptCachedTokens),
 		same("sum", schema.FieldPromptExternalTokens),
-	}}, ceilingSpec}, append(stateSpecs(), suspectSpecs()...)...),
+	}}, ceilingSpec, latencySpec, attainmentSpec}, append(stateSpecs(), suspectSpecs()...)...),
 	schema.GPU: {{aggs: []agg{
 		same("mean", schema.FieldUtil), same("max", schema.FieldUtilMax), same("mean", schema.FieldSMActive),
 		same("mean", schema.FieldMemUtil), same("max", schema.FieldMemUsedBytes), same("max", schema.FieldMemTotalBytes),
@@ -394,6 +406,27 @@ var ceilingSpec = spec{inner: report.CeilingTerms, perGPU: map[string]string{sch
 	{as: schema.FieldCeilingTPS, expr: fmt.Sprintf(`sum(%q) / sum(%q)`, report.ColCeilingTokens, schema.FieldCeilingSeconds)},
 	{as: schema.FieldMBU, expr: fmt.Sprintf(`sum(%q) / sum(%q)`, report.ColMBUWeighted, schema.FieldMBUSeconds)},
 }}
+
+// latencySpec writes the latency's aggregates of each period's windows
+// (schema.LatencyRollup), which the report reads for rolled-up hours of a
+// raw range charted in hourly buckets.
+var latencySpec = func() spec {
+	s := spec{aggsOnly: true}
+	for _, a := range schema.LatencyRollup {
+		s.aggs = append(s.aggs, agg{a.Fn, a.Field, a.As, ""})
+	}
+	return s
+}()
+
+// attainmentSpec sums report.AttainmentTerms per period: the requests
+// that met the objectives, weighted as the report weighs them.
+var attainmentSpec = func() spec {
+	s := spec{inner: report.AttainmentTerms, aggsOnly: true}
+	for _, c := range report.AttainmentCols {
+		s.aggs = append(s.aggs, same("sum", c))
+	}
+	return s
+}()
 
 // stateSpecs count each state's windows and seconds into the server
 // rollup: idle_windows, idle_seconds, idle_gpu_seconds, ...

@@ -184,6 +184,59 @@ func latencyFields() []string {
 	return out
 }
 
+// The latency of tpsmon_server_<level>: LatencyRollup's aggregates of the
+// period's windows under their names (the report's latency buckets read
+// a rolled-up hour from them: a median of one period's windows is the
+// period's own), and the requests-weighted attainment's sums.
+const (
+	FieldLatencyWindows   = "latency_windows"    // windows with latency_source
+	FieldSLOWindows       = "slo_windows"        // windows with slo_requests
+	FieldSLOExactWindows  = "slo_exact_windows"  // windows with slo_attainment
+	FieldSLOMissedWindows = "slo_missed_windows" // windows with slo_miss_phase
+	FieldSLOMetExact      = "slo_met_exact"      // Σ slo_attainment × slo_requests
+	FieldSLORequestsExact = "slo_requests_exact" // Σ slo_requests where slo_attainment
+	FieldSLOMetLo         = "slo_met_lo"         // Σ slo_attainment_lo × slo_requests
+	FieldSLOMetHi         = "slo_met_hi"         // Σ slo_attainment_hi × slo_requests
+)
+
+// RollupAgg is one aggregate of a raw field, written as the rollup
+// field As.
+type RollupAgg struct{ Fn, Field, As string }
+
+// LatencyRollupQuantiles are the quantile fields the latency rollup
+// (and the report) reads.
+var LatencyRollupQuantiles = []string{FieldTTFTP50, FieldTTFTP90, FieldITLP50, FieldITLP90}
+
+// Suffixes of a quantile field's aggregates in LatencyRollup
+// (ttft_p90_s_median, ...).
+const (
+	SuffixMedian = "_median"
+	SuffixMax    = "_max"
+	SuffixMin    = "_min"
+	SuffixN      = "_windows"
+	SuffixLoMin  = "_lo_min"
+	SuffixLoN    = "_lo_windows"
+	SuffixHiMax  = "_hi_max"
+	SuffixHiN    = "_hi_windows"
+)
+
+// LatencyRollup are the latency aggregates of a period's (or a report
+// bucket's) windows: each quantile's windows (median, worst, lowest,
+// their bounds), the requests the attainment is over and the windows
+// under the floor.
+var LatencyRollup = func() []RollupAgg {
+	out := []RollupAgg{{"count", FieldLatencySource, FieldLatencyWindows}, {"sum", FieldSLORequests, FieldSLORequests},
+		{"count", FieldSLORequests, FieldSLOWindows}, {"count", FieldSLOAttainment, FieldSLOExactWindows},
+		{"count", FieldSLOMissPhase, FieldSLOMissedWindows}}
+	for _, q := range LatencyRollupQuantiles {
+		lo, hi := LoField(q), HiField(q)
+		out = append(out, RollupAgg{"median", q, q + SuffixMedian}, RollupAgg{"max", q, q + SuffixMax}, RollupAgg{"min", q, q + SuffixMin},
+			RollupAgg{"count", q, q + SuffixN}, RollupAgg{"min", lo, q + SuffixLoMin}, RollupAgg{"count", lo, q + SuffixLoN},
+			RollupAgg{"max", hi, q + SuffixHiMax}, RollupAgg{"count", hi, q + SuffixHiN})
+	}
+	return out
+}()
+
 // Rollups (package rollup) write tpsmon_server_<level> and
 // tpsmon_gpu_<level>: the raw fields aggregated under their own names, and
 // these. The windows, seconds and GPU-seconds come also per state
@@ -282,9 +335,17 @@ var (
 // number: InfluxDB's cost is per series and field read, and a tag per bin
 // with a field per number took the report 10-20 s over 30 days of 200
 // servers on a 2-core machine.
+//
+// Beside it, sketches: per kind and bin a record of each rate's windows
+// counted in logarithmic buckets (within 0.5 % of each value: counts add
+// up across periods, which quantiles do not), and per kind the period's
+// frontier (every window no other beats on both rates), so that a range
+// of periods reads its quantiles to that accuracy and its frontier
+// exactly.
 const (
-	Curve      = "tpsmon_curve"
-	FieldCells = "cells"
+	Curve         = "tpsmon_curve"
+	FieldCells    = "cells"
+	FieldSketches = "sketches"
 )
 
 // The numeric profile (sink.influx.profile: numeric) writes every string

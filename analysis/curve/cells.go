@@ -27,6 +27,10 @@ type Cell struct {
 	// Best is the window of the highest system TPS, with its per-user TPS
 	// (absent: none had both).
 	Best *Pair
+	// sketched: every period's cell came with its rates' sketches, whose
+	// buckets then give the quantiles (SketchExactness).
+	sketched      bool
+	sysSk, userSk sketch
 }
 
 // cellSum is one bin over one period or summed over several: counts and
@@ -38,6 +42,9 @@ type cellSum struct {
 	best              *Pair
 	means             Means
 	sys, user         dist // values while one period is gathered
+	// Each rate's sketch (sketch.go): made when a period closes, added up
+	// over a range's periods.
+	sysSk, userSk sketch
 }
 
 func (c *cellSum) add(w Window) {
@@ -56,8 +63,9 @@ func (c *cellSum) add(w Window) {
 	}
 }
 
-// close turns the period's values into its quantile sums.
+// close turns the period's values into its quantile sums and sketches.
 func (c *cellSum) close() {
+	c.sysSk, c.userSk = sketchOf(c.sys), sketchOf(c.user)
 	if n := c.sys.count(); n > 0 {
 		p := c.sys.quantiles(0.1, 0.5, 0.9)
 		c.sn, c.s10, c.s50, c.s90 = n, n*p[0], n*p[1], n*p[2]
@@ -74,6 +82,8 @@ func (c *cellSum) merge(o *cellSum) {
 	c.sn, c.s10, c.s50, c.s90 = c.sn+o.sn, c.s10+o.s10, c.s50+o.s50, c.s90+o.s90
 	c.un, c.u10, c.u50, c.u90 = c.un+o.un, c.u10+o.u10, c.u50+o.u50, c.u90+o.u90
 	c.means.merge(o.means)
+	c.sysSk.merge(&o.sysSk)
+	c.userSk.merge(&o.userSk)
 	if o.best != nil && (c.best == nil || o.best.SystemTPS > c.best.SystemTPS) {
 		b := *o.best
 		c.best = &b
@@ -134,9 +144,49 @@ func parseRecord(s string) (Kind, string, *cellSum, error) {
 	return kind, bin, c, nil
 }
 
+// sketchRecord is a cell in the sketches field: kind,bin,SYS,USER, each
+// rate's sketch (sketch.String).
+func (c *cellSum) sketchRecord(kind Kind, bin string) string {
+	return string(kind) + "," + bin + "," + c.sysSk.String() + "," + c.userSk.String()
+}
+
+// frontierBin marks a sketches record that holds a kind's frontier:
+// kind,F,per-user:system:running/… (each number exact).
+const frontierBin = "F"
+
+func frontierRecord(kind Kind, ps []Pair) string {
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = f(p.PerUserTPS) + ":" + f(p.SystemTPS) + ":" + f(p.Running)
+	}
+	return string(kind) + "," + frontierBin + "," + strings.Join(parts, "/")
+}
+
+func parseFrontier(s string) ([]Pair, error) {
+	var out []Pair
+	for _, p := range strings.Split(s, "/") {
+		v := strings.Split(p, ":")
+		if len(v) != 3 {
+			return nil, fmt.Errorf("frontier point %q: want per-user:system:running", p)
+		}
+		var x [3]float64
+		for i := range v {
+			n, err := strconv.ParseFloat(v[i], 64)
+			if err != nil || !(n >= 0) || n > maxRate {
+				return nil, fmt.Errorf("frontier point %q: %q is not a rate", p, v[i])
+			}
+			x[i] = n
+		}
+		out = append(out, Pair{PerUserTPS: x[0], SystemTPS: x[1], Running: x[2]})
+	}
+	return out, nil
+}
+
 // cell turns summed records into a Cell.
 func (c *cellSum) cell(k Key, kind Kind, bin string) Cell {
-	x := Cell{Key: k, Kind: kind, Bin: bin, Windows: c.w, GPUSeconds: c.g, RunningSum: c.r, Best: c.best, Means: c.means}
+	x := Cell{Key: k, Kind: kind, Bin: bin, Windows: c.w, GPUSeconds: c.g, RunningSum: c.r, Best: c.best, Means: c.means,
+		sysSk: c.sysSk, userSk: c.userSk}
 	if c.sn > 0 {
 		x.Sys = &Stat{P10: c.s10 / c.sn, P50: c.s50 / c.sn, P90: c.s90 / c.sn}
 	}
@@ -161,6 +211,7 @@ type seriesAt struct {
 	tags   map[string]string
 	period time.Time
 	cells  map[string]*cellSum // kind NUL bin index
+	pairs  map[Kind][]Pair     // every window's, for each kind's frontier
 }
 
 // NewCells gathers cells of periods every long.
@@ -196,10 +247,14 @@ func (cs *Cells) Add(tags map[string]string, t time.Time, w Window) {
 	id := fmt.Sprintf("%d\x00%s", p.Unix(), seriesID(tags))
 	s, ok := cs.m[id]
 	if !ok {
-		s = &seriesAt{tags: tags, period: p, cells: map[string]*cellSum{}}
+		s = &seriesAt{tags: tags, period: p, cells: map[string]*cellSum{}, pairs: map[Kind][]Pair{}}
 		cs.m[id] = s
 	}
-	ck := fmt.Sprintf("%s\x00%03d", KindOf(w.Tokens, w.PromptTokens), i)
+	kind := KindOf(w.Tokens, w.PromptTokens)
+	if w.SystemTPS.OK && w.PerUserTPS.OK {
+		s.pairs[kind] = append(s.pairs[kind], Pair{w.PerUserTPS.V, w.SystemTPS.V, w.Running.V})
+	}
+	ck := fmt.Sprintf("%s\x00%03d", kind, i)
 	c, ok := s.cells[ck]
 	if !ok {
 		c = &cellSum{}
@@ -209,7 +264,7 @@ func (cs *Cells) Add(tags map[string]string, t time.Time, w Window) {
 }
 
 // Each hands every series' period, in a stable order, with its tags,
-// period start and fields (windows and cells), to f.
+// period start and fields (windows, cells and sketches), to f.
 func (cs *Cells) Each(f func(tags map[string]string, period time.Time, fields map[string]any) error) error {
 	ids := make([]string, 0, len(cs.m))
 	for id := range cs.m {
@@ -223,7 +278,7 @@ func (cs *Cells) Each(f func(tags map[string]string, period time.Time, fields ma
 			cks = append(cks, ck)
 		}
 		sort.Strings(cks)
-		var recs []string
+		var recs, sks []string
 		var windows float64
 		for _, ck := range cks {
 			c := s.cells[ck]
@@ -231,9 +286,16 @@ func (cs *Cells) Each(f func(tags map[string]string, period time.Time, fields ma
 			kind, idx, _ := strings.Cut(ck, "\x00")
 			i, _ := strconv.Atoi(idx)
 			recs = append(recs, c.record(Kind(kind), bins[i].label()))
+			sks = append(sks, c.sketchRecord(Kind(kind), bins[i].label()))
 			windows += c.w
 		}
-		fields := map[string]any{schema.FieldWindows: int64(windows), schema.FieldCells: strings.Join(recs, ";")}
+		for _, kind := range []Kind{Decode, Prompt, Unclassified} {
+			if ps := s.pairs[kind]; len(ps) > 0 {
+				sks = append(sks, frontierRecord(kind, frontier(ps)))
+			}
+		}
+		fields := map[string]any{schema.FieldWindows: int64(windows), schema.FieldCells: strings.Join(recs, ";"),
+			schema.FieldSketches: strings.Join(sks, ";")}
 		if err := f(s.tags, s.period, fields); err != nil {
 			return err
 		}
@@ -247,24 +309,39 @@ func (cs *Cells) Len() int { return len(cs.m) }
 // Ranged sums rollup points read back over a range, per curve key, kind
 // and bin.
 type Ranged struct {
-	m map[string]*rangedCell
+	m         map[string]*rangedCell
+	frontiers map[string]*rangedFrontier // of sketched points
 	// Bad counts cells fields that could not be read.
 	Bad int
 }
 
+// rangedCell sums a bin's cells over the periods, those that came with
+// sketches apart from those that did not.
 type rangedCell struct {
-	key  Key
-	kind Kind
-	bin  string
-	sum  cellSum
+	key      Key
+	kind     Kind
+	bin      string
+	sum      cellSum // without sketches
+	sketched cellSum // with
 }
 
 // NewRanged is an empty Ranged.
-func NewRanged() *Ranged { return &Ranged{m: map[string]*rangedCell{}} }
+func NewRanged() *Ranged {
+	return &Ranged{m: map[string]*rangedCell{}, frontiers: map[string]*rangedFrontier{}}
+}
 
-// Add reads one point's cells field, of the series tags; a field that
-// cannot be read is counted in Bad and returns its error.
-func (r *Ranged) Add(tags map[string]string, cells string) error {
+// rangedFrontier gathers one curve's frontier points over the periods.
+type rangedFrontier struct {
+	key   Key
+	kind  Kind
+	pairs []Pair
+}
+
+// Add reads one point's cells field and its sketches field ("" where the
+// point has none), of the series tags; a field that cannot be read is
+// counted in Bad and returns its error, and nothing of the point is
+// taken.
+func (r *Ranged) Add(tags map[string]string, cells, sketches string) error {
 	if cells == "" {
 		return nil
 	}
@@ -275,6 +352,7 @@ func (r *Ranged) Add(tags map[string]string, cells string) error {
 		c    *cellSum
 	}
 	var ps []parsed
+	byBin := map[string]*cellSum{}
 	for _, rec := range strings.Split(cells, ";") {
 		kind, bin, c, err := parseRecord(rec)
 		if err != nil {
@@ -282,6 +360,12 @@ func (r *Ranged) Add(tags map[string]string, cells string) error {
 			return err
 		}
 		ps = append(ps, parsed{kind, bin, c})
+		byBin[string(kind)+","+bin] = c
+	}
+	sketched, fronts, err := readSketches(sketches, byBin)
+	if err != nil {
+		r.Bad++
+		return err
 	}
 	for _, p := range ps {
 		id := strings.Join([]string{k.Host, k.Server, k.Engine, k.Version, k.Model, k.GPUs, string(p.kind), p.bin}, "\x00")
@@ -290,9 +374,63 @@ func (r *Ranged) Add(tags map[string]string, cells string) error {
 			rc = &rangedCell{key: k, kind: p.kind, bin: p.bin}
 			r.m[id] = rc
 		}
-		rc.sum.merge(p.c)
+		if sketched {
+			rc.sketched.merge(p.c)
+		} else {
+			rc.sum.merge(p.c)
+		}
+	}
+	for kind, pairs := range fronts {
+		id := strings.Join([]string{k.Host, k.Server, k.Engine, k.Version, k.Model, k.GPUs, string(kind)}, "\x00")
+		f, ok := r.frontiers[id]
+		if !ok {
+			f = &rangedFrontier{key: k, kind: kind}
+			r.frontiers[id] = f
+		}
+		f.pairs = frontier(append(f.pairs, pairs...))
 	}
 	return nil
+}
+
+// readSketches puts a point's sketches on its cells (by "kind,bin"):
+// true when every cell has them. It returns the frontier of each kind
+// the field holds.
+func readSketches(field string, byBin map[string]*cellSum) (bool, map[Kind][]Pair, error) {
+	fronts := map[Kind][]Pair{}
+	if field == "" {
+		return false, fronts, nil
+	}
+	seen := 0
+	for _, rec := range strings.Split(field, ";") {
+		p := strings.Split(rec, ",")
+		if p[0] != string(Decode) && p[0] != string(Prompt) && p[0] != string(Unclassified) {
+			return false, nil, fmt.Errorf("curve sketch %q: kind %q unknown", rec, p[0])
+		}
+		if len(p) == 3 && p[1] == frontierBin {
+			ps, err := parseFrontier(p[2])
+			if err != nil {
+				return false, nil, fmt.Errorf("curve sketch %q: %w", rec, err)
+			}
+			fronts[Kind(p[0])] = ps
+			continue
+		}
+		if len(p) != 4 {
+			return false, nil, fmt.Errorf("curve sketch %q: %d parts, want 4", rec, len(p))
+		}
+		c := byBin[p[0]+","+p[1]]
+		if c == nil {
+			return false, nil, fmt.Errorf("curve sketch %q: no cell of that kind and bin", rec)
+		}
+		var err error
+		if c.sysSk, err = parseSketch(p[2]); err != nil {
+			return false, nil, err
+		}
+		if c.userSk, err = parseSketch(p[3]); err != nil {
+			return false, nil, err
+		}
+		seen++
+	}
+	return seen == len(byBin), fronts, nil
 }
 
 // Into puts the summed cells on b's curves.
@@ -304,7 +442,24 @@ func (r *Ranged) Into(b *Builder) {
 	sort.Strings(ids)
 	for _, id := range ids {
 		rc := r.m[id]
-		b.AddCell(rc.sum.cell(rc.key, rc.kind, rc.bin))
+		if rc.sum.w > 0 {
+			b.AddCell(rc.sum.cell(rc.key, rc.kind, rc.bin))
+		}
+		if rc.sketched.w > 0 {
+			x := rc.sketched.cell(rc.key, rc.kind, rc.bin)
+			x.sketched = true
+			b.AddCell(x)
+		}
+	}
+	fids := make([]string, 0, len(r.frontiers))
+	for id := range r.frontiers {
+		fids = append(fids, id)
+	}
+	sort.Strings(fids)
+	for _, id := range fids {
+		f := r.frontiers[id]
+		c := b.curve(f.key, f.kind)
+		c.pairs = append(c.pairs, f.pairs...)
 	}
 	if r.Bad > 0 {
 		b.Skipped[SkipBadCell] += r.Bad

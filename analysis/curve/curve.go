@@ -135,11 +135,17 @@ type acc struct {
 	windows    float64
 	gpuSecs    float64
 	runningSum float64
-	sys, user  dist
-	means      Means
-	// bucketed: from rollup cells, whose quantiles are cellSys and cellUser.
-	bucketed          bool
+	// sys and user hold each window's value, and each sketch bucket's
+	// standing for its windows (sketched).
+	sys, user dist
+	means     Means
+	sketched  bool
+	// From rollup cells without sketches: the windows-weighted means of
+	// their quantiles over cellN windows, and values standing in for
+	// their windows in the range's median system TPS.
+	cellN             float64
 	cellSys, cellUser *Stat
+	pseudo            dist
 }
 
 // Means are the sums a bin's exact means are read from; they add across
@@ -291,7 +297,18 @@ func (b *Builder) AddCell(x Cell) string {
 	}
 	c := b.curve(x.Key, x.Kind)
 	a := &c.bins[i]
-	a.bucketed = true
+	a.windows += x.Windows
+	a.gpuSecs += x.GPUSeconds
+	a.runningSum += x.RunningSum
+	a.means.merge(x.Means)
+	if x.sketched {
+		// Its buckets stand for its windows' values, as a window's own
+		// value does; the frontier comes with the sketches (Ranged).
+		a.sketched = true
+		a.sys = append(a.sys, x.sysSk.dist()...)
+		a.user = append(a.user, x.userSk.dist()...)
+		return ""
+	}
 	merge := func(have **Stat, n float64, add *Stat) {
 		if add == nil {
 			return
@@ -305,16 +322,13 @@ func (b *Builder) AddCell(x Cell) string {
 		wa, wb := n/(n+x.Windows), x.Windows/(n+x.Windows)
 		h.P10, h.P50, h.P90 = wa*h.P10+wb*add.P10, wa*h.P50+wb*add.P50, wa*h.P90+wb*add.P90
 	}
-	merge(&a.cellSys, a.windows, x.Sys)
-	merge(&a.cellUser, a.windows, x.User)
-	a.windows += x.Windows
-	a.gpuSecs += x.GPUSeconds
-	a.runningSum += x.RunningSum
-	a.means.merge(x.Means)
+	merge(&a.cellSys, a.cellN, x.Sys)
+	merge(&a.cellUser, a.cellN, x.User)
+	a.cellN += x.Windows
 	// The range's median system TPS reads the bin as a fifth of its
 	// windows at p10 and at p90 and the rest at the median.
 	if x.Sys != nil {
-		a.sys = append(a.sys, wv{x.Sys.P10, 0.2 * x.Windows}, wv{x.Sys.P50, 0.6 * x.Windows}, wv{x.Sys.P90, 0.2 * x.Windows})
+		a.pseudo = append(a.pseudo, wv{x.Sys.P10, 0.2 * x.Windows}, wv{x.Sys.P50, 0.6 * x.Windows}, wv{x.Sys.P90, 0.2 * x.Windows})
 	}
 	if x.Best != nil {
 		c.pairs = append(c.pairs, *x.Best)

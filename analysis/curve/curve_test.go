@@ -283,7 +283,7 @@ func TestCells(t *testing.T) {
 		if period.Minute() != 0 || tags[schema.TagHost] != "h" || fields[schema.FieldWindows] != int64(5) {
 			t.Errorf("point at %v tagged %v: %v", period, tags, fields)
 		}
-		return r.Add(tags, fields[schema.FieldCells].(string))
+		return r.Add(tags, fields[schema.FieldCells].(string), "")
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -316,7 +316,7 @@ func TestCells(t *testing.T) {
 		"decode,4,1,0,1,1,1,1,1,1,1,1,1,,,;x",        // a bad record after a good one
 	} {
 		r := NewRanged()
-		if err := r.Add(map[string]string{schema.TagHost: "h"}, bad); err == nil || r.Bad != 1 {
+		if err := r.Add(map[string]string{schema.TagHost: "h"}, bad, ""); err == nil || r.Bad != 1 {
 			t.Errorf("cells %q taken (%v)", bad, err)
 		}
 		b := NewBuilder()
@@ -362,7 +362,7 @@ func TestMeans(t *testing.T) {
 		}
 		r := NewRanged()
 		if err := cs.Each(func(tags map[string]string, _ time.Time, f map[string]any) error {
-			return r.Add(tags, f[schema.FieldCells].(string))
+			return r.Add(tags, f[schema.FieldCells].(string), "")
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -386,7 +386,7 @@ func TestMeans(t *testing.T) {
 	r := NewRanged()
 	tags := map[string]string{schema.TagHost: "h", schema.TagServer: "s"}
 	for _, rec := range []string{"decode,2,1,20,2,1,100,100,100,1,50,50,50,100,50,2", "decode,2,1,20,2,1,100,100,100,1,50,50,50,100,50,2,10,1000,20,1000"} {
-		if err := r.Add(tags, rec); err != nil {
+		if err := r.Add(tags, rec, ""); err != nil {
 			t.Fatal(err)
 		}
 	}

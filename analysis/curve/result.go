@@ -139,9 +139,23 @@ func withMean(s *Stat, mean *float64) *Stat {
 	return &x
 }
 
+// blend is the windows-weighted mean of two sets' quantiles, x over nx
+// windows and y over ny (either nil: the other), with the bin's mean.
+func blend(x *Stat, nx float64, y *Stat, ny float64, mean *float64) *Stat {
+	switch {
+	case x == nil:
+		return withMean(y, mean)
+	case y == nil:
+		return withMean(x, mean)
+	}
+	a, b := nx/(nx+ny), ny/(nx+ny)
+	return &Stat{P10: a*x.P10 + b*y.P10, P50: a*x.P50 + b*y.P50, P90: a*x.P90 + b*y.P90, Mean: mean}
+}
+
 func (c *curveAcc) result(o Options) Curve {
 	out := Curve{Key: c.key, Kind: c.kind, Exactness: "exact", Means: MeansDefinition}
 	var all dist
+	var sketched, bucketed bool
 	for i, a := range c.bins {
 		if a.windows == 0 {
 			continue
@@ -149,13 +163,22 @@ func (c *curveAcc) result(o Options) Curve {
 		bin := Bin{Running: bins[i].label(), RunningMean: a.runningSum / a.windows, Windows: int(math.Round(a.windows)),
 			GPUHours: a.gpuSecs / 3600, SystemTPS: stat(a.sys, a.means.sys()), PerUserTPS: stat(a.user, a.means.user()),
 			Thin: a.windows < float64(o.MinWindows)}
-		if a.bucketed {
-			out.Exactness = RollupExactness
-			bin.SystemTPS, bin.PerUserTPS = withMean(a.cellSys, a.means.sys()), withMean(a.cellUser, a.means.user())
+		if a.cellN > 0 {
+			bucketed = true
+			bin.SystemTPS = blend(bin.SystemTPS, a.sys.count(), a.cellSys, a.cellN, a.means.sys())
+			bin.PerUserTPS = blend(bin.PerUserTPS, a.user.count(), a.cellUser, a.cellN, a.means.user())
 		}
+		sketched = sketched || a.sketched
 		out.Windows += bin.Windows
 		out.Bins = append(out.Bins, bin)
 		all = append(all, a.sys...)
+		all = append(all, a.pseudo...)
+	}
+	switch {
+	case bucketed:
+		out.Exactness = RollupExactness
+	case sketched:
+		out.Exactness = SketchExactness
 	}
 	if all.count() > 0 {
 		m := all.quantile(0.5)

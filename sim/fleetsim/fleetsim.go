@@ -8,6 +8,7 @@ package fleetsim
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,6 +40,48 @@ type minute struct {
 	powerPerGPU float64
 	// ceiling and mbu: the decode ceiling's, 0 where it has none.
 	ceiling, mbu float64
+}
+
+// latency is what a user feels in a minute of m (running > 0): first
+// tokens wait behind the queue and the batch, steps slow down as it grows
+// (so an hour's windows differ, and their median is not their mean).
+func (m minute) latency() map[string]float64 {
+	ttft := 0.1 * (1 + m.waiting) * (1 + m.running/48)
+	itl := m.running / m.tps * (1 + m.running/96)
+	att := 1 / (1 + 0.1*m.waiting)
+	return map[string]float64{
+		schema.FieldTTFTP50: ttft, schema.FieldTTFTP90: 2 * ttft, schema.FieldTTFTP99: 4 * ttft,
+		schema.FieldITLP50: itl, schema.FieldITLP90: 1.3 * itl, schema.FieldITLP99: 2 * itl,
+		schema.FieldSLOAttainmentLo: 0.95 * att, schema.FieldSLOAttainmentHi: att, schema.FieldGoodputRPSLo: 0.95 * att * m.running,
+	}
+}
+
+// latencyRollup puts the latency rollup's aggregates (schema.LatencyRollup)
+// of a period's minutes' values (by field; latency_source as 1s) into fs.
+func latencyRollup(fs map[string]any, vals map[string][]float64) {
+	for _, a := range schema.LatencyRollup {
+		v := vals[a.Field]
+		if len(v) == 0 {
+			continue
+		}
+		slices.Sort(v)
+		switch a.Fn {
+		case "count":
+			fs[a.As] = float64(len(v))
+		case "sum":
+			var t float64
+			for _, x := range v {
+				t += x
+			}
+			fs[a.As] = t
+		case "min":
+			fs[a.As] = v[0]
+		case "max":
+			fs[a.As] = v[len(v)-1]
+		case "median": // InfluxQL's: the mean of the middle two of an even count
+			fs[a.As] = (v[(len(v)-1)/2] + v[len(v)/2]) / 2
+		}
+	}
 }
 
 // demand is host h's load at t: a daily wave, hosts offset and scaled,
@@ -137,15 +180,10 @@ func (f Fleet) Raw(from, to time.Time, w time.Duration, emit func(*write.Point) 
 			}
 			if m.running > 0 {
 				fs[schema.FieldPerUserTPS] = m.tps / m.running
-				// What a user feels: first tokens wait behind the queue.
-				ttft := 0.1 * (1 + m.waiting)
 				fs[schema.FieldLatencySource] = "histogram"
-				fs[schema.FieldTTFTP50], fs[schema.FieldTTFTP90], fs[schema.FieldTTFTP99] = ttft, 2*ttft, 4*ttft
-				itl := m.running / m.tps
-				fs[schema.FieldITLP50], fs[schema.FieldITLP90], fs[schema.FieldITLP99] = itl, 1.3*itl, 2*itl
-				att := 1 / (1 + 0.1*m.waiting)
-				fs[schema.FieldSLOAttainmentLo], fs[schema.FieldSLOAttainmentHi] = 0.95*att, att
-				fs[schema.FieldGoodputRPSLo] = 0.95 * att * m.running
+				for k, v := range m.latency() {
+					fs[k] = v
+				}
 			}
 			if err := emit(write.NewPoint(schema.Server, map[string]string{schema.TagHost: host, schema.TagServer: "llm", schema.TagGPUs: f.gpus(h), schema.TagEngine: engine.VLLM}, fs, t)); err != nil {
 				return err
@@ -186,6 +224,7 @@ func (f Fleet) Rollups(from, to time.Time, every time.Duration, suffix string, e
 			states := map[string]float64{}
 			mins, low := 0.0, 0.0
 			var ceil ceilingSums
+			lat := map[string][]float64{}
 			for t := p; t.Before(p.Add(every)); t = t.Add(time.Minute) {
 				m := f.at(h, t)
 				ceil.add(m, 60)
@@ -205,6 +244,10 @@ func (f Fleet) Rollups(from, to time.Time, every time.Duration, suffix string, e
 					SystemTPS: curve.Some(m.tps), Tokens: curve.Some(float64(int64(m.tps * 60)))}
 				if m.running > 0 {
 					w.PerUserTPS = curve.Some(m.tps / m.running)
+					lat[schema.FieldLatencySource] = append(lat[schema.FieldLatencySource], 1)
+					for k, v := range m.latency() {
+						lat[k] = append(lat[k], v)
+					}
 				}
 				cells.Add(tags, t, w)
 			}
@@ -215,6 +258,7 @@ func (f Fleet) Rollups(from, to time.Time, every time.Duration, suffix string, e
 				schema.FieldWindows:   int64(mins), schema.FieldSeconds: mins * 60, schema.FieldGPUSeconds: mins * 60 * n,
 			}
 			ceil.fields(fs, n)
+			latencyRollup(fs, lat)
 			for st, c := range states {
 				fs[schema.RollupField(st, schema.FieldWindows)] = int64(c)
 				fs[schema.RollupField(st, schema.FieldSeconds)] = c * 60
