@@ -41,6 +41,18 @@ func runColor(i, n int) string {
 	return fmt.Sprintf("#%02x%02x%02x", int(r), int(g), int(b))
 }
 
+// exactnessNote says, after the chart's title, how the quantiles were
+// read when not from every window.
+func exactnessNote(e string) string {
+	switch e {
+	case curve.SketchExactness:
+		return " · quantiles ±0.5 % (rollups)"
+	case curve.RollupExactness:
+		return " · quantiles: rollup periods' means"
+	}
+	return ""
+}
+
 // curveChart draws system TPS (y) against per-user TPS (x): a dot per
 // concurrency bin at its medians, p10-p90 whiskers, a hollow diamond at
 // its means (curve.MeansDefinition), the frontier, the per-user floor as
@@ -57,7 +69,7 @@ func curveChart(c curve.Curve) template.HTML {
 	if c.GPUs != "" {
 		what += ", GPUs " + c.GPUs
 	}
-	title := "Operating curve (" + what + ")"
+	title := "Operating curve (" + what + ")" + exactnessNote(c.Exactness)
 	fmt.Fprintf(&b, `<svg class="chart curve" viewBox="0 0 %.0f %.0f" role="img" aria-label="%s">`, chartW, chartH, template.HTMLEscapeString(title))
 	fmt.Fprintf(&b, `<text x="%.0f" y="15" class="t">%s</text>`, padL, template.HTMLEscapeString(title))
 	type pt struct {

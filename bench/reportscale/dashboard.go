@@ -358,12 +358,12 @@ func denseRaw(ctx context.Context, c *report.Client, base, dir string, fleet fle
 	}
 	t0 := time.Now()
 	n, err := writeAll(base, "tpsmon", func(e func(*write.Point) error) error {
-		return fleet.Raw(end.Add(-24*time.Hour), end, w, e)
+		return fleet.Raw(end.Add(-25*time.Hour), end, w, e)
 	})
 	if err != nil {
 		return fmt.Errorf("raw %v windows: %w", w, err)
 	}
-	line := fmt.Sprintf("| raw %v windows, 1 day (replacing the above's) | %d | %.0f s | %.0f |\n", w, n, time.Since(t0).Seconds(), float64(n)/time.Since(t0).Seconds())
+	line := fmt.Sprintf("| raw %v windows, 25 hours (replacing the above's) | %d | %.0f s | %.0f |\n", w, n, time.Since(t0).Seconds(), float64(n)/time.Since(t0).Seconds())
 	fmt.Fprint(os.Stderr, line)
 	return os.WriteFile(marker, []byte(line), 0o644)
 }

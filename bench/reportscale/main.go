@@ -55,6 +55,7 @@ func run() error {
 	dash := flag.String("dashboard", "", "instead of the report, time every panel target of this Grafana dashboard file (packaging/grafana/tpsmon.json) as Grafana runs it, now being the loaded data's end, and rewrite the dashboard section")
 	dashBefore := flag.String("dash-before", "", "with -dashboard: time this dashboard file too (an earlier version) and put its timings beside")
 	dashRaw := flag.Duration("dash-raw-window", 0, "with -keep and -dashboard: replace the kept last day of raw windows with windows this long, once (the daemon's default is 10s)")
+	ragged := flag.Duration("ragged", 0, "end each report this long before the loaded data's end (under an hour: the rollups then cover all but the range's ragged ends, as when `tpsmon report --since 24h` runs mid-hour)")
 	flag.Parse()
 
 	dir := *keep
@@ -130,8 +131,10 @@ func run() error {
 		}); err != nil {
 			return err
 		}
-		if err := load(fmt.Sprintf("raw %v windows, 1 day", *rawWindow), db, func(e func(*write.Point) error) error {
-			return fleet.Raw(end.Add(-24*time.Hour), end, *rawWindow, e)
+		// 25 hours: a day ending up to an hour early (-ragged) has raw
+		// windows at both ends.
+		if err := load(fmt.Sprintf("raw %v windows, 25 hours", *rawWindow), db, func(e func(*write.Point) error) error {
+			return fleet.Raw(end.Add(-25*time.Hour), end, *rawWindow, e)
 		}); err != nil {
 			return err
 		}
@@ -225,7 +228,8 @@ over %v).
 		var tr report.Trace
 		tctx := report.WithTrace(ctx, &tr)
 		t0 := time.Now()
-		f, err := report.Plan(tctx, c, report.Filter{From: end.Add(-r.span), To: end})
+		to := end.Add(-*ragged)
+		f, err := report.Plan(tctx, c, report.Filter{From: to.Add(-r.span), To: to})
 		var rep *report.Report
 		if err == nil {
 			rep, err = report.Build(tctx, c, f, report.Options{Prices: map[string]float64{"*": 2.5}})
@@ -282,7 +286,7 @@ over %v).
 ## Report at fleet scale (%d hosts × %d GPUs)
 
 Taken %s on %d CPU cores, %s; InfluxDB 1.8.10 on loopback, started by the harness. Command:
-`+"`go run ./bench/reportscale -hosts %d -gpus %d -days %d -raw-window %v`"+`. Simulated fleet
+`+"`go run ./bench/reportscale -hosts %d -gpus %d -days %d -raw-window %v -ragged %v`"+`. Simulated fleet
 (sim/fleetsim): a daily load wave, 2-minute phases, every fifth host with 2 unused GPUs.
 
 | loaded | points | time | points/s |
@@ -293,7 +297,7 @@ Taken %s on %d CPU cores, %s; InfluxDB 1.8.10 on loopback, started by the harnes
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 %s
 <!-- /report-scale -->
-`, *hosts, *gpus, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), *hosts, *gpus, *days, *rawWindow,
+`, *hosts, *gpus, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), *hosts, *gpus, *days, *rawWindow, *ragged,
 		strings.Join(loads, "\n"), strings.Join(rows, "\n"))
 	return rewriteSection(*results, "report-scale", "", section)
 }
