@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/url"
 	"strings"
@@ -60,6 +61,7 @@ type Answer struct {
 	timer   *time.Timer // nil: no timeout
 	timeout time.Duration
 	status  string
+	packed  bool // MessagePack, not JSON
 	body    io.ReadCloser
 	br      *bufio.Reader
 	sent    time.Time
@@ -91,6 +93,9 @@ func (c *Client) Open(ctx context.Context, q string) (*Answer, error) {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	// MessagePack where the server speaks it (InfluxDB 1.x), else JSON:
+	// the answer says which (Each).
+	req.Header.Set("Accept", influxql.ContentTypeMsgpack+", application/json;q=0.9")
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Token "+c.Token)
 	}
@@ -102,6 +107,7 @@ func (c *Client) Open(ctx context.Context, q string) (*Answer, error) {
 		return nil, fmt.Errorf("influx query: %w", err)
 	}
 	a.status, a.body = resp.Status, resp.Body
+	a.packed = mediaType(resp.Header.Get("Content-Type")) == influxql.ContentTypeMsgpack
 	a.br = bufio.NewReaderSize(resp.Body, 32<<10)
 	if _, err := a.br.Peek(1); err != nil && !errors.Is(err, io.EOF) {
 		err = a.cause(err)
@@ -135,7 +141,11 @@ func (a *Answer) Each(each func(influxql.Series) error) error {
 	var head bytes.Buffer // the first bytes, to show a body that is no answer
 	n := &countingReader{r: io.TeeReader(a.br, &limitedBuffer{&head, 200})}
 	var eachErr error
-	err := influxql.Each(n, func(s influxql.Series) error {
+	read := influxql.Each
+	if a.packed {
+		read = influxql.EachMsgpack
+	}
+	err := read(n, func(s influxql.Series) error {
 		eachErr = each(s)
 		return eachErr
 	})
@@ -153,6 +163,15 @@ func (a *Answer) Each(each func(influxql.Series) error) error {
 		return fmt.Errorf("influx query: HTTP %s: %.200s", a.status, head.Bytes())
 	}
 	return fmt.Errorf("influx query: %w", err)
+}
+
+// mediaType is a Content-Type without its parameters.
+func mediaType(ct string) string {
+	t, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return ""
+	}
+	return t
 }
 
 // Close drops the answer; reading it after is an error.

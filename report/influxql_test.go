@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tpsmon/tpsmon/internal/influxql"
+	"github.com/tpsmon/tpsmon/testkit/influxtest"
 )
 
 // one is an answer of one series named name.
@@ -167,5 +168,72 @@ func TestAheadTakesInAnyOrder(t *testing.T) {
 		if _, _, err := a.take(f.text); err == nil || !strings.Contains(err.Error(), "influx query") {
 			t.Errorf("take %s: %v, want the failed query's error", f.text, err)
 		}
+	}
+}
+
+// jsonOnly drops the Accept header, as a server without MessagePack
+// ignores it: the answer comes as JSON.
+type jsonOnly struct{}
+
+func (jsonOnly) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Del("Accept")
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestMsgpackAnswersAsJSON: InfluxDB 1.8's MessagePack answers read as
+// its JSON ones do, series by series and value by value, errors too.
+func TestMsgpackAnswersAsJSON(t *testing.T) {
+	t.Parallel()
+	base := influxtest.URL(t)
+	db := influxtest.CreateDB(t, base, "msgpack")
+	influxtest.Write(t, base, db, strings.Join([]string{
+		`m,host=a,server=s\ 1 f=1.5,i=12345678901234567i,s="ok, \"quoted\";a=1",b=true 1700000000000`,
+		`m,host=a,server=s\ 1 f=-2e300,i=-3i,s="",b=false 1700000010000`,
+		`m,host=b,server=é f=0,i=0i,s="x" 1700000020000`,
+	}, "\n"))
+	packed := NewClient(base, db, "", 30*time.Second)
+	plain := NewClient(base, db, "", 30*time.Second)
+	plain.HTTP = &http.Client{Transport: jsonOnly{}}
+	for i, q := range []string{
+		`SELECT * FROM m GROUP BY *`,
+		`SELECT mean(f), sum(i), count(s), median(f), last(b) FROM m WHERE time >= 1699999990s AND time < 1700000030s GROUP BY time(10s), host fill(none)`,
+		`SELECT f FROM m WHERE s = 'none'`,
+		`SELECT nosuch FROM m`,
+		`SELECT FROM`,
+		`SELECT * FROM "nosuchdb".."m"`,
+	} {
+		p, pErr := packed.Query(context.Background(), q)
+		j, jErr := plain.Query(context.Background(), q)
+		if fmt.Sprint(pErr) != fmt.Sprint(jErr) {
+			t.Errorf("%s: MessagePack's error %v, JSON's %v", q, pErr, jErr)
+		}
+		if len(p) != len(j) || i < 2 && len(j) < 2 {
+			t.Fatalf("%s: %d series, JSON's %d", q, len(p), len(j))
+		}
+		for i := range j {
+			if p[i].Name != j[i].Name || !slices.Equal(p[i].Columns, j[i].Columns) || fmt.Sprint(p[i].Tags) != fmt.Sprint(j[i].Tags) || len(p[i].Values) != len(j[i].Values) {
+				t.Fatalf("%s: series %d %+v, JSON's %+v", q, i, p[i], j[i])
+			}
+			for r := range j[i].Values {
+				for c := range j[i].Values[r] {
+					pv, jv := p[i].Values[r][c], j[i].Values[r][c]
+					pn, pok := influxql.Num(pv)
+					jn, jok := influxql.Num(jv)
+					if pok != jok || pok && pn != jn || !pok && pv != jv {
+						t.Errorf("%s: row %d %s: %#v, JSON's %#v", q, r, p[i].Columns[c], pv, jv)
+					}
+				}
+			}
+		}
+	}
+	// The first answer was MessagePack indeed.
+	a, err := packed.Open(context.Background(), `SELECT * FROM m`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if !a.packed {
+		t.Error("InfluxDB 1.8 answered in JSON")
 	}
 }

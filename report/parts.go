@@ -112,8 +112,17 @@ var (
 		}
 		return list(sel...)
 	}()
+	// allStateSeconds is every state's seconds alone, for the sums per
+	// interval (rollupSeconds).
+	allStateSeconds = func() string {
+		var sel []string
+		for _, st := range States {
+			sel = append(sel, same("sum", schema.RollupField(st, schema.FieldSeconds)))
+		}
+		return list(sel...)
+	}()
 	StateTimeAll  = Query{Name: "state_time_all", Rollup: strings.Replace(StateTime.Rollup, "SELECT "+stateTime+" ", "SELECT "+allStateTime+" ", 1)}
-	StateTrendAll = Query{Name: "state_trend_all", Rollup: strings.Replace(StateTrend.Rollup, "SELECT "+stateTime+" ", "SELECT "+allStateTime+" ", 1)}
+	StateTrendAll = Query{Name: "state_trend_all", Rollup: strings.Replace(StateTrend.Rollup, "SELECT "+as("sum", stateField(schema.FieldSeconds), colSeconds)+" ", "SELECT "+allStateSeconds+" ", 1)}
 )
 
 // queryState is a query and the $state it is rendered for.

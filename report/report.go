@@ -255,9 +255,9 @@ func (b *builder) seriesRows(name, text string, each func(tags map[string]string
 }
 
 // fetches are the queries build will run, rendered, in about the order
-// its steps take them (the totals of each part, then the series per
-// interval); a query that does not render is left to its step, which
-// returns the error.
+// its steps take them (the curve, the totals of each part, then the
+// series per interval); a query that does not render is left to its
+// step, which returns the error.
 func (b *builder) fetches() []fetch {
 	type qs = queryState
 	raw := b.f.Level == "" || b.f.Level == Raw
@@ -266,6 +266,9 @@ func (b *builder) fetches() []fetch {
 		if text, err := f.Render(x.q, x.state); err == nil {
 			out = append(out, fetch{x.q.Name, text})
 		}
+	}
+	for _, part := range b.curveParts {
+		add(part.f, qs{q: part.q})
 	}
 	for _, part := range b.totalParts() {
 		for _, x := range []qs{{q: LostThroughput}, {q: GPUTime}, {q: GPUIdle}, {q: ServerTotals}} {
@@ -276,9 +279,6 @@ func (b *builder) fetches() []fetch {
 		}
 	}
 	if raw {
-		for _, part := range b.curveParts {
-			add(part.f, qs{q: part.q})
-		}
 		for _, part := range b.latParts {
 			add(part, qs{q: LatencyBuckets})
 			add(part, qs{q: AttainmentBuckets})
@@ -295,11 +295,6 @@ func (b *builder) fetches() []fetch {
 	for _, part := range b.trendParts() {
 		for _, x := range append([]qs{{q: FleetGPU}}, append(stateQueries(part, StateTrend, StateTrendAll), qs{q: UnusedTrend}, qs{q: FleetTokens})...) {
 			add(part, x)
-		}
-	}
-	if !raw {
-		for _, part := range b.curveParts {
-			add(part.f, qs{q: part.q})
 		}
 	}
 	return out
@@ -380,13 +375,16 @@ func (b *builder) build(o Options) error {
 	}
 	b.ahead = openAhead(b.ctx, b.c, b.fetches())
 	defer b.ahead.close()
-	for _, step := range []func() error{b.stateTime, b.gpuTime, b.gpuIdle} {
+	// The operating curve first: its answer is the largest (a 90-day
+	// range's daily cells are tens of MB), and read while InfluxDB runs
+	// the others it ends no later than they do.
+	for _, step := range []func() error{func() error { return b.operatingCurve(o.floor()) }, b.stateTime, b.gpuTime, b.gpuIdle} {
 		if err := step(); err != nil {
 			return err
 		}
 	}
 	b.waste()
-	for _, step := range []func() error{b.efficiency, b.serverSeries, b.fleet, b.suspects, b.latency, b.lost, func() error { return b.operatingCurve(o.floor()) }} {
+	for _, step := range []func() error{b.efficiency, b.serverSeries, b.fleet, b.suspects, b.latency, b.lost} {
 		if err := step(); err != nil {
 			return err
 		}

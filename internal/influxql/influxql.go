@@ -37,7 +37,8 @@ func (s Series) Rows() []map[string]any {
 var ErrUndecodable = errors.New("not an InfluxQL answer")
 
 // Decode reads a /query answer and returns the series of its first
-// statement. Numbers stay json.Number, exact until Num reads them. An
+// statement. Numbers stay json.Number, exact until Num reads them (a
+// MessagePack answer's are int64, uint64 or float64). An
 // error the server reported comes back as its message.
 func Decode(body []byte) ([]Series, error) {
 	var out []Series
@@ -231,6 +232,10 @@ func Num(v any) (float64, bool) {
 	case json.Number:
 		f, err := x.Float64()
 		return f, err == nil
+	case int64: // MessagePack's
+		return float64(x), true
+	case uint64:
+		return float64(x), true
 	}
 	return 0, false
 }

@@ -1,13 +1,19 @@
 package influxql
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/tinylib/msgp/msgp"
 )
 
 func TestDecode(t *testing.T) {
@@ -104,5 +110,122 @@ func TestRowsAndNum(t *testing.T) {
 	}
 	if _, ok := Num(json.Number("1e")); ok {
 		t.Error("a malformed number read")
+	}
+}
+
+// packJSON writes a JSON answer as InfluxDB's MessagePack writer would:
+// the same maps, arrays and values, an integer as one.
+func packJSON(t *testing.T, body string) []byte {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("%s: %v", body, err)
+	}
+	var buf bytes.Buffer
+	w := msgp.NewWriter(&buf)
+	var put func(v any)
+	put = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			w.WriteMapHeader(uint32(len(x)))
+			for _, k := range slices.Sorted(maps.Keys(x)) {
+				w.WriteString(k)
+				put(x[k])
+			}
+		case []any:
+			w.WriteArrayHeader(uint32(len(x)))
+			for _, e := range x {
+				put(e)
+			}
+		case json.Number:
+			if i, err := x.Int64(); err == nil {
+				w.WriteInt64(i)
+			} else {
+				f, _ := x.Float64()
+				w.WriteFloat64(f)
+			}
+		default:
+			if err := w.WriteIntf(x); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	put(v)
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestEachMsgpack: a MessagePack answer reads as its JSON twin does,
+// numbers as their values; what is no answer is said so.
+func TestEachMsgpack(t *testing.T) {
+	for _, body := range []string{
+		`{"results":[{"statement_id":0,"series":[{"name":"tpsmon_server","tags":{"server":"a","host":"h"},"columns":["time","tokens","tps","state","up","none"],"values":[[1700000000,12345678901234567,2.5,"ok",true,null],[1700000010,-3,1e300,"",false,null]]}]},{"statement_id":1,"series":[{"name":"other"}]}]}`,
+		`{"results":[{"statement_id":0}]}`,
+		`{"x":{"y":[1]},"results":[{"series":[{"values":[[1]],"name":"m","extra":true}],"statement_id":0,"partial":false}]}`,
+		`{"results":[{"statement_id":0,"series":[{"name":"a"}],"error":"partial: timeout"}]}`,
+		`{"results":[{"statement_id":0,"messages":[{"level":"warning","text":"deprecated"}],"series":[{"name":"a","columns":["time"],"values":[[1]]}]}]}`,
+		`{"results":[]}`,
+		`{"results":[{"statement_id":0,"error":"database not found: x"}]}`,
+		`{"error":"error parsing query: found EOF"}`,
+	} {
+		var want []Series
+		wantErr := Each(strings.NewReader(body), func(s Series) error { want = append(want, s); return nil })
+		var got []Series
+		err := EachMsgpack(bytes.NewReader(packJSON(t, body)), func(s Series) error { got = append(got, s); return nil })
+		if fmt.Sprint(err) != fmt.Sprint(wantErr) {
+			t.Errorf("%s: error %v, JSON's %v", body, err, wantErr)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d series, JSON's %d", body, len(got), len(want))
+		}
+		for i := range want {
+			g, w := got[i], want[i]
+			if g.Name != w.Name || !reflect.DeepEqual(g.Columns, w.Columns) || len(g.Values) != len(w.Values) || len(g.Tags) != len(w.Tags) {
+				t.Fatalf("%s: series %d %#v, JSON's %#v", body, i, g, w)
+			}
+			for k, v := range w.Tags {
+				if g.Tags[k] != v {
+					t.Errorf("%s: tag %s %q, JSON's %q", body, k, g.Tags[k], v)
+				}
+			}
+			for r := range w.Values {
+				for c := range w.Values[r] {
+					gv, wv := g.Values[r][c], w.Values[r][c]
+					gn, gok := Num(gv)
+					wn, wok := Num(wv)
+					if gok != wok || gok && gn != wn || !gok && gv != wv {
+						t.Errorf("%s: cell %d,%d %#v, JSON's %#v", body, r, c, gv, wv)
+					}
+				}
+			}
+		}
+	}
+	good := packJSON(t, `{"results":[{"statement_id":0,"series":[{"name":"x","columns":["a"],"values":[[1],[2]]}]}]}`)
+	nested := packJSON(t, `{"results":[{"statement_id":0,"series":[{"name":"x","columns":["a"],"values":[[[1]]]}]}]}`)
+	for name, body := range map[string][]byte{
+		"truncated":             good[:len(good)-3],
+		"more after the answer": append(append([]byte{}, good...), good...),
+		"a proxy's page":        []byte(`<html>502 Bad Gateway</html>`),
+		"a list in a cell":      nested,
+		"empty":                 nil,
+	} {
+		err := EachMsgpack(bytes.NewReader(body), func(Series) error { return nil })
+		if !errors.Is(err, ErrUndecodable) {
+			t.Errorf("%s: error %v, want undecodable", name, err)
+		}
+	}
+	// A reader that fails is told from a bad answer; each's error ends it.
+	boom := errors.New("connection reset")
+	err := EachMsgpack(io.MultiReader(bytes.NewReader(good[:10]), iotest.ErrReader(boom)), func(Series) error { return nil })
+	if !errors.Is(err, boom) || errors.Is(err, ErrUndecodable) {
+		t.Errorf("error %v, want the reader's, not undecodable", err)
+	}
+	stop := errors.New("enough")
+	if err := EachMsgpack(bytes.NewReader(good), func(Series) error { return stop }); err != stop {
+		t.Errorf("each's error came back as %v", err)
 	}
 }
