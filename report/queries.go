@@ -100,7 +100,7 @@ var (
 	// is timed): InfluxDB's cost is per field read, and a third field
 	// was 40 % of the fleet's GPU time per interval over 30 days.
 	rollupSeconds = as("sum", schema.FieldSeconds, colSeconds)
-	stateTime = list(as("sum", stateField(schema.FieldWindows), colWindows), as("sum", stateField(schema.FieldSeconds), colSeconds),
+	stateTime     = list(as("sum", stateField(schema.FieldWindows), colWindows), as("sum", stateField(schema.FieldSeconds), colSeconds),
 		as("sum", stateField(schema.FieldWindows), colTimed))
 )
 
