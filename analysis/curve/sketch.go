@@ -68,8 +68,6 @@ func (s *sketch) merge(o *sketch) {
 	}
 }
 
-func (s *sketch) empty() bool { return s.zeros == 0 && len(s.counts) == 0 }
-
 // dist is the sketch as values standing for their windows.
 func (s *sketch) dist() dist {
 	var d dist
