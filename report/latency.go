@@ -336,6 +336,9 @@ func (b *builder) latency() error {
 // Rollups written before they carried latency have none: their hours
 // are read from the raw windows (withField).
 func (b *builder) latencyParts() ([]Filter, error) {
+	if b.f.Level != Raw && b.f.Level != "" {
+		return nil, nil // no latency (latency)
+	}
 	if co, ok := coarser[b.f.Level]; !ok || b.f.Interval != co.every {
 		return []Filter{b.f}, nil
 	}
