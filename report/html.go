@@ -1,12 +1,13 @@
 package report
 
 import (
+	"context"
 	"fmt"
 	"html/template"
 	"io"
 	"math"
 	"sort"
-	"sync"
+	"strings"
 	"time"
 
 	"github.com/tpsmon/tpsmon/schema"
@@ -219,85 +220,81 @@ func headOf[T any](s []T, n int) ([]T, int) {
 	return s[:n], len(s) - n
 }
 
-// page is parsed on first use: the daemon links this package (its
-// commands share one binary) and would otherwise keep the parsed template
-// on its heap for nothing.
-var page = sync.OnceValue(func() *template.Template {
-	return template.Must(template.New("report").Funcs(template.FuncMap{
-		"pct": func(v float64) string { return fmt.Sprintf("%.0f%%", 100*v) },
-		"f1":  func(v float64) string { return fmt.Sprintf("%.1f", v) },
-		"num": short,
-		"opt": func(v *float64) string {
-			if v == nil {
-				return "–"
-			}
-			return short(*v)
-		},
-		"money": money,
-		"deref": func(v *float64) float64 { return *v },
-		"color": func(s string) string { return stateColor[s] },
-		"share": func(m map[string]float64, st string) string {
-			if m[st] == 0 {
-				return ""
-			}
-			return fmt.Sprintf("%.0f%%", 100*m[st])
-		},
-	}).Parse(`<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>tpsmon report {{.From.Format "2006-01-02 15:04"}} – {{.To.Format "2006-01-02 15:04"}}</title>
-<style>
-body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d2330;background:#fff;max-width:1120px}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #dde}h3{font-size:15px;margin:16px 0 4px}
-.sub{color:#5a6275}ul.f li{margin:4px 0}table{border-collapse:collapse;margin:6px 0}
-td:first-child{white-space:nowrap}td,th{padding:3px 10px;border-bottom:1px solid #eef;text-align:left}th{background:#f4f5fa}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
-.chart{width:520px;height:190px;margin:4px 8px 4px 0;background:#fafbfe;border:1px solid #e4e6ef}
-.t{font-size:12px;fill:#1d2330;font-weight:600}.l{font-size:9.5px;fill:#5a6275}.u{font-size:9.5px;fill:#1d2330}.n{font-size:12px;fill:#99a}
-.a{stroke:#99a;stroke-width:1}.g{stroke:#e6e8f0;stroke-width:1}
-.kpi{display:flex;flex-wrap:wrap;gap:10px;margin:12px 0}.kpi div{background:#f4f5fa;border-radius:6px;padding:8px 12px;min-width:120px}
-.kpi b{display:block;font-size:19px}.kpi span{color:#5a6275;font-size:12px}.sw{display:inline-block;width:10px;height:10px;margin-right:5px;border-radius:2px}
-.more{color:#5a6275;font-size:12px}
-</style></head><body>
-<h1>Is this hardware turning into tokens?</h1>
-<div class="sub">{{.From.Format "2006-01-02 15:04 MST"}} – {{.To.Format "2006-01-02 15:04 MST"}}{{if .Host}} · host {{.Host}}{{end}}{{if .Server}} · server {{.Server}}{{end}} · {{if eq .Level "raw"}}raw windows{{if .Window}} of {{.Window}}{{end}}{{else}}{{.Level}} rollups{{end}} · {{.Interval}} buckets</div>
-<div class="kpi">
-<div><b>{{num .GPUHours}}</b><span>GPU-hours observed</span></div>
-<div><b>{{num .Tokens}}</b><span>tokens generated</span></div>
-<div><b>{{opt .TokensPerGPUHour}}</b><span>tokens per GPU-hour</span></div>
-<div><b>{{opt .TokensPerJoule}}</b><span>tokens per joule</span></div>
-{{if .Cost}}<div><b>{{money .Cost}}</b><span>cost of the GPU-hours</span></div>
-<div><b>{{money .CostPerMillionToken}}</b><span>cost per million tokens</span></div>{{end}}
-</div>
-{{if .LatencyNote}}<p class="more">{{.LatencyNote}}.</p>{{end}}
-{{if .Unpriced}}<p class="more">No price for GPU model(s): {{range $i, $m := .Unpriced}}{{if $i}}, {{end}}{{if $m}}{{$m}}{{else}}(unnamed){{end}}{{end}} — not in the cost.</p>{{end}}
-<h2>Findings</h2><ul class="f">{{range .Findings}}<li>{{.}}</li>{{end}}</ul>
-<h2>GPU-hours by state</h2>
-<table><tr><th>state</th><th class="n">GPU-hours</th><th class="n">share</th><th>most of it</th></tr>
-{{range .Waste}}<tr><td><span class="sw" style="background:{{color .State}}"></span>{{.State}}</td><td class="n">{{f1 .GPUHours}}</td><td class="n">{{pct .Share}}</td><td>{{range $i, $b := .By}}{{if lt $i 4}}{{if $i}}, {{end}}{{if $b.Server}}{{$b.Server}} on {{$b.Host}}{{else}}gpu {{$b.GPU}} ({{$b.UUID}}) on {{$b.Host}}{{end}}: {{f1 $b.GPUHours}} h{{end}}{{end}}{{if gt (len .By) 4}} … {{len .By}} in all{{end}}</td></tr>{{end}}
-</table>
-<h2>Fleet</h2>
-{{range .Fleet}}{{.}}{{end}}
-<h2>Servers, lowest tokens per GPU-hour first</h2>
-<table><tr><th>host</th><th>server</th><th>GPUs</th><th class="n">tokens</th><th class="n">GPU-hours</th><th class="n">tokens / GPU-hour</th><th class="n">tokens / joule</th>{{range .States}}{{if ne . "unused"}}<th class="n">{{.}}</th>{{end}}{{end}}</tr>
-{{range .WorstServers}}{{$s := .}}<tr><td>{{.Host}}</td><td>{{.Server}}</td><td>{{.GPUs}}</td><td class="n">{{num .Tokens}}</td><td class="n">{{f1 .GPUHours}}</td><td class="n">{{opt .TokensPerGPUHour}}</td><td class="n">{{opt .TokensPerJoule}}</td>{{range $.States}}{{if ne . "unused"}}<td class="n">{{share $s.StateShare .}}</td>{{end}}{{end}}</tr>{{end}}
-</table>{{if .MoreServers}}<p class="more">{{.MoreServers}} more servers in --format json.</p>{{end}}
-{{if .LostGPUHours}}<h2>Servers by throughput lost below the decode ceiling, most GPU-hours first</h2>
-<p class="more">Per window, the system tokens/s the GPUs could give at its running requests (the ceiling) less what it gave, never below zero; over the windows that carry a ceiling. GPU-hours: the share of the GPUs' time the same tokens would not have needed.{{if .WindowsWithoutCeiling}} {{.WindowsWithoutCeiling}} windows had no ceiling.{{end}}</p>
-<table><tr><th>host</th><th>server</th><th>GPUs</th><th class="n">lost GPU-hours</th><th class="n">lost tokens</th><th class="n">of the ceiling</th><th class="n">mean MBU</th><th class="n">above ceiling</th><th class="n">windows with a ceiling</th><th class="n">without</th></tr>
-{{range .LostRows}}<tr><td>{{.Host}}</td><td>{{.Server}}</td><td>{{.GPUs}}</td><td class="n">{{if .LostGPUHours}}{{f1 (deref .LostGPUHours)}}{{else}}–{{end}}</td><td class="n">{{opt .LostTokens}}</td><td class="n">{{if .LostShare}}{{pct (deref .LostShare)}}{{else}}–{{end}}</td><td class="n">{{if .MBU}}{{pct (deref .MBU)}}{{else}}–{{end}}</td><td class="n">{{num .AboveCeilingTokens}}</td><td class="n">{{.CeilingWindows}}</td><td class="n">{{.WindowsWithoutCeiling}}</td></tr>{{end}}
-</table>{{if .MoreLost}}<p class="more">{{.MoreLost}} more servers in --format json.</p>{{end}}{{end}}
-<h2>GPUs, most idle GPU-hours first</h2>
-<table><tr><th>host</th><th>gpu</th><th>UUID</th><th>model</th><th>server</th><th class="n">hours</th><th class="n">idle (util &lt; 5%)</th><th class="n">mean util</th><th class="n">energy</th></tr>
-{{range .WorstGPUs}}<tr><td>{{.Host}}</td><td>{{.GPU}}</td><td>{{.UUID}}</td><td>{{.Model}}</td><td>{{if .Server}}{{.Server}}{{else}}<em>none</em>{{end}}</td><td class="n">{{f1 .Hours}}</td><td class="n">{{pct .IdleShare}}</td><td class="n">{{f1 .MeanUtil}} %</td><td class="n">{{num .EnergyJ}}J</td></tr>{{end}}
-</table>{{if .MoreGPUs}}<p class="more">{{.MoreGPUs}} more GPUs in --format json.</p>{{end}}
-{{range .ServerCharts}}<h3>{{.Title}}</h3>{{range .Charts}}{{.}}{{end}}{{with .Latency}}
-<p class="more">{{.Note}}</p>
-{{if .Attainment}}<p>SLO attainment over the range: {{.Attainment}}.</p>{{end}}
-{{if .Missed}}<table><tr><th>window under the SLO floor</th><th>time went to</th><th class="n">attainment</th><th class="n">requests</th><th class="n">TTFT p90</th><th class="n">ITL p90</th><th class="n">queue p99</th></tr>
-{{range .Missed}}<tr><td>{{.Time}}</td><td>{{.Phase}}</td><td class="n">{{.Attainment}}</td><td class="n">{{.Requests}}</td><td class="n">{{.TTFT}}</td><td class="n">{{.ITL}}</td><td class="n">{{.Queue}}</td></tr>{{end}}
-</table>{{if .Omitted}}<p class="more">{{.Omitted}} more windows under the floor, not listed: the latest {{len .Missed}} are.</p>{{end}}{{end}}{{end}}{{end}}
-{{if .MoreCharts}}<p class="more">Charts for {{.MoreCharts}} more servers: use --server or --format json.</p>{{end}}
-</body></html>
-`))
-})
+// The page's numbers (page.templ).
+func percent(v float64) string { return fmt.Sprintf("%.0f%%", 100*v) }
+func f1(v float64) string      { return fmt.Sprintf("%.1f", v) }
+
+// optShort, optF1 and optPct write an absent number as a dash.
+func optShort(v *float64) string { return optOf(v, short) }
+func optF1(v *float64) string    { return optOf(v, f1) }
+func optPct(v *float64) string   { return optOf(v, percent) }
+
+func optOf(v *float64, f func(float64) string) string {
+	if v == nil {
+		return "–"
+	}
+	return f(*v)
+}
+
+// stateShare is a server's share of its time in state st, blank for none.
+func stateShare(m map[string]float64, st string) string {
+	if m[st] == 0 {
+		return ""
+	}
+	return percent(m[st])
+}
+
+// subtitle says the range, its filters and what it was read from.
+func (v *view) subtitle() string {
+	s := v.From.Format("2006-01-02 15:04 MST") + " – " + v.To.Format("2006-01-02 15:04 MST")
+	if v.Host != "" {
+		s += " · host " + v.Host
+	}
+	if v.Server != "" {
+		s += " · server " + v.Server
+	}
+	if v.Level == Raw {
+		s += " · raw windows"
+		if v.Window != "" {
+			s += " of " + v.Window
+		}
+	} else {
+		s += " · " + v.Level + " rollups"
+	}
+	return s + " · " + v.Interval + " buckets"
+}
+
+// unpricedList names the GPU models without a price.
+func (v *view) unpricedList() string {
+	names := make([]string, len(v.Unpriced))
+	for i, m := range v.Unpriced {
+		names[i] = m
+		if m == "" {
+			names[i] = "(unnamed)"
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// mostOf names the four that spent most of a state's GPU-hours.
+func mostOf(w StateHours) string {
+	var parts []string
+	for i, b := range w.By {
+		if i == 4 {
+			break
+		}
+		who := fmt.Sprintf("gpu %s (%s) on %s", b.GPU, b.UUID, b.Host)
+		if b.Server != "" {
+			who = b.Server + " on " + b.Host
+		}
+		parts = append(parts, fmt.Sprintf("%s: %s h", who, f1(b.GPUHours)))
+	}
+	s := strings.Join(parts, ", ")
+	if len(w.By) > 4 {
+		s += fmt.Sprintf(" … %d in all", len(w.By))
+	}
+	return s
+}
 
 // WriteHTML writes the report as one self-contained page: no script, no
 // network resource, charts as inline SVG.
@@ -306,5 +303,5 @@ func WriteHTML(w io.Writer, r *Report) error {
 	if err != nil {
 		return err
 	}
-	return page().Execute(w, v)
+	return pageHTML(v).Render(context.Background(), w)
 }

@@ -51,9 +51,19 @@ func newRoot() *cobra.Command {
 		Short:         "Is this GPU turning into tokens? GPU and inference-server telemetry, joined, into InfluxDB.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       version,
+		// --version is ours, not cobra's: cobra prints its own line through
+		// text/template, whose method calls by name keep every exported
+		// method of every type in the binary (4.3 MB with the report's
+		// page, which templ writes instead).
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if v, _ := cmd.Flags().GetBool("version"); v {
+				_, err := fmt.Fprint(cmd.OutOrStdout(), versionLine())
+				return err
+			}
+			return cmd.Help()
+		},
 	}
-	root.SetVersionTemplate(versionLine())
+	root.Flags().BoolP("version", "v", false, "print the version")
 	root.AddCommand(newRunCmd(), newDemoCmd(), newReplayCmd(), newCheckCmd(), newReportCmd(), newRollupCmd(), newTopCmd(), newRooflineCmd(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
