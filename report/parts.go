@@ -148,13 +148,23 @@ func stateQueries(f Filter, q, all Query) []queryState {
 // (windows, seconds, timed, time) whichever query read them.
 func (b *builder) stateRows(parts []Filter, q, all Query, each func(st string, tags map[string]string, row map[string]any) error) error {
 	for _, part := range parts {
-		for _, x := range stateQueries(part, q, all) {
+		bucketed := b.perBucket(part) && q.Name == StateTime.Name
+		pq := q
+		if bucketed {
+			pq = b.totals(part, q)
+		}
+		for _, x := range stateQueries(part, pq, all) {
 			text, err := part.Render(x.q, x.state)
 			if err != nil {
 				return err
 			}
 			err = b.seriesRows(x.q.Name, text, func(tags map[string]string, row map[string]any) error {
 				if x.state != "" {
+					if bucketed {
+						if err := b.addToFleet(q, x.state, tags, row); err != nil {
+							return err
+						}
+					}
 					return each(x.state, tags, row)
 				}
 				for _, st := range States {
@@ -186,13 +196,25 @@ func (b *builder) totalRows(q Query, state string, each func(tags map[string]str
 
 // partRows runs q for state over each of parts, in order, and hands each
 // row of each series, with the series' tags, to each.
+// Totals read per bucket (perBucket) add to the fleet's series too.
 func (b *builder) partRows(parts []Filter, q Query, state string, each func(tags map[string]string, row map[string]any) error) error {
 	for _, part := range parts {
-		text, err := part.Render(q, state)
+		pq := q
+		do := each
+		if b.perBucket(part) && (q.Name == GPUTime.Name || q.Name == ServerTotals.Name) {
+			pq = b.totals(part, q)
+			do = func(tags map[string]string, row map[string]any) error {
+				if err := b.addToFleet(q, state, tags, row); err != nil {
+					return err
+				}
+				return each(tags, row)
+			}
+		}
+		text, err := part.Render(pq, state)
 		if err != nil {
 			return err
 		}
-		if err := b.seriesRows(q.Name, text, each); err != nil {
+		if err := b.seriesRows(q.Name, text, do); err != nil {
 			return err
 		}
 	}
@@ -268,5 +290,5 @@ func appendPart(parts []Filter, p Filter) []Filter {
 // trendRows runs a per-interval sums query over each of trendParts and
 // hands each row to each; rows of one bucket come from one part.
 func (b *builder) trendRows(q Query, each func(tags map[string]string, row map[string]any) error) error {
-	return b.partRows(b.trendParts(), q, "", each)
+	return b.partRows(b.ownTrendParts(), q, "", each)
 }
