@@ -59,12 +59,24 @@ func (s *sketch) add(v, w float64) {
 	s.counts[k-s.lo] += w
 }
 
+// merge adds o's counts, bucket by bucket (both use one mapping).
 func (s *sketch) merge(o *sketch) {
 	s.zeros += o.zeros
-	for i, c := range o.counts {
-		if c != 0 {
-			s.add(sketchValue(o.lo+i), c)
-		}
+	if len(o.counts) == 0 {
+		return
+	}
+	if len(s.counts) == 0 {
+		s.lo, s.counts = o.lo, append([]float64(nil), o.counts...)
+		return
+	}
+	lo, hi := min(s.lo, o.lo), max(s.lo+len(s.counts), o.lo+len(o.counts))
+	if lo < s.lo || hi > s.lo+len(s.counts) {
+		c := make([]float64, hi-lo)
+		copy(c[s.lo-lo:], s.counts)
+		s.lo, s.counts = lo, c
+	}
+	for i, n := range o.counts {
+		s.counts[o.lo+i-s.lo] += n
 	}
 }
 
@@ -138,16 +150,18 @@ func parseSketch(t string) (sketch, error) {
 	if err != nil || k < sketchIndex(sketchMin)-1 || k > sketchIndex(maxRate)+1 {
 		return s, fmt.Errorf("sketch %q: first bucket %q", t, lo)
 	}
-	parts := strings.Split(counts, "/")
-	if len(parts) > maxSketchBuckets || k+len(parts) > sketchIndex(maxRate)+2 {
-		return s, fmt.Errorf("sketch %q: %d buckets", t, len(parts))
+	n := strings.Count(counts, "/") + 1
+	if n > maxSketchBuckets || k+n > sketchIndex(maxRate)+2 {
+		return s, fmt.Errorf("sketch %q: %d buckets", t, n)
 	}
-	s.lo, s.counts = k, make([]float64, len(parts))
-	for i, p := range parts {
+	s.lo, s.counts = k, make([]float64, n)
+	for i := range n {
+		p, rest, _ := strings.Cut(counts, "/")
+		counts = rest
 		if p == "" {
 			continue
 		}
-		v, err := strconv.ParseFloat(p, 64)
+		v, err := count(p)
 		if err != nil || !(v > 0) || math.IsInf(v, 0) {
 			return s, fmt.Errorf("sketch %q: count %q", t, p)
 		}
@@ -157,4 +171,13 @@ func parseSketch(t string) (sketch, error) {
 		return s, fmt.Errorf("sketch %q: an empty first or last bucket", t)
 	}
 	return s, nil
+}
+
+// count reads a count: a whole number of windows as tpsmon writes it
+// (ParseUint, many times faster than ParseFloat), else any number.
+func count(p string) (float64, error) {
+	if u, err := strconv.ParseUint(p, 10, 53); err == nil {
+		return float64(u), nil
+	}
+	return strconv.ParseFloat(p, 64)
 }
