@@ -41,6 +41,9 @@ var llamaRecordings = []struct {
 	{name: "llamacpp-onefour2", minLoaded: 5, truth: requestArrivals("llamacpp-onefour2")},
 	{name: "llamacpp-mixed", minLoaded: 3, truth: requestArrivals("llamacpp-mixed")},
 	{name: "llamacpp-mixed2", minLoaded: 10, truth: requestArrivals("llamacpp-mixed2")},
+	{name: "llamacpp-mixed3", minLoaded: 10, truth: requestArrivals("llamacpp-mixed3")},
+	{name: "llamacpp-onefour3", minLoaded: 10, truth: requestArrivals("llamacpp-onefour3")},
+	{name: "llamacpp-stairs", minLoaded: 10, truth: requestArrivals("llamacpp-stairs")},
 }
 
 func compact(t *testing.T, name string) tokentruth.Arrivals {
