@@ -22,6 +22,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -55,6 +57,7 @@ func run() error {
 	dash := flag.String("dashboard", "", "instead of the report, time every panel target of this Grafana dashboard file (packaging/grafana/tpsmon.json) as Grafana runs it, now being the loaded data's end, and rewrite the dashboard section")
 	dashBefore := flag.String("dash-before", "", "with -dashboard: time this dashboard file too (an earlier version) and put its timings beside")
 	dashRaw := flag.Duration("dash-raw-window", 0, "with -keep and -dashboard: replace the kept last day of raw windows with windows this long, once (the daemon's default is 10s)")
+	runs := flag.Int("runs", 1, "builds of each range: time, InfluxDB's busy time and the peak heap as min / median / max")
 	ragged := flag.Duration("ragged", 0, "end each report this long before the loaded data's end (under an hour: the rollups then cover all but the range's ragged ends, as when `tpsmon report --since 24h` runs mid-hour)")
 	flag.Parse()
 
@@ -204,102 +207,127 @@ over %v).
 		if r.span > span && r.span > 24*time.Hour {
 			continue
 		}
-		runtime.GC()
-		var before runtime.MemStats
-		runtime.ReadMemStats(&before)
-		var peak atomic.Uint64
-		done := make(chan struct{})
-		sampled := make(chan struct{})
-		go func() { // sample the heap while the report is built
-			defer close(sampled)
-			var m runtime.MemStats
-			for {
-				runtime.ReadMemStats(&m)
-				if m.HeapAlloc > peak.Load() {
-					peak.Store(m.HeapAlloc)
+		var times, busies, peaks []float64
+		one := func() (string, error) {
+			runtime.GC()
+			var before runtime.MemStats
+			runtime.ReadMemStats(&before)
+			var peak atomic.Uint64
+			done := make(chan struct{})
+			sampled := make(chan struct{})
+			go func() { // sample the heap while the report is built
+				defer close(sampled)
+				var m runtime.MemStats
+				for {
+					runtime.ReadMemStats(&m)
+					if m.HeapAlloc > peak.Load() {
+						peak.Store(m.HeapAlloc)
+					}
+					select {
+					case <-done:
+						return
+					case <-time.After(20 * time.Millisecond):
+					}
 				}
-				select {
-				case <-done:
-					return
-				case <-time.After(20 * time.Millisecond):
+			}()
+			var tr report.Trace
+			tctx := report.WithTrace(ctx, &tr)
+			t0 := time.Now()
+			to := end.Add(-*ragged)
+			f, err := report.Plan(tctx, c, report.Filter{From: to.Add(-r.span), To: to})
+			var rep *report.Report
+			if err == nil {
+				rep, err = report.Build(tctx, c, f, report.Options{Prices: map[string]float64{"*": 2.5}})
+			}
+			elapsed := time.Since(t0)
+			close(done)
+			<-sampled
+			if err != nil {
+				return "", fmt.Errorf("report %s: %w", r.name, err)
+			}
+			var after runtime.MemStats
+			runtime.ReadMemStats(&after)
+			// What the report itself holds (its servers' series, its GPUs):
+			// what a heap flat in the answers still grows with.
+			runtime.GC()
+			var kept runtime.MemStats
+			runtime.ReadMemStats(&kept)
+			runtime.KeepAlive(rep)
+			// The operating curve alone: what it adds to the report.
+			t1 := time.Now()
+			curves, _, err := report.OperatingCurves(ctx, c, f, report.DefaultPerUserFloor)
+			if err != nil {
+				return "", fmt.Errorf("curve %s: %w", r.name, err)
+			}
+			curveTime := time.Since(t1)
+			if *check {
+				one, err := report.Build(ctx, c, f, report.Options{Prices: map[string]float64{"*": 2.5}, OneLevel: true})
+				if err != nil {
+					return "", fmt.Errorf("one-level report %s: %w", r.name, err)
 				}
+				n, worst, other, err := compareJSON(rep, one)
+				if err != nil {
+					return "", err
+				}
+				fmt.Fprintf(os.Stderr, "report %s against one level: %d numbers, largest relative difference %.2g, %d other differences\n", r.name, n, worst, other)
 			}
-		}()
-		var tr report.Trace
-		tctx := report.WithTrace(ctx, &tr)
-		t0 := time.Now()
-		to := end.Add(-*ragged)
-		f, err := report.Plan(tctx, c, report.Filter{From: to.Add(-r.span), To: to})
-		var rep *report.Report
-		if err == nil {
-			rep, err = report.Build(tctx, c, f, report.Options{Prices: map[string]float64{"*": 2.5}})
-		}
-		elapsed := time.Since(t0)
-		close(done)
-		<-sampled
-		if err != nil {
-			return fmt.Errorf("report %s: %w", r.name, err)
-		}
-		var after runtime.MemStats
-		runtime.ReadMemStats(&after)
-		// What the report itself holds (its servers' series, its GPUs):
-		// what a heap flat in the answers still grows with.
-		runtime.GC()
-		var kept runtime.MemStats
-		runtime.ReadMemStats(&kept)
-		runtime.KeepAlive(rep)
-		// The operating curve alone: what it adds to the report.
-		t1 := time.Now()
-		curves, _, err := report.OperatingCurves(ctx, c, f, report.DefaultPerUserFloor)
-		if err != nil {
-			return fmt.Errorf("curve %s: %w", r.name, err)
-		}
-		curveTime := time.Since(t1)
-		if *check {
-			one, err := report.Build(ctx, c, f, report.Options{Prices: map[string]float64{"*": 2.5}, OneLevel: true})
-			if err != nil {
-				return fmt.Errorf("one-level report %s: %w", r.name, err)
+			var html strings.Builder
+			if err := report.WriteHTML(&html, rep); err != nil {
+				return "", err
 			}
-			n, worst, other, err := compareJSON(rep, one)
-			if err != nil {
+			busy := tr.InfluxBusy()
+			var decode time.Duration
+			for _, q := range tr.ByName() {
+				decode += q.Decode
+				fmt.Fprintf(os.Stderr, "  %-20s influx %6.2f s  decode %5.2f s  %7d KiB\n", q.Name, q.Influx.Seconds(), q.Decode.Seconds(), q.Bytes/1024)
+			}
+			times = append(times, elapsed.Seconds())
+			busies = append(busies, busy.Seconds())
+			peaks = append(peaks, float64(peak.Load())/(1<<20))
+			fmt.Fprintf(os.Stderr, "report %s: %v, of which the operating curve alone %v\n", r.name, elapsed.Round(10*time.Millisecond), curveTime.Round(10*time.Millisecond))
+			return fmt.Sprintf("| %s | %s, %s buckets | %s s | %s s | %.2f s | %d | %.2f s (%d curves) | %s MiB | %.1f MiB | %.0f MiB | %d | %d | %.0f | %d KiB |", r.name, f.Level, f.Interval,
+				spread(times, 1), spread(busies, 1), decode.Seconds(), len(tr.Queries), curveTime.Seconds(), len(curves), spread(peaks, 0),
+				(float64(kept.HeapAlloc)-float64(before.HeapAlloc))/(1<<20), float64(after.TotalAlloc-before.TotalAlloc)/(1<<20),
+				len(rep.Servers), len(rep.GPUs), rep.GPUHours, html.Len()/1024), nil
+		}
+		var row string
+		for range max(1, *runs) {
+			var err error
+			if row, err = one(); err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "report %s against one level: %d numbers, largest relative difference %.2g, %d other differences\n", r.name, n, worst, other)
 		}
-		var html strings.Builder
-		if err := report.WriteHTML(&html, rep); err != nil {
-			return err
-		}
-		busy := tr.InfluxBusy()
-		var decode time.Duration
-		for _, q := range tr.ByName() {
-			decode += q.Decode
-			fmt.Fprintf(os.Stderr, "  %-20s influx %6.2f s  decode %5.2f s  %7d KiB\n", q.Name, q.Influx.Seconds(), q.Decode.Seconds(), q.Bytes/1024)
-		}
-		rows = append(rows, fmt.Sprintf("| %s | %s, %s buckets | %.1f s | %.1f s (%.0f %%) | %.2f s | %d | %.2f s (%d curves) | %.0f MiB | %.1f MiB | %.0f MiB | %d | %d | %.0f | %d KiB |", r.name, f.Level, f.Interval,
-			elapsed.Seconds(), busy.Seconds(), 100*busy.Seconds()/elapsed.Seconds(), decode.Seconds(), len(tr.Queries), curveTime.Seconds(), len(curves), float64(peak.Load())/(1<<20),
-			(float64(kept.HeapAlloc)-float64(before.HeapAlloc))/(1<<20), float64(after.TotalAlloc-before.TotalAlloc)/(1<<20),
-			len(rep.Servers), len(rep.GPUs), rep.GPUHours, html.Len()/1024))
-		fmt.Fprintf(os.Stderr, "report %s: %v, of which the operating curve alone %v\n", r.name, elapsed.Round(10*time.Millisecond), curveTime.Round(10*time.Millisecond))
+		rows = append(rows, row)
 	}
 	section := fmt.Sprintf(`<!-- report-scale: written by go run ./bench/reportscale -->
 ## Report at fleet scale (%d hosts × %d GPUs)
 
 Taken %s on %d CPU cores, %s; InfluxDB 1.8.10 on loopback, started by the harness. Command:
-`+"`go run ./bench/reportscale -hosts %d -gpus %d -days %d -raw-window %v -ragged %v`"+`. Simulated fleet
+`+"`go run ./bench/reportscale -hosts %d -gpus %d -days %d -raw-window %v -ragged %v -runs %d`"+`. Simulated fleet
 (sim/fleetsim): a daily load wave, 2-minute phases, every fifth host with 2 unused GPUs.
 
 | loaded | points | time | points/s |
 |---|---|---|---|
 %s
 
-| range | series read | time (Plan + Build) | InfluxDB busy (share) | reading | queries | operating curve alone | peak Go heap | the report's own | allocated | servers | GPUs | GPU-hours | HTML |
+| range | series read | time (Plan + Build) | InfluxDB busy | reading | queries | operating curve alone | peak Go heap | the report's own | allocated | servers | GPUs | GPU-hours | HTML |
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 %s
 <!-- /report-scale -->
-`, *hosts, *gpus, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), *hosts, *gpus, *days, *rawWindow, *ragged,
+`, *hosts, *gpus, time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), *hosts, *gpus, *days, *rawWindow, *ragged, *runs,
 		strings.Join(loads, "\n"), strings.Join(rows, "\n"))
 	return rewriteSection(*results, "report-scale", "", section)
+}
+
+// spread is vs as "min / median / max" (one value alone), with prec
+// decimals.
+func spread(vs []float64, prec int) string {
+	s := slices.Sorted(slices.Values(vs))
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', prec, 64) }
+	if len(s) == 1 {
+		return f(s[0])
+	}
+	return f(s[0]) + " / " + f(s[len(s)/2]) + " / " + f(s[len(s)-1])
 }
 
 // compareJSON compares two reports' JSON: how many numbers, the largest
