@@ -341,10 +341,7 @@ func (b *builder) addToFleet(q Query, st string, tags map[string]string, row map
 		if err != nil {
 			return err
 		}
-		p := f.at(row)
-		p.GPUHours += secs / 3600
-		e, _ := influxql.Num(row[schema.FieldEnergyJ])
-		f.energy[p.Time.Unix()] += e
+		p := f.addGPU(secs, row)
 		if tags[schema.TagServer] == "" {
 			p.StateGPUHours[Unused] += secs / 3600
 		}
@@ -841,12 +838,18 @@ func (b *builder) fleetGPU(f *fleetSums) error {
 		if err != nil {
 			return err
 		}
-		p := f.at(row)
-		p.GPUHours += secs / 3600
-		e, _ := influxql.Num(row[schema.FieldEnergyJ])
-		f.energy[p.Time.Unix()] += e
+		f.addGPU(secs, row)
 		return nil
 	})
+}
+
+// addGPU counts a row's GPU time (secs) and energy into its interval.
+func (f *fleetSums) addGPU(secs float64, row map[string]any) *FleetPoint {
+	p := f.at(row)
+	p.GPUHours += secs / 3600
+	e, _ := influxql.Num(row[schema.FieldEnergyJ])
+	f.energy[p.Time.Unix()] += e
+	return p
 }
 
 // fleetStates reads the GPU-hours of each state per interval: the

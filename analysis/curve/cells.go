@@ -2,7 +2,9 @@ package curve
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -451,12 +453,7 @@ func (r *Ranged) Into(b *Builder) {
 			b.AddCell(x)
 		}
 	}
-	fids := make([]string, 0, len(r.frontiers))
-	for id := range r.frontiers {
-		fids = append(fids, id)
-	}
-	sort.Strings(fids)
-	for _, id := range fids {
+	for _, id := range slices.Sorted(maps.Keys(r.frontiers)) {
 		f := r.frontiers[id]
 		c := b.curve(f.key, f.kind)
 		c.pairs = append(c.pairs, f.pairs...)

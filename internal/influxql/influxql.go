@@ -69,17 +69,24 @@ func Each(r io.Reader, each func(Series) error) error {
 			err = fmt.Errorf("%w: more after the answer", ErrUndecodable)
 		}
 	}
+	return outcome(err, src, d.eachErr, d.reqErr, d.stmtErr)
+}
+
+// outcome is what reading an answer comes to: each's error as it is, the
+// reader's, the walk's, or the server's own (the request's, else its
+// first statement's).
+func outcome(err error, src *readErr, eachErr error, reqErr, stmtErr string) error {
 	switch {
 	case errors.Is(err, errFromEach):
-		return d.eachErr
+		return eachErr
 	case src.err != nil:
 		return fmt.Errorf("reading the answer: %w", src.err)
 	case err != nil:
 		return err
-	case d.reqErr != "":
-		return errors.New(d.reqErr)
-	case d.stmtErr != "":
-		return errors.New(d.stmtErr)
+	case reqErr != "":
+		return errors.New(reqErr)
+	case stmtErr != "":
+		return errors.New(stmtErr)
 	}
 	return nil
 }

@@ -26,19 +26,7 @@ func EachMsgpack(r io.Reader, each func(Series) error) error {
 			err = fmt.Errorf("%w: more after the answer", ErrUndecodable)
 		}
 	}
-	switch {
-	case errors.Is(err, errFromEach):
-		return a.eachErr
-	case src.err != nil:
-		return fmt.Errorf("reading the answer: %w", src.err)
-	case err != nil:
-		return err
-	case a.reqErr != "":
-		return errors.New(a.reqErr)
-	case a.stmtErr != "":
-		return errors.New(a.stmtErr)
-	}
-	return nil
+	return outcome(err, src, a.eachErr, a.reqErr, a.stmtErr)
 }
 
 // packed walks one MessagePack answer as answer walks a JSON one.
