@@ -129,14 +129,30 @@ func TestFastPathEqualsOneLevel(t *testing.T) {
 			build := func(o report.Options) (*report.Report, *recorder) {
 				t.Helper()
 				rec := &recorder{c: report.NewClient(base, db, "", 30*time.Second)}
-				r, err := report.Build(context.Background(), rec, tc.f, o)
+				var tr report.Trace
+				r, err := report.Build(report.WithTrace(context.Background(), &tr), rec, tc.f, o)
 				if err != nil {
 					t.Fatal(err)
+				}
+				// Every query opened (ahead) was read by its step: none
+				// ran in InfluxDB for nothing.
+				if len(tr.Queries) != len(rec.qs) {
+					t.Errorf("%d queries opened, %d read", len(rec.qs), len(tr.Queries))
 				}
 				return r, rec
 			}
 			fast, fq := build(report.Options{Prices: map[string]float64{"*": 2}})
 			slow, sq := build(report.Options{Prices: map[string]float64{"*": 2}, OneLevel: true})
+			// Every query opened ahead is the one its step reads: none
+			// runs twice (a step that renders its query otherwise opens
+			// it again, and InfluxDB runs both).
+			seen := map[string]bool{}
+			for _, q := range fq.qs {
+				if seen[q] {
+					t.Errorf("the fast path ran %s twice", q)
+				}
+				seen[q] = true
+			}
 			if n := fq.read(tc.coarser); n != tc.fastReads {
 				t.Errorf("the fast path read %s %d times, want %d", tc.coarser, n, tc.fastReads)
 			}
