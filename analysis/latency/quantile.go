@@ -121,23 +121,34 @@ func FromHistogram(h Histogram, q float64) Quantile {
 // FromValues returns the exact q-quantile of per-request values (type 7).
 // NaN values are unknown and left out; too few known values give no value.
 func FromValues(values []float64, q float64) Quantile {
-	out := Quantile{Q: q}
-	if err := checkQ(q); err != nil {
-		out.Reason = err.Error()
-		return out
-	}
-	xs := make([]float64, 0, len(values))
+	return fromSorted(sortKnown(values, nil), q)
+}
+
+// sortKnown appends values' known (not NaN) entries to buf[:0] and sorts
+// them: a window's several quantiles of one series share one sort.
+func sortKnown(values, buf []float64) []float64 {
+	xs := buf[:0]
 	for _, v := range values {
 		if !math.IsNaN(v) {
 			xs = append(xs, v)
 		}
+	}
+	slices.Sort(xs)
+	return xs
+}
+
+// fromSorted is FromValues over values already known and sorted.
+func fromSorted(xs []float64, q float64) Quantile {
+	out := Quantile{Q: q}
+	if err := checkQ(q); err != nil {
+		out.Reason = err.Error()
+		return out
 	}
 	out.N = float64(len(xs))
 	if r := enough(q, out.N); r != "" {
 		out.Reason = r
 		return out
 	}
-	slices.Sort(xs)
 	h := float64(len(xs)-1) * q
 	i := int(math.Floor(h))
 	v := xs[i]

@@ -138,9 +138,10 @@ func mean(xs []float64) float64 {
 func (s *Summary) fromRequests(rs []window.RequestTimes, o Objective) {
 	s.Source = SourceRequests
 	n := len(rs)
-	ttft, tpot, e2e, queue, tps := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+	// One array holds the six series.
+	all := make([]float64, 6*n)
+	ttft, tpot, e2e, queue, tps, decode := all[:n:n], all[n:2*n:2*n], all[2*n:3*n:3*n], all[3*n:4*n:4*n], all[4*n:5*n:5*n], all[5*n:]
 	reqs := make([]Request, n)
-	decode := make([]float64, n)
 	basis := sample.NumTTFTBases
 	for i, r := range rs {
 		if r.TTFT >= 0 {
@@ -154,21 +155,19 @@ func (s *Summary) fromRequests(rs []window.RequestTimes, o Objective) {
 		decode[i] = e2e[i] - ttft[i]
 		reqs[i] = Request{TTFT: ttft[i], TPOT: tpot[i], E2E: e2e[i], OutputTokens: known(r.Tokens), Failed: r.Failed}
 	}
-	for i, q := range TTFTQ {
-		s.TTFT[i] = FromValues(ttft, q)
+	// One sort per series, its storage reused by the next.
+	var sorted []float64
+	quantiles := func(values []float64, qs []float64, out []Quantile) {
+		sorted = sortKnown(values, sorted)
+		for i, q := range qs {
+			out[i] = fromSorted(sorted, q)
+		}
 	}
-	for i, q := range ITLQ {
-		s.ITL[i] = FromValues(tpot, q)
-	}
-	for i, q := range E2EQ {
-		s.E2E[i] = FromValues(e2e, q)
-	}
-	for i, q := range QueQ {
-		s.Queue[i] = FromValues(queue, q)
-	}
-	for i, q := range TPSQ {
-		s.PerUserTPS[i] = FromValues(tps, q)
-	}
+	quantiles(ttft, TTFTQ[:], s.TTFT[:])
+	quantiles(tpot, ITLQ[:], s.ITL[:])
+	quantiles(e2e, E2EQ[:], s.E2E[:])
+	quantiles(queue, QueQ[:], s.Queue[:])
+	quantiles(tps, TPSQ[:], s.PerUserTPS[:])
 	s.Attainment = FromRequests(reqs, o)
 	s.MeanQueue, s.MeanPrefill, s.MeanDecode = mean(queue), mean(ttft), mean(decode)
 	if basis < sample.NumTTFTBases {

@@ -140,3 +140,43 @@ func TestLlamaArrivalBounded(t *testing.T) {
 		t.Errorf("kept %d HTTP lines, %d slots, %d requests", len(p.arr.http), len(p.arr.sel), len(p.arr.byKey))
 	}
 }
+
+// TestAutoLogSettles: an auto-detected log settles on the format of its
+// first record. A vLLM log's lines are then scanned for vLLM's needles
+// only and never for llama-server's arrivals; a llama-server log keeps
+// reading its arrivals and its Ollama lines, and a parser told its engine
+// never settles.
+func TestAutoLogSettles(t *testing.T) {
+	const (
+		vllmStat  = "INFO 01-22 18:27:25 metrics.py:449] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 41.7 tokens/s, Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 2.1%, CPU KV cache usage: 0.0%."
+		llamaHTTP = "0.04.188.718 I srv  server_strea: conv_id= (empty=1)"
+		llamaEval = "0.04.354.136 I slot print_timing: id  7 | task 0 |        eval time =     152.69 ms /    64 tokens (    2.42 ms per token,   412.60 tokens per second)"
+	)
+	for _, tc := range []struct {
+		name, engine string
+		lines        []string
+		format       string
+		http         int // arrivals pending after the lines
+	}{
+		{"vLLM, auto", "auto", []string{vllmStat, llamaHTTP}, "vllm", 0},
+		{"llama.cpp, auto", "auto", []string{llamaEval, llamaHTTP}, "llamacpp", 1},
+		{"nothing read yet", "auto", []string{llamaHTTP}, "", 1},
+		{"llama.cpp, told", "llamacpp", []string{llamaEval, llamaHTTP}, "", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := NewParser(tc.engine)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range tc.lines {
+				p.Parse([]byte(l))
+			}
+			if p.format != tc.format || len(p.arr.http) != tc.http {
+				t.Errorf("format %q, %d arrivals pending; want %q, %d", p.format, len(p.arr.http), tc.format, tc.http)
+			}
+			if tc.format != "" && len(p.needles) != len(needleSets[tc.format]) {
+				t.Errorf("%d anchor groups, want %s's %d", len(p.needles), tc.format, len(needleSets[tc.format]))
+			}
+		})
+	}
+}

@@ -62,6 +62,10 @@ type Parser struct {
 	day      dayStart
 	maxLine  int
 	needles  []anchorGroup
+	// format is the log format an auto-detected log's first record showed
+	// ("" before it): the needles narrow to its parser's, and other
+	// formats' fast paths are not tried again.
+	format string
 	// noLlamaFast leaves llama.cpp's lines to the general path (tests
 	// compare the two).
 	noLlamaFast bool
@@ -248,7 +252,7 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 	if p.identifying() {
 		p.identify(line)
 	}
-	if p.engine == engine.VLLM || p.engine == "" {
+	if p.engine == engine.VLLM || p.engine == "" && (p.format == "" || p.format == engine.VLLM) {
 		// The hot path of a busy vLLM log, without regexps or copies.
 		if r, ok, matched := p.vllmFast(line); matched {
 			if ok && p.Timestamps {
@@ -257,13 +261,16 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 					p.lastDate = r.Time
 				}
 			}
-			if ok && p.id.Engine == "" {
-				p.id.Engine = r.Engine
+			if ok {
+				p.settle(engine.VLLM)
+				if p.id.Engine == "" {
+					p.id.Engine = r.Engine
+				}
 			}
 			return r, ok
 		}
 	}
-	if (p.engine == engine.LlamaCpp || p.engine == "") && !p.noLlamaFast {
+	if (p.engine == engine.LlamaCpp || p.engine == "" && p.mayBeLlama()) && !p.noLlamaFast {
 		// The hot path of a busy llama-server log.
 		if r, ok, matched := p.llamaFast(line); matched {
 			if !ok {
@@ -272,7 +279,7 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 			return p.finish(r, line)
 		}
 	}
-	if (p.engine == engine.LlamaCpp || p.engine == "") && p.llamaArrival(line) {
+	if (p.engine == engine.LlamaCpp || p.engine == "" && p.mayBeLlama()) && p.llamaArrival(line) {
 		return Record{}, false
 	}
 	may := p.mayMatch(line)
@@ -283,6 +290,27 @@ func (p *Parser) Parse(line []byte) (r Record, ok bool) {
 		return Record{}, false
 	}
 	return p.finish(r, line)
+}
+
+// settle narrows an auto-detected log's needles to format's parser once
+// a record of it is read: one server's log is one engine's, and every
+// other parser's anchor bytes cost a scan of each line (a busy vLLM log's
+// replay spent a quarter of its time in them).
+func (p *Parser) settle(format string) {
+	if p.engine != "" || p.format != "" {
+		return
+	}
+	if set, ok := needleSets[format]; ok {
+		p.format, p.needles = format, set
+	}
+}
+
+// mayBeLlama tells whether an auto-detected log may hold llama-server's
+// lines: until its first record, and where that was llama.cpp's (Ollama's
+// relayed lines are). A request's arrival is looked for only there: four
+// searches a line cost a busy vLLM log's replay a third of its time.
+func (p *Parser) mayBeLlama() bool {
+	return p.format == "" || p.format == engine.LlamaCpp
 }
 
 // match runs the parsers whose needles the line holds (may: only p's
@@ -328,6 +356,7 @@ func (p *Parser) finish(r Record, line []byte) (Record, bool) {
 	if !r.Time.IsZero() && r.Time.After(p.lastDate) {
 		p.lastDate = r.Time
 	}
+	p.settle(r.Engine)
 	if r.Engine == engine.LlamaCpp && len(p.arr.byKey) > 0 {
 		switch r.Kind {
 		case Request:
