@@ -138,9 +138,9 @@ func mean(xs []float64) float64 {
 func (s *Summary) fromRequests(rs []window.RequestTimes, o Objective) {
 	s.Source = SourceRequests
 	n := len(rs)
-	// One array holds the six series.
-	all := make([]float64, 6*n)
-	ttft, tpot, e2e, queue, tps, decode := all[:n:n], all[n:2*n:2*n], all[2*n:3*n:3*n], all[3*n:4*n:4*n], all[4*n:5*n:5*n], all[5*n:]
+	// One array holds the five series.
+	all := make([]float64, 5*n)
+	ttft, tpot, e2e, queue, decode := all[:n:n], all[n:2*n:2*n], all[2*n:3*n:3*n], all[3*n:4*n:4*n], all[4*n:]
 	reqs := make([]Request, n)
 	basis := sample.NumTTFTBases
 	for i, r := range rs {
@@ -148,10 +148,6 @@ func (s *Summary) fromRequests(rs []window.RequestTimes, o Objective) {
 			basis = min(basis, r.TTFTBasis)
 		}
 		ttft[i], tpot[i], e2e[i], queue[i] = known(r.TTFT), known(r.TPOT), known(r.E2E), known(r.Queue)
-		tps[i] = math.NaN()
-		if tpot[i] > 0 {
-			tps[i] = 1 / tpot[i]
-		}
 		decode[i] = e2e[i] - ttft[i]
 		reqs[i] = Request{TTFT: ttft[i], TPOT: tpot[i], E2E: e2e[i], OutputTokens: known(r.Tokens), Failed: r.Failed}
 	}
@@ -165,9 +161,19 @@ func (s *Summary) fromRequests(rs []window.RequestTimes, o Objective) {
 	}
 	quantiles(ttft, TTFTQ[:], s.TTFT[:])
 	quantiles(tpot, ITLQ[:], s.ITL[:])
+	// Per-user TPS is 1/TPOT of each request with a TPOT above 0: the
+	// sorted TPOTs read backwards, no sort of its own (1/x never reverses
+	// the order of two positive x, so the values and their order are
+	// those a sort of the reciprocals gives).
+	tps := make([]float64, 0, len(sorted))
+	for i := len(sorted) - 1; i >= 0 && sorted[i] > 0; i-- {
+		tps = append(tps, 1/sorted[i])
+	}
+	for i, q := range TPSQ {
+		s.PerUserTPS[i] = fromSorted(tps, q)
+	}
 	quantiles(e2e, E2EQ[:], s.E2E[:])
 	quantiles(queue, QueQ[:], s.Queue[:])
-	quantiles(tps, TPSQ[:], s.PerUserTPS[:])
 	s.Attainment = FromRequests(reqs, o)
 	s.MeanQueue, s.MeanPrefill, s.MeanDecode = mean(queue), mean(ttft), mean(decode)
 	if basis < sample.NumTTFTBases {

@@ -2,6 +2,7 @@ package latency
 
 import (
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -78,5 +79,37 @@ func TestSummarizeTTFTBasis(t *testing.T) {
 	h := window.HistWindow{OK: true, Le: []float64{0.1, 1, math.Inf(1)}, Count: []float64{5, 18, 20}}
 	if got := Summarize(window.Latency{Hists: [sample.NumHists]window.HistWindow{sample.HistTTFT: h}}, Objective{}, 10).TTFTBasis; got != "" {
 		t.Errorf("from a histogram: TTFTBasis %q, want none", got)
+	}
+}
+
+// TestPerUserTPSFromSortedTPOT: a window's per-user TPS quantiles, read
+// from its sorted TPOTs backwards, are those of the reciprocals sorted on
+// their own, value for value, over random windows with unknown, zero and
+// infinite TPOTs among them.
+func TestPerUserTPSFromSortedTPOT(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	odd := []float64{-1, 0, math.Inf(1), 1e-300, 5e-3}
+	for trial := range 500 {
+		n := rng.IntN(40)
+		rs := make([]window.RequestTimes, n)
+		var tps []float64
+		for i := range rs {
+			tpot := rng.ExpFloat64() * 0.02
+			if rng.IntN(5) == 0 {
+				tpot = odd[rng.IntN(len(odd))]
+			}
+			rs[i] = window.RequestTimes{TTFT: -1, TPOT: tpot, E2E: -1, Queue: -1, Tokens: -1}
+			if tpot > 0 {
+				tps = append(tps, 1/tpot)
+			}
+		}
+		var s Summary
+		s.fromRequests(rs, Objective{})
+		for i, q := range TPSQ {
+			got, want := s.PerUserTPS[i], FromValues(tps, q)
+			if got != want {
+				t.Fatalf("trial %d, q %v: %+v, the reciprocals sorted give %+v", trial, q, got, want)
+			}
+		}
 	}
 }
