@@ -315,7 +315,7 @@ func (b *builder) totals(part Filter, q Query) Query {
 	if !b.perBucket(part) {
 		return q
 	}
-	return Query{Name: q.Name, Text: strings.Replace(q.Text, " GROUP BY ", " GROUP BY time($__interval), ", 1) + " fill(none)"}
+	return Query{Name: q.Name, Text: strings.Replace(q.Text, " GROUP BY ", perInterval, 1) + " fill(none)"}
 }
 
 // ownTrendParts are the parts the fleet's series read themselves: the
