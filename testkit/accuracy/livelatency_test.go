@@ -212,7 +212,12 @@ func checkSweepLatency(ctx context.Context, t *testing.T, c *report.Client, reqs
 	// machine stalls it, and that reaches the p90 of a window's 30
 	// requests first (CI: 73.9 ms against the client's 64.5).
 	ttftNotAbove(t, rep, false)
-	ttftWithin(t, fromWrote, 0.020, true)
+	// From 15 ms: the sweep's requests are long (sweepStream), so fewer
+	// start at once and its waits are shorter (CI: client p50 16.6, 19.8
+	// and 26.8 ms at 4, 6 and 8 streams, the medians of their windows'
+	// errors 5.4, 3.9 and 2.2 %); under 15 ms the millisecond between the
+	// client's write and the server's handler line is a tenth of it.
+	ttftWithin(t, fromWrote, 0.015, true)
 	for _, m := range fromWrote.levels() {
 		if (m.level == 1 || m.level == 4 || m.level == 8) && m.n50 == 0 {
 			t.Errorf("level %d: no TTFT to compare", m.level)
