@@ -153,7 +153,7 @@ func holdTTFT(t *testing.T, rep latencyReport) {
 	t.Helper()
 	ttftNotAbove(t, rep, true)
 	if rep.basis() == "http" {
-		ttftWithin(t, rep, 0.020, false)
+		ttftWithin(t, rep, 0.020, 2, false)
 	}
 }
 
@@ -178,10 +178,10 @@ func ttftNotAbove(t *testing.T, rep latencyReport, p90 bool) {
 }
 
 // ttftWithin holds the TTFT p50 within 10 % of the client's at each
-// level whose client p50 is minClient seconds or more, and at two levels
-// at least: the mean of the level's windows' errors, or with median their
+// level whose client p50 is minClient seconds or more, and at minLevels
+// levels at least: the mean of the level's windows' errors, or with median their
 // median (a live run's level holds a window or two the client stalled in).
-func ttftWithin(t *testing.T, rep latencyReport, minClient float64, median bool) {
+func ttftWithin(t *testing.T, rep latencyReport, minClient float64, minLevels int, median bool) {
 	t.Helper()
 	held := 0
 	for _, m := range rep.levels() {
@@ -198,8 +198,8 @@ func ttftWithin(t *testing.T, rep latencyReport, minClient float64, median bool)
 				m.level, 1e3*m.cTTFT50, 100*err, of, m.n50)
 		}
 	}
-	if held < 2 {
-		t.Errorf("TTFT held at %d levels, want at least 2 with a client p50 of %.0f ms or more", held, 1e3*minClient)
+	if held < minLevels {
+		t.Errorf("TTFT held at %d levels, want at least %d with a client p50 of %.0f ms or more", held, minLevels, 1e3*minClient)
 	}
 }
 

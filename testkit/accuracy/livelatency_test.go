@@ -212,12 +212,12 @@ func checkSweepLatency(ctx context.Context, t *testing.T, c *report.Client, reqs
 	// machine stalls it, and that reaches the p90 of a window's 30
 	// requests first (CI: 73.9 ms against the client's 64.5).
 	ttftNotAbove(t, rep, false)
-	// From 15 ms: the sweep's requests are long (sweepStream), so fewer
-	// start at once and its waits are shorter (CI: client p50 16.6, 19.8
-	// and 26.8 ms at 4, 6 and 8 streams, the medians of their windows'
-	// errors 5.4, 3.9 and 2.2 %); under 15 ms the millisecond between the
-	// client's write and the server's handler line is a tenth of it.
-	ttftWithin(t, fromWrote, 0.015, true)
+	// One level at least: the sweep's requests are long (sweepStream),
+	// so fewer start at once and wait less; only 8 streams wait 20 ms or
+	// more every time (CI: 26.8-29.3 ms), 6 streams 19.8-24.5 ms. Under
+	// 20 ms the couple of milliseconds between the client's write and the
+	// server's handler line are over a tenth of it (CI: 11.8 % at 17.9 ms).
+	ttftWithin(t, fromWrote, 0.020, 1, true)
 	for _, m := range fromWrote.levels() {
 		if (m.level == 1 || m.level == 4 || m.level == 8) && m.n50 == 0 {
 			t.Errorf("level %d: no TTFT to compare", m.level)
