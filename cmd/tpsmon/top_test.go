@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -219,7 +220,9 @@ func TestWindowsAPIOnDemo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fresh.Windows(context.Background(), 1); !errors.Is(err, top.ErrNotListening) {
+	// A reset at connect says the same (CI once: the port, freed, taken
+	// and closed again by another package's test run beside this one).
+	if _, err := fresh.Windows(context.Background(), 1); !errors.Is(err, top.ErrNotListening) && !errors.Is(err, syscall.ECONNRESET) {
 		t.Errorf("after the demo stopped: %v, want nothing listening", err)
 	}
 }
