@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -121,6 +122,11 @@ type Tailer struct {
 	headBuf [headLen]byte
 	known   []byte
 	knownOf string
+	// entries says the watcher saw an entry of the file's directory
+	// created, renamed or removed, or lost events, since the path was
+	// last looked at: a read on notification looks for a rename rotation
+	// only then (a read on the tick always does).
+	entries atomic.Bool
 }
 
 // sameKnownHead is sameHead(t.pos.Head, head) without decoding the hex on
@@ -306,7 +312,7 @@ func (t *Tailer) step(ticked bool, notifiedAt time.Time, emit func(Line)) time.T
 	if t.budget <= 0 {
 		return notifiedAt // this tick's share is read; the next tick reads on
 	}
-	if err := t.poll(emit); err != nil {
+	if err := t.poll(emit, ticked || t.entries.Swap(false)); err != nil {
 		t.fail(err)
 		return notifiedAt
 	}
@@ -379,6 +385,9 @@ func (t *Tailer) watch(ctx context.Context) (<-chan struct{}, error) {
 				if ev.Name != t.Path && !ev.Has(fsnotify.Create) && !ev.Has(fsnotify.Rename) {
 					continue // another file in the directory was written
 				}
+				if ev.Has(fsnotify.Create) || ev.Has(fsnotify.Rename) || ev.Has(fsnotify.Remove) {
+					t.entries.Store(true)
+				}
 				select {
 				case out <- struct{}{}:
 				default:
@@ -388,6 +397,11 @@ func (t *Tailer) watch(ctx context.Context) (<-chan struct{}, error) {
 					return
 				}
 				t.Log.Warn("tail: file notification", "path", t.Path, "err", err)
+				t.entries.Store(true) // events may be lost: look at the path again
+				select {
+				case out <- struct{}{}:
+				default:
+				}
 			}
 		}
 	}()
@@ -439,8 +453,8 @@ func sameHead(saved string, head []byte) bool {
 }
 
 // poll checks the open file for truncation, reads what was appended,
-// then checks the path for a rename rotation.
-func (t *Tailer) poll(emit func(Line)) error {
+// then, when checkPath says so, checks the path for a rename rotation.
+func (t *Tailer) poll(emit func(Line), checkPath bool) error {
 	fi, err := t.f.Stat()
 	if err != nil {
 		return err
@@ -466,6 +480,9 @@ func (t *Tailer) poll(emit func(Line)) error {
 	if t.behind = more; err != nil || more {
 		// Behind: the rest of this file first, rotated or not.
 		return err
+	}
+	if !checkPath {
+		return nil
 	}
 	pfi, err := os.Stat(t.Path)
 	if errors.Is(err, fs.ErrNotExist) {

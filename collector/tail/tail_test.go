@@ -315,6 +315,51 @@ func TestLinesReadOnNotification(t *testing.T) {
 	}
 }
 
+// TestRotationReadOnNotification: with no tick to fall back on, a rename
+// rotation is seen on the notifications alone: the old file's last line
+// and the new file's lines are each read once, within seconds.
+func TestRotationReadOnNotification(t *testing.T) {
+	path, f := createLog(t)
+	lines := make(chan string, 10)
+	stop := follow(&Tailer{Path: path, Poll: time.Hour, FromStart: true}, func(l Line) { lines <- string(l.Text) })
+	defer stop()
+	time.Sleep(100 * time.Millisecond) // the tailer opens the file and watches
+	want := func(text string) {
+		t.Helper()
+		select {
+		case l := <-lines:
+			if l != text {
+				t.Fatalf("read %q, want %q", l, text)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q not read 10 s after its write, with a poll of an hour", text)
+		}
+	}
+	fmt.Fprintln(f, "before")
+	want("before")
+	for i := range 3 {
+		if err := os.Rename(path, fmt.Sprintf("%s.%d", path, i)); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(f, "last of %d\n", i) // the writer has not reopened yet
+		nf, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		f = nf
+		t.Cleanup(func() { nf.Close() })
+		fmt.Fprintf(f, "first of %d\n", i+1)
+		want(fmt.Sprintf("last of %d", i))
+		want(fmt.Sprintf("first of %d", i+1))
+	}
+	select {
+	case l := <-lines:
+		t.Errorf("read %q again", l)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
 // createLog creates an empty log file, closed when the test ends.
 func createLog(t *testing.T) (string, *os.File) {
 	t.Helper()
