@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/internal/statefile"
 	"github.com/tpsmon/tpsmon/sim/vllmsim"
 	"github.com/tpsmon/tpsmon/testkit/influxtest"
 )
@@ -39,7 +40,7 @@ func startDaemon(t *testing.T, cfgPath string) *proc {
 func closedUntil(t *testing.T, d *proc, state string, after time.Time) time.Time {
 	t.Helper()
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		b, err := os.ReadFile(filepath.Join(state, "last-window"))
+		b, err := statefile.ReadRecord(filepath.Join(state, "last-window"))
 		if err != nil {
 			continue
 		}

@@ -145,7 +145,7 @@ func (t *Tailer) sameKnownHead(head []byte) bool {
 
 // LoadPosition reads a saved position; a missing file is no position.
 func LoadPosition(file string) (Position, bool, error) {
-	b, err := statefile.Read(file)
+	b, err := statefile.ReadRecord(file)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Position{}, false, nil
 	}
@@ -159,15 +159,29 @@ func LoadPosition(file string) (Position, bool, error) {
 	return p, true, nil
 }
 
-// SavePosition writes p atomically (temporary file, fsync, rename). The
-// consumer calls it once the lines up to p are accepted.
-func SavePosition(file string, p Position) error {
+// PositionFile keeps a log's position in its state file, rewritten in
+// place and synced at each save (statefile.Record): after a crash or a
+// power loss it holds the last position saved, so no line is counted
+// twice. One goroutine saves.
+type PositionFile struct{ rec statefile.Record }
+
+// NewPositionFile returns the position file at path.
+func NewPositionFile(path string) *PositionFile {
+	return &PositionFile{rec: statefile.Record{Path: path, Durable: true}}
+}
+
+// Save writes p. The consumer calls it once the lines up to p are
+// accepted.
+func (f *PositionFile) Save(p Position) error {
 	b, _ := json.Marshal(p)
-	if err := statefile.WriteAtomic(file, append(b, '\n')); err != nil {
+	if err := f.rec.Write(append(b, '\n')); err != nil {
 		return fmt.Errorf("tail: save position: %w", err)
 	}
 	return nil
 }
+
+// SavePosition writes p to file once (NewPositionFile(file).Save(p)).
+func SavePosition(file string, p Position) error { return NewPositionFile(file).Save(p) }
 
 func fileID(fi fs.FileInfo) (dev, ino uint64) {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {

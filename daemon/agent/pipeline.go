@@ -109,9 +109,13 @@ type loop struct {
 	outFails     []int // per output: failed writes in the current episode
 	logPos       map[string]tail.Position
 	logDirty     map[string]bool
-	gpuErr       map[string]bool     // GPUs whose last reading failed, logged once
-	suspect      map[string]bool     // servers whose counters are untrusted now, logged once an episode
-	placed       map[string][]string // GPU UUIDs found for servers with gpus: auto
+	// marker and positions are the state files written every window,
+	// in place (statefile.Record); positions by file.
+	marker    statefile.Record
+	positions map[string]*tail.PositionFile
+	gpuErr    map[string]bool     // GPUs whose last reading failed, logged once
+	suspect   map[string]bool     // servers whose counters are untrusted now, logged once an episode
+	placed    map[string][]string // GPU UUIDs found for servers with gpus: auto
 	// serverFacts and gpuSpecs are the decode ceiling's facts: each
 	// server's model (from the configuration, read at start and reload)
 	// and each GPU's peaks (from the backend, when it opens).
@@ -548,6 +552,7 @@ func (l *loop) reconfigure(rc reconfig) {
 	}
 	clear(l.down)
 	clear(l.placed)
+	clear(l.positions) // servers that went keep no entry
 	l.j.SetServers(serversOf(nc), maxGapOfConfig(nc))
 	l.health.restarted(len(nc.Servers))
 }
@@ -562,6 +567,8 @@ func (l *loop) rename(from, to string) {
 		delete(l.logDirty, from)
 	}
 	if f, g := l.positionFile(from), l.positionFile(to); f != "" && g != "" {
+		delete(l.positions, f)
+		delete(l.positions, g)
 		if err := os.Rename(f, g); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			l.log.Warn("log position not carried to the new name; its log is read from its end", "server", to, "err", err)
 		}
@@ -832,9 +839,12 @@ func (l *loop) markClosed(end time.Time) {
 	if l.stateDir == "" {
 		return
 	}
-	path, err := statefile.Join(l.stateDir, markerName)
+	var err error
+	if l.marker.Path == "" {
+		l.marker.Path, err = statefile.Join(l.stateDir, markerName)
+	}
 	if err == nil {
-		err = statefile.WriteAtomicNoSync(path, []byte(strconv.FormatInt(end.UnixMilli(), 10)+"\n"))
+		err = l.marker.Write([]byte(strconv.FormatInt(end.UnixMilli(), 10) + "\n"))
 	}
 	if err != nil && !l.markerFailed {
 		l.log.Warn("window marker not saved", "err", err)
@@ -849,7 +859,7 @@ func (l *loop) reportGap() {
 	if l.stateDir == "" {
 		return
 	}
-	b, err := statefile.Read(filepath.Join(l.stateDir, markerName))
+	b, err := statefile.ReadRecord(filepath.Join(l.stateDir, markerName))
 	if err != nil {
 		return
 	}
@@ -923,7 +933,15 @@ func (p *pipeline) positionFile(server string) string {
 func (l *loop) savePositions() {
 	for name := range l.logDirty {
 		if f := l.positionFile(name); f != "" {
-			if err := tail.SavePosition(f, l.logPos[name]); err != nil {
+			pf := l.positions[f]
+			if pf == nil {
+				if l.positions == nil {
+					l.positions = map[string]*tail.PositionFile{}
+				}
+				pf = tail.NewPositionFile(f)
+				l.positions[f] = pf
+			}
+			if err := pf.Save(l.logPos[name]); err != nil {
 				l.log.Warn("log position not saved", "server", name, "err", err)
 			}
 		}

@@ -237,13 +237,6 @@ func CreateTemp(path string) (*os.File, error) {
 // reader finds the old or the new data, also after a power loss.
 func WriteAtomic(path string, data []byte) error { return write(path, data, true) }
 
-// WriteAtomicNoSync is WriteAtomic without the fsync: a reader finds the
-// old or the new data whenever the process ends, but after a power loss
-// the file may be older than the last write, or empty. For state whose
-// reader takes an older value as a cost, not a wrong number: the window
-// marker, the spool's cursor (docs/design.md §2).
-func WriteAtomicNoSync(path string, data []byte) error { return write(path, data, false) }
-
 func write(path string, data []byte, durable bool) error {
 	tmp := path + ".tmp"
 	f, err := CreateTemp(tmp)

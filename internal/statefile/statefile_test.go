@@ -39,8 +39,9 @@ func TestLinksRefused(t *testing.T) {
 		{"atomic write through a planted .tmp", "last-window.tmp", func(dir string) error {
 			return WriteAtomic(filepath.Join(dir, "last-window"), []byte("1\n"))
 		}},
-		{"atomic write without fsync through a planted .tmp", "cursor.tmp", func(dir string) error {
-			return WriteAtomicNoSync(filepath.Join(dir, "cursor"), []byte("1 2\n"))
+		{"a record's first write through a planted .tmp", "positions.tmp", func(dir string) error {
+			r := &Record{Path: filepath.Join(dir, "positions")}
+			return r.Write([]byte("{}\n"))
 		}},
 		{"append to a planted file", "rejected.lp", func(dir string) error {
 			f, err := OpenAppend(filepath.Join(dir, "rejected.lp"))
@@ -116,11 +117,14 @@ func TestFilesAre0600(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, "n.tmp"), []byte("half"), 0o644)
-	if err := WriteAtomicNoSync(filepath.Join(dir, "n"), []byte("z")); err != nil {
-		t.Fatal(err)
+	rec := &Record{Path: filepath.Join(dir, "n")}
+	for _, v := range []string{"w", "z"} { // the first replaces the file, the second is in place
+		if err := rec.Write([]byte(v)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for name, want := range map[string]string{"m": "y", "n": "z"} {
-		if b, _ := os.ReadFile(filepath.Join(dir, name)); string(b) != want {
+		if b, _ := ReadRecord(filepath.Join(dir, name)); string(b) != want {
 			t.Errorf("%s holds %q, want %q", name, b, want)
 		}
 		if _, err := os.Lstat(filepath.Join(dir, name+".tmp")); err == nil {
@@ -138,7 +142,9 @@ func TestFilesAre0600(t *testing.T) {
 // file's place (a FIFO would block an open for writing for ever) is an
 // error naming it, for both kinds of write.
 func TestTempNotAFile(t *testing.T) {
-	for name, write := range map[string]func(string, []byte) error{"WriteAtomic": WriteAtomic, "WriteAtomicNoSync": WriteAtomicNoSync} {
+	for name, write := range map[string]func(string, []byte) error{"WriteAtomic": WriteAtomic, "a record's first write": func(path string, b []byte) error {
+		return (&Record{Path: path}).Write(b)
+	}} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			tmp := filepath.Join(dir, "m.tmp")
