@@ -36,7 +36,7 @@ func TestJournalFollowsAndResumes(t *testing.T) {
 		t.Errorf("lines %+v", got)
 	}
 	// The consumer accepted the first two; a restart resumes after them.
-	if err := SavePosition(state, got[1].Pos); err != nil {
+	if err := NewPositionFile(state).Save(got[1].Pos); err != nil {
 		t.Fatal(err)
 	}
 	again := run(1)

@@ -180,9 +180,6 @@ func (f *PositionFile) Save(p Position) error {
 	return nil
 }
 
-// SavePosition writes p to file once (NewPositionFile(file).Save(p)).
-func SavePosition(file string, p Position) error { return NewPositionFile(file).Save(p) }
-
 func fileID(fi fs.FileInfo) (dev, ino uint64) {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		return uint64(st.Dev), st.Ino

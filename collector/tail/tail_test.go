@@ -207,7 +207,7 @@ func TestKilledTailerResumes(t *testing.T) {
 					accepted.emit(p)
 				}
 				pending = nil
-				if err := SavePosition(state, l.Pos); err != nil {
+				if err := NewPositionFile(state).Save(l.Pos); err != nil {
 					t.Error(err)
 				}
 			}

@@ -193,7 +193,7 @@ func TestReloadWhileEverySourceIsBusy(t *testing.T) {
 	os.MkdirAll(positions, 0o700)
 	fi, _ := os.Stat(logPath)
 	st := fi.Sys().(*syscall.Stat_t)
-	if err := tail.SavePosition(filepath.Join(positions, "llama.json"), tail.Position{Path: logPath,
+	if err := tail.NewPositionFile(filepath.Join(positions, "llama.json")).Save(tail.Position{Path: logPath,
 		Dev: uint64(st.Dev), Ino: st.Ino}); err != nil {
 		t.Fatal(err)
 	}

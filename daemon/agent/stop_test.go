@@ -52,7 +52,7 @@ func TestStopWhateverSourcesDo(t *testing.T) {
 	positions := filepath.Join(dir, "positions")
 	os.MkdirAll(positions, 0o700)
 	st := fi.Sys().(*syscall.Stat_t)
-	if err := tail.SavePosition(filepath.Join(positions, "endless.json"), tail.Position{Path: endless,
+	if err := tail.NewPositionFile(filepath.Join(positions, "endless.json")).Save(tail.Position{Path: endless,
 		Dev: uint64(st.Dev), Ino: st.Ino, Head: hex.EncodeToString(make([]byte, 64))}); err != nil {
 		t.Fatal(err)
 	}

@@ -125,18 +125,18 @@ func ReadRecord(path string) ([]byte, error) {
 	}
 	var newest []byte
 	var newestSeq uint64
-	slots := false
+	slots, whole := false, false
 	for off := 0; off < len(b) && off <= recordSlot; off += recordSlot {
 		end := min(len(b), off+recordSlot)
 		if bytes.HasPrefix(b[off:end], []byte(recordMagic)) {
 			slots = true
 		}
-		if seq, data, ok := parseSlot(b[off:end]); ok && (newest == nil || seq > newestSeq) {
-			newest, newestSeq = data, seq
+		if seq, data, ok := parseSlot(b[off:end]); ok && (!whole || seq > newestSeq) {
+			newest, newestSeq, whole = data, seq, true
 		}
 	}
 	switch {
-	case newest != nil:
+	case whole:
 		return newest, nil
 	case slots:
 		return nil, fmt.Errorf("%s: %w", path, ErrTorn)
