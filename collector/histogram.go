@@ -178,7 +178,7 @@ func (d *Dialect) histogram(p Page, family histFamily) (sample.Histogram, bool) 
 	if n := len(out.Buckets); n > 0 && !math.IsInf(out.Buckets[n-1].Le, 1) {
 		// An excerpt without TYPE lines, or cut before its +Inf bucket:
 		// the count is every observation, as expfmt takes it.
-		if c, _, ok := d.pick(p, family.count, false); ok && c >= out.Buckets[n-1].Count {
+		if c, _, ok := d.pick(p, family.count, false, nil); ok && c >= out.Buckets[n-1].Count {
 			out.Buckets = append(out.Buckets, sample.HistBucket{Le: math.Inf(1), Count: c})
 		}
 	}
@@ -186,7 +186,7 @@ func (d *Dialect) histogram(p Page, family histFamily) (sample.Histogram, bool) 
 		return sample.Histogram{}, false
 	}
 	out.Sum = math.NaN()
-	if sum, _, ok := d.pick(p, family.sum, false); ok {
+	if sum, _, ok := d.pick(p, family.sum, false, nil); ok {
 		out.Sum = sum
 	}
 	return out, true

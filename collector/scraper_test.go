@@ -24,7 +24,8 @@ func TestScrape(t *testing.T) {
 		{"server error", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "boom", 500) }, nil, "HTTP 500"},
 		{"malformed", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(readFixture(t, "malformed.prom"))) }, ErrMalformed, ""},
 		{"not an engine", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("go_goroutines 7\n")) }, ErrNoEngineMetrics, ""},
-		{"too slow", func(w http.ResponseWriter, r *http.Request) { time.Sleep(300 * time.Millisecond) }, nil, "Timeout"},
+		{"too slow", func(w http.ResponseWriter, r *http.Request) { time.Sleep(300 * time.Millisecond) },
+			context.DeadlineExceeded, "no whole answer within the client Timeout of 100ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

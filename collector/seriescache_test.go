@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -213,5 +214,93 @@ func TestCachedScrapeReadsAsReplay(t *testing.T) {
 	}
 	if hists < 5 {
 		t.Errorf("%d histograms in the fixtures: the test reads too few", hists)
+	}
+}
+
+// TestReadPlanFollowsShape: a scraper reads page after page through its
+// series cache, and the pages of one shape with the plan Read made on the
+// first of them. Each page's sample must be what replay reads from it
+// alone; the plan is kept exactly while the pages keep their shape, and
+// made again when it changes. Every page has new values, so a value read
+// at the wrong position would show.
+func TestReadPlanFollowsShape(t *testing.T) {
+	vllm := []string{
+		`vllm:generation_tokens_total{engine="0",model_name="m"}`,
+		`vllm:generation_tokens_total{engine="1",model_name="m"}`,
+		`vllm:prompt_tokens_total{engine="0",model_name="m"}`,
+		`vllm:num_requests_running{engine="0",model_name="m"}`,
+		`vllm:num_requests_running{engine="1",model_name="m"}`,
+		`vllm:kv_cache_usage_perc{engine="0",model_name="m"}`,
+		`vllm:kv_cache_usage_perc{engine="1",model_name="m"}`,
+		`vllm:request_success_total{finished_reason="stop",model_name="m"}`,
+		`vllm:request_success_total{finished_reason="abort",model_name="m"}`,
+		`vllm:time_to_first_token_seconds_bucket{le="0.1",model_name="m"}`,
+		`vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"}`,
+		`vllm:time_to_first_token_seconds_sum{model_name="m"}`,
+		`vllm:time_to_first_token_seconds_count{model_name="m"}`,
+	}
+	sglang := []string{
+		`sglang:num_running_reqs{model_name="m",tp_rank="0"}`,
+		`sglang:num_running_reqs{model_name="m",tp_rank="1"}`,
+		`sglang:token_usage{model_name="m",tp_rank="0"}`,
+		`sglang:gen_throughput{model_name="m",tp_rank="0"}`,
+		`sglang:generation_tokens_total{model_name="m",tp_rank="0"}`,
+		`sglang:prompt_tokens_total{model_name="m",tp_rank="0"}`,
+	}
+	swap := func(s []string, i, j int) []string {
+		s = slices.Clone(s)
+		s[i], s[j] = s[j], s[i]
+		return s
+	}
+	for _, tc := range []struct {
+		engine string
+		pages  [][]string // each page's series; values are made per page
+		same   []bool     // page i has page i-1's shape
+		odd    map[int]string
+	}{
+		{"vllm", [][]string{vllm, vllm, vllm,
+			append(slices.Clone(vllm), `vllm:num_requests_waiting{model_name="m"}`), // a series more
+			append(slices.Clone(vllm), `vllm:num_requests_waiting{model_name="m"}`),
+			vllm[1:], vllm[1:], // one fewer
+			swap(vllm, 0, 3), swap(vllm, 0, 3), // the same series in another order
+			append(slices.Clone(vllm[:len(vllm)-1]), `vllm:time_to_first_token_seconds_count{model_name="n"}`), // a label value
+			vllm, vllm, // NaN on the first, then plain again
+			append(slices.Clone(vllm), vllm[0]), append(slices.Clone(vllm), vllm[0]), // a series printed twice
+		}, []bool{false, true, true, false, true, false, true, false, true, false, false, true, false, true},
+			map[int]string{10: "NaN"}},
+		{"sglang", [][]string{sglang, sglang, swap(sglang, 0, 1), swap(sglang, 0, 1), sglang[1:], sglang[1:]},
+			[]bool{false, true, false, true, false, true}, nil},
+	} {
+		t.Run(tc.engine, func(t *testing.T) {
+			d, err := DialectFor(tc.engine)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var c seriesCache
+			for i, lines := range tc.pages {
+				var b strings.Builder
+				for j, l := range lines {
+					v := fmt.Sprint(float64((i+1)*1000 + j*7 + 1))
+					if j == 0 && tc.odd[i] != "" {
+						v = tc.odd[i]
+					}
+					fmt.Fprintf(&b, "%s %s\n", l, v)
+				}
+				page := []byte(b.String())
+				want, _, werr := ReadPage(page, d)
+				gen := c.gen
+				got, _, err := readPage(page, d, &c)
+				if (err == nil) != (werr == nil) {
+					t.Fatalf("page %d: error %v, replay's %v", i, err, werr)
+				}
+				got.Engine = want.Engine
+				if g, w := fmt.Sprintf("%+v", got), fmt.Sprintf("%+v", want); g != w {
+					t.Errorf("page %d:\n%s\nwant\n%s", i, g, w)
+				}
+				if same := c.gen == gen; same != tc.same[i] || c.plan.ready != (err == nil) {
+					t.Errorf("page %d: shape kept %v, want %v (plan ready %v)", i, same, tc.same[i], c.plan.ready)
+				}
+			}
+		})
 	}
 }

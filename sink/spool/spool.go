@@ -67,6 +67,8 @@ type Spool struct {
 	// off and ackedLines locate the first unsent record in segs[0].
 	off        int64
 	ackedLines int
+	// cursor is where off is kept between runs.
+	cursor statefile.Record
 
 	dropped      uint64 // points lost to a full spool or failed appends
 	dropping     bool   // inside a drop episode (logged once, at its start and end)
@@ -109,7 +111,7 @@ func Open(opts Options) (*Spool, error) {
 			return nil, fmt.Errorf("spool: %w", err)
 		}
 	}
-	s := &Spool{opts: opts}
+	s := &Spool{opts: opts, cursor: statefile.Record{Path: filepath.Join(opts.Dir, cursorName)}}
 	if err := s.loadQuarantine(); err != nil {
 		return nil, err
 	}
@@ -347,7 +349,7 @@ func (s *Spool) Quarantine(reason string, lines []byte) error {
 }
 
 func (s *Spool) readCursor() (uint64, int64) {
-	b, err := statefile.Read(filepath.Join(s.opts.Dir, cursorName))
+	b, err := statefile.ReadRecord(s.cursor.Path)
 	if err != nil {
 		return 0, 0
 	}
@@ -359,17 +361,19 @@ func (s *Spool) readCursor() (uint64, int64) {
 	return seq, off
 }
 
-// saveCursor writes the cursor atomically, without an fsync: after a power
-// loss an older cursor, or none, only makes the spool resend records
-// InfluxDB already has, which overwrite themselves with the same values
-// (docs/design.md §2). It is written after every delivery.
+// saveCursor writes the cursor after every delivery, in place (a
+// statefile.Record: a torn write leaves the one before), without an
+// fsync: after a power loss an older cursor, or none, only makes the
+// spool resend records InfluxDB already has, which overwrite themselves
+// with the same values (docs/design.md §2). It is written outside the
+// spool's FS, which tests use to fail segment writes.
 func (s *Spool) saveCursor() error {
 	var seq uint64
 	if len(s.segs) > 0 {
 		seq = s.segs[0].seq
 	}
 	cursor := fmt.Appendf(nil, "%d %d\n", seq, s.off)
-	if err := replaceFile(s.opts.FS, filepath.Join(s.opts.Dir, cursorName), cursor, false); err != nil {
+	if err := s.cursor.Write(cursor); err != nil {
 		return fmt.Errorf("spool cursor: %w", err)
 	}
 	return nil
