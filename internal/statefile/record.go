@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"os"
 	"strconv"
 	"syscall"
 )
 
 // Record is a small state file rewritten every window (a log's position,
-// the window marker) in place rather than replaced: creating a temporary
+// the window marker, the spool's cursor) in place rather than replaced: creating a temporary
 // file and renaming it over the old one cost more of the steady daemon's
 // CPU than anything it writes (bench S1). The file holds two slots, each
 // a header (sequence, length, CRC-32C) and the data; a write overwrites
@@ -71,16 +70,9 @@ func (r *Record) Write(data []byte) error {
 // FIFO planted in the file's place is an error, not a loop that waits
 // for a reader for ever; a link is refused.
 func writeInPlace(path string, b []byte, off int64, durable bool) error {
-	var fd int
-	var err error
-	for {
-		fd, err = syscall.Open(path, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_NONBLOCK|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
-		if err != syscall.EINTR {
-			break
-		}
-	}
+	fd, err := openFD(path, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_NONBLOCK, 0o600)
 	if err != nil {
-		return Refused(path, &os.PathError{Op: "open", Path: path, Err: err})
+		return err
 	}
 	n, werr := syscall.Pwrite(fd, b, off)
 	if werr == nil && n < len(b) {

@@ -199,15 +199,24 @@ func narrow(f *os.File) error {
 // four system calls that fail, at every window's state writes
 // (docs/design.md §9).
 func Open(path string, flag int, perm fs.FileMode) (*os.File, error) {
+	fd, err := openFD(path, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// openFD is Open's descriptor, without an os.File made around it.
+func openFD(path string, flag int, perm fs.FileMode) (int, error) {
 	for {
 		fd, err := syscall.Open(path, flag|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, uint32(perm.Perm()))
 		if err == syscall.EINTR {
 			continue
 		}
 		if err != nil {
-			return nil, Refused(path, &os.PathError{Op: "open", Path: path, Err: err})
+			return -1, Refused(path, &os.PathError{Op: "open", Path: path, Err: err})
 		}
-		return os.NewFile(uintptr(fd), path), nil
+		return fd, nil
 	}
 }
 
