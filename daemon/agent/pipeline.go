@@ -126,6 +126,10 @@ type loop struct {
 	// source said of each server's facts, so a change is logged once.
 	engineFacts map[string]collector.EngineFacts
 	factSource  map[string]string
+	// lastTick is when the loop last took a tick; held is set while a
+	// tick after a stall put off closing windows (afterStall).
+	lastTick time.Time
+	held     bool
 }
 
 // reconfig is a reload for the main loop: the configuration (servers,
@@ -442,6 +446,9 @@ func (p *pipeline) run(ctx context.Context, cfg *config.Config, openGPU func() (
 		return err
 	}
 	tickEvery := min(cfg.Window/10, time.Second)
+	// A tick this long after the one before came after a stall that could
+	// make a line read before it late (afterStall).
+	stalled := tickEvery + grace/2
 	tick := wake.NewTicker(tickEvery)
 	defer tick.Stop()
 	p.health.loopAt.Store(p.now().UnixNano())
@@ -464,6 +471,9 @@ func (p *pipeline) run(ctx context.Context, cfg *config.Config, openGPU func() (
 			// random, and one taken after the flush would be late.
 			for range len(msgs) {
 				(<-msgs).apply(l)
+			}
+			if l.afterStall(p.now(), stalled) {
+				continue
 			}
 			l.flush()
 		case rc := <-p.reconf:
@@ -508,6 +518,26 @@ func graceFor(cfg *config.Config, logGrace time.Duration) (grace time.Duration, 
 		}
 	}
 	return grace, raised
+}
+
+// afterStall reports a tick that came more than stalled after the one
+// before: the loop, or the whole process (a frozen cgroup, a paused VM,
+// a starved CI machine), stood still. A source may have read a line just
+// before the stall and be handing it over now; were the windows closed on
+// this tick, whose clock counts the stall, that line's would already be
+// shut and its tokens late. Such a tick closes nothing: the next one
+// does, after the sources ran. Never two ticks in a row, so a loop that
+// is always slow (a slow output) still closes its windows.
+func (l *loop) afterStall(now time.Time, stalled time.Duration) bool {
+	last := l.lastTick
+	l.lastTick = now
+	if l.held || last.IsZero() || now.Sub(last) <= stalled {
+		l.held = false
+		return false
+	}
+	l.held = true
+	l.health.loopAt.Store(now.UnixNano())
+	return true
 }
 
 // drain takes what stopped sources had already handed over.
