@@ -70,12 +70,11 @@ type Scraper struct {
 	// last page's buffer, reused.
 	cache seriesCache
 	body  bytes.Buffer
-	// req is the page's request, made once; each scrape sends a copy
-	// with its context (the URL and headers are shared, not parsed and
-	// built again every second).
-	req *http.Request
-	// timeout is the cause of a scrape's deadline, made once per Timeout.
-	timeout error
+	// req is the page's request, made once (the URL and headers are not
+	// parsed and built again every second); sent is its copy bound to the
+	// deadline's context, made again only with a new context.
+	req, sent *http.Request
+	deadline  deadline
 }
 
 // modelEvery is how often a server's model endpoint is asked.
@@ -204,25 +203,18 @@ func (s *Scraper) fetch(ctx context.Context, client *http.Client) (sample.Server
 		req.Header.Set("Accept", "text/plain;version=0.0.4")
 		s.req = req
 	}
-	if t, ok := s.timeout.(clientTimeout); !ok || time.Duration(t) != client.Timeout {
-		s.timeout = clientTimeout(client.Timeout)
+	reqCtx, renewed := s.deadline.start(ctx, client.Timeout)
+	if renewed || s.sent == nil {
+		s.sent = s.req.WithContext(reqCtx)
 	}
-	ctx, cancel := withTimeout(ctx, client.Timeout, s.timeout)
-	defer cancel()
-	resp, err := roundTrip(client, s.req.WithContext(ctx))
+	body, err := s.read(client)
+	if s.deadline.stop() && err != nil {
+		// A path of the transport that says only that the context ended.
+		err = s.deadline.cause
+	}
 	if err != nil {
 		return sample.Server{}, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return sample.Server{}, fmt.Errorf("HTTP %s", resp.Status)
-	}
-	s.body.Reset()
-	if _, err := s.body.ReadFrom(io.LimitReader(resp.Body, maxPage)); err != nil {
-		return sample.Server{}, err
-	}
-	body := s.body.Bytes()
 	if s.wantPage {
 		s.pageFacts, _ = CacheConfigInfo(body)
 	}
@@ -237,6 +229,24 @@ func (s *Scraper) fetch(ctx context.Context, client *http.Client) (sample.Server
 		}
 	}
 	return smp, err
+}
+
+// read sends the page's request and reads its body into s.body.
+func (s *Scraper) read(client *http.Client) ([]byte, error) {
+	resp, err := roundTrip(client, s.sent)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		return nil, fmt.Errorf("HTTP %s", resp.Status)
+	}
+	s.body.Reset()
+	if _, err := s.body.ReadFrom(io.LimitReader(resp.Body, maxPage)); err != nil {
+		return nil, err
+	}
+	return s.body.Bytes(), nil
 }
 
 // NewClient returns the HTTP client scrapes use. Its connections keep the
@@ -257,8 +267,8 @@ var ErrRedirect = errors.New("redirect not followed")
 
 // roundTrip sends a page's request through the client's transport alone,
 // with what of Client.Do a scrape needs: no redirect followed
-// (RefuseRedirect's error), the client's Timeout (the caller's context
-// deadline, withTimeout). At 1 Hz Client.Do's own work was a third of a
+// (RefuseRedirect's error), the client's Timeout (the scraper's
+// deadline). At 1 Hz Client.Do's own work was a third of a
 // scrape's HTTP CPU in bench S1's profile (its redirect bookkeeping copies
 // the headers, its Timeout arms a timer and wraps the body in another).
 func roundTrip(client *http.Client, req *http.Request) (*http.Response, error) {
@@ -281,20 +291,60 @@ func roundTrip(client *http.Client, req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// withTimeout is ctx with timeout as its deadline, and cause as the
-// deadline's cause; none when timeout is 0 (an http.Client's Timeout says
-// the same).
-func withTimeout(ctx context.Context, timeout time.Duration, cause error) (context.Context, context.CancelFunc) {
-	if timeout <= 0 {
-		return ctx, func() {}
+// deadline bounds each of a scraper's requests by the client's Timeout
+// with one context and one timer, kept from scrape to scrape until a
+// request runs out of time or the scraper's context changes. A
+// context.WithTimeout per scrape (a context registered with its parent, a
+// timer, a request bound to it) was 3 % of the steady daemon's CPU in bench
+// S1, its memory cold at one scrape a second.
+type deadline struct {
+	parent context.Context
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
+	// timeout is the timer's duration; cause says it ran out, made once
+	// per timeout.
+	timeout time.Duration
+	cause   error
+}
+
+// start arms the deadline for one request within parent and returns the
+// request's context; renewed when it is not the last request's.
+func (d *deadline) start(parent context.Context, timeout time.Duration) (ctx context.Context, renewed bool) {
+	if d.ctx == nil || d.parent != parent || d.timeout != timeout || d.ctx.Err() != nil {
+		if d.cancel != nil {
+			d.cancel(nil)
+		}
+		d.parent, d.timeout, d.timer = parent, timeout, nil
+		d.ctx, d.cancel = context.WithCancelCause(parent)
+		if timeout > 0 { // none when 0, as an http.Client's Timeout says
+			d.cause = clientTimeout(timeout)
+			cancel, cause := d.cancel, d.cause
+			d.timer = time.AfterFunc(timeout, func() { cancel(cause) })
+		}
+		return d.ctx, true
 	}
-	return context.WithTimeoutCause(ctx, timeout, cause)
+	if d.timer != nil {
+		d.timer.Reset(timeout)
+	}
+	return d.ctx, false
+}
+
+// stop disarms the deadline after a request; true when it had run out
+// (its context is cancelled, or about to be, and the next request gets
+// another).
+func (d *deadline) stop() (expired bool) {
+	if d.timer == nil || d.timer.Stop() {
+		return false
+	}
+	d.ctx = nil
+	return true
 }
 
 // clientTimeout is the cause of a scrape's deadline: the client's Timeout
 // ran out. Its message is made when read, not by fmt.Errorf at every
 // scrape, where it was 2 % of the steady daemon's CPU (bench S1); the
-// scraper keeps one, as boxing it anew was a fifth of that.
+// deadline keeps one, as boxing it anew was a fifth of that.
 type clientTimeout time.Duration
 
 func (t clientTimeout) Error() string {

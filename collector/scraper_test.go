@@ -3,9 +3,11 @@ package collector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,6 +58,79 @@ func TestScrape(t *testing.T) {
 				t.Errorf("err %q should name the URL and %q", r.Err, tt.errText)
 			}
 		})
+	}
+}
+
+// TestDeadlineAcrossScrapes: one context and timer serve a scraper's
+// requests until one runs out of time; each request still gets the whole
+// Timeout from its own start, one that ran out is reported as such however
+// the transport ended it, and the next request is bound anew and can
+// succeed. A cancelled scraper context is not a timeout.
+func TestDeadlineAcrossScrapes(t *testing.T) {
+	page := readFixture(t, "v1_two_engines.prom")
+	// Each answer's delay: 60 ms twice in a row would exceed the Timeout
+	// of 100 ms, were it counted from the first request.
+	const (
+		fast      = 60 * time.Millisecond
+		slowHead  = -1 // the headers come too late
+		slowBody  = -2 // the headers at once, the body too late
+		cancelled = -3 // the scraper's own context is cancelled
+	)
+	steps := []time.Duration{fast, fast, slowHead, fast, fast, slowBody, fast, cancelled, fast}
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d := time.Duration(0) // past the steps: at once
+		if i := n.Add(1) - 1; i < int64(len(steps)) {
+			d = steps[i]
+		}
+		switch d {
+		case slowHead:
+			time.Sleep(300 * time.Millisecond)
+		case slowBody:
+			w.Write([]byte(page[:len(page)/2]))
+			w.(http.Flusher).Flush()
+			time.Sleep(300 * time.Millisecond)
+			w.Write([]byte(page[len(page)/2:]))
+		default:
+			time.Sleep(d)
+			w.Write([]byte(page))
+		}
+	}))
+	defer srv.Close()
+	s := &Scraper{Server: "s", URL: srv.URL, Interval: time.Second, Dialect: &VLLM,
+		Client: &http.Client{Timeout: 100 * time.Millisecond}}
+	// The request is bound to a new context only first, after a timeout,
+	// and when Scrape is given another context.
+	var bound *http.Request
+	renew := true
+	for i, d := range steps {
+		ctx := context.Background()
+		if d == cancelled {
+			c, cancel := context.WithCancel(ctx)
+			cancel()
+			ctx = c
+			renew = true
+		}
+		r := s.Scrape(ctx)
+		switch d {
+		case slowHead, slowBody:
+			if !errors.Is(r.Err, context.DeadlineExceeded) || !strings.Contains(fmt.Sprint(r.Err), "within the client Timeout of 100ms") {
+				t.Errorf("step %d: err %v, want the client Timeout", i, r.Err)
+			}
+		case cancelled:
+			if r.Err == nil || errors.Is(r.Err, context.DeadlineExceeded) {
+				t.Errorf("step %d: err %v, want the scraper's context cancelled", i, r.Err)
+			}
+		default:
+			if r.Err != nil {
+				t.Errorf("step %d: %v", i, r.Err)
+			}
+		}
+		if got := s.sent != bound; got != renew {
+			t.Errorf("step %d: request bound anew %v, want %v", i, got, renew)
+		}
+		bound = s.sent
+		renew = d == slowHead || d == slowBody || d == cancelled
 	}
 }
 

@@ -17,7 +17,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -126,7 +125,7 @@ type Tailer struct {
 	// created, renamed or removed, or lost events, since the path was
 	// last looked at: a read on notification looks for a rename rotation
 	// only then (a read on the tick always does).
-	entries atomic.Bool
+	entries bool
 }
 
 // sameKnownHead is sameHead(t.pos.Head, head) without decoding the hex on
@@ -210,8 +209,6 @@ func (t *Tailer) perTick() int64 {
 // waited for. It returns once ctx ends, whatever the file does: nothing it
 // does blocks (statefile.OpenRegular) or reads without bound (maxPerSecond).
 func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
-	ctx, cancel := context.WithCancel(ctx) // ends the watcher with Run
-	defer cancel()
 	t.setDefaults()
 	t.buf = make([]byte, readMin)
 	t.budget = t.perTick()
@@ -235,28 +232,24 @@ func (t *Tailer) Run(ctx context.Context, emit func(Line)) error {
 	// Notification reads a line within milliseconds of its write, so its
 	// time is when it was written; the ticker stays for file systems that
 	// do not notify, and to say the file is still readable.
-	var changed <-chan struct{}
-	if w, err := t.watch(ctx); err != nil {
+	w, err := t.watch()
+	if err != nil {
 		t.Log.Warn("tail: no file notification, polling", "path", t.Path, "every", t.Poll, "err", err)
 	} else {
-		changed = w
+		defer w.Close()
 	}
-	if open, err := t.awaitFile(ctx, saved, have, tick, changed, emit); !open {
+	if open, err := t.awaitFile(ctx, saved, have, tick, w, emit); !open {
 		return err
 	}
-	ticked := true
+	ticked, running := true, true
 	var notifiedAt time.Time // the last notified read without error
 	for {
 		notifiedAt = t.step(ticked, notifiedAt, emit)
-		select {
-		case <-ctx.Done():
+		if ticked, running = t.wait(ctx, tick, w); !running {
 			return nil
-		case <-tick.C:
-			tick.Next()
-			ticked = true
+		}
+		if ticked {
 			t.budget = t.perTick()
-		case <-changed:
-			ticked = false
 		}
 	}
 }
@@ -277,7 +270,7 @@ func (t *Tailer) setDefaults() {
 
 // awaitFile opens the file, waiting for it to be created or to become
 // readable (told to Failed); false when ctx ended first.
-func (t *Tailer) awaitFile(ctx context.Context, saved Position, have bool, tick *wake.Ticker, changed <-chan struct{}, emit func(Line)) (bool, error) {
+func (t *Tailer) awaitFile(ctx context.Context, saved Position, have bool, tick *wake.Ticker, w *fsnotify.Watcher, emit func(Line)) (bool, error) {
 	for t.f == nil {
 		err := t.open(saved, have, emit)
 		if t.f != nil {
@@ -290,12 +283,8 @@ func (t *Tailer) awaitFile(ctx context.Context, saved Position, have bool, tick 
 		} else {
 			t.fail(err)
 		}
-		select {
-		case <-ctx.Done():
+		if _, running := t.wait(ctx, tick, w); !running {
 			return false, nil
-		case <-tick.C:
-			tick.Next()
-		case <-changed:
 		}
 	}
 	return true, nil
@@ -323,7 +312,9 @@ func (t *Tailer) step(ticked bool, notifiedAt time.Time, emit func(Line)) time.T
 	if t.budget <= 0 {
 		return notifiedAt // this tick's share is read; the next tick reads on
 	}
-	if err := t.poll(emit, ticked || t.entries.Swap(false)); err != nil {
+	checkPath := ticked || t.entries
+	t.entries = false
+	if err := t.poll(emit, checkPath); err != nil {
 		t.fail(err)
 		return notifiedAt
 	}
@@ -370,53 +361,89 @@ func (t *Tailer) reopen() error {
 }
 
 // watch notifies of changes to the file's directory entry and contents:
-// writes, truncation, rotation by rename, creation. Events that arrive
-// while a read is pending fold into it.
-func (t *Tailer) watch(ctx context.Context) (<-chan struct{}, error) {
+// writes, truncation, rotation by rename, creation. The tailer reads its
+// events itself (wait): a goroutine passing them on was one more wakeup
+// per line written.
+func (t *Tailer) watch() (*fsnotify.Watcher, error) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Dir(t.Path)
-	if err := w.Add(dir); err != nil {
+	if err := w.Add(filepath.Dir(t.Path)); err != nil {
 		w.Close()
 		return nil, err
 	}
-	out := make(chan struct{}, 1)
-	go func() {
-		defer w.Close()
-		for {
+	return w, nil
+}
+
+// wait waits for the tick (ticked), or a notification that concerns the
+// file, with those already queued behind it: events that arrive while a
+// read is pending fold into the next. running is false once ctx ended.
+func (t *Tailer) wait(ctx context.Context, tick *wake.Ticker, w *fsnotify.Watcher) (ticked, running bool) {
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	if w != nil {
+		events, errs = w.Events, w.Errors
+	}
+	for notified := false; ; {
+		if notified {
 			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-w.Events:
+			case ev, ok := <-events:
 				if !ok {
-					return
+					return false, true
 				}
-				if ev.Name != t.Path && !ev.Has(fsnotify.Create) && !ev.Has(fsnotify.Rename) {
-					continue // another file in the directory was written
-				}
-				if ev.Has(fsnotify.Create) || ev.Has(fsnotify.Rename) || ev.Has(fsnotify.Remove) {
-					t.entries.Store(true)
-				}
-				select {
-				case out <- struct{}{}:
-				default:
-				}
-			case err, ok := <-w.Errors:
+				t.note(ev)
+				continue
+			case err, ok := <-errs:
 				if !ok {
-					return
+					return false, true
 				}
-				t.Log.Warn("tail: file notification", "path", t.Path, "err", err)
-				t.entries.Store(true) // events may be lost: look at the path again
-				select {
-				case out <- struct{}{}:
-				default:
-				}
+				t.lost(err)
+				continue
+			default:
+				return false, true
 			}
 		}
-	}()
-	return out, nil
+		select {
+		case <-ctx.Done():
+			return false, false
+		case <-tick.C:
+			tick.Next()
+			return true, true
+		case ev, ok := <-events:
+			if !ok {
+				events = nil // closed: the tick goes on
+				continue
+			}
+			notified = t.note(ev)
+		case err, ok := <-errs:
+			if !ok {
+				errs = nil
+				continue
+			}
+			t.lost(err)
+			notified = true
+		}
+	}
+}
+
+// note takes one event of the file's directory; true when it concerns
+// the file.
+func (t *Tailer) note(ev fsnotify.Event) bool {
+	if ev.Name != t.Path && !ev.Has(fsnotify.Create) && !ev.Has(fsnotify.Rename) {
+		return false // another file in the directory was written
+	}
+	if ev.Has(fsnotify.Create) || ev.Has(fsnotify.Rename) || ev.Has(fsnotify.Remove) {
+		t.entries = true
+	}
+	return true
+}
+
+// lost takes the watcher's error: events may be lost, so the path is
+// looked at again.
+func (t *Tailer) lost(err error) {
+	t.Log.Warn("tail: file notification", "path", t.Path, "err", err)
+	t.entries = true
 }
 
 // open opens the file, resuming at the saved position when it still
@@ -466,7 +493,7 @@ func sameHead(saved string, head []byte) bool {
 // poll checks the open file for truncation, reads what was appended,
 // then, when checkPath says so, checks the path for a rename rotation.
 func (t *Tailer) poll(emit func(Line), checkPath bool) error {
-	fi, err := t.f.Stat()
+	size, err := t.size()
 	if err != nil {
 		return err
 	}
@@ -474,7 +501,7 @@ func (t *Tailer) poll(emit func(Line), checkPath bool) error {
 	head := t.headBuf[:n]
 	read := t.pos.Offset + int64(len(t.partial)+t.skipLen)
 	switch {
-	case fi.Size() < read || !t.sameKnownHead(head):
+	case size < read || !t.sameKnownHead(head):
 		// copytruncate: what was written between our last read and the
 		// truncation lives in the copy; read it there, then start over.
 		old := t.pos
@@ -487,7 +514,7 @@ func (t *Tailer) poll(emit func(Line), checkPath bool) error {
 	case len(head) > len(t.pos.Head)/2:
 		t.pos.Head = hex.EncodeToString(head) // the fingerprint grows with a young file
 	}
-	more, err := t.readAll(t.f, &t.pos, emit, &t.budget)
+	more, err := t.readTo(t.f, size, &t.pos, emit, &t.budget)
 	if t.behind = more; err != nil || more {
 		// Behind: the rest of this file first, rotated or not.
 		return err
@@ -580,12 +607,39 @@ func (t *Tailer) drainFile(path string, pos Position, emit func(Line)) {
 	t.flushPartial(emit)
 }
 
+// size is the open file's size now, by a system call alone: os.File.Stat
+// builds a FileInfo (an allocation, the name's base) on every poll.
+func (t *Tailer) size() (int64, error) {
+	var st syscall.Stat_t
+	for {
+		err := syscall.Fstat(int(t.f.Fd()), &st)
+		if err == nil {
+			return st.Size, nil
+		}
+		if err != syscall.EINTR {
+			return 0, &os.PathError{Op: "fstat", Path: t.f.Name(), Err: err}
+		}
+	}
+}
+
 // readAll reads f from pos.Offset to EOF, emitting complete lines and
 // advancing pos past each, until it has read budget bytes (taken off
 // budget); more says it stopped there, not at the end.
 func (t *Tailer) readAll(f *os.File, pos *Position, emit func(Line), budget *int64) (more bool, err error) {
+	return t.readTo(f, -1, pos, emit, budget)
+}
+
+// readTo is readAll that also ends once it has read to size, the file's
+// size when the poll began (-1: none), without the read that would find
+// the end: what was written since comes with its own notification, or
+// the next tick.
+func (t *Tailer) readTo(f *os.File, size int64, pos *Position, emit func(Line), budget *int64) (more bool, err error) {
 	for *budget > 0 {
-		n, err := f.ReadAt(t.buf, pos.Offset+int64(len(t.partial))+int64(t.skipLen))
+		at := pos.Offset + int64(len(t.partial)) + int64(t.skipLen)
+		if size >= 0 && at >= size {
+			return false, nil
+		}
+		n, err := f.ReadAt(t.buf, at)
 		if n > 0 {
 			*budget -= int64(n)
 			t.split(t.buf[:n], pos, emit)

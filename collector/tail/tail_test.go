@@ -315,6 +315,27 @@ func TestLinesReadOnNotification(t *testing.T) {
 	}
 }
 
+// TestBurstReadOnNotificationsAlone: a read stops at the size the poll
+// saw, so the lines written while it reads must come with their own
+// notifications: with no tick to fall back on, every line of a burst
+// of small writes, some of them racing each read, is read once.
+func TestBurstReadOnNotificationsAlone(t *testing.T) {
+	path, _ := createLog(t)
+	c := newCollector()
+	stop := follow(&Tailer{Path: path, Poll: time.Hour, FromStart: true}, c.emit)
+	defer stop()
+	time.Sleep(100 * time.Millisecond) // the tailer opens the file and watches
+	w := &writer{path: path}
+	w.open(t)
+	defer w.f.Close()
+	const total = 20000
+	for w.next < total {
+		w.write(1 + w.next%7)
+	}
+	waitFor(t, c, total)
+	c.check(t, total)
+}
+
 // TestRotationReadOnNotification: with no tick to fall back on, a rename
 // rotation is seen on the notifications alone: the old file's last line
 // and the new file's lines are each read once, within seconds.
