@@ -88,8 +88,9 @@ const maxPage = 32 << 20
 func (s *Scraper) Run(ctx context.Context, emit func(Result)) {
 	t := wake.NewTicker(s.Interval)
 	defer t.Stop()
+	defer s.deadline.release()
 	for {
-		emit(s.Scrape(ctx))
+		emit(s.scrape(ctx))
 		select {
 		case <-ctx.Done():
 			return
@@ -102,6 +103,14 @@ func (s *Scraper) Run(ctx context.Context, emit func(Result)) {
 // Scrape reads the endpoint once. The sample's time is the middle of the
 // request, the best estimate of when the server rendered the page.
 func (s *Scraper) Scrape(ctx context.Context) Result {
+	// One scrape keeps no context registered with ctx, which may outlive
+	// the scraper (a probe of each port during discovery).
+	defer s.deadline.release()
+	return s.scrape(ctx)
+}
+
+// scrape is Scrape keeping the request's deadline for the next (Run).
+func (s *Scraper) scrape(ctx context.Context) Result {
 	now := s.Now
 	if now == nil {
 		now = time.Now
@@ -339,6 +348,17 @@ func (d *deadline) stop() (expired bool) {
 	}
 	d.ctx = nil
 	return true
+}
+
+// release ends the deadline's context and timer.
+func (d *deadline) release() {
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+	if d.cancel != nil {
+		d.cancel(nil)
+	}
+	*d = deadline{}
 }
 
 // clientTimeout is the cause of a scrape's deadline: the client's Timeout

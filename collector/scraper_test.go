@@ -65,7 +65,8 @@ func TestScrape(t *testing.T) {
 // requests until one runs out of time; each request still gets the whole
 // Timeout from its own start, one that ran out is reported as such however
 // the transport ended it, and the next request is bound anew and can
-// succeed. A cancelled scraper context is not a timeout.
+// succeed. A cancelled scraper context is not a timeout. Scrape, called
+// once, keeps nothing registered with its context.
 func TestDeadlineAcrossScrapes(t *testing.T) {
 	page := readFixture(t, "v1_two_engines.prom")
 	// Each answer's delay: 60 ms twice in a row would exceed the Timeout
@@ -111,7 +112,7 @@ func TestDeadlineAcrossScrapes(t *testing.T) {
 			ctx = c
 			renew = true
 		}
-		r := s.Scrape(ctx)
+		r := s.scrape(ctx) // as Run does: the deadline is kept
 		switch d {
 		case slowHead, slowBody:
 			if !errors.Is(r.Err, context.DeadlineExceeded) || !strings.Contains(fmt.Sprint(r.Err), "within the client Timeout of 100ms") {
@@ -131,6 +132,14 @@ func TestDeadlineAcrossScrapes(t *testing.T) {
 		}
 		bound = s.sent
 		renew = d == slowHead || d == slowBody || d == cancelled
+	}
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if r := s.Scrape(parent); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if s.deadline.ctx != nil || s.deadline.timer != nil {
+		t.Error("Scrape left its request's context or timer behind")
 	}
 }
 
