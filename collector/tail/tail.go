@@ -385,8 +385,13 @@ func (t *Tailer) wait(ctx context.Context, tick *wake.Ticker, w *fsnotify.Watche
 	if w != nil {
 		events, errs = w.Events, w.Errors
 	}
-	for notified := false; ; {
+	for notified, folded := false, 0; ; {
 		if notified {
+			// At most maxFold: a directory written without pause would
+			// keep the read waiting.
+			if folded++; folded > maxFold {
+				return false, true
+			}
 			select {
 			case ev, ok := <-events:
 				if !ok {
@@ -426,6 +431,9 @@ func (t *Tailer) wait(ctx context.Context, tick *wake.Ticker, w *fsnotify.Watche
 		}
 	}
 }
+
+// maxFold bounds the queued notifications one read takes with it.
+const maxFold = 64
 
 // note takes one event of the file's directory; true when it concerns
 // the file.

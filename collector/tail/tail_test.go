@@ -11,6 +11,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/tpsmon/tpsmon/internal/wake"
 )
 
 // collector counts the lines a tailer emits.
@@ -334,6 +337,76 @@ func TestBurstReadOnNotificationsAlone(t *testing.T) {
 	}
 	waitFor(t, c, total)
 	c.check(t, total)
+}
+
+// TestLineReadBesideABusyFile: another file of the directory written
+// without pause floods the watcher with events the tailer passes over;
+// the log's own lines are still read on notification, each within seconds.
+func TestLineReadBesideABusyFile(t *testing.T) {
+	path, f := createLog(t)
+	lines := make(chan Line, 10)
+	stop := follow(&Tailer{Path: path, Poll: time.Hour, FromStart: true}, func(l Line) { lines <- l })
+	defer stop()
+	other, err := os.Create(filepath.Join(filepath.Dir(path), "other.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(done)
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				other.WriteString("x\n")
+			}
+		}
+	})
+	time.Sleep(100 * time.Millisecond) // the tailer opens the file and watches
+	for i := range 3 {
+		fmt.Fprintf(f, "line %d\n", i)
+		select {
+		case l := <-lines:
+			if string(l.Text) != fmt.Sprintf("line %d", i) {
+				t.Errorf("read %q, want line %d", l.Text, i)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("line %d not read 10 s after its write beside a busy file, with a poll of an hour", i)
+		}
+	}
+}
+
+// TestWaitFoldsABoundedQueue: the notifications queued behind one are
+// taken with it, but no more than maxFold: events that never stop coming
+// do not keep the read waiting.
+func TestWaitFoldsABoundedQueue(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		queued int
+	}{{"a few", 5}, {"endless", 1000}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tl := &Tailer{Path: "/var/log/llama.log"}
+			tl.setDefaults()
+			w := &fsnotify.Watcher{Events: make(chan fsnotify.Event, tc.queued), Errors: make(chan error)}
+			for range tc.queued {
+				w.Events <- fsnotify.Event{Name: tl.Path, Op: fsnotify.Write}
+			}
+			tick := wake.NewTicker(time.Hour)
+			defer tick.Stop()
+			ticked, running := tl.wait(context.Background(), tick, w)
+			if ticked || !running {
+				t.Fatalf("wait: ticked %v, running %v; want a notification", ticked, running)
+			}
+			left := len(w.Events)
+			if want := max(0, tc.queued-1-maxFold); left != want || (tc.queued == 1000) != (left > 0) {
+				t.Errorf("%d events left of %d, want %d (an endless queue leaves some)", left, tc.queued, want)
+			}
+		})
+	}
 }
 
 // TestRotationReadOnNotification: with no tick to fall back on, a rename
