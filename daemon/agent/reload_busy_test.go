@@ -225,10 +225,10 @@ func TestReloadWhileEverySourceIsBusy(t *testing.T) {
 		// the machine may stall the tailer before a line is late, and under
 		// -race beside the other packages 150 ms was once not enough (28
 		// tokens late, the reload itself applied in 2 ms); a reload that
-		// lost or doubled lines, or resumed a second late, still fails. A
-		// stall of the whole process longer than the grace, with a line
-		// read and not yet handed over, made 23 tokens late in CI: the
-		// tick after a stall closes nothing since (TestTickAfterStallClosesNothing).
+		// lost or doubled lines, or resumed a second late, still fails. CI
+		// counted 23 and later 98 tokens late here, with even windows; the
+		// tick after a stall closing nothing (TestTickAfterStallClosesNothing)
+		// did not end it, and the cause is not found yet.
 		hooks{client: handlerClient(g.scrapes(sim)), notify: sd.send, positionDir: positions,
 			logGrace: time.Second, logPoll: 50 * time.Millisecond})
 	go func() { done <- a.Run(ctx) }()
