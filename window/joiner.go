@@ -72,7 +72,11 @@ type Joiner struct {
 	gpus       map[string]*gpuState // by UUID
 	late       uint64
 	lateTokens float64
-	skipped    uint64
+	// first is the first window's start: what an interval says of the
+	// time before it was never this joiner's to count.
+	first        time.Time
+	beforeTokens float64
+	skipped      uint64
 	// retired are servers a reload removed: written for the windows that
 	// hold what was observed of them, then forgotten.
 	retired []*serverState
@@ -142,6 +146,7 @@ func New(cfg Config, servers []Server) *Joiner {
 	j := &Joiner{
 		cfg:    cfg,
 		next:   Start(cfg.Start, cfg.Window),
+		first:  Start(cfg.Start, cfg.Window),
 		byName: make(map[string]*serverState, len(servers)),
 		gpus:   make(map[string]*gpuState),
 	}
@@ -394,17 +399,11 @@ func (j *Joiner) Watch(name string, t time.Time) {
 
 func (j *Joiner) addInterval(st *serverState, iv sample.Interval) bool {
 	if !iv.End.After(j.next) && !(iv.End.Equal(j.next) && iv.Start.Equal(iv.End)) {
-		j.late++
-		if iv.Tokens > 0 {
-			j.lateTokens += iv.Tokens
-		}
+		j.drop(iv)
 		return false
 	}
 	if iv.Start.Before(j.next) {
-		j.late++
-		if iv.Tokens > 0 {
-			j.lateTokens += iv.Tokens * float64(j.next.Sub(iv.Start)) / float64(iv.End.Sub(iv.Start))
-		}
+		j.drop(iv)
 	}
 	// Spread it over the open windows it touches now: memory per window,
 	// not per line, however chatty the log.
@@ -456,9 +455,44 @@ func (j *Joiner) addInterval(st *serverState, iv sample.Interval) bool {
 	return true
 }
 
+// drop counts the part of iv before the oldest open window, which no
+// window takes. Of it, what falls before the first window is not late:
+// the first lines a log is read for speak of the seconds before the
+// daemon started (a vLLM stat line of the 10 s before it, a llama.cpp
+// request of its whole decode), which no window of this daemon covers.
+// The rest fell in windows already closed: late.
+func (j *Joiner) drop(iv sample.Interval) {
+	end := earliest(iv.End, j.next)
+	span := iv.End.Sub(iv.Start)
+	if span <= 0 { // an instant
+		if !end.Before(j.first) {
+			j.late++
+			j.lateTokens += max(0, iv.Tokens)
+		} else {
+			j.beforeTokens += max(0, iv.Tokens)
+		}
+		return
+	}
+	share := func(a, b time.Time) float64 { // of iv's tokens, those of [a, b)
+		if !b.After(a) || iv.Tokens <= 0 {
+			return 0
+		}
+		return iv.Tokens * float64(b.Sub(a)) / float64(span)
+	}
+	j.beforeTokens += share(iv.Start, earliest(end, j.first))
+	if from := latest(iv.Start, j.first); end.After(from) {
+		j.late++
+		j.lateTokens += share(from, end)
+	}
+}
+
 // LateTokens returns the output tokens dropped because they fell in
 // windows already closed (long requests reported at their end).
 func (j *Joiner) LateTokens() float64 { return j.lateTokens }
+
+// BeforeTokens returns the output tokens dropped because intervals put
+// them before the first window: time before the joiner observed.
+func (j *Joiner) BeforeTokens() float64 { return j.beforeTokens }
 
 // AddGPU records one reading of one GPU; false when it was late.
 func (j *Joiner) AddGPU(s sample.GPU) bool {

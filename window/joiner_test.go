@@ -225,6 +225,56 @@ func TestJoinerLateSamples(t *testing.T) {
 	}
 }
 
+// An interval that reaches back before the first window (a log's first
+// line read after the start speaks of the time before it) loses that
+// part, which no window of this joiner covers: counted apart, not late.
+// What falls in windows already closed is late; the rest is kept.
+func TestJoinerTimeBeforeFirstWindowIsNotLate(t *testing.T) {
+	cases := []struct {
+		name     string
+		closeAt  float64 // flush here first (0: none)
+		from, to float64 // the interval, 100 tokens
+		before   float64 // tokens counted before the first window
+		late     float64
+		lateN    uint64
+		kept     int64 // in the windows written
+	}{
+		{"reaches before the start", 0, -4, 6, 40, 0, 0, 60},
+		{"wholly before the start", 0, -5, -1, 100, 0, 0, 0},
+		{"ends at the first window's start", 0, -5, 0, 100, 0, 0, 0},
+		{"from before the start over a closed window", 15, -5, 15, 25, 50, 1, 25},
+		{"in a closed window only", 15, 2, 7, 0, 100, 1, 0},
+		{"over a closed window's end", 15, 8, 12, 0, 50, 1, 50},
+		{"an instant before the start", 0, -1, -1, 100, 0, 0, 0},
+		{"an instant in a closed window", 15, 5, 5, 0, 100, 1, 0},
+		{"inside the first window", 0, 4, 6, 0, 0, 0, 100},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			j := newJoiner(3) // the first window is [0, 10)
+			var kept int64
+			if c.closeAt > 0 {
+				for _, w := range servers(j.Flush(at(c.closeAt))) {
+					kept += w.Tokens.V
+				}
+			}
+			iv := sample.Unknown(at(c.from), at(c.to))
+			iv.Tokens = 100
+			j.AddLog("llm", iv)
+			for _, w := range servers(j.Close(at(40))) {
+				kept += w.Tokens.V
+			}
+			if math.Abs(j.BeforeTokens()-c.before) > 1e-9 || math.Abs(j.LateTokens()-c.late) > 1e-9 || j.Late() != c.lateN {
+				t.Errorf("before the first window %v, late %v in %d intervals; want %v, %v in %d",
+					j.BeforeTokens(), j.LateTokens(), j.Late(), c.before, c.late, c.lateN)
+			}
+			if kept != c.kept {
+				t.Errorf("windows hold %d tokens, want %d", kept, c.kept)
+			}
+		})
+	}
+}
+
 func TestJoinerGraceWaitsForLateScrape(t *testing.T) {
 	j := newJoiner(0)
 	serverWindows(t, j, steady(0, 10, 1, 10, 0), 14.9)
@@ -545,8 +595,9 @@ func TestCloseAppendReusesStorage(t *testing.T) {
 	for _, w := range servers(got) {
 		counted += float64(w.Tokens.V)
 	}
-	if want := fed - reused.LateTokens(); math.Abs(counted-want) > float64(len(got)) {
-		t.Errorf("windows count %.0f tokens, want %.0f (fed %.0f, late %.0f)", counted, want, fed, reused.LateTokens())
+	if want := fed - reused.LateTokens() - reused.BeforeTokens(); math.Abs(counted-want) > float64(len(got)) {
+		t.Errorf("windows count %.0f tokens, want %.0f (fed %.0f, late %.0f, before the first window %.0f)",
+			counted, want, fed, reused.LateTokens(), reused.BeforeTokens())
 	}
 	if !reflect.DeepEqual(got, want) {
 		for i := range min(len(got), len(want)) {

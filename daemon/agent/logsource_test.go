@@ -16,6 +16,7 @@ import (
 	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 	"github.com/tpsmon/tpsmon/sink"
 	"github.com/tpsmon/tpsmon/testkit/syncbuf"
+	"github.com/tpsmon/tpsmon/window"
 )
 
 // sglangLine is a decode line, written every second: 160 tokens/s since
@@ -179,5 +180,56 @@ func TestLogSourceNamesEngineVersion(t *testing.T) {
 	}
 	if n == 0 {
 		t.Errorf("no server window written: %s", out.String())
+	}
+}
+
+// The first line read after the start speaks of time before it: a
+// llama.cpp request whose 2 s decode began before the daemon's first
+// window. That part is no window's, and not late either: counted in
+// tpsmon_tokens_before_start_total, the rest in the windows, none lost.
+func TestFirstLineBeforeStartIsNotLate(t *testing.T) {
+	logPath := filepath.Join(t.TempDir(), "llama.log")
+	if err := os.WriteFile(logPath, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := bubbleConfig(t)
+	cfg.Window, cfg.Grace = 250*time.Millisecond, 50*time.Millisecond
+	cfg.GPU.Backend = "none"
+	cfg.Servers = []config.ServerConfig{{Name: "llama", Engine: "llamacpp", Log: config.LogSourceConfig{File: logPath}}}
+	out, sd := &recorder{}, &notes{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	began := time.Now()
+	a := newAgent(cfg, Options{Outputs: []WindowWriter{out}},
+		hooks{notify: sd.send, logGrace: 500 * time.Millisecond, logPoll: 50 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	sd.waitFor(t, 0, "READY=1", 10*time.Second)
+	line := "slot print_timing: id  0 | task 7 |        eval time =    2000.00 ms /   800 tokens (    2.50 ms per token,   400.00 tokens per second)\n"
+	if err := os.WriteFile(logPath, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	written := time.Now()
+	waitFor(t, "the line's window written", func() bool { return out.closedFrom(written.Truncate(cfg.Window)) })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var kept int64
+	for _, n := range out.tokensMs("llama") {
+		kept += n
+	}
+	before, late := counted(a.metrics.beforeTokens), counted(a.metrics.lateTokens)
+	// The decode began 2 s before the line was read; the first window
+	// began at most a window before the daemon did.
+	ahead := written.Sub(window.Start(began, cfg.Window))
+	if want := 800 * (2*time.Second - ahead).Seconds() / 2; before == 0 || float64(before) < want-2 {
+		t.Errorf("%d tokens counted before the first window, want at least %.0f (the line read %v after it began)", before, want, ahead)
+	}
+	if late != 0 {
+		t.Errorf("%d tokens late: the time before the start counted as late", late)
+	}
+	if sum := kept + int64(before); sum < 798 || sum > 800 {
+		t.Errorf("windows %d + before the start %d = %d tokens, want 800", kept, before, sum)
 	}
 }

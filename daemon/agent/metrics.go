@@ -12,6 +12,7 @@ import (
 // its event happens.
 type metrics struct {
 	late, lateTokens, malformed, failed, logUnseen prometheus.Counter
+	beforeTokens                                   prometheus.Counter
 	reloadFailures                                 prometheus.Counter
 	// logSkipped is by server and logline.SkipReason: both sets bounded
 	// (configured servers, a fixed list of reasons).
@@ -21,7 +22,7 @@ type metrics struct {
 	suspects *suspects
 	// The joiner counts late samples and tokens itself; these are what
 	// the counters have taken of them so far.
-	lateSeen, lateTokensSeen uint64
+	lateSeen, lateTokensSeen, beforeTokensSeen uint64
 }
 
 func newMetrics() *metrics {
@@ -40,6 +41,9 @@ func newMetrics() *metrics {
 			"their tokens are missing from servers read from their log alone."),
 		lateTokens: c("tpsmon_late_tokens_total",
 			"Output tokens that fell in windows already closed (requests reported at their end)."),
+		beforeTokens: c("tpsmon_tokens_before_start_total",
+			"Output tokens that log lines read after the start put before the daemon's first window (a line speaks of "+
+				"the time before it); no window holds them."),
 		suspects: newSuspects(),
 		reloadFailures: c("tpsmon_reload_failures_total",
 			"Reloads (SIGHUP) rejected: the file did not load, or dropped keys the running file sets; the running configuration stayed."),
@@ -47,7 +51,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(reg *prometheus.Registry) {
-	reg.MustRegister(m.late, m.malformed, m.failed, m.logSkipped, m.logUnseen, m.lateTokens, m.reloadFailures, discardCollector{&m.discards, discardDesc},
+	reg.MustRegister(m.late, m.malformed, m.failed, m.logSkipped, m.logUnseen, m.lateTokens, m.beforeTokens, m.reloadFailures, discardCollector{&m.discards, discardDesc},
 		discardCollector{&m.gpuDiscards, gpuDiscardDesc}, m.suspects.windows)
 }
 
@@ -60,6 +64,10 @@ func (m *metrics) joined(j *window.Joiner) {
 	if n := uint64(j.LateTokens()); n > m.lateTokensSeen {
 		m.lateTokens.Add(float64(n - m.lateTokensSeen))
 		m.lateTokensSeen = n
+	}
+	if n := uint64(j.BeforeTokens()); n > m.beforeTokensSeen {
+		m.beforeTokens.Add(float64(n - m.beforeTokensSeen))
+		m.beforeTokensSeen = n
 	}
 }
 

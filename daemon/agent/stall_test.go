@@ -97,8 +97,7 @@ func (g frozenGPUs) Sample(now time.Time) []sample.GPU {
 // TestTickAfterStallClosesNothing: the first tick after the process stood
 // still closes no window, so what a source read just before the stall and
 // hands over after it is counted, not late. Before, that tick closed every
-// window the stall had carried past its grace (in CI, 23 tokens of a
-// busy log were late with a grace of 1 s).
+// window the stall had carried past its grace.
 func TestTickAfterStallClosesNothing(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
