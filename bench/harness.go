@@ -272,6 +272,32 @@ func (p *proc) ticks(fields ...int) time.Duration {
 	return time.Duration(n) * time.Second / 100 // USER_HZ
 }
 
+// onCPU is the process's own time on a CPU, without its children's,
+// to the nanosecond: the sum of its threads' schedstat. /proc/PID/stat
+// counts in 10 ms ticks, and S1's floor is 9-40 of them over its steady
+// span, so a tick either way moved its ratio by up to a tenth. A thread
+// that ended would take its time out of the sum; Go's threads do not end
+// unless locked to a goroutine that ends, which neither S1 process does.
+func (p *proc) onCPU() time.Duration {
+	dir := fmt.Sprintf("/proc/%d/task", p.cmd.Process.Pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var ns int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
+		if err != nil {
+			continue // ended since the listing
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			v, _ := strconv.ParseInt(f[0], 10, 64)
+			ns += v
+		}
+	}
+	return time.Duration(ns)
+}
+
 // rss reads the resident set size now.
 func (p *proc) rss() int64 {
 	p.rssSeen = statusKB(p.cmd.Process.Pid, "VmRSS")

@@ -176,6 +176,9 @@ type side struct {
 	// floor is the steady CPU of bench/floor, run beside this side over
 	// the same span: what the machine made of the bare I/O meanwhile.
 	floor time.Duration
+	// onCPU and floorOnCPU are steadySelf and floor to the nanosecond
+	// (proc.onCPU), the processes' own time only.
+	onCPU, floorOnCPU time.Duration
 }
 
 // warmUp is left out of the steady-state figure: process start,
@@ -290,6 +293,7 @@ func (h *harness) measureS1(p *proc, name string, run int, d time.Duration, base
 	}
 	time.Sleep(warmUp)
 	warm, warmSelf, floorWarm := p.cpu(), p.cpuSelf(), fl.cpu()
+	warmOn, floorWarmOn := p.onCPU(), fl.onCPU()
 	if name == "tpsmon" && pprofAddr != "" {
 		// Returns once the CPU profile (the steady span less
 		// a margin) and the allocations are read.
@@ -297,6 +301,7 @@ func (h *harness) measureS1(p *proc, name string, run int, d time.Duration, base
 	}
 	time.Sleep(time.Until(t0.Add(d)))
 	steady, steadySelf, floor := p.cpu()-warm, p.cpuSelf()-warmSelf, fl.cpu()-floorWarm
+	steadyOn, floorOn := p.onCPU()-warmOn, fl.onCPU()-floorWarmOn
 	cancel()
 	if _, err := fl.stop(); err != nil || fl.log.Len() > 0 {
 		// The floor says nothing unless it failed, and then its
@@ -309,8 +314,11 @@ func (h *harness) measureS1(p *proc, name string, run int, d time.Duration, base
 		return side{}, err
 	}
 	time.Sleep(2 * time.Second)
-	sd := side{name: name, u: u, points: h.points(db), steady: steady, steadySelf: steadySelf, span: d - warmUp, floor: floor}
-	log.Printf("S1 %s run %d: cpu %v, steady %v (itself %v; the floor beside it %v), peak RSS %d MiB, %d points; log tail:\n%s", name, run+1, u.cpu, steady, steadySelf, floor, u.maxRSS>>20, sd.points, tail(p.log.String(), 5))
+	sd := side{name: name, u: u, points: h.points(db), steady: steady, steadySelf: steadySelf, span: d - warmUp, floor: floor,
+		onCPU: steadyOn, floorOnCPU: floorOn}
+	log.Printf("S1 %s run %d: cpu %v, steady %v (itself %v, %v to the ns; the floor beside it %v, %v to the ns: %.3f), peak RSS %d MiB, %d points; log tail:\n%s",
+		name, run+1, u.cpu, steady, steadySelf, steadyOn.Round(time.Microsecond), floor, floorOn.Round(time.Microsecond),
+		steadyOn.Seconds()/floorOn.Seconds(), u.maxRSS>>20, sd.points, tail(p.log.String(), 5))
 	return sd, nil
 }
 
@@ -340,6 +348,14 @@ func s1Table(sides map[string][]side, d time.Duration, runs int) string {
 		}
 		return s.steady.Seconds() / s.floor.Seconds()
 	}
+	onCPU := func(s side) float64 { return s.onCPU.Seconds() }
+	floorOnCPU := func(s side) float64 { return s.floorOnCPU.Seconds() }
+	overFloorOnCPU := func(s side) float64 {
+		if s.floorOnCPU <= 0 {
+			return math.NaN()
+		}
+		return s.onCPU.Seconds() / s.floorOnCPU.Seconds()
+	}
 	points := func(s side) float64 { return float64(s.points) }
 	return fmt.Sprintf(`## S1: steady node (8 GPUs, 2 servers scraped and 1 log, 1 Hz, %v each, %d runs per side)
 
@@ -353,6 +369,9 @@ run (tpsmon's run i against Telegraf's run i, which followed it).
 | the same, the daemon's own process only | %s | %s | %s | |
 | steady CPU seconds of bench/floor, run beside the side over the same span | %s | %s | | |
 | the side's steady CPU over the floor's beside it | %s | %s | %s | |
+| the daemon's own steady CPU, to the nanosecond (its threads' schedstat) | %s | %s | %s | |
+| bench/floor's, the same way | %s | %s | | |
+| **the daemon's own steady CPU over the floor's, to the nanosecond** | %s | %s | %s | tpsmon ≤ 1.15 |
 | peak RSS (MiB) | %s | %s | %s | ≤ 0.4 |
 | points written | %s | %s | | |
 
@@ -360,7 +379,10 @@ tpsmon writes joined 10 s windows (one point per GPU and per server each); Teleg
 sample (each input every second), unjoined: the point counts differ by design. bench/floor does only
 S1's input and output (the ticks, both pages fetched and thrown away, the log read on notification, one
 fsync'd append and one InfluxDB write per 10 s) on the same server, log and InfluxDB, over the same span.
-A side's CPU over the floor's beside it says how far the side is from that bare work in the same minutes;
+The ticks of /proc/PID/stat are 10 ms, and the floor's steady CPU is 9-40 of them: the rows to the
+nanosecond sum the threads' schedstat (the scheduler's own account of time on a CPU) and leave out the
+programs a daemon ran, of which tpsmon runs none in S1 (its sim backend). A side's CPU over the floor's
+beside it says how far the side is from that bare work in the same minutes;
 it is not free of noise either, since the floor also pays for the side's own load on the machine (it
 costs more beside Telegraf).
 `, d, runs, col(t, cpu, "%.2f"), col(g, cpu, "%.2f"), rat(cpu),
@@ -368,6 +390,9 @@ costs more beside Telegraf).
 		col(t, steadySelf, "%.2f"), col(g, steadySelf, "%.2f"), rat(steadySelf),
 		col(t, floor, "%.2f"), col(g, floor, "%.2f"),
 		col(t, overFloor, "%.2f"), col(g, overFloor, "%.2f"), rat(overFloor),
+		col(t, onCPU, "%.3f"), col(g, onCPU, "%.3f"), rat(onCPU),
+		col(t, floorOnCPU, "%.3f"), col(g, floorOnCPU, "%.3f"),
+		col(t, overFloorOnCPU, "%.3f"), col(g, overFloorOnCPU, "%.3f"), rat(overFloorOnCPU),
 		col(t, rss, "%.1f"), col(g, rss, "%.1f"), rat(rss),
 		col(t, points, "%.0f"), col(g, points, "%.0f"))
 }
