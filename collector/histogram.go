@@ -98,24 +98,88 @@ func histNames(engine string) []string {
 // buckets of every label set but le summed by edge (data-parallel ranks
 // are one server), tensor-parallel ranks other than 0 left out. A family
 // whose label sets disagree on their edges is left out: no sum of
-// different buckets is a histogram.
-func (d *Dialect) readHists(p Page, s *sample.Server) {
+// different buckets is a histogram. With a plan (a scraper's series
+// cache, values by series.pos), the choices made on the first page of a
+// shape are followed on the next ones of that shape.
+func (d *Dialect) readHists(p Page, s *sample.Server, plan *readPlan, values []float64) {
 	fams, ok := histFamilies[d.Engine]
 	if !ok {
 		return
 	}
 	for h, fs := range fams {
+		var rec *histPlan
+		if plan != nil {
+			rec = &plan.hists[h]
+			if plan.histsReady && !rec.full {
+				if rec.ok {
+					s.SetHist(sample.Hist(h), rec.read(values))
+				}
+				continue
+			}
+			rec.reset()
+		}
 		for _, f := range fs {
-			if hist, ok := d.histogram(p, f); ok {
+			if hist, ok := d.histogram(p, f, rec); ok {
 				s.SetHist(sample.Hist(h), hist)
 				break
 			}
 		}
 	}
+	if plan != nil {
+		plan.histsReady = true
+	}
 }
 
-// histogram reads one family's buckets and sum from p.
-func (d *Dialect) histogram(p Page, family histFamily) (sample.Histogram, bool) {
+// histPlan is what readHists chose for one histogram on a page of a
+// plan's shape: its edges and, for each, the positions of the bucket
+// series summed (one per label set, in page order), and the _sum's. At a
+// scrape a second, grouping the buckets by their labels and sorting them
+// was most of a histogram's reading (bench S1).
+type histPlan struct {
+	ok   bool
+	full bool // the choice hung on values (a _count standing for +Inf): read in full each time
+	le   []float64
+	sets int
+	pos  []int32 // bucket j of label set k at pos[j*sets+k]
+	sum  []int32
+	// hasSum: the page has a _sum (else Sum is NaN).
+	hasSum bool
+}
+
+func (hp *histPlan) reset() {
+	*hp = histPlan{le: hp.le[:0], pos: hp.pos[:0], sum: hp.sum[:0]}
+}
+
+// read is the histogram at the plan's positions of values.
+func (hp *histPlan) read(values []float64) sample.Histogram {
+	out := sample.Histogram{Buckets: make([]sample.HistBucket, len(hp.le)), Sum: math.NaN()}
+	for j, le := range hp.le {
+		at := hp.pos[j*hp.sets : (j+1)*hp.sets]
+		c := values[at[0]]
+		for _, i := range at[1:] {
+			c += values[i]
+		}
+		out.Buckets[j] = sample.HistBucket{Le: le, Count: c}
+	}
+	if hp.hasSum {
+		var sum float64
+		for _, i := range hp.sum {
+			sum += values[i]
+		}
+		out.Sum = sum
+	}
+	return out
+}
+
+// edge is one bucket series of a label set: its edge, count and position.
+type edge struct {
+	le, count float64
+	pos       int32
+}
+
+// histogram reads one family's buckets and sum from p, and notes in rec
+// (when not nil) where they were.
+func (d *Dialect) histogram(p Page, family histFamily, rec *histPlan) (sample.Histogram, bool) {
 	ss := p[family.bucket[0].Name]
 	if len(ss) == 0 {
 		return sample.Histogram{}, false
@@ -124,8 +188,8 @@ func (d *Dialect) histogram(p Page, family histFamily) (sample.Histogram, bool) 
 	// set's buckets together, so the last set is asked first. A cached
 	// series carries its edge and the rest of its labels worked out.
 	type set struct {
-		first   series
-		buckets []sample.HistBucket
+		first series
+		edges []edge
 	}
 	var sets []set
 	last := -1
@@ -150,44 +214,69 @@ func (d *Dialect) histogram(p Page, family histFamily) (sample.Histogram, bool) 
 			if last < 0 {
 				// One label set is the usual page: its buckets are all of
 				// the family's series.
-				sets = append(sets, set{first: sr, buckets: make([]sample.HistBucket, 0, len(ss)+1)})
+				sets = append(sets, set{first: sr, edges: make([]edge, 0, len(ss)+1)})
 				last = len(sets) - 1
 			}
 		}
-		sets[last].buckets = append(sets[last].buckets, sample.HistBucket{Le: le, Count: sr.value})
+		sets[last].edges = append(sets[last].edges, edge{le, sr.value, sr.pos})
 	}
-	var out sample.Histogram
-	for i, st := range sets {
-		if !slices.IsSortedFunc(st.buckets, byLe) {
-			slices.SortFunc(st.buckets, byLe)
+	if len(sets) == 0 {
+		return sample.Histogram{}, false
+	}
+	for _, st := range sets {
+		if !slices.IsSortedFunc(st.edges, byLe) {
+			slices.SortFunc(st.edges, byLe)
 		}
-		if i == 0 {
-			out.Buckets = st.buckets
-			continue
-		}
-		if len(st.buckets) != len(out.Buckets) {
+		if len(st.edges) != len(sets[0].edges) {
 			return sample.Histogram{}, false
 		}
-		for j, b := range st.buckets {
-			if b.Le != out.Buckets[j].Le {
+		for j, e := range st.edges {
+			if e.le != sets[0].edges[j].le {
 				return sample.Histogram{}, false
 			}
-			out.Buckets[j].Count += b.Count
 		}
 	}
-	if n := len(out.Buckets); n > 0 && !math.IsInf(out.Buckets[n-1].Le, 1) {
+	out := sample.Histogram{Buckets: make([]sample.HistBucket, len(sets[0].edges), len(sets[0].edges)+1)}
+	for j, e := range sets[0].edges {
+		c := e.count
+		for _, st := range sets[1:] {
+			c += st.edges[j].count
+		}
+		out.Buckets[j] = sample.HistBucket{Le: e.le, Count: c}
+	}
+	if n := len(out.Buckets); !math.IsInf(out.Buckets[n-1].Le, 1) {
 		// An excerpt without TYPE lines, or cut before its +Inf bucket:
-		// the count is every observation, as expfmt takes it.
+		// the count is every observation, as expfmt takes it. Whether it
+		// stands for +Inf hangs on the values: no plan follows it.
+		if rec != nil {
+			rec.full = true
+		}
 		if c, _, ok := d.pick(p, family.count, false, nil); ok && c >= out.Buckets[n-1].Count {
 			out.Buckets = append(out.Buckets, sample.HistBucket{Le: math.Inf(1), Count: c})
 		}
 	}
-	if len(out.Buckets) == 0 || !math.IsInf(out.Buckets[len(out.Buckets)-1].Le, 1) {
+	if !math.IsInf(out.Buckets[len(out.Buckets)-1].Le, 1) {
 		return sample.Histogram{}, false
 	}
 	out.Sum = math.NaN()
-	if sum, _, ok := d.pick(p, family.sum, false, nil); ok {
+	var sumAt *[]int32
+	if rec != nil {
+		sumAt = &rec.sum
+	}
+	if sum, _, ok := d.pick(p, family.sum, false, sumAt); ok {
 		out.Sum = sum
+		if rec != nil {
+			rec.hasSum = true
+		}
+	}
+	if rec != nil {
+		rec.ok, rec.sets = true, len(sets)
+		for j, e := range sets[0].edges {
+			rec.le = append(rec.le, e.le)
+			for _, st := range sets {
+				rec.pos = append(rec.pos, st.edges[j].pos)
+			}
+		}
 	}
 	return out, true
 }
@@ -233,11 +322,11 @@ func boolInt(b bool) int {
 	return 0
 }
 
-func byLe(a, b sample.HistBucket) int {
+func byLe(a, b edge) int {
 	switch {
-	case a.Le < b.Le:
+	case a.le < b.le:
 		return -1
-	case a.Le > b.Le:
+	case a.le > b.le:
 		return 1
 	}
 	return 0

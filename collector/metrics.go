@@ -854,7 +854,7 @@ func (d *Dialect) read(p Page, plan *readPlan, values []float64) (sample.Server,
 	if !found {
 		return s, fmt.Errorf("%w for %s", ErrNoEngineMetrics, d.Engine)
 	}
-	d.readHists(p, &s)
+	d.readHists(p, &s, plan, values)
 	return s, nil
 }
 
@@ -871,6 +871,9 @@ type readPlan struct {
 	lines int // the page's kept lines
 	ready bool
 	picks [int(sample.NumCounters) + int(sample.NumGauges)]planned
+	// histsReady: hists hold readHists' choices for this shape.
+	histsReady bool
+	hists      [sample.NumHists]histPlan
 }
 
 type planned struct {
@@ -910,7 +913,7 @@ func (d *Dialect) choose(p Page, k int, rs []Ref, average bool, plan *readPlan, 
 // made on a page of the same shape.
 func (c *seriesCache) planFor(d *Dialect) *readPlan {
 	if c.plan.d != d || c.plan.gen != c.gen || c.plan.lines != len(c.values) {
-		c.plan.d, c.plan.gen, c.plan.lines, c.plan.ready = d, c.gen, len(c.values), false
+		c.plan.d, c.plan.gen, c.plan.lines, c.plan.ready, c.plan.histsReady = d, c.gen, len(c.values), false, false
 	}
 	return &c.plan
 }

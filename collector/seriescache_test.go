@@ -247,6 +247,30 @@ func TestReadPlanFollowsShape(t *testing.T) {
 		`sglang:generation_tokens_total{model_name="m",tp_rank="0"}`,
 		`sglang:prompt_tokens_total{model_name="m",tp_rank="0"}`,
 	}
+	// Histograms: two label sets summed by edge, edges out of order, one
+	// without +Inf (its _count, the last line, stands for it while it is
+	// not below the last bucket: odd sets it low), and rank 1 left out.
+	hists := []string{
+		`vllm:generation_tokens_total{model_name="m"}`,
+		`vllm:e2e_request_latency_seconds_bucket{le="0.5",model_name="m"}`,
+		`vllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="m"}`,
+		`vllm:e2e_request_latency_seconds_bucket{le="0.5",model_name="n"}`,
+		`vllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="n"}`,
+		`vllm:e2e_request_latency_seconds_sum{model_name="m"}`,
+		`vllm:e2e_request_latency_seconds_sum{model_name="n"}`,
+		`vllm:request_queue_time_seconds_bucket{le="1",model_name="m"}`,
+		`vllm:request_queue_time_seconds_bucket{le="0.1",model_name="m"}`,
+		`vllm:request_queue_time_seconds_bucket{le="+Inf",model_name="m"}`,
+		`vllm:request_prefill_time_seconds_bucket{le="0.1",model_name="m"}`,
+		`vllm:request_prefill_time_seconds_bucket{le="1",model_name="m"}`,
+		`vllm:request_prefill_time_seconds_count{model_name="m"}`,
+	}
+	sglangHists := append(slices.Clone(sglang),
+		`sglang:time_to_first_token_seconds_bucket{le="0.1",model_name="m",tp_rank="0"}`,
+		`sglang:time_to_first_token_seconds_bucket{le="+Inf",model_name="m",tp_rank="0"}`,
+		`sglang:time_to_first_token_seconds_bucket{le="0.1",model_name="m",tp_rank="1"}`,
+		`sglang:time_to_first_token_seconds_bucket{le="+Inf",model_name="m",tp_rank="1"}`,
+		`sglang:time_to_first_token_seconds_sum{model_name="m",tp_rank="0"}`)
 	swap := func(s []string, i, j int) []string {
 		s = slices.Clone(s)
 		s[i], s[j] = s[j], s[i]
@@ -257,6 +281,8 @@ func TestReadPlanFollowsShape(t *testing.T) {
 		pages  [][]string // each page's series; values are made per page
 		same   []bool     // page i has page i-1's shape
 		odd    map[int]string
+		// oddLine is the line odd's value is given to (-1: the last).
+		oddLine int
 	}{
 		{"vllm", [][]string{vllm, vllm, vllm,
 			append(slices.Clone(vllm), `vllm:num_requests_waiting{model_name="m"}`), // a series more
@@ -267,12 +293,16 @@ func TestReadPlanFollowsShape(t *testing.T) {
 			vllm, vllm, // NaN on the first, then plain again
 			append(slices.Clone(vllm), vllm[0]), append(slices.Clone(vllm), vllm[0]), // a series printed twice
 		}, []bool{false, true, true, false, true, false, true, false, true, false, false, true, false, true},
-			map[int]string{10: "NaN"}},
+			map[int]string{10: "NaN"}, 0},
 		{"sglang", [][]string{sglang, sglang, swap(sglang, 0, 1), swap(sglang, 0, 1), sglang[1:], sglang[1:]},
-			[]bool{false, true, false, true, false, true}, nil},
+			[]bool{false, true, false, true, false, true}, nil, 0},
+		{"vllm histograms", [][]string{hists, hists, hists, hists, swap(hists, 1, 3), swap(hists, 1, 3), hists[:len(hists)-1], hists[:len(hists)-1]},
+			[]bool{false, true, true, true, false, true, false, true}, map[int]string{2: "1"}, -1},
+		{"sglang histograms", [][]string{sglangHists, sglangHists, sglangHists, swap(sglangHists, 6, 8), swap(sglangHists, 6, 8)},
+			[]bool{false, true, true, false, true}, nil, 0},
 	} {
 		t.Run(tc.engine, func(t *testing.T) {
-			d, err := DialectFor(tc.engine)
+			d, err := DialectFor(strings.Fields(tc.engine)[0]) // "vllm histograms": vllm
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -281,7 +311,7 @@ func TestReadPlanFollowsShape(t *testing.T) {
 				var b strings.Builder
 				for j, l := range lines {
 					v := fmt.Sprint(float64((i+1)*1000 + j*7 + 1))
-					if j == 0 && tc.odd[i] != "" {
+					if odd := tc.oddLine; (j == odd || odd < 0 && j == len(lines)-1) && tc.odd[i] != "" {
 						v = tc.odd[i]
 					}
 					fmt.Fprintf(&b, "%s %s\n", l, v)
