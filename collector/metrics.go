@@ -537,12 +537,16 @@ func (d *Dialect) parseFiltered(page []byte, cache *seriesCache) (Page, error) {
 		if !lastWanted {
 			continue
 		}
+		end := -1 // where the name ends in line, when known
 		if lastRelay != nil {
 			// A relayed series is read under the engine's own name.
 			line = append([]byte(lastRelay.to), t[len(lastRelay.from):]...)
+			end = len(name) - len(lastRelay.from) + len(lastRelay.to)
+		} else if len(line) == len(t) {
+			end = len(name)
 		}
 		if cache != nil {
-			if err := cache.add(out, line); err != nil {
+			if err := cache.add(out, line, end); err != nil {
 				return nil, err
 			}
 			continue
@@ -579,7 +583,7 @@ func nameEnd(t []byte) int {
 // the next, its slices reused, and the lines of one name (a histogram's
 // buckets) go into their slice without a map access each.
 type seriesCache struct {
-	known map[string]seriesName
+	known map[string]*seriesName
 	page  Page
 	// run is the series of runName read so far on this page, not yet
 	// stored in page.
@@ -593,13 +597,18 @@ type seriesCache struct {
 	// the one before it (differs), and plan, Read's choices, holds while
 	// it does not.
 	shape, last []uint64
-	differs     bool
-	gen         uint64
-	ids         uint64
-	plan        readPlan
+	// names and lastNames are shape's and last's series (nil: unknown):
+	// a page's line is first taken for the one at its place on the last
+	// page, one comparison of its text where a lookup hashed it.
+	names, lastNames []*seriesName
+	differs          bool
+	gen              uint64
+	ids              uint64
+	plan             readPlan
 }
 
 type seriesName struct {
+	key    string // the line's text before its value
 	name   string
 	labels map[string]string // shared by every page: read only
 	bucket *bucketKey        // for a bucket series; shared, read only
@@ -620,17 +629,22 @@ func (c *seriesCache) start(names int) Page {
 		c.page[k] = ss[:0]
 	}
 	c.run, c.runName = nil, ""
-	c.values, c.shape, c.differs = c.values[:0], c.shape[:0], false
+	c.values, c.shape, c.names, c.differs = c.values[:0], c.shape[:0], c.names[:0], false
 	return c.page
 }
 
-// saw notes the id of the page's next series (0: one the cache does not
-// know), and its value.
-func (c *seriesCache) saw(id uint64, v float64) int32 {
+// saw notes the page's next series (nil: one the cache does not know),
+// and its value.
+func (c *seriesCache) saw(n *seriesName, v float64) int32 {
+	var id uint64
+	if n != nil {
+		id = n.id
+	}
 	if i := len(c.shape); id == 0 || i >= len(c.last) || c.last[i] != id {
 		c.differs = true
 	}
 	c.shape = append(c.shape, id)
+	c.names = append(c.names, n)
 	c.values = append(c.values, v)
 	return int32(len(c.values) - 1)
 }
@@ -648,6 +662,7 @@ func (c *seriesCache) end(out Page) {
 		c.gen++
 	}
 	c.shape, c.last = c.last, c.shape
+	c.names, c.lastNames = c.lastNames, c.names
 }
 
 // put appends s to name's series.
@@ -668,13 +683,17 @@ func (c *seriesCache) flush(out Page) {
 }
 
 // add puts the series of one kept line (without its newline) into out,
-// in page order.
-func (c *seriesCache) add(out Page, line []byte) error {
-	key, rest := splitValue(line)
+// in page order. end is where its name ends (-1: not worked out yet).
+func (c *seriesCache) add(out Page, line []byte, end int) error {
+	key, rest := splitValue(line, end)
 	if key != nil {
-		if n, ok := c.known[string(key)]; ok {
+		n := c.atPlace(key)
+		if n == nil {
+			n = c.known[string(key)]
+		}
+		if n != nil {
 			if v, ok := plainValue(rest); ok {
-				c.put(out, n.name, series{n.labels, v, n.bucket, c.saw(n.id, v)})
+				c.put(out, n.name, series{n.labels, v, n.bucket, c.saw(n, v)})
 				return nil
 			}
 		}
@@ -687,18 +706,20 @@ func (c *seriesCache) add(out Page, line []byte) error {
 		return err
 	}
 	for name, ss := range p {
-		var id uint64
+		var n *seriesName
 		if key != nil && len(ss) == 1 {
 			if c.known == nil || len(c.known) >= maxCachedSeries {
-				c.known = make(map[string]seriesName)
+				c.known = make(map[string]*seriesName)
+				clear(c.lastNames) // forgotten: the next page finds none in place
 			}
 			c.ids++
-			id = c.ids
-			c.known[string(key)] = seriesName{name, ss[0].labels, bucketKeyOf(ss[0].labels), id}
+			k := string(key)
+			n = &seriesName{k, name, ss[0].labels, bucketKeyOf(ss[0].labels), c.ids}
+			c.known[k] = n
 		}
 		for i := range ss {
-			ss[i].pos = c.saw(id, ss[i].value)
-			id = 0
+			ss[i].pos = c.saw(n, ss[i].value)
+			n = nil
 		}
 		c.differs = true // a line parsed in full: new, or an odd value
 		out[name] = append(out[name], ss...)
@@ -706,12 +727,26 @@ func (c *seriesCache) add(out Page, line []byte) error {
 	return nil
 }
 
+// atPlace is the series at this line's place on the last page, when the
+// line names it.
+func (c *seriesCache) atPlace(key []byte) *seriesName {
+	if i := len(c.names); i < len(c.lastNames) {
+		if n := c.lastNames[i]; n != nil && n.key == string(key) {
+			return n
+		}
+	}
+	return nil
+}
+
 // splitValue splits a sample line into the series (name and labels, as
 // written) and the rest: value and optional timestamp. The value cannot
 // hold a '}', so the label set ends at the line's last one. nil when the
-// line is not of that shape.
-func splitValue(line []byte) (key, rest []byte) {
-	end := nameEnd(line)
+// line is not of that shape. end is where the name ends, -1 when not
+// worked out yet.
+func splitValue(line []byte, end int) (key, rest []byte) {
+	if end < 0 {
+		end = nameEnd(line)
+	}
 	if end <= 0 || end == len(line) {
 		return nil, nil
 	}
