@@ -464,20 +464,24 @@ func (j *Joiner) addInterval(st *serverState, iv sample.Interval) bool {
 func (j *Joiner) drop(iv sample.Interval) {
 	end := earliest(iv.End, j.next)
 	span := iv.End.Sub(iv.Start)
+	tokens := iv.Tokens
+	if !(tokens > 0) { // unknown (-1), or NaN: none to count
+		tokens = 0
+	}
 	if span <= 0 { // an instant
 		if !end.Before(j.first) {
 			j.late++
-			j.lateTokens += max(0, iv.Tokens)
+			j.lateTokens += tokens
 		} else {
-			j.beforeTokens += max(0, iv.Tokens)
+			j.beforeTokens += tokens
 		}
 		return
 	}
 	share := func(a, b time.Time) float64 { // of iv's tokens, those of [a, b)
-		if !b.After(a) || iv.Tokens <= 0 {
+		if !b.After(a) {
 			return 0
 		}
-		return iv.Tokens * float64(b.Sub(a)) / float64(span)
+		return tokens * float64(b.Sub(a)) / float64(span)
 	}
 	j.beforeTokens += share(iv.Start, earliest(end, j.first))
 	if from := latest(iv.Start, j.first); end.After(from) {

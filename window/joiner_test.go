@@ -5,6 +5,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -248,6 +249,8 @@ func TestJoinerTimeBeforeFirstWindowIsNotLate(t *testing.T) {
 		{"an instant before the start", 0, -1, -1, 100, 0, 0, 0},
 		{"an instant in a closed window", 15, 5, 5, 0, 100, 1, 0},
 		{"inside the first window", 0, 4, 6, 0, 0, 0, 100},
+		{"NaN tokens before the start", 0, -4, -1, 0, 0, 0, 0},
+		{"NaN tokens in a closed window", 15, 2, 7, 0, 0, 1, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -260,6 +263,9 @@ func TestJoinerTimeBeforeFirstWindowIsNotLate(t *testing.T) {
 			}
 			iv := sample.Unknown(at(c.from), at(c.to))
 			iv.Tokens = 100
+			if strings.HasPrefix(c.name, "NaN") {
+				iv.Tokens = math.NaN()
+			}
 			j.AddLog("llm", iv)
 			for _, w := range servers(j.Close(at(40))) {
 				kept += w.Tokens.V
