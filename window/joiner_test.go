@@ -270,7 +270,8 @@ func TestJoinerTimeBeforeFirstWindowIsNotLate(t *testing.T) {
 			for _, w := range servers(j.Close(at(40))) {
 				kept += w.Tokens.V
 			}
-			if math.Abs(j.BeforeTokens()-c.before) > 1e-9 || math.Abs(j.LateTokens()-c.late) > 1e-9 || j.Late() != c.lateN {
+			near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9 } // false for NaN
+			if !near(j.BeforeTokens(), c.before) || !near(j.LateTokens(), c.late) || j.Late() != c.lateN {
 				t.Errorf("before the first window %v, late %v in %d intervals; want %v, %v in %d",
 					j.BeforeTokens(), j.LateTokens(), j.Late(), c.before, c.late, c.lateN)
 			}
