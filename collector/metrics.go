@@ -592,18 +592,15 @@ type seriesCache struct {
 
 	// values are the page's kept lines' values, in page order (series.pos).
 	values []float64
-	// shape is the page's series by id, in page order; last the one of the
-	// last whole page. gen changes whenever a page's shape differs from
-	// the one before it (differs), and plan, Read's choices, holds while
-	// it does not.
-	shape, last []uint64
-	// names and lastNames are shape's and last's series (nil: unknown):
-	// a page's line is first taken for the one at its place on the last
-	// page, one comparison of its text where a lookup hashed it.
+	// names is the page's shape: its series in page order (nil: a line
+	// the cache does not know); lastNames the last whole page's. gen
+	// changes whenever a page's shape differs from the one before it
+	// (differs), and plan, Read's choices, holds while it does not. A
+	// page's line is first taken for the series at its place on the last
+	// page: one comparison of its text where a lookup hashed it.
 	names, lastNames []*seriesName
 	differs          bool
 	gen              uint64
-	ids              uint64
 	plan             readPlan
 }
 
@@ -612,7 +609,6 @@ type seriesName struct {
 	name   string
 	labels map[string]string // shared by every page: read only
 	bucket *bucketKey        // for a bucket series; shared, read only
-	id     uint64            // 1, 2...: unique in its cache
 }
 
 // maxCachedSeries bounds the cache: a server whose label values change
@@ -629,21 +625,16 @@ func (c *seriesCache) start(names int) Page {
 		c.page[k] = ss[:0]
 	}
 	c.run, c.runName = nil, ""
-	c.values, c.shape, c.names, c.differs = c.values[:0], c.shape[:0], c.names[:0], false
+	c.values, c.names, c.differs = c.values[:0], c.names[:0], false
 	return c.page
 }
 
 // saw notes the page's next series (nil: one the cache does not know),
 // and its value.
 func (c *seriesCache) saw(n *seriesName, v float64) int32 {
-	var id uint64
-	if n != nil {
-		id = n.id
-	}
-	if i := len(c.shape); id == 0 || i >= len(c.last) || c.last[i] != id {
+	if i := len(c.names); n == nil || i >= len(c.lastNames) || c.lastNames[i] != n {
 		c.differs = true
 	}
-	c.shape = append(c.shape, id)
 	c.names = append(c.names, n)
 	c.values = append(c.values, v)
 	return int32(len(c.values) - 1)
@@ -658,10 +649,9 @@ func (c *seriesCache) end(out Page) {
 			delete(out, k)
 		}
 	}
-	if c.differs || len(c.shape) != len(c.last) {
+	if c.differs || len(c.names) != len(c.lastNames) {
 		c.gen++
 	}
-	c.shape, c.last = c.last, c.shape
 	c.names, c.lastNames = c.lastNames, c.names
 }
 
@@ -712,9 +702,8 @@ func (c *seriesCache) add(out Page, line []byte, end int) error {
 				c.known = make(map[string]*seriesName)
 				clear(c.lastNames) // forgotten: the next page finds none in place
 			}
-			c.ids++
 			k := string(key)
-			n = &seriesName{k, name, ss[0].labels, bucketKeyOf(ss[0].labels), c.ids}
+			n = &seriesName{k, name, ss[0].labels, bucketKeyOf(ss[0].labels)}
 			c.known[k] = n
 		}
 		for i := range ss {
