@@ -290,7 +290,7 @@ func TestWindowsAPIOnDaemon(t *testing.T) {
 // TestTopNothingListening: one line that says what to check, exit 1.
 func TestTopNothingListening(t *testing.T) {
 	t.Parallel()
-	addr := loopback.FreeAddr(t)
+	addr := loopback.RefusedAddr(t)
 	for _, args := range [][]string{{"top", "--addr", addr}, {"top", "--once", "--addr", addr}} {
 		cmd := tpsmonCmd(t, args...)
 		var stdout, stderr strings.Builder

@@ -72,7 +72,7 @@ func TestClientErrors(t *testing.T) {
 	// A daemon address that redirects (here to a server with no API).
 	redirect := httptest.NewServer(http.RedirectHandler(other.URL+"/api/v1/windows", http.StatusFound))
 	defer redirect.Close()
-	gone := loopback.FreeAddr(t)
+	gone := loopback.RefusedAddr(t)
 	for _, tc := range []struct {
 		addr     string
 		is       error
