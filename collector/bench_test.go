@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -140,32 +141,40 @@ func BenchmarkHistogramPages(b *testing.B) {
 		}{strings.TrimSuffix(f, ".prom"), []byte(readFixture(b, f))})
 	}
 	for _, pg := range pages {
-		b.Run(pg.name, func(b *testing.B) {
-			var cache seriesCache
-			smp, d, err := readPage(pg.body, nil, &cache)
-			if err != nil {
-				b.Fatal(err)
+		// Between the windows' edges a scraper leaves the histograms
+		// unread (Scraper.Window): hists_unread is those pages' read.
+		for _, unread := range []bool{false, true} {
+			name := pg.name
+			if unread {
+				name += "/hists_unread"
 			}
-			hists := 0
-			for h := range sample.NumHists {
-				if smp.HasHist[h] {
-					hists++
-				}
-			}
-			if hists == 0 {
-				b.Fatal("no histogram read")
-			}
-			b.SetBytes(int64(len(pg.body)))
-			b.ReportAllocs()
-			// CPU time as well as wall time: on a shared machine the
-			// first moves less with the neighbours' load.
-			start := cpuclock.Self()
-			for b.Loop() {
-				if _, _, err := readPage(pg.body, d, &cache); err != nil {
+			b.Run(name, func(b *testing.B) {
+				var cache seriesCache
+				smp, d, err := readPage(pg.body, nil, &cache)
+				if err != nil {
 					b.Fatal(err)
 				}
-			}
-			b.ReportMetric(float64((cpuclock.Self()-start).Nanoseconds())/float64(b.N), "cpu-ns/op")
-		})
+				if !slices.Contains(smp.HasHist[:], true) {
+					b.Fatal("no histogram read")
+				}
+				if unread {
+					cache = seriesCache{unhist: true}
+					if smp, _, err = readPage(pg.body, d, &cache); err != nil || slices.Contains(smp.HasHist[:], true) {
+						b.Fatalf("histograms left unread: %v read, err %v", smp.HasHist, err)
+					}
+				}
+				b.SetBytes(int64(len(pg.body)))
+				b.ReportAllocs()
+				// CPU time as well as wall time: on a shared machine the
+				// first moves less with the neighbours' load.
+				start := cpuclock.Self()
+				for b.Loop() {
+					if _, _, err := readPage(pg.body, d, &cache); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64((cpuclock.Self()-start).Nanoseconds())/float64(b.N), "cpu-ns/op")
+			})
+		}
 	}
 }

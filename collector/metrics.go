@@ -64,6 +64,9 @@ type Dialect struct {
 
 	once   sync.Once
 	wanted map[string]bool
+	// unhist is wanted less the series read only for histograms: the
+	// pages a scraper leaves their histograms unread on.
+	unhist map[string]bool
 	relays []relay
 }
 
@@ -468,17 +471,18 @@ func (d *Dialect) names() map[string]bool {
 				d.relays = append(d.relays, relay{r, e.MetricMarks[0]})
 			}
 		}
-		d.wanted = map[string]bool{}
+		d.unhist = map[string]bool{}
 		for _, rs := range d.Counters {
 			for _, r := range rs {
-				d.wanted[r.Name] = true
+				d.unhist[r.Name] = true
 			}
 		}
 		for _, rs := range d.Gauges {
 			for _, r := range rs {
-				d.wanted[r.Name] = true
+				d.unhist[r.Name] = true
 			}
 		}
+		d.wanted = maps.Clone(d.unhist)
 		for _, n := range histNames(d.Engine) {
 			d.wanted[n] = true
 		}
@@ -501,6 +505,9 @@ func (d *Dialect) ParseFiltered(page []byte) (Page, error) {
 // the cache's, its slices reused: valid until the cache's next parse.
 func (d *Dialect) parseFiltered(page []byte, cache *seriesCache) (Page, error) {
 	wanted := d.names()
+	if cache != nil && cache.unhist {
+		wanted = d.unhist
+	}
 	var out Page
 	if cache != nil {
 		out = cache.start(len(wanted))
@@ -583,8 +590,11 @@ func nameEnd(t []byte) int {
 // the next, its slices reused, and the lines of one name (a histogram's
 // buckets) go into their slice without a map access each.
 type seriesCache struct {
-	known map[string]*seriesName
-	page  Page
+	// unhist marks a cache for pages read without their histograms: only
+	// the series the counters and gauges are read from are kept.
+	unhist bool
+	known  map[string]*seriesName
+	page   Page
 	// run is the series of runName read so far on this page, not yet
 	// stored in page.
 	run     []series

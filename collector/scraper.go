@@ -39,6 +39,9 @@ type Result struct {
 	// Facts is what the engine said of its model, when it said something
 	// new (llama.cpp /props and /v1/models, vLLM cache_config_info).
 	Facts *EngineFacts
+	// Held is the histograms of a page scraped earlier and held unread
+	// (Scraper.Window), at that page's time: taken before Sample.
+	Held *sample.Server
 }
 
 // Scraper polls one server's metrics endpoint.
@@ -54,6 +57,16 @@ type Scraper struct {
 	Now func() time.Time
 	// Detected is told the engine auto-detection chose.
 	Detected func(engine string)
+	// Window, when set, is the windows' length. A window needs the
+	// growth of the latency histograms over it, not each second's, and
+	// their buckets are most of a page's lines. So they are read on the
+	// first page of each window (and the first after a failed scrape),
+	// and with it on the page scraped just before, held unread until
+	// then: the two readings bracket the window's edge as reading every
+	// page does, and the growth between them is the same. The pages
+	// between are read without them (sample.Server.HistsHeld). Zero reads
+	// them on every page.
+	Window time.Duration
 
 	deriver Deriver
 	// model is what the engine's model endpoint said, asked again every
@@ -70,6 +83,15 @@ type Scraper struct {
 	// last page's buffer, reused.
 	cache seriesCache
 	body  bytes.Buffer
+	// unhist reads the pages whose histograms are left unread. histAt is
+	// when the last page read in full was asked for (zero: read the next
+	// in full). held is the last page left unread and heldAt its
+	// sample's time (zero: none held), kept until a page is read in full
+	// or the scraper stops (Held).
+	unhist seriesCache
+	histAt time.Time
+	held   bytes.Buffer
+	heldAt time.Time
 	// req is the page's request, made once (the URL and headers are not
 	// parsed and built again every second); sent is its copy bound to the
 	// deadline's context, made again only with a new context.
@@ -122,9 +144,16 @@ func (s *Scraper) scrape(ctx context.Context) Result {
 	res := Result{Server: s.Server}
 	start := now()
 	s.wantPage = start.Sub(s.factsAt) >= modelEvery
-	smp, err := s.fetch(ctx, client)
+	full := s.readsHists(start)
+	if full {
+		// Before this page: it is read with the same cache.
+		res.Held = s.readHeld()
+	}
+	smp, err := s.fetch(ctx, client, full)
 	end := now()
 	if err != nil {
+		// The next attempt reads in full, and the page held before it.
+		s.histAt = time.Time{}
 		res.Err = fmt.Errorf("scrape %s (%s): %w", s.Server, redact.URL(s.URL), err)
 		return res
 	}
@@ -146,7 +175,60 @@ func (s *Scraper) scrape(ctx context.Context) Result {
 		}
 	}
 	res.Sample = s.deriver.Derive(smp)
+	switch {
+	case full:
+		s.histAt = start
+	case !res.Sample.Suspect:
+		// Kept for the next full read; a suspect page's histograms are
+		// no one server's either.
+		res.Sample.HistsHeld = true
+		s.held, s.body = s.body, s.held
+		s.heldAt = res.Sample.Time
+	}
 	return res
+}
+
+// readsHists says whether the page asked for at start is read with its
+// histograms (Window): the first of a window, or after a failure.
+func (s *Scraper) readsHists(start time.Time) bool {
+	if s.Window <= 0 || s.Dialect == nil || s.histAt.IsZero() {
+		return true
+	}
+	w := int64(s.Window)
+	return floorDiv(start.UnixNano(), w) != floorDiv(s.histAt.UnixNano(), w)
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
+}
+
+// readHeld reads the histograms of the page held unread, at its time; nil
+// when none is held or it reads no histogram.
+func (s *Scraper) readHeld() *sample.Server {
+	if s.heldAt.IsZero() {
+		return nil
+	}
+	at := s.heldAt
+	s.heldAt = time.Time{}
+	smp, _, err := readPage(s.held.Bytes(), s.Dialect, &s.cache)
+	if err != nil {
+		return nil // read once already, without its histograms: not again
+	}
+	return &sample.Server{Time: at, Engine: smp.Engine, Hists: smp.Hists, HasHist: smp.HasHist}
+}
+
+// Held returns the histograms of the page held unread (Window) once the
+// scraper stopped: the time since the last full read is not lost when
+// the daemon stops or reloads. Call it only after Run returned.
+func (s *Scraper) Held() (sample.Server, bool) {
+	if h := s.readHeld(); h != nil {
+		return *h, true
+	}
+	return sample.Server{}, false
 }
 
 // engineFacts is what the engine says of its model: llama-server's
@@ -203,7 +285,8 @@ func (s *Scraper) fetchModel(ctx context.Context, client *http.Client) (string, 
 	return m, nil
 }
 
-func (s *Scraper) fetch(ctx context.Context, client *http.Client) (sample.Server, error) {
+// fetch asks for the page and reads it, with its histograms when full.
+func (s *Scraper) fetch(ctx context.Context, client *http.Client, full bool) (sample.Server, error) {
 	if s.req == nil {
 		req, err := http.NewRequest(http.MethodGet, s.URL, nil)
 		if err != nil {
@@ -230,7 +313,12 @@ func (s *Scraper) fetch(ctx context.Context, client *http.Client) (sample.Server
 	if s.body.Cap() > 4*max(s.body.Len(), 64<<10) {
 		s.body = bytes.Buffer{} // one huge page does not stay for good
 	}
-	smp, d, err := readPage(body, s.Dialect, &s.cache)
+	cache := &s.cache
+	if !full {
+		s.unhist.unhist = true
+		cache = &s.unhist
+	}
+	smp, d, err := readPage(body, s.Dialect, cache)
 	if s.Dialect == nil && d != nil {
 		s.Dialect = d
 		if s.Detected != nil {

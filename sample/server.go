@@ -147,8 +147,13 @@ type Server struct {
 	Rewind  time.Time
 	Suspect bool
 	// Hists are the latency histograms the page carried, cumulative.
-	Hists   [NumHists]Histogram
-	HasHist [NumHists]bool
+	// HistsHeld says the page's histograms were left unread: the scraper
+	// reads them only on the pages around each window's edge (a window
+	// needs its growth, not every step of it), and a reading made later
+	// of a later page covers this sample's time (collector.Scraper).
+	Hists     [NumHists]Histogram
+	HasHist   [NumHists]bool
+	HistsHeld bool
 }
 
 // SetCounter records counter c.

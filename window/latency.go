@@ -62,19 +62,45 @@ type histTrack struct {
 	last  sample.Histogram
 	lastT time.Time
 	ok    bool
-	win   map[time.Time]*HistWindow
+	// heldT is the last sample since lastT whose page's histogram was
+	// left unread (sample.Server.HistsHeld) and heldGap the longest
+	// silence before it: the server was read all along, and a reading
+	// that comes after them is not one after a gap.
+	heldT   time.Time
+	heldGap time.Duration
+	win     map[time.Time]*HistWindow
+}
+
+// hold notes a sample at t that left the histogram unread.
+func (h *histTrack) hold(t time.Time) {
+	from := h.lastT
+	if h.heldT.After(from) {
+		from = h.heldT
+	}
+	if !h.ok || !t.After(from) {
+		return
+	}
+	h.heldGap = max(h.heldGap, t.Sub(from))
+	h.heldT = t
 }
 
 // add takes a reading at t. The growth since the last reading is spread
 // over (last, t] by time; a counter that fell, buckets that changed or a
-// reading that is not a histogram make that stretch unknown.
+// reading that is not a histogram make that stretch unknown. A stretch
+// with a silence longer than maxGap, between readings or the samples
+// held between them, is left out.
 func (h *histTrack) add(t time.Time, cur sample.Histogram, w, maxGap time.Duration, open time.Time) {
 	if !t.After(h.lastT) && h.ok {
 		return
 	}
 	prev, prevT, had := h.last, h.lastT, h.ok
+	gap := t.Sub(prevT)
+	if h.heldT.After(prevT) {
+		gap = max(h.heldGap, t.Sub(h.heldT))
+	}
 	h.last, h.lastT, h.ok = cur, t, true
-	if !had || (maxGap > 0 && t.Sub(prevT) > maxGap) {
+	h.heldT, h.heldGap = time.Time{}, 0
+	if !had || (maxGap > 0 && gap > maxGap) {
 		return
 	}
 	err := growthErr(prev, cur)
@@ -181,11 +207,34 @@ func (j *Joiner) addLatencies(st *serverState, s sample.Server) {
 	if s.Suspect {
 		return
 	}
+	if s.HistsHeld {
+		for h := range st.hists {
+			st.hists[h].hold(s.Time)
+		}
+		return
+	}
+	j.addHists(st, s)
+}
+
+func (j *Joiner) addHists(st *serverState, s sample.Server) {
 	for h := range sample.NumHists {
 		if s.HasHist[h] {
 			st.hists[h].add(s.Time, s.Hists[h], j.cfg.Window, j.cfg.MaxGap, j.next)
 		}
 	}
+}
+
+// AddHeld takes the histograms of a page its scraper held unread until a
+// later scrape or its stop (collector.Result.Held), at the page's time:
+// they go where that page's would have gone, the windows already closed
+// excepted; false for a server not watched.
+func (j *Joiner) AddHeld(name string, s sample.Server) bool {
+	st, ok := j.byName[name]
+	if !ok {
+		return false
+	}
+	j.addHists(st, s)
+	return true
 }
 
 // addRequest keeps a finished request's latencies for the window its

@@ -2,6 +2,7 @@ package window
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,112 @@ func TestHistogramDeltas(t *testing.T) {
 	j.AddServer("llm", s)
 	if h := servers(j.Flush(at(100)))[0].Latency.Hists[sample.HistTTFT]; h.OK || !strings.Contains(h.Err, "buckets changed") {
 		t.Errorf("buckets that changed: %+v", h)
+	}
+}
+
+// TestHeldReadingsBracketEdges: a scraper that reads the histograms only
+// on each window's first page and on the page held from just before it
+// (collector.Scraper.Window) gives every window the growth that reading
+// every page gives, however unevenly the observations came within it; a
+// silence among the held samples leaves its stretch out, as one between
+// readings does.
+func TestHeldReadingsBracketEdges(t *testing.T) {
+	// Cumulative observations at t: uneven, so a stretch spread over the
+	// wrong windows shows.
+	obs := func(t float64) float64 { return 10*t + 4*math.Sin(t) + float64(int(t)%7) }
+	hist := func(ts float64) sample.Server { return histSample(ts, obs(ts)/5, obs(ts)*0.7, obs(ts)) }
+	held := func(ts float64) sample.Server {
+		s := reading(scrape{t: ts, tokens: 100 * ts, running: 1})
+		s.HistsHeld = true
+		return s
+	}
+	type step struct {
+		t    float64
+		full bool // read with its histograms; else held, and read if the next full one or the end follows
+	}
+	every := func(from, to float64, fulls ...float64) []step {
+		var out []step
+		for ts := from; ts < to; ts++ {
+			out = append(out, step{t: ts, full: slices.Contains(fulls, ts)})
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name  string
+		steps []step
+		// ref are the times a scraper reading every page read; nil: the
+		// steps' times.
+		ref []float64
+		// want, where set, is window 0's observations instead of the
+		// reference's.
+		want float64
+	}{
+		{name: "a scrape a second, the first of each window read", steps: every(0.5, 30, 0.5, 10.5, 20.5)},
+		{name: "the edges fall between late and early pages", steps: every(0.9, 40, 0.9, 10.9, 20.9, 30.9)},
+		{name: "after a failure the next page is read, and the one held before it",
+			// 3.5 to 5.5 failed: 2.5 was read then (held), 6.5 read in full.
+			steps: append(append(every(0.5, 3, 0.5), every(6.5, 9, 6.5)...), every(9.5, 20, 10.5)...)},
+		{name: "a silence among held samples leaves the whole stretch out",
+			steps: append(append(every(0.5, 3, 0.5), every(6.5, 10, -1)...), every(10.5, 20, 10.5)...),
+			want:  (obs(10.5) - obs(9.5)) / 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ref, got := newJoiner(0), newJoiner(0)
+			refTimes := tt.ref
+			if refTimes == nil {
+				for _, st := range tt.steps {
+					refTimes = append(refTimes, st.t)
+				}
+			}
+			for _, ts := range refTimes {
+				ref.AddServer("llm", hist(ts))
+			}
+			last := -1.0 // the held page not read yet
+			for i, st := range tt.steps {
+				if st.full {
+					if last >= 0 {
+						got.AddHeld("llm", hist(last))
+					}
+					got.AddServer("llm", hist(st.t))
+					last = -1
+					continue
+				}
+				got.AddServer("llm", held(st.t))
+				last = st.t
+				// A failure after it: the steps go on more than 2.5 s later.
+				if i+1 < len(tt.steps) && tt.steps[i+1].t-st.t > 2.5 && tt.steps[i+1].full {
+					got.AddHeld("llm", hist(last))
+					last = -1
+				}
+			}
+			if last >= 0 {
+				got.AddHeld("llm", hist(last)) // the scraper stopped
+			}
+			rw, gw := servers(ref.Close(at(100))), servers(got.Close(at(100)))
+			if len(rw) != len(gw) || len(gw) < 2 {
+				t.Fatalf("%d windows, reading every page %d", len(gw), len(rw))
+			}
+			for i := range gw {
+				r, g := rw[i].Latency.Hists[sample.HistTTFT], gw[i].Latency.Hists[sample.HistTTFT]
+				if i == 0 && tt.want != 0 {
+					if !g.OK || math.Abs(g.Total()-tt.want) > 1e-9 {
+						t.Errorf("window 0: %g observations, want %g: %+v", g.Total(), tt.want, g)
+					}
+					continue
+				}
+				if r.OK != g.OK || r.Err != g.Err || len(r.Count) != len(g.Count) || math.Abs(r.Sum-g.Sum) > 1e-9 {
+					t.Fatalf("window %d: %+v, reading every page %+v", i, g, r)
+				}
+				for k := range g.Count {
+					if math.Abs(r.Count[k]-g.Count[k]) > 1e-9 {
+						t.Errorf("window %d bucket %d: %g, reading every page %g", i, k, g.Count[k], r.Count[k])
+					}
+				}
+				if r.OK && r.Total() == 0 {
+					t.Errorf("window %d observed nothing: the case tests nothing", i)
+				}
+			}
+		})
 	}
 }
 

@@ -156,6 +156,15 @@ type message interface {
 // scrapeMsg is one scrape of a server's metrics.
 type scrapeMsg collector.Result
 
+// heldMsg is the histograms of a page a scraper held unread when it
+// stopped (collector.Scraper.Held).
+type heldMsg struct {
+	server string
+	hists  sample.Server
+}
+
+func (m heldMsg) apply(l *loop) { l.j.AddHeld(m.server, m.hists) }
+
 // gpuMsg is one reading of every GPU.
 type gpuMsg []sample.GPU
 
@@ -329,6 +338,27 @@ func maxGapOfConfig(cfg *config.Config) time.Duration {
 type sources struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// mu guards last: what sources said as they stopped, which the main
+	// loop takes once they did (the scrapers' pages held unread).
+	mu   sync.Mutex
+	last []message
+}
+
+func (s *sources) keep(m message) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last = append(s.last, m)
+}
+
+// drainLast applies what the stopped sources said as they stopped.
+func (s *sources) drainLast(l *loop) {
+	s.mu.Lock()
+	last := s.last
+	s.last = nil
+	s.mu.Unlock()
+	for _, m := range last {
+		m.apply(l)
+	}
 }
 
 // startSources starts a scraper per server of cfg, a follower per log
@@ -362,10 +392,13 @@ func (p *pipeline) startSources(ctx context.Context, cfg *config.Config, open fu
 		}
 		name := s.Name
 		sc := &collector.Scraper{Server: s.Name, URL: s.MetricsURL, Interval: s.ScrapeInterval,
-			Dialect: d, Client: p.client, Now: p.now,
+			Dialect: d, Client: p.client, Now: p.now, Window: cfg.Window,
 			Detected: func(engine string) { p.log.Info("engine detected", "server", name, "engine", engine) }}
 		src.wg.Go(func() {
 			sc.Run(ctx, func(r collector.Result) { send(scrapeMsg(r)) })
+			if h, ok := sc.Held(); ok {
+				src.keep(heldMsg{name, h})
+			}
 		})
 	}
 	for _, s := range cfg.Servers {
@@ -479,6 +512,7 @@ func (p *pipeline) run(ctx context.Context, cfg *config.Config, openGPU func() (
 		case rc := <-p.reconf:
 			src.stop()
 			l.drain(msgs)
+			src.drainLast(l)
 			l.reconfigure(rc)
 			// The logs are read on from where the joiner stands: their
 			// saved positions are older, and without a state directory a
@@ -496,6 +530,7 @@ func (p *pipeline) run(ctx context.Context, cfg *config.Config, openGPU func() (
 					"stacks", ourStacks())
 			}
 			l.drain(msgs)
+			src.drainLast(l)
 			l.emit(l.j.Close(p.now()))
 			l.savePositions()
 			p.metrics.joined(l.j)
@@ -647,6 +682,9 @@ func gpuLabel(s *sample.GPU) string {
 }
 
 func (r scrapeMsg) apply(l *loop) {
+	if r.Held != nil {
+		l.j.AddHeld(r.Server, *r.Held)
+	}
 	if r.Err != nil {
 		if errors.Is(r.Err, collector.ErrMalformed) {
 			l.metrics.malformed.Inc()
