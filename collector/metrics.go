@@ -534,7 +534,12 @@ func (d *Dialect) parseFiltered(page []byte, cache *seriesCache) (Page, error) {
 		if len(t) == 0 || t[0] == '#' {
 			continue
 		}
-		name := t[:nameEnd(t)]
+		var name []byte
+		if n := len(last); n > 0 && len(t) > n && (t[n] == '{' || blank(t[n])) && bytes.Equal(t[:n], last) {
+			name = t[:n] // the name of the line before (a histogram's next bucket): no scan for its end
+		} else {
+			name = t[:nameEnd(t)]
+		}
 		if !bytes.Equal(name, last) {
 			last, lastWanted, lastRelay = name, wanted[string(name)], nil
 			if r := d.relayOf(name); !lastWanted && r != nil && wanted[r.to+string(name[len(r.from):])] {
