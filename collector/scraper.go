@@ -176,11 +176,15 @@ func (s *Scraper) scrape(ctx context.Context) Result {
 	}
 	res.Sample = s.deriver.Derive(smp)
 	switch {
+	case res.Sample.Suspect || !res.Sample.Rewind.IsZero():
+		// The counters are in doubt since Rewind (several servers behind
+		// one URL): a page held from before may be another's too, and the
+		// joiner starts anew from the next page, read in full.
+		s.heldAt, s.histAt = time.Time{}, time.Time{}
 	case full:
 		s.histAt = start
-	case !res.Sample.Suspect:
-		// Kept for the next full read; a suspect page's histograms are
-		// no one server's either.
+	default:
+		// Kept for the next full read.
 		res.Sample.HistsHeld = true
 		s.held, s.body = s.body, s.held
 		s.heldAt = res.Sample.Time
