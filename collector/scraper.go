@@ -198,16 +198,7 @@ func (s *Scraper) readsHists(start time.Time) bool {
 	if s.Window <= 0 || s.Dialect == nil || s.histAt.IsZero() {
 		return true
 	}
-	w := int64(s.Window)
-	return floorDiv(start.UnixNano(), w) != floorDiv(s.histAt.UnixNano(), w)
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b < 0 {
-		q--
-	}
-	return q
+	return wake.Slot(start, s.Window) != wake.Slot(s.histAt, s.Window)
 }
 
 // readHeld reads the histograms of the page held unread, at its time; nil

@@ -13,16 +13,22 @@ package wake
 
 import "time"
 
-// next returns the first instant after now that is a whole multiple of d
-// in Unix time. It carries no monotonic reading: the instants follow the
-// wall clock, the same one for every loop (and a test's bubble).
-func next(now time.Time, d time.Duration) time.Time {
-	ns := now.UnixNano()
+// Slot numbers the stretch of length d that holds t: the whole multiples
+// of d in Unix time, as the instants here and windows are counted.
+func Slot(t time.Time, d time.Duration) int64 {
+	ns := t.UnixNano()
 	k := ns / int64(d)
 	if ns < 0 && ns%int64(d) != 0 {
 		k-- // towards minus infinity
 	}
-	return time.Unix(0, (k+1)*int64(d))
+	return k
+}
+
+// next returns the first instant after now that is a whole multiple of d
+// in Unix time. It carries no monotonic reading: the instants follow the
+// wall clock, the same one for every loop (and a test's bubble).
+func next(now time.Time, d time.Duration) time.Time {
+	return time.Unix(0, (Slot(now, d)+1)*int64(d))
 }
 
 // Ticker delivers a tick on C at every shared instant of its interval.
