@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -212,6 +213,9 @@ func (s *Scraper) readHeld() *sample.Server {
 	smp, _, err := readPage(s.held.Bytes(), s.Dialect, &s.cache)
 	if err != nil {
 		return nil // read once already, without its histograms: not again
+	}
+	if !slices.Contains(smp.HasHist[:], true) {
+		return nil
 	}
 	return &sample.Server{Time: at, Engine: smp.Engine, Hists: smp.Hists, HasHist: smp.HasHist}
 }
