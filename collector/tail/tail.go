@@ -500,29 +500,33 @@ func sameHead(saved string, head []byte) bool {
 
 // poll checks the open file for truncation, reads what was appended,
 // then, when checkPath says so, checks the path for a rename rotation.
+// The file's size is asked for only when nothing followed the last line
+// read: a read that returns bytes shows the file was not cut below it,
+// and a poll that finds a line costs two reads (head and data), not three
+// system calls.
 func (t *Tailer) poll(emit func(Line), checkPath bool) error {
-	size, err := t.size()
+	n, err := pread(t.f, t.headBuf[:], 0)
 	if err != nil {
 		return err
 	}
-	n, _ := t.f.ReadAt(t.headBuf[:], 0)
 	head := t.headBuf[:n]
-	read := t.pos.Offset + int64(len(t.partial)+t.skipLen)
 	switch {
-	case size < read || !t.sameKnownHead(head):
-		// copytruncate: what was written between our last read and the
-		// truncation lives in the copy; read it there, then start over.
-		old := t.pos
-		if rotated := t.findRotated(old); rotated != "" {
-			t.drainFile(rotated, old, emit)
-		}
-		t.flushPartial(emit)
-		t.pos = Position{Path: t.Path, Dev: old.Dev, Ino: old.Ino, Head: hex.EncodeToString(head)}
-		t.Log.Info("tail: file truncated (copytruncate)", "path", t.Path)
+	case !t.sameKnownHead(head):
+		t.truncated(head, emit)
 	case len(head) > len(t.pos.Head)/2:
 		t.pos.Head = hex.EncodeToString(head) // the fingerprint grows with a young file
 	}
-	more, err := t.readTo(t.f, size, &t.pos, emit, &t.budget)
+	more, got, err := t.readAll(t.f, &t.pos, emit, &t.budget)
+	if err == nil && got == 0 {
+		size, serr := t.size()
+		if serr != nil {
+			return serr
+		}
+		if size < t.pos.Offset+int64(len(t.partial)+t.skipLen) {
+			t.truncated(head, emit)
+			more, _, err = t.readAll(t.f, &t.pos, emit, &t.budget)
+		}
+	}
 	if t.behind = more; err != nil || more {
 		// Behind: the rest of this file first, rotated or not.
 		return err
@@ -543,7 +547,7 @@ func (t *Tailer) poll(emit func(Line), checkPath bool) error {
 	}
 	// Rename rotation: take the old file's last writes, then the new
 	// file, which must be a regular file too (else step tries again).
-	if more, err = t.readAll(t.f, &t.pos, emit, &t.budget); err != nil || more {
+	if more, _, err = t.readAll(t.f, &t.pos, emit, &t.budget); err != nil || more {
 		t.behind = more
 		return err
 	}
@@ -553,8 +557,21 @@ func (t *Tailer) poll(emit func(Line), checkPath bool) error {
 	if err := t.reopen(); err != nil {
 		return err
 	}
-	t.behind, err = t.readAll(t.f, &t.pos, emit, &t.budget)
+	t.behind, _, err = t.readAll(t.f, &t.pos, emit, &t.budget)
 	return err
+}
+
+// truncated starts the file over after a copytruncate, whose new head
+// is head: what was written between the last read and the truncation
+// lives in the copy, and is read there first.
+func (t *Tailer) truncated(head []byte, emit func(Line)) {
+	old := t.pos
+	if rotated := t.findRotated(old); rotated != "" {
+		t.drainFile(rotated, old, emit)
+	}
+	t.flushPartial(emit)
+	t.pos = Position{Path: t.Path, Dev: old.Dev, Ino: old.Ino, Head: hex.EncodeToString(head)}
+	t.Log.Info("tail: file truncated (copytruncate)", "path", t.Path)
 }
 
 // findRotated looks for the rotated copy of the file pos described:
@@ -608,7 +625,7 @@ func (t *Tailer) drainFile(path string, pos Position, emit func(Line)) {
 	defer f.Close()
 	p := pos
 	left := int64(maxPerSecond)
-	if more, _ := t.readAll(f, &p, emit, &left); more {
+	if more, _, _ := t.readAll(f, &p, emit, &left); more {
 		t.Log.Warn("tail: the rotated copy holds more than is read of one; its rest is skipped", "path", path,
 			"read", maxPerSecond)
 	}
@@ -630,40 +647,49 @@ func (t *Tailer) size() (int64, error) {
 	}
 }
 
-// readAll reads f from pos.Offset to EOF, emitting complete lines and
-// advancing pos past each, until it has read budget bytes (taken off
-// budget); more says it stopped there, not at the end.
-func (t *Tailer) readAll(f *os.File, pos *Position, emit func(Line), budget *int64) (more bool, err error) {
-	return t.readTo(f, -1, pos, emit, budget)
-}
-
-// readTo is readAll that also ends once it has read to size, the file's
-// size when the poll began (-1: none), without the read that would find
-// the end: what was written since comes with its own notification, or
-// the next tick.
-func (t *Tailer) readTo(f *os.File, size int64, pos *Position, emit func(Line), budget *int64) (more bool, err error) {
+// readAll reads f from pos.Offset to its end, emitting complete lines
+// and advancing pos past each, until it has read budget bytes (taken off
+// budget); more says it stopped there, not at the end, got how many bytes
+// it read. A read that does not fill the buffer found the end: the read
+// that would return nothing is not made, and what was written since comes
+// with its own notification, or the next tick.
+func (t *Tailer) readAll(f *os.File, pos *Position, emit func(Line), budget *int64) (more bool, got int64, err error) {
 	for *budget > 0 {
 		at := pos.Offset + int64(len(t.partial)) + int64(t.skipLen)
-		if size >= 0 && at >= size {
-			return false, nil
-		}
-		n, err := f.ReadAt(t.buf, at)
+		n, err := pread(f, t.buf, at)
 		if n > 0 {
+			got += int64(n)
 			*budget -= int64(n)
 			t.split(t.buf[:n], pos, emit)
 			t.flushed()
-			if n == len(t.buf) && n < readMax {
-				t.buf = make([]byte, 2*n)
-			}
-		}
-		if err == io.EOF || n == 0 {
-			return false, nil
 		}
 		if err != nil {
-			return false, err
+			return false, got, err
+		}
+		if n < len(t.buf) {
+			return false, got, nil
+		}
+		if n < readMax {
+			t.buf = make([]byte, 2*n)
 		}
 	}
-	return true, nil
+	return true, got, nil
+}
+
+// pread reads f at off by one system call: os.File.ReadAt reads on until
+// it fills b, and a buffer a line does not fill took a second call to
+// find the end. n is 0, without an error, at the end.
+func pread(f *os.File, b []byte, off int64) (n int, err error) {
+	for {
+		n, err = syscall.Pread(int(f.Fd()), b, off)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return 0, &os.PathError{Op: "pread", Path: f.Name(), Err: err}
+	}
+	return n, nil
 }
 
 // split cuts data (which follows any partial line) into lines. They take

@@ -630,3 +630,37 @@ func TestReadBufferGrowsWithBacklog(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkPollALine is a notified read of one progress line: what a
+// server that logs once a second costs the tailer, less the wakeup.
+func BenchmarkPollALine(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "server.log")
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	fmt.Fprintln(f, "INFO 12-05 01:00:00 engine started")
+	tl := &Tailer{Path: path}
+	tl.setDefaults()
+	tl.buf = make([]byte, readMin)
+	if err := tl.open(Position{}, false, func(Line) {}); err != nil {
+		b.Fatal(err)
+	}
+	defer tl.f.Close()
+	line := []byte("INFO 12-05 01:00:01 metrics.py:455] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 211.3 tokens/s, Running: 8 reqs\n")
+	lines := 0
+	emit := func(Line) { lines++ }
+	for b.Loop() {
+		if _, err := f.Write(line); err != nil {
+			b.Fatal(err)
+		}
+		tl.budget = tl.perTick()
+		if err := tl.poll(emit, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if lines != b.N {
+		b.Fatalf("%d lines read, want %d", lines, b.N)
+	}
+}
