@@ -501,9 +501,10 @@ func sameHead(saved string, head []byte) bool {
 // poll checks the open file for truncation, reads what was appended,
 // then, when checkPath says so, checks the path for a rename rotation.
 // The file's size is asked for only when nothing followed the last line
-// read: a read that returns bytes shows the file was not cut below it,
-// and a poll that finds a line costs two reads (head and data), not three
-// system calls.
+// read: a read that returns bytes shows the file was not cut below it, so
+// a poll that finds a line costs two system calls (head and data), not
+// four. A quiet file's poll costs three (its size too), one more than
+// before; a log that writes is read on notification, not on the tick.
 func (t *Tailer) poll(emit func(Line), checkPath bool) error {
 	n, err := pread(t.f, t.headBuf[:], 0)
 	if err != nil {
