@@ -634,7 +634,7 @@ func (t *Tailer) drainFile(path string, pos Position, emit func(Line)) {
 }
 
 // size is the open file's size now, by a system call alone: os.File.Stat
-// builds a FileInfo (an allocation, the name's base) on every poll.
+// builds a FileInfo (an allocation, the name's base) on every call.
 func (t *Tailer) size() (int64, error) {
 	var st syscall.Stat_t
 	for {
