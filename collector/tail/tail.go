@@ -524,7 +524,13 @@ func (t *Tailer) poll(emit func(Line), checkPath bool) error {
 			return serr
 		}
 		if size < t.pos.Offset+int64(len(t.partial)+t.skipLen) {
-			t.truncated(head, emit)
+			// Cut below the last line after the head above was read: that
+			// head may be the old file's, and kept as the new one's it
+			// would read as a second truncation, whose copy is read again.
+			if n, err = pread(t.f, t.headBuf[:], 0); err != nil {
+				return err
+			}
+			t.truncated(t.headBuf[:n], emit)
 			more, _, err = t.readAll(t.f, &t.pos, emit, &t.budget)
 		}
 	}
