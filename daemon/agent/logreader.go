@@ -12,9 +12,10 @@ import (
 	"github.com/tpsmon/tpsmon/sample"
 )
 
-// logMsg is what a server's log said: the intervals of one read's
-// throughput lines, the engine, model or engine version it named, or that the log was
-// readable (watch), with the position reached.
+// logMsg is what a server's log said: the intervals of its throughput
+// lines, the engine, model or engine version it named, that the log was
+// readable (watch), or intervals and watch together, with the position
+// reached.
 type logMsg struct {
 	server string
 	engine string
@@ -47,8 +48,7 @@ var logBatches = sync.Pool{New: func() any {
 }}
 
 func (m *logMsg) apply(l *loop) {
-	switch {
-	case m.ivs != nil:
+	if m.ivs != nil {
 		engine := ""
 		for i := range *m.ivs {
 			li := &(*m.ivs)[i]
@@ -60,11 +60,14 @@ func (m *logMsg) apply(l *loop) {
 		}
 		*m.ivs = (*m.ivs)[:0]
 		logBatches.Put(m.ivs)
-	case m.engine != "" || m.model != "" || m.version != "":
+	}
+	if m.engine != "" || m.model != "" || m.version != "" {
 		l.j.NameEngine(m.server, m.engine)
 		l.j.NameModel(m.server, m.model)
 		l.j.NameVersion(m.server, m.version)
-	case !m.watch.IsZero():
+	}
+	if !m.watch.IsZero() {
+		// After the intervals it carries: the log was read up to watch.
 		l.j.Watch(m.server, m.watch)
 	}
 	if m.pos != (tail.Position{}) {
@@ -87,11 +90,15 @@ type logReader struct {
 	cancelled uint64
 	skipped   [logline.NumSkipReasons]uint64
 	toldSkip  bool // the first line not read was logged
-	// last is the position after the lines handed over, read after the
-	// lines read, whose intervals may still wait in batch.
+	// last is the position after the last complete read, read after the
+	// lines read; their intervals may still wait in batch.
 	last, read tail.Position
-	// The intervals of one read go to the main loop in one message: one
-	// per line cost more than parsing the line.
+	// The intervals read between two ticks go to the main loop in one
+	// message, with the tick's watch (alive): one per line cost more than
+	// parsing the line, and one per read woke the main loop for each line
+	// of a quiet log (S1: 3 % of the daemon's CPU). A line's time is
+	// taken when it is read, so holding it to the tick moves nothing; a
+	// window waits seconds for its log lines (defaultLogGrace).
 	batch    *[]logInterval
 	batchPos tail.Position
 	// serving: a throughput line was read, so the start-up lines that
@@ -132,7 +139,7 @@ func (r *logReader) add(li logInterval) {
 	}
 	*r.batch = append(*r.batch, li)
 	if len(*r.batch) >= maxLogBatch {
-		r.flush()
+		r.handOver()
 	}
 }
 
@@ -249,15 +256,35 @@ func (r *logReader) handOver() {
 	}
 }
 
-// flush ends a read: what it said is handed over, and its lines taken.
+// flush ends a read: its lines are taken, the start-up facts it found
+// handed over, and its intervals wait for the tick (alive).
 func (r *logReader) flush() {
-	r.handOver()
 	r.handFacts()
 	r.last = r.read
 }
 
 // alive says the log is readable now, and every line so far taken: the
-// position moves past lines without throughput too.
+// position moves past lines without throughput too. The intervals read
+// since the last tick go with it.
 func (r *logReader) alive(t time.Time) {
-	r.send(&logMsg{server: r.name, watch: t, pos: r.last})
+	m := &logMsg{server: r.name, ivs: r.batch, watch: t, pos: r.last}
+	r.batch = nil
+	r.send(m)
+}
+
+// failed hands over what was read before the log became unreadable:
+// alive is not told until it is readable again.
+func (r *logReader) failed(err error) {
+	if err != nil {
+		r.handOver()
+	}
+}
+
+// stopped keeps what the source read but did not hand over before it
+// stopped, for the main loop to take after it (sources.keep).
+func (r *logReader) stopped(keep func(message)) {
+	if r.batch != nil {
+		keep(&logMsg{server: r.name, ivs: r.batch, pos: r.last})
+		r.batch = nil
+	}
 }

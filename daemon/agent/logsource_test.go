@@ -5,13 +5,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tpsmon/tpsmon/collector/tail"
 	"github.com/tpsmon/tpsmon/daemon/config"
 	"github.com/tpsmon/tpsmon/daemon/config/configtest"
 	"github.com/tpsmon/tpsmon/sink"
@@ -118,6 +121,117 @@ func TestLogSourceLiveAndRestart(t *testing.T) {
 	if tok2 > lineTokens*int64(lines2+1)+80 {
 		t.Errorf("second run: %d tokens for %d new lines: old lines read again", tok2, lines2)
 	}
+}
+
+// A log's intervals wait for the tick after their read (logReader.alive).
+// Here the tick never comes (an hour), so every line read is one that
+// waits, and must still be taken: when the daemon stops, into the last
+// windows and into the position saved (a restart neither reads them again
+// nor loses them); when the log becomes unreadable, at once, into the
+// windows they belong to (no tick comes for a log that cannot be read).
+func TestLogLinesWaitingForTheTickAreTaken(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		// then ends the log's reading after three lines were written.
+		then func(t *testing.T, logPath string, out *syncbuf.Buffer)
+	}{
+		{"the daemon stops", func(*testing.T, string, *syncbuf.Buffer) {}},
+		{"the log becomes a FIFO", func(t *testing.T, logPath string, out *syncbuf.Buffer) {
+			fifo := logPath + ".fifo"
+			if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(fifo, logPath); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the lines' windows written while the daemon runs", func() bool {
+				return serverTokens(out.String()) >= 3*lineTokens-80
+			})
+
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			logPath := filepath.Join(dir, "sglang.log")
+			state := filepath.Join(dir, "positions")
+			os.MkdirAll(state, 0o700)
+			head := sglangLine(time.Now().Add(-time.Minute))
+			if err := os.WriteFile(logPath, []byte(head), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cfg := configtest.Private(t)
+			cfg.Window, cfg.Grace = time.Second, 100*time.Millisecond
+			cfg.GPU.Backend = "none"
+			cfg.Servers = []config.ServerConfig{{Name: "sgl", Engine: "sglang", Log: config.LogSourceConfig{File: logPath}, GPUs: []string{"auto"}}}
+			var out, logs syncbuf.Buffer
+			a := newAgent(cfg, Options{Outputs: []WindowWriter{sink.NewLPWriter(&out)}, Log: slog.New(slog.NewTextHandler(&logs, nil))},
+				hooks{positionDir: state, logGrace: 6 * time.Second, logPoll: time.Hour})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- a.Run(ctx) }()
+			f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			// The first line read spans its own second: after the first
+			// window began.
+			time.Sleep(time.Second)
+			for range 3 {
+				time.Sleep(time.Second)
+				f.WriteString(sglangLine(time.Now()))
+			}
+			time.Sleep(500 * time.Millisecond) // read on notification, within milliseconds
+			tc.then(t, logPath, &out)
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if late := counted(a.metrics.lateTokens); late != 0 {
+				t.Errorf("%d tokens late", late)
+			}
+			pos, ok, err := tail.LoadPosition(filepath.Join(state, "sgl.json"))
+			if err != nil || !ok || pos.Offset < int64(len(head)) {
+				t.Fatalf("position %+v (saved %v, %v)", pos, ok, err)
+			}
+			taken := 3 // the log became a FIFO after its three lines were read
+			if fi, err := os.Stat(logPath); err == nil && fi.Mode().IsRegular() {
+				b, err := os.ReadFile(logPath)
+				if err != nil || pos.Offset > int64(len(b)) {
+					t.Fatalf("position %+v in %d bytes (%v)", pos, len(b), err)
+				}
+				taken = bytes.Count(b[len(head):pos.Offset], []byte("\n"))
+			}
+			// Each line counts the second since the line before it; the
+			// first, its own.
+			tokens, want := serverTokens(out.String()), lineTokens*int64(taken)
+			if taken == 0 || tokens < want-80 || tokens > want+80 {
+				t.Errorf("%d tokens in the windows for %d lines taken (of 3 written), want %d ± 80; output:\n%s\nlog:\n%s",
+					tokens, taken, want, out.String(), logs.String())
+			}
+		})
+	}
+}
+
+// serverTokens sums the tokens of the server windows in line protocol.
+func serverTokens(lp string) int64 {
+	var tokens int64
+	for _, l := range strings.Split(lp, "\n") {
+		if !strings.HasPrefix(l, "tpsmon_server,") {
+			continue
+		}
+		for _, kv := range strings.Split(strings.Fields(l)[1], ",") {
+			if k, v, _ := strings.Cut(kv, "="); k == "tokens" {
+				n, _ := strconv.ParseInt(strings.TrimSuffix(v, "i"), 10, 64)
+				tokens += n
+			}
+		}
+	}
+	return tokens
 }
 
 func countLines(t *testing.T, path string) int {

@@ -961,13 +961,16 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerCo
 	if s.Log.File != "" {
 		t := &tail.Tailer{Path: s.Log.File, StateFile: state, Resume: resume, Log: p.log.With("server", name), Alive: r.alive, Now: p.now, Poll: p.tune.logPoll,
 			Peek: r.peek, Flush: r.flush, Failed: func(err error) {
+				r.failed(err)
 				if err != nil {
 					err = fmt.Errorf("log %s: %w", s.Log.File, err) // the status line names the file
 				}
 				p.health.sourceFailed(name, err)
 			}}
 		src.wg.Go(func() {
-			if err := t.Run(ctx, r.line); err != nil {
+			err := t.Run(ctx, r.line)
+			r.stopped(src.keep)
+			if err != nil {
 				err = fmt.Errorf("log %s: %w", s.Log.File, err)
 				p.log.Error("log unreadable; the server reads as down", "server", name, "err", err)
 				p.health.sourceFailed(name, err)
@@ -976,8 +979,11 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerCo
 		return nil
 	}
 	jn := &tail.Journal{Unit: s.Log.JournalUnit, StateFile: state, Resume: resume, Log: p.log.With("server", name), Alive: r.alive, Flush: r.flush,
-		Failed: func(err error) { p.health.sourceFailed(name, err) }}
-	src.wg.Go(func() { jn.Run(ctx, r.line) })
+		Failed: func(err error) { r.failed(err); p.health.sourceFailed(name, err) }}
+	src.wg.Go(func() {
+		jn.Run(ctx, r.line)
+		r.stopped(src.keep)
+	})
 	return nil
 }
 
