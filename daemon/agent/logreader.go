@@ -279,12 +279,3 @@ func (r *logReader) failed(err error) {
 		r.handOver()
 	}
 }
-
-// stopped keeps what the source read but did not hand over before it
-// stopped, for the main loop to take after it (sources.keep).
-func (r *logReader) stopped(keep func(message)) {
-	if r.batch != nil {
-		keep(&logMsg{server: r.name, ivs: r.batch, pos: r.last})
-		r.batch = nil
-	}
-}

@@ -148,7 +148,6 @@ func TestLogLinesWaitingForTheTickAreTaken(t *testing.T) {
 			waitFor(t, "the lines' windows written while the daemon runs", func() bool {
 				return serverTokens(out.String()) >= 3*lineTokens-80
 			})
-
 		}},
 	}
 	for _, tc := range tests {

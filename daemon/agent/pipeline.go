@@ -372,15 +372,20 @@ func (p *pipeline) startSources(ctx context.Context, cfg *config.Config, open fu
 	ctx, cancel := context.WithCancel(ctx)
 	src = &sources{cancel: cancel}
 	opened = make(chan struct{})
-	send := func(m message) {
+	// offer hands m to the main loop; false once the sources are stopped,
+	// when the main loop no longer takes what a source says.
+	offer := func(m message) bool {
 		if ctx.Err() != nil {
-			return // stopped: the main loop no longer takes what a source says
+			return false
 		}
 		select {
 		case msgs <- m:
+			return true
 		case <-ctx.Done():
+			return false
 		}
 	}
+	send := func(m message) { offer(m) }
 	for _, s := range cfg.Servers {
 		if s.MetricsURL == "" {
 			continue
@@ -409,7 +414,14 @@ func (p *pipeline) startSources(ctx context.Context, cfg *config.Config, open fu
 		if pos, ok := resume[s.Name]; ok {
 			from = &pos
 		}
-		if err := p.startLog(ctx, src, s, from, send); err != nil {
+		// A log's reader holds lines until the tick: what it says as the
+		// sources stop is kept for the main loop's drainLast, not dropped.
+		keepLate := func(m message) {
+			if !offer(m) {
+				src.keep(m)
+			}
+		}
+		if err := p.startLog(ctx, src, s, from, keepLate); err != nil {
 			src.stop()
 			return nil, nil, err
 		}
@@ -969,7 +981,7 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerCo
 			}}
 		src.wg.Go(func() {
 			err := t.Run(ctx, r.line)
-			r.stopped(src.keep)
+			r.handOver() // what waited for a tick
 			if err != nil {
 				err = fmt.Errorf("log %s: %w", s.Log.File, err)
 				p.log.Error("log unreadable; the server reads as down", "server", name, "err", err)
@@ -982,7 +994,7 @@ func (p *pipeline) startLog(ctx context.Context, src *sources, s config.ServerCo
 		Failed: func(err error) { r.failed(err); p.health.sourceFailed(name, err) }}
 	src.wg.Go(func() {
 		jn.Run(ctx, r.line)
-		r.stopped(src.keep)
+		r.handOver() // what waited for a tick
 	})
 	return nil
 }
