@@ -140,8 +140,10 @@ type windowAcc struct {
 	// holes are what refused lines spoke for, disjoint, in order: not
 	// observed, whatever else says so.
 	holes []seg
-	// reqs are the finished requests whose own lines ended in the window.
-	reqs []RequestTimes
+	// reqs are the finished requests whose own lines ended in the window;
+	// unkept counts them instead past MaxRequests (reqs then nil).
+	reqs   []RequestTimes
+	unkept int
 }
 
 // coverLess is how much of segs, disjoint and in order, lies outside the

@@ -1008,7 +1008,7 @@ func (st *serverState) newAcc() *windowAcc {
 	}
 	a := st.spare[n-1]
 	st.spare = st.spare[:n-1]
-	*a = windowAcc{cover: a.cover[:0], holes: a.holes[:0], reqs: a.reqs[:0]}
+	*a = windowAcc{cover: a.cover[:0], holes: a.holes[:0]}
 	return a
 }
 

@@ -258,3 +258,46 @@ func TestFailedRequestInItsWindow(t *testing.T) {
 		t.Errorf("second window holds only a failure: no tokens wanted, got %+v", got)
 	}
 }
+
+// TestRequestsPastTheBound: a window keeps up to MaxRequests requests; one
+// past it keeps none and says how many ended in it, its tokens all
+// counted, and the window after it, on the same recycled accumulator,
+// keeps its own again.
+func TestRequestsPastTheBound(t *testing.T) {
+	j := New(Config{Window: 10 * time.Second, Grace: 5 * time.Second, MaxGap: 2500 * time.Millisecond, Start: at(0)},
+		[]Server{{Name: "llm", Engine: "llamacpp", Source: "log"}})
+	windows := []struct{ n, kept, unkept int }{
+		{MaxRequests, MaxRequests, 0},
+		{MaxRequests + 5, 0, MaxRequests + 5},
+		{3, 3, 0},
+	}
+	var ws []ServerWindow
+	for w, tt := range windows {
+		for i := range tt.n {
+			end := float64(10*w) + 1 + 8*float64(i)/float64(tt.n)
+			iv := sample.Unknown(at(end-0.5), at(end))
+			iv.Tokens, iv.Output, iv.Request, iv.TTFT = 2, 2, true, float64(1000*w)+float64(i)/float64(tt.n)
+			j.AddLog("llm", iv)
+		}
+		// Each window closes before the next one's requests come: its
+		// accumulator is the next one's.
+		ws = append(ws, servers(j.Flush(at(float64(10*(w+1))+5)))...)
+	}
+	if len(ws) != len(windows) {
+		t.Fatalf("%d windows closed, want %d", len(ws), len(windows))
+	}
+	for w, tt := range windows {
+		l := ws[w].Latency
+		if len(l.Requests) != tt.kept || l.Unkept != tt.unkept {
+			t.Errorf("window %d: %d requests kept, %d unkept; want %d and %d", w, len(l.Requests), l.Unkept, tt.kept, tt.unkept)
+		}
+		if got := ws[w].Tokens; !got.OK || got.V != int64(2*tt.n) {
+			t.Errorf("window %d: tokens %+v, want %d", w, got, 2*tt.n)
+		}
+		for i, r := range l.Requests {
+			if want := float64(1000*w) + float64(i)/float64(tt.n); r.TTFT != want {
+				t.Fatalf("window %d: request %d has TTFT %g, want its own %g", w, i, r.TTFT, want)
+			}
+		}
+	}
+}

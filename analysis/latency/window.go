@@ -1,6 +1,7 @@
 package latency
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/tpsmon/tpsmon/sample"
@@ -61,13 +62,16 @@ func (s Summary) MissPhase() string {
 // counted, against objective o, over secs observed seconds. Per-request
 // lines win over histograms where a window has both.
 func Summarize(l window.Latency, o Objective, secs float64) Summary {
-	if len(l.Requests) == 0 && !anyHist(l) {
+	if len(l.Requests) == 0 && l.Unkept == 0 && !anyHist(l) {
 		return Summary{} // nothing said: no work, no allocation
 	}
 	s := Summary{MeanQueue: math.NaN(), MeanPrefill: math.NaN(), MeanDecode: math.NaN()}
-	if len(l.Requests) > 0 {
+	switch {
+	case len(l.Requests) > 0:
 		s.fromRequests(l.Requests, o)
-	} else {
+	case l.Unkept > 0 && !anyHist(l):
+		s.unkept(l.Unkept)
+	default:
 		s.fromHistograms(l, o)
 	}
 	if s.Source == "" || !s.says() {
@@ -133,6 +137,23 @@ func mean(xs []float64) float64 {
 		return math.NaN()
 	}
 	return sum / float64(n)
+}
+
+// unkept says why a window of more requests than the joiner keeps
+// (window.MaxRequests) has no latency from their lines.
+func (s *Summary) unkept(n int) {
+	s.Source = SourceRequests
+	s.Reason = fmt.Sprintf("%d requests ended in the window, more than the %d whose latencies are kept", n,
+		window.MaxRequests)
+	for _, qs := range []struct {
+		q   []float64
+		out []Quantile
+	}{{TTFTQ[:], s.TTFT[:]}, {ITLQ[:], s.ITL[:]}, {E2EQ[:], s.E2E[:]}, {QueQ[:], s.Queue[:]}, {TPSQ[:], s.PerUserTPS[:]}} {
+		for i, q := range qs.q {
+			qs.out[i] = absent(q, s.Reason)
+		}
+	}
+	s.Attainment = Attainment{Requests: float64(n), Reason: s.Reason}
 }
 
 func (s *Summary) fromRequests(rs []window.RequestTimes, o Objective) {

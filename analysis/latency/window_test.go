@@ -40,11 +40,24 @@ func TestSummarize(t *testing.T) {
 			{TTFT: 0.5, TPOT: 0.01, E2E: 2, Queue: -1, Tokens: 100}, {TTFT: -1, TPOT: -1, E2E: -1, Queue: -1, Tokens: -1, Failed: true}}}, SourceRequests, false, 0.5, ""},
 		{"only failed requests", window.Latency{Requests: []window.RequestTimes{
 			{TTFT: -1, TPOT: -1, E2E: -1, Queue: -1, Tokens: -1, Failed: true}}}, SourceRequests, false, 0, ""},
+		// More requests than a window keeps: said, no number.
+		{"requests past the bound", window.Latency{Unkept: 70000}, SourceRequests, false, math.NaN(),
+			"70000 requests ended in the window, more than the 65536"},
+		// The engine's histograms still say what they say.
+		{"requests past the bound, histograms", window.Latency{Unkept: 70000, Hists: [sample.NumHists]window.HistWindow{
+			sample.HistTTFT: h(5, 18, 20)}}, SourceHistogram, true, 0.9, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := Summarize(tc.l, o, 10)
 			if s.Source != tc.source || s.TTFT[1].OK != tc.ttft90 || !strings.Contains(s.Reason, tc.reason) {
 				t.Fatalf("Summarize = source %q ttft p90 %+v reason %q", s.Source, s.TTFT[1], s.Reason)
+			}
+			if s.Reason != "" {
+				for _, q := range append(s.TTFT[:], append(s.ITL[:], append(s.E2E[:], append(s.Queue[:], s.PerUserTPS[:]...)...)...)...) {
+					if q.OK || q.Bounded {
+						t.Errorf("reason %q, yet quantile %+v", s.Reason, q)
+					}
+				}
 			}
 			if got := s.Attainment; math.IsNaN(tc.att) && got.OK || !math.IsNaN(tc.att) && (!got.OK || got.Lo != tc.att) {
 				t.Fatalf("attainment %+v, want %g", got, tc.att)
