@@ -98,6 +98,9 @@ type Scraper struct {
 	// deadline's context, made again only with a new context.
 	req, sent *http.Request
 	deadline  deadline
+	// page is the page's own connection when leanPage allows it (made
+	// with req); nil sends req through the client's transport.
+	page *pageConn
 }
 
 // modelEvery is how often a server's model endpoint is asked.
@@ -111,7 +114,7 @@ const maxPage = 32 << 20
 func (s *Scraper) Run(ctx context.Context, emit func(Result)) {
 	t := wake.NewTicker(s.Interval)
 	defer t.Stop()
-	defer s.deadline.release()
+	defer s.release()
 	for {
 		emit(s.scrape(ctx))
 		select {
@@ -127,9 +130,17 @@ func (s *Scraper) Run(ctx context.Context, emit func(Result)) {
 // request, the best estimate of when the server rendered the page.
 func (s *Scraper) Scrape(ctx context.Context) Result {
 	// One scrape keeps no context registered with ctx, which may outlive
-	// the scraper (a probe of each port during discovery).
-	defer s.deadline.release()
+	// the scraper (a probe of each port during discovery), nor a
+	// connection.
+	defer s.release()
 	return s.scrape(ctx)
+}
+
+// release ends what a scraper keeps between scrapes: the deadline's
+// context and timer, the page's connection.
+func (s *Scraper) release() {
+	s.deadline.release()
+	s.page.close()
 }
 
 // scrape is Scrape keeping the request's deadline for the next (Run).
@@ -293,15 +304,14 @@ func (s *Scraper) fetch(ctx context.Context, client *http.Client, full bool) (sa
 		}
 		req.Header.Set("Accept", "text/plain;version=0.0.4")
 		s.req = req
+		s.page, _ = leanPage(client, req)
 	}
-	reqCtx, renewed := s.deadline.start(ctx, client.Timeout)
-	if renewed || s.sent == nil {
-		s.sent = s.req.WithContext(reqCtx)
-	}
-	body, err := s.read(client)
-	if s.deadline.stop() && err != nil {
-		// A path of the transport that says only that the context ended.
-		err = s.deadline.cause
+	var body []byte
+	var err error
+	if s.page != nil {
+		body, err = s.page.get(ctx, s.req, client.Timeout, &s.body)
+	} else {
+		body, err = s.readTransport(ctx, client)
 	}
 	if err != nil {
 		return sample.Server{}, err
@@ -325,6 +335,21 @@ func (s *Scraper) fetch(ctx context.Context, client *http.Client, full bool) (sa
 		}
 	}
 	return smp, err
+}
+
+// readTransport sends the page's request through the client's transport,
+// bound by its Timeout, and reads its body into s.body.
+func (s *Scraper) readTransport(ctx context.Context, client *http.Client) ([]byte, error) {
+	reqCtx, renewed := s.deadline.start(ctx, client.Timeout)
+	if renewed || s.sent == nil {
+		s.sent = s.req.WithContext(reqCtx)
+	}
+	body, err := s.read(client)
+	if s.deadline.stop() && err != nil {
+		// A path of the transport that says only that the context ended.
+		err = s.deadline.cause
+	}
+	return body, err
 }
 
 // read sends the page's request and reads its body into s.body.
@@ -352,11 +377,16 @@ func (s *Scraper) read(client *http.Client) ([]byte, error) {
 // scrape of an 8 KB page (BenchmarkScrape) and held 60 KB more of live
 // heap per server, for as long as the daemon runs.
 //
-// It follows no redirect (RefuseRedirect).
+// It follows no redirect (RefuseRedirect). A scraper reads a plain-HTTP
+// page on its own connection (pageConn), with the client's Timeout.
 func NewClient(timeout time.Duration) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	return &http.Client{Timeout: timeout, Transport: t, CheckRedirect: RefuseRedirect}
+	return &http.Client{Timeout: timeout, Transport: &scrapeTransport{t}, CheckRedirect: RefuseRedirect}
 }
+
+// scrapeTransport is NewClient's: net/http's, which a scraper leaves for
+// its page's own connection where leanPage allows.
+type scrapeTransport struct{ *http.Transport }
 
 // ErrRedirect is a server's answer that sends tpsmon elsewhere.
 var ErrRedirect = errors.New("redirect not followed")
