@@ -139,15 +139,10 @@ func (p *pageConn) exchange(ctx context.Context, req *http.Request, deadline tim
 		return nil, p.idle(err)
 	}
 	p.lim.N += maxPage + 1
-	switch resp.StatusCode {
-	case http.StatusOK:
-	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect,
-		http.StatusPermanentRedirect:
-		if to, lerr := resp.Location(); lerr == nil {
-			return nil, redirectError(resp.StatusCode, to)
-		}
-		return nil, fmt.Errorf("HTTP %s", resp.Status)
-	default:
+	if err := redirected(resp); err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("HTTP %s", resp.Status)
 	}
 	body.Reset()

@@ -406,15 +406,24 @@ func roundTrip(client *http.Client, req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := redirected(resp); err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	return resp, nil
+}
+
+// redirected is the error of an answer that redirects (RefuseRedirect's),
+// nil for any other or one without a Location.
+func redirected(resp *http.Response) error {
 	switch resp.StatusCode {
 	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect,
 		http.StatusPermanentRedirect:
-		if to, lerr := resp.Location(); lerr == nil {
-			resp.Body.Close()
-			return nil, redirectError(resp.StatusCode, to)
+		if to, err := resp.Location(); err == nil {
+			return redirectError(resp.StatusCode, to)
 		}
 	}
-	return resp, nil
+	return nil
 }
 
 // deadline bounds each of a scraper's requests by the client's Timeout
